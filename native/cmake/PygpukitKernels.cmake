@@ -1,0 +1,23 @@
+# pygpukit_add_cubins(<target> SOURCES_DIR <dir> DESTINATION <wheel dir>)
+#
+# Compiles every <dir>/*.cu with NVRTC (tools/build_kernels.py, through the
+# nvidia-cuda-nvrtc wheel; no GPU needed) to one cubin per arch in
+# PYGPUKIT_CUDA_ARCHS, laid out as <DESTINATION>/sm_<arch>/<name>.cubin, plus a
+# manifest.json. A kernel that does not compile fails the build.
+function(pygpukit_add_cubins target)
+  cmake_parse_arguments(ARG "" "SOURCES_DIR;DESTINATION" "" ${ARGN})
+  file(GLOB _sources CONFIGURE_DEPENDS "${ARG_SOURCES_DIR}/*.cu")
+  file(GLOB _headers CONFIGURE_DEPENDS "${ARG_SOURCES_DIR}/*.cuh" "${ARG_SOURCES_DIR}/include/*.cuh")
+  set(_out "${CMAKE_CURRENT_BINARY_DIR}/${target}")
+  set(_stamp "${_out}/manifest.json")
+  add_custom_command(
+    OUTPUT "${_stamp}"
+    COMMAND "${Python_EXECUTABLE}" "${PYGPUKIT_ROOT}/tools/build_kernels.py"
+            --out "${_out}" --archs "${PYGPUKIT_CUDA_ARCHS}"
+            --include "${PYGPUKIT_CUDA_INCLUDE_DIR}" ${_sources}
+    DEPENDS ${_sources} ${_headers} "${PYGPUKIT_ROOT}/tools/build_kernels.py"
+    COMMENT "NVRTC: ${target} for ${PYGPUKIT_CUDA_ARCHS}"
+    VERBATIM)
+  add_custom_target(${target} ALL DEPENDS "${_stamp}")
+  install(DIRECTORY "${_out}/" DESTINATION "${ARG_DESTINATION}")
+endfunction()
