@@ -1,0 +1,289 @@
+"""The backend protocol: what ``array.py`` and the device/stream/JIT wrappers call.
+
+A backend is a *module* (``backend/cuda.py`` over ``pygpukit._native``,
+``backend/cpu.py`` over NumPy) exposing the functions and classes of
+:class:`Backend`. ``array.py`` never branches on which backend it holds: every
+``GPUArray`` keeps ``_impl`` (the backend's array object) and ``_backend`` (the
+module) and calls ``self._backend.<function>(self._impl, ...)``.
+
+Conventions shared by every function:
+
+- ``shape`` is a tuple of ints; ``strides`` and ``offset`` are in **bytes**
+  (NumPy's convention); ``offset`` counts from the start of the impl's buffer.
+- ``dtype`` arguments are canonical NumPy names (``"float32"``, ``"bfloat16"``,
+  ...) already validated by :mod:`pygpukit.dtypes`; backends do not re-validate.
+- ``device`` is an ordinal; ``stream`` is a :class:`StreamImpl` of the same
+  backend or ``None`` for the thread's current stream.
+- Caller mistakes (bad shapes, dtypes, indices) are caught in Python *before* a
+  backend function runs; backends raise :mod:`pygpukit.errors` types for
+  runtime failures (``CudaError``, ``OutOfMemoryError``, ``CompileError``).
+
+Array impls expose the plain attributes ``shape``, ``strides``, ``ndim``,
+``size``, ``nbytes`` and ``itemsize`` (a ``numpy.ndarray`` and a
+``_native.Array`` both do); everything else goes through a function, because
+the two impl types spell it differently.
+
+Room for the core ops (issue 6), added as more functions of the same shape:
+``binary(op, a, b, out) -> impl`` (``b`` an impl or a Python scalar, NumPy
+broadcasting and promotion decided before the call), ``unary(op, a, out)``,
+``reduce(op, a, axes, keepdims, out)``, ``matmul(a, b, out, allow_tf32)``,
+``where``, ``clip`` and the shape ops, each taking and returning impls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "ArrayImpl",
+    "Backend",
+    "EventImpl",
+    "FunctionImpl",
+    "GraphImpl",
+    "ModuleImpl",
+    "StreamImpl",
+]
+
+Shape = tuple[int, ...]
+
+
+class ArrayImpl(Protocol):
+    """The attributes every backend's array object has (``ndarray``, ``_native.Array``)."""
+
+    @property
+    def shape(self) -> Shape: ...
+    @property
+    def strides(self) -> Shape: ...
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def itemsize(self) -> int: ...
+
+
+class StreamImpl(Protocol):
+    """A stream: ``_native.Stream`` on CUDA, an always-idle host stream on CPU."""
+
+    @property
+    def handle(self) -> int: ...
+    @property
+    def device(self) -> int: ...
+    @property
+    def priority(self) -> int: ...
+    def synchronize(self) -> None: ...
+    def query(self) -> bool: ...
+    def wait_event(self, event: EventImpl) -> None: ...
+
+
+class EventImpl(Protocol):
+    """An event: ``_native.Event`` on CUDA, a host timestamp on CPU."""
+
+    @property
+    def handle(self) -> int: ...
+    def record(self, stream: StreamImpl) -> None: ...
+    def query(self) -> bool: ...
+    def synchronize(self) -> None: ...
+    def elapsed_time(self, end: EventImpl) -> float: ...
+
+
+class GraphImpl(Protocol):
+    """A captured CUDA graph; keeps the buffers allocated during capture alive."""
+
+    def replay(self, stream: StreamImpl) -> None: ...
+
+
+class FunctionImpl(Protocol):
+    """One kernel of a loaded module; arguments packed in C++ by its signature codes."""
+
+    def attributes(self) -> dict[str, int]: ...
+    def set_signature(self, codes: list[str]) -> None: ...
+    def launch(
+        self,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_mem: int,
+        stream: StreamImpl,
+        args: tuple[Any, ...],
+    ) -> None: ...
+
+
+class ModuleImpl(Protocol):
+    """A loaded cubin."""
+
+    def function(self, name: str) -> FunctionImpl: ...
+
+
+class Backend(Protocol):
+    """The module interface of ``backend/cpu.py`` and ``backend/cuda.py``.
+
+    Every member is a module-level function (or class, for the ``Stream``/``Event``
+    constructors). Blocking calls release the GIL on CUDA.
+    """
+
+    #: ``"cuda"`` or ``"cpu"``; what ``gp.backend_name()`` reports.
+    name: str
+
+    # --- devices ---------------------------------------------------------------
+    def device_count(self) -> int:
+        """Number of usable devices (1 on CPU)."""
+        ...
+
+    def device_info(self, device: int) -> dict[str, Any]:
+        """The ``_native.device_info`` dict (CPU: a host description with the same keys)."""
+        ...
+
+    def get_device(self) -> int:
+        """The calling thread's current device."""
+        ...
+
+    def set_device(self, device: int) -> None:
+        """Make ``device`` current for the calling thread."""
+        ...
+
+    def synchronize(self, device: int) -> None:
+        """Wait for all work on ``device``."""
+        ...
+
+    def arch(self, device: int) -> str:
+        """The compile target of ``device`` (``"sm_90a"``, ``"sm_86"``; ``"cpu"`` on CPU)."""
+        ...
+
+    # --- streams, events, graphs ----------------------------------------------------
+    def Stream(self, device: int, priority: int) -> StreamImpl:  # noqa: N802
+        """A new non-blocking stream on ``device``."""
+        ...
+
+    def Event(self, device: int, timing: bool) -> EventImpl:  # noqa: N802
+        """A new event on ``device``."""
+        ...
+
+    def current_stream(self) -> StreamImpl:
+        """The calling thread's current stream on its current device."""
+        ...
+
+    def set_current_stream(self, stream: StreamImpl | None) -> None:
+        """Make ``stream`` current (``None``: the device's default stream)."""
+        ...
+
+    def priority_range(self, device: int) -> tuple[int, int]:
+        """``(least, greatest)`` stream priority; lower numbers are higher priority."""
+        ...
+
+    def begin_capture(self, stream: StreamImpl) -> None:
+        """Start capturing the work enqueued on ``stream`` into a graph."""
+        ...
+
+    def end_capture(self, stream: StreamImpl) -> GraphImpl:
+        """Stop capturing and instantiate the graph."""
+        ...
+
+    # --- array creation and transfer -------------------------------------------------
+    def empty(self, shape: Shape, dtype: str, device: int, stream: StreamImpl | None) -> Any:
+        """An uninitialised C-contiguous array."""
+        ...
+
+    def full(
+        self, shape: Shape, dtype: str, value: Any, device: int, stream: StreamImpl | None
+    ) -> Any:
+        """A C-contiguous array filled with ``value`` (already representable in ``dtype``)."""
+        ...
+
+    def arange(
+        self, start: Any, step: Any, n: int, dtype: str, device: int, stream: StreamImpl | None
+    ) -> Any:
+        """``start + i * step`` for ``i < n``, computed in ``dtype`` (float64 math for floats)."""
+        ...
+
+    def from_numpy(
+        self, array: np.ndarray, device: int, stream: StreamImpl | None, blocking: bool
+    ) -> Any:
+        """A new C-contiguous copy of ``array`` (any strides, a supported dtype)."""
+        ...
+
+    def to_numpy(self, impl: Any, stream: StreamImpl | None) -> np.ndarray:
+        """A new host ``ndarray`` with the impl's data and shape (a sync point)."""
+        ...
+
+    # --- metadata --------------------------------------------------------------------
+    def dtype(self, impl: Any) -> np.dtype[Any]:
+        """The impl's element type as a NumPy dtype."""
+        ...
+
+    def offset(self, impl: Any) -> int:
+        """Byte offset of element 0 from the start of the impl's buffer."""
+        ...
+
+    def buffer_nbytes(self, impl: Any) -> int:
+        """Size in bytes of the buffer the impl views (bounds for :meth:`view`)."""
+        ...
+
+    def device_of(self, impl: Any) -> int:
+        """The ordinal of the device holding the impl's buffer."""
+        ...
+
+    def data_ptr(self, impl: Any) -> int:
+        """Address of element 0 (offset included)."""
+        ...
+
+    def is_c_contiguous(self, impl: Any) -> bool:
+        """True when the impl is C-contiguous."""
+        ...
+
+    # --- views and copies ------------------------------------------------------------
+    def view(self, impl: Any, shape: Shape, strides: Shape, offset: int) -> Any:
+        """Another view of the impl's buffer; ``offset`` from the buffer start, bytes."""
+        ...
+
+    def view_dtype(self, impl: Any, dtype: str) -> Any:
+        """The same bytes reinterpreted as ``dtype`` of the same itemsize."""
+        ...
+
+    def copy(self, impl: Any) -> Any:
+        """A new C-contiguous array with the impl's values."""
+        ...
+
+    def astype(self, impl: Any, dtype: str) -> Any:
+        """A new C-contiguous array converted to ``dtype`` (NumPy's unsafe casting)."""
+        ...
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        """Copy ``src`` into ``dst`` elementwise (same shape, any strides, casting as astype)."""
+        ...
+
+    def fill(self, impl: Any, value: Any) -> None:
+        """Set every element of the (possibly strided) impl to ``value``."""
+        ...
+
+    # --- interop -----------------------------------------------------------------------
+    def dlpack(self, impl: Any, stream: int | None) -> Any:
+        """A DLPack capsule over the impl (zero-copy); ``stream`` per the DLPack protocol."""
+        ...
+
+    def dlpack_device(self, impl: Any) -> tuple[int, int]:
+        """``(device_type, device_id)``: ``(2, i)`` for CUDA, ``(1, 0)`` for CPU."""
+        ...
+
+    def from_dlpack(self, obj: Any) -> Any:
+        """An impl sharing memory with a DLPack producer (``__dlpack__`` object)."""
+        ...
+
+    def cuda_array_interface(self, impl: Any) -> dict[str, Any]:
+        """``__cuda_array_interface__`` v3 (CUDA only; CPU raises ``AttributeError``)."""
+        ...
+
+    # --- JIT (NVRTC itself is located and loaded once by ``pygpukit.jit``) -----------------
+    def compile(
+        self, source: str, name: str, options: Sequence[str], name_expressions: Sequence[str]
+    ) -> tuple[bytes, str, dict[str, str]]:
+        """NVRTC compile to ``(cubin, log, lowered names)``; ``CompileError`` on failure."""
+        ...
+
+    def load_module(self, cubin: bytes, device: int) -> ModuleImpl:
+        """Load a cubin on ``device``."""
+        ...
