@@ -10,12 +10,15 @@ function(pygpukit_add_cubins target)
   file(GLOB _headers CONFIGURE_DEPENDS "${ARG_SOURCES_DIR}/*.cuh" "${ARG_SOURCES_DIR}/include/*.cuh")
   set(_out "${CMAKE_CURRENT_BINARY_DIR}/${target}")
   set(_stamp "${_out}/manifest.json")
+  # Rebuild when the arch list changes (file(CONFIGURE) rewrites only on change).
+  set(_archs_file "${CMAKE_CURRENT_BINARY_DIR}/${target}.archs")
+  file(CONFIGURE OUTPUT "${_archs_file}" CONTENT "${PYGPUKIT_CUDA_ARCHS}")
   add_custom_command(
     OUTPUT "${_stamp}"
     COMMAND "${Python_EXECUTABLE}" "${PYGPUKIT_ROOT}/tools/build_kernels.py"
             --out "${_out}" --archs "${PYGPUKIT_CUDA_ARCHS}"
             --include "${PYGPUKIT_CUDA_INCLUDE_DIR}" ${_sources}
-    DEPENDS ${_sources} ${_headers} "${PYGPUKIT_ROOT}/tools/build_kernels.py"
+    DEPENDS ${_sources} ${_headers} "${_archs_file}" "${PYGPUKIT_ROOT}/tools/build_kernels.py"
     COMMENT "NVRTC: ${target} for ${PYGPUKIT_CUDA_ARCHS}"
     VERBATIM)
   add_custom_target(${target} ALL DEPENDS "${_stamp}")
