@@ -45,8 +45,16 @@ def tests(session: nox.Session) -> None:
     # The checkout has no top-level pygpukit/ folder, so `import pygpukit` is the installed one.
     # Exit code 5 is pytest's "no tests collected" (e.g. `-m gpu` on a machine without one).
     session.run(
-        "python", "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
-        str(ROOT / "tests"), *session.posargs, success_codes=[0, 5],
+        "python",
+        "-m",
+        "pytest",
+        "-c",
+        str(ROOT / "pyproject.toml"),
+        "--rootdir",
+        str(ROOT),
+        str(ROOT / "tests"),
+        *session.posargs,
+        success_codes=[0, 5],
     )
     session.run("cargo", "test", "--workspace", "--locked", external=True)
 
@@ -68,7 +76,14 @@ def lint(session: nox.Session) -> None:
     )
     session.run("cargo", "fmt", "--all", "--check", external=True)
     session.run(
-        "cargo", "clippy", "--workspace", "--all-targets", "--locked", "--", "-D", "warnings",
+        "cargo",
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--locked",
+        "--",
+        "-D",
+        "warnings",
         external=True,
     )
     native = [
@@ -88,7 +103,14 @@ def wheels(session: nox.Session) -> None:
     env = {"PYGPUKIT_CUDA_ARCHS": _archs()}
     for package in PACKAGES:
         session.run(
-            "python", "-m", "pip", "wheel", "--no-deps", "-w", str(out), f"./packages/{package}",
+            "python",
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-w",
+            str(out),
+            f"./packages/{package}",
             env=env,
         )
     session.run("python", "tools/check_wheels.py", str(out), "--archs", _archs())
@@ -99,8 +121,9 @@ def wheels(session: nox.Session) -> None:
     python = str(venv / "bin" / "python")
     wheels = [str(w) for w in sorted(out.glob("*.whl"))]
     session.run(python, "-m", "pip", "install", "-q", *wheels, external=True)
-    session.run(python, "-c", "import pygpukit, pygpukit.ops; print(pygpukit.__version__)",
-                external=True)
+    session.run(
+        python, "-c", "import pygpukit, pygpukit.ops; print(pygpukit.__version__)", external=True
+    )
 
 
 @nox.session

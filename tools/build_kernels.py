@@ -145,9 +145,7 @@ def main() -> int:
         "nvrtc_version": list(nvrtc.version()),
         "archs": archs,
         "options": BUILTIN_OPTIONS,
-        "kernels": {
-            src.stem: hashlib.sha256(src.read_bytes()).hexdigest() for src in sources
-        },
+        "kernels": {src.stem: hashlib.sha256(src.read_bytes()).hexdigest() for src in sources},
     }
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     print(

@@ -16,7 +16,12 @@ import sys
 import zipfile
 
 PACKAGES = [
-    "pygpukit_runtime", "pygpukit_ops", "pygpukit_llm", "pygpukit_asr", "pygpukit_tts", "pygpukit",
+    "pygpukit_runtime",
+    "pygpukit_ops",
+    "pygpukit_llm",
+    "pygpukit_asr",
+    "pygpukit_tts",
+    "pygpukit",
 ]
 MAX_RUNTIME_BYTES = 15 * 1024 * 1024
 
@@ -31,7 +36,7 @@ def check(wheelhouse: pathlib.Path, archs: list[str]) -> list[str]:
             problems.append(f"{name}: expected one wheel, found {[w.name for w in found]}")
         else:
             wheels[name] = found[0]
-    for name, wheel in wheels.items():
+    for wheel in wheels.values():
         print(f"{wheel.stat().st_size / 1e6:8.2f} MB  {wheel.name}")
     runtime = wheels.get("pygpukit_runtime")
     if runtime is None:

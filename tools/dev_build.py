@@ -34,15 +34,20 @@ def main() -> int:
     parser.add_argument("--debug", action="store_true", help="CMake Debug build")
     args = parser.parse_args()
 
-    import pybind11  # noqa: PLC0415  (build requirement, checked here for a clear message)
+    import pybind11  # a build requirement: imported here so its absence gives a clear error
 
     build = pathlib.Path(args.build_dir)
+    prebuilt = os.path.abspath(args.prebuilt_rust) if args.prebuilt_rust else ""
     configure = [
-        "cmake", "-S", str(RUNTIME), "-B", str(build),
+        "cmake",
+        "-S",
+        str(RUNTIME),
+        "-B",
+        str(build),
         f"-DPython_EXECUTABLE={sys.executable}",
         f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
         f"-DPYGPUKIT_CUDA_ARCHS={args.archs}",
-        f"-DPYGPUKIT_PREBUILT_RUST={os.path.abspath(args.prebuilt_rust) if args.prebuilt_rust else ''}",
+        f"-DPYGPUKIT_PREBUILT_RUST={prebuilt}",
         f"-DCMAKE_BUILD_TYPE={'Debug' if args.debug else 'Release'}",
     ]
     if shutil.which("ninja"):

@@ -11,14 +11,15 @@ Set ``PYGPUKIT_DEBUG_LIBRARY_LOAD=1`` to print every candidate as it is tried.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import site
 import sys
 from dataclasses import dataclass
 
 __all__ = [
-    "Candidate",
     "LIBRARIES",
+    "Candidate",
     "debug_library_load",
     "include_dirs",
     "library_candidates",
@@ -63,10 +64,8 @@ def _site_dirs() -> list[str]:
     for entry in sys.path:
         if entry and os.path.isabs(entry) and entry.endswith(("site-packages", "dist-packages")):
             dirs.append(entry)
-    try:
+    with contextlib.suppress(AttributeError):  # some virtualenv layouts lack it
         dirs.extend(site.getsitepackages())
-    except AttributeError:  # some virtualenv layouts lack it
-        pass
     user = getattr(site, "getusersitepackages", lambda: "")()
     if user:
         dirs.append(user)
