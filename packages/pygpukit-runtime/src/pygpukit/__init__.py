@@ -1,7 +1,150 @@
-"""PyGPUkit: a small, fast GPU runtime for Python."""
+"""PyGPUkit: a small, fast GPU runtime for Python.
+
+``import pygpukit as gp`` is cheap: the backend (CUDA, or the CPU simulation
+backend when no usable GPU is present) is chosen on first use, not at import.
+Set ``PYGPUKIT_BACKEND=cpu`` to force the CPU backend.
+"""
 
 # Lets pygpukit.ops / .llm / .asr / .tts from their own distributions share this
 # package when they live in other folders (development checkouts).
 __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 __version__ = "0.1.0"
+
+from .array import (  # noqa: E402 - after __path__ on purpose
+    GPUArray,
+    broadcast_to,
+    expand_dims,
+    reshape,
+    squeeze,
+    transpose,
+)
+from .creation import (  # noqa: E402
+    arange,
+    asarray,
+    asnumpy,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    to_numpy,
+    zeros,
+    zeros_like,
+)
+from .device import (  # noqa: E402
+    Device,
+    backend_name,
+    device_count,
+    get_device,
+    get_device_info,
+    is_cuda_available,
+    set_device,
+    synchronize,
+)
+from .dtypes import (  # noqa: E402
+    bfloat16,
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+)
+from .errors import (  # noqa: E402
+    AdmissionError,
+    BackendFallbackWarning,
+    CompileError,
+    CudaError,
+    DeviceNotSupportedError,
+    LibraryNotFoundError,
+    OutOfMemoryError,
+    PyGPUkitError,
+)
+from .graph import Graph, graph_capture  # noqa: E402
+from .interop import from_dlpack  # noqa: E402
+from .jit import (  # noqa: E402
+    Kernel,
+    Module,
+    get_jit_cache_dir,
+    get_nvrtc_path,
+    get_nvrtc_version,
+    is_nvrtc_available,
+    jit,
+    jit_module,
+    set_jit_cache_dir,
+)
+from .stream import Event, Stream, current_stream  # noqa: E402
+
+__all__ = [
+    "AdmissionError",
+    "BackendFallbackWarning",
+    "CompileError",
+    "CudaError",
+    "Device",
+    "DeviceNotSupportedError",
+    "Event",
+    "GPUArray",
+    "Graph",
+    "Kernel",
+    "LibraryNotFoundError",
+    "Module",
+    "OutOfMemoryError",
+    "PyGPUkitError",
+    "Stream",
+    "__version__",
+    "arange",
+    "asarray",
+    "asnumpy",
+    "backend_name",
+    "bfloat16",
+    "bool_",
+    "broadcast_to",
+    "current_stream",
+    "device_count",
+    "empty",
+    "empty_like",
+    "expand_dims",
+    "eye",
+    "float16",
+    "float32",
+    "float64",
+    "from_dlpack",
+    "from_numpy",
+    "full",
+    "full_like",
+    "get_device",
+    "get_device_info",
+    "get_jit_cache_dir",
+    "get_nvrtc_path",
+    "get_nvrtc_version",
+    "graph_capture",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "is_cuda_available",
+    "is_nvrtc_available",
+    "jit",
+    "jit_module",
+    "linspace",
+    "ones",
+    "ones_like",
+    "reshape",
+    "set_device",
+    "set_jit_cache_dir",
+    "squeeze",
+    "synchronize",
+    "to_numpy",
+    "transpose",
+    "uint8",
+    "zeros",
+    "zeros_like",
+]

@@ -1,0 +1,182 @@
+"""The on-disk and in-memory cache of compiled kernels.
+
+Key: sha256 over everything that changes the code (source, name expressions,
+compile options, target arch, NVRTC version, :data:`KERNEL_ABI_VERSION`).
+An entry file is ``MAGIC`` + the sha256 of its payload + the payload (a JSON
+header with the key and lowered names, then the cubin), so a truncated or
+corrupted file is detected on load and treated as a miss. Files are written to
+a temporary name in the same folder and moved into place with ``os.replace``,
+so readers never see half a file.
+
+Where: ``$PYGPUKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/pygpukit/kernels``
+(``~/.cache/pygpukit/kernels``). ``PYGPUKIT_CACHE_DIR=""`` or
+``gp.set_jit_cache_dir(None)`` keeps compiled kernels in memory only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = [
+    "KERNEL_ABI_VERSION",
+    "CacheEntry",
+    "cache_dir",
+    "cache_key",
+    "load",
+    "set_cache_dir",
+    "store",
+]
+
+#: Bump when the runtime changes how kernels are called (argument packing, headers).
+KERNEL_ABI_VERSION = 1
+
+MAGIC = b"PYGPUKIT-KERNEL-CACHE-1\n"
+_DIGEST_LEN = 64  # hex sha256
+
+_UNSET = object()
+_override: object = _UNSET
+_memory: dict[str, CacheEntry] = {}
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """A compiled kernel module: the cubin and NVRTC's lowered names of name expressions."""
+
+    cubin: bytes
+    lowered: dict[str, str]
+
+
+def cache_key(
+    source: str,
+    name_expressions: Sequence[str],
+    options: Sequence[str],
+    arch: str,
+    nvrtc_version: tuple[int, int],
+) -> str:
+    """Return the hex sha256 identifying one compilation."""
+    blob = json.dumps(
+        {
+            "abi": KERNEL_ABI_VERSION,
+            "arch": arch,
+            "nvrtc": list(nvrtc_version),
+            "options": list(options),
+            "names": list(name_expressions),
+            "source": source,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
+    """Use ``path`` for cached kernels; ``None`` keeps them in memory only."""
+    global _override
+    _override = None if path is None else Path(path)
+
+
+def cache_dir() -> Path | None:
+    """Return the folder cached kernels go to, or None in memory-only mode."""
+    if _override is not _UNSET:
+        return _override  # type: ignore[return-value]
+    env = os.environ.get("PYGPUKIT_CACHE_DIR")
+    if env is not None:
+        return Path(env).expanduser() if env.strip() else None
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "pygpukit" / "kernels"
+
+
+def _encode(key: str, entry: CacheEntry) -> bytes:
+    header = json.dumps({"key": key, "lowered": entry.lowered}).encode("utf-8")
+    payload = len(header).to_bytes(8, "little") + header + entry.cubin
+    return MAGIC + hashlib.sha256(payload).hexdigest().encode("ascii") + b"\n" + payload
+
+
+def _decode(key: str, data: bytes) -> CacheEntry | None:
+    if not data.startswith(MAGIC):
+        return None
+    start = len(MAGIC)
+    digest = data[start : start + _DIGEST_LEN]
+    payload = data[start + _DIGEST_LEN + 1 :]
+    if hashlib.sha256(payload).hexdigest().encode("ascii") != digest or len(payload) < 8:
+        return None
+    size = int.from_bytes(payload[:8], "little")
+    try:
+        header = json.loads(payload[8 : 8 + size])
+    except ValueError:
+        return None
+    if header.get("key") != key:
+        return None
+    return CacheEntry(payload[8 + size :], dict(header.get("lowered", {})))
+
+
+def entry_path(key: str) -> Path | None:
+    """Return the file holding ``key``'s entry (None in memory-only mode)."""
+    folder = cache_dir()
+    return None if folder is None else folder / f"{key}.cubin"
+
+
+def load(key: str) -> CacheEntry | None:
+    """Return the cached entry for ``key`` (memory first, then disk), or None.
+
+    A disk entry that fails its hash check is deleted and reported as a miss.
+    """
+    with _lock:
+        hit = _memory.get(key)
+    if hit is not None:
+        return hit
+    path = entry_path(key)
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    entry = _decode(key, data)
+    if entry is None:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        return None
+    with _lock:
+        _memory[key] = entry
+    return entry
+
+
+def store(key: str, entry: CacheEntry) -> None:
+    """Remember ``entry`` in memory and, unless memory-only, write it atomically to disk.
+
+    A folder that cannot be written is not an error: the kernel stays cached in memory.
+    """
+    with _lock:
+        _memory[key] = entry
+    path = entry_path(key)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(_encode(key, entry))
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError:
+        return
+
+
+def clear_memory() -> None:
+    """Forget the in-memory entries (the disk cache is untouched)."""
+    with _lock:
+        _memory.clear()

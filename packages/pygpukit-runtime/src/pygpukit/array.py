@@ -1,0 +1,411 @@
+"""``GPUArray``: an n-dimensional array on the selected backend.
+
+A ``GPUArray`` holds two slots: ``_impl`` (a ``_native.Array`` on CUDA, a
+``numpy.ndarray`` on the CPU backend) and ``_backend`` (the backend module).
+Metadata reads come straight from the impl; views are computed by
+``_indexing`` and made with one ``backend.view`` call; nothing here branches on
+which backend runs. Arrays made on internal paths skip validation
+(:func:`_wrap`), because per-op host time matters.
+
+Sync points (explicit, per ARCHITECTURE.md): ``to_numpy``, ``__array__``,
+``item``/``float``/``int``/``bool``, ``repr``.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _indexing
+from .dtypes import normalize
+
+__all__ = [
+    "GPUArray",
+    "broadcast_to",
+    "expand_dims",
+    "reshape",
+    "squeeze",
+    "transpose",
+]
+
+#: repr fetches the values of arrays up to this size; larger ones show metadata only.
+REPR_MAX_BYTES = 64 * 1024 * 1024
+
+_object_new = object.__new__
+
+
+def _wrap(impl: Any, backend: Any) -> GPUArray:
+    """Make a ``GPUArray`` around an impl without validation (internal fast path)."""
+    out = _object_new(GPUArray)
+    out._impl = impl
+    out._backend = backend
+    return out
+
+
+class GPUArray:
+    """An n-dimensional array in device memory with NumPy's indexing and view semantics.
+
+    Create arrays with ``gp.empty``, ``gp.zeros``, ``gp.from_numpy``, ``gp.asarray``
+    and friends; the constructor is not public.
+    """
+
+    __slots__ = ("__weakref__", "_backend", "_impl")
+
+    _impl: Any
+    _backend: Any
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "GPUArray is not constructed directly; use gp.empty / gp.zeros / gp.from_numpy / "
+            "gp.asarray"
+        )
+
+    # --- metadata --------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Size of each dimension."""
+        return tuple(self._impl.shape)
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Step in bytes along each dimension (NumPy's convention)."""
+        return tuple(self._impl.strides)
+
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return int(self._impl.ndim)
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return int(self._impl.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the elements span if packed (``size * itemsize``)."""
+        return int(self._impl.nbytes)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return int(self._impl.itemsize)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """Element type as a NumPy dtype (``gp.float32`` etc.)."""
+        return self._backend.dtype(self._impl)  # type: ignore[no-any-return]
+
+    @property
+    def device(self) -> str:
+        """Where the data lives: ``"cuda:0"`` on the CUDA backend, ``"cpu"`` on the CPU one."""
+        if self._backend.name == "cpu":
+            return "cpu"
+        return f"cuda:{self._backend.device_of(self._impl)}"
+
+    @property
+    def data_ptr(self) -> int:
+        """Address of the first element (device address on CUDA)."""
+        return int(self._backend.data_ptr(self._impl))
+
+    @property
+    def T(self) -> GPUArray:  # noqa: N802 - NumPy's name
+        """The array with its axes reversed (a view)."""
+        return self.transpose()
+
+    def is_contiguous(self) -> bool:
+        """Return whether the elements are C-contiguous."""
+        return bool(self._backend.is_c_contiguous(self._impl))
+
+    def __len__(self) -> int:
+        shape = self._impl.shape
+        if not shape:
+            raise TypeError("len() of a 0-d GPUArray")
+        return int(shape[0])
+
+    # --- views -----------------------------------------------------------------------
+    def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> GPUArray:
+        backend = self._backend
+        return _wrap(backend.view(self._impl, shape, strides, offset), backend)
+
+    def __getitem__(self, key: Any) -> GPUArray:
+        """Index with integers, slices (any step), ``...`` and ``None``; always a view.
+
+        Indexing every axis with an integer gives a 0-d array (no sync); use
+        ``.item()`` for a Python scalar.
+        """
+        impl = self._impl
+        shape, strides, offset, _ = _indexing.basic_index(
+            tuple(impl.shape), tuple(impl.strides), self._backend.offset(impl), key
+        )
+        return self._view(shape, strides, offset)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """Assign a scalar, a GPUArray or a NumPy array (broadcast) to a basic-index view."""
+        target = self[key]
+        target._assign(value)
+
+    def _assign(self, value: Any) -> None:
+        backend = self._backend
+        if isinstance(value, GPUArray):
+            src = value
+        elif isinstance(value, np.ndarray) or isinstance(value, (list, tuple)):
+            from .creation import from_numpy
+
+            host = np.asarray(value)
+            if host.ndim == 0:
+                self.fill(host.item())
+                return
+            src = from_numpy(host)
+        else:
+            self.fill(value)
+            return
+        shape = tuple(self._impl.shape)
+        if tuple(src._impl.shape) != shape:
+            src = src.broadcast_to(shape)
+        backend.copy_into(self._impl, src._impl)
+
+    def fill(self, value: Any) -> None:
+        """Set every element to ``value`` (converted to the array's dtype as NumPy would)."""
+        dtype = self.dtype
+        try:
+            scalar = np.array(value, dtype=dtype)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"cannot fill a {dtype.name} array with {value!r}: {exc}") from None
+        if scalar.ndim != 0:
+            raise ValueError(f"fill value must be a scalar, got shape {scalar.shape}")
+        self._backend.fill(self._impl, scalar.item())
+
+    def reshape(self, *shape: Any) -> GPUArray:
+        """Return the same elements in ``shape`` (one ``-1`` allowed).
+
+        A view when the strides allow it, else a contiguous copy (as NumPy does).
+        """
+        target: Any = shape[0] if len(shape) == 1 else shape
+        impl = self._impl
+        new_shape, new_strides = _indexing.reshape(
+            tuple(impl.shape), tuple(impl.strides), impl.itemsize, target
+        )
+        if new_strides is None:
+            src = self.copy()
+            new_strides = _indexing.c_strides(new_shape, impl.itemsize)
+            return src._view(new_shape, new_strides, src._backend.offset(src._impl))
+        return self._view(new_shape, new_strides, self._backend.offset(impl))
+
+    def ravel(self) -> GPUArray:
+        """Return a 1-D view when possible, else a 1-D copy."""
+        return self.reshape(-1)
+
+    def flatten(self) -> GPUArray:
+        """Return a 1-D copy."""
+        return self.copy().reshape(-1)
+
+    def transpose(self, *axes: Any) -> GPUArray:
+        """Permute the axes (reverse them when none are given); a view."""
+        perm: Any = None
+        if axes:
+            perm = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        impl = self._impl
+        shape, strides = _indexing.transpose(tuple(impl.shape), tuple(impl.strides), perm)
+        return self._view(shape, strides, self._backend.offset(impl))
+
+    def permute(self, *axes: Any) -> GPUArray:
+        """Permute the axes to ``axes`` (PyTorch's name for ``transpose(axes)``)."""
+        if len(axes) == 1 and isinstance(axes[0], (tuple, list)):
+            axes = tuple(axes[0])
+        if not axes and self.ndim:
+            raise TypeError("permute() needs the new order of the axes")
+        return self.transpose(*axes) if axes else self
+
+    def swapaxes(self, axis1: int, axis2: int) -> GPUArray:
+        """Exchange two axes; a view."""
+        perm = list(range(self.ndim))
+        a = _indexing.normalize_axis(axis1, self.ndim)
+        b = _indexing.normalize_axis(axis2, self.ndim)
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.transpose(perm)
+
+    def squeeze(self, axis: Any = None) -> GPUArray:
+        """Remove size-1 axes (all, or those in ``axis``); a view."""
+        impl = self._impl
+        shape, strides = _indexing.squeeze(tuple(impl.shape), tuple(impl.strides), axis)
+        return self._view(shape, strides, self._backend.offset(impl))
+
+    def expand_dims(self, axis: Any) -> GPUArray:
+        """Insert size-1 axes at ``axis`` (an int or a tuple); a view."""
+        impl = self._impl
+        shape, strides = _indexing.expand_dims(tuple(impl.shape), tuple(impl.strides), axis)
+        return self._view(shape, strides, self._backend.offset(impl))
+
+    def broadcast_to(self, shape: Any) -> GPUArray:
+        """Broadcast to ``shape`` with zero strides on repeated axes; a view (do not write)."""
+        impl = self._impl
+        new_shape, strides = _indexing.broadcast_to(tuple(impl.shape), tuple(impl.strides), shape)
+        return self._view(new_shape, strides, self._backend.offset(impl))
+
+    def view(self, dtype: Any) -> GPUArray:
+        """Reinterpret the bytes as ``dtype`` of the same itemsize; a view."""
+        dt = normalize(dtype)
+        if dt.itemsize != self.itemsize:
+            raise ValueError(
+                f"view() changes the dtype only between types of one itemsize "
+                f"({self.dtype.name} is {self.itemsize} bytes, {dt.name} is {dt.itemsize})"
+            )
+        return _wrap(self._backend.view_dtype(self._impl, dt.name), self._backend)
+
+    # --- copies and conversions ---------------------------------------------------------
+    def copy(self) -> GPUArray:
+        """Return a C-contiguous copy."""
+        return _wrap(self._backend.copy(self._impl), self._backend)
+
+    def contiguous(self) -> GPUArray:
+        """Return this array when C-contiguous, else a C-contiguous copy."""
+        if self._backend.is_c_contiguous(self._impl):
+            return self
+        return self.copy()
+
+    def astype(self, dtype: Any, copy: bool = True) -> GPUArray:
+        """Convert to ``dtype`` (NumPy's unsafe casting); ``copy=False`` returns self if equal."""
+        dt = normalize(dtype)
+        if not copy and dt == self.dtype:
+            return self
+        return _wrap(self._backend.astype(self._impl, dt.name), self._backend)
+
+    def to_numpy(self, stream: Any = None) -> np.ndarray:
+        """Copy to a new NumPy array (waits for the data; a sync point)."""
+        stream_impl = None if stream is None else stream._impl
+        return self._backend.to_numpy(self._impl, stream_impl)  # type: ignore[no-any-return]
+
+    def get(self) -> np.ndarray:
+        """Copy to a new NumPy array (CuPy's name for ``to_numpy``)."""
+        return self.to_numpy()
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if copy is False:
+            raise ValueError("a GPUArray cannot be viewed as a NumPy array without a copy")
+        out = self.to_numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def to_device(self, device: int) -> GPUArray:
+        """Copy to another device (returns self when already there)."""
+        from .device import _check_ordinal
+
+        backend = self._backend
+        target = _check_ordinal(device)
+        if backend.device_of(self._impl) == target:
+            return self
+        out = backend.empty(tuple(self._impl.shape), self.dtype.name, target, None)
+        backend.copy_into(out, self._impl)
+        return _wrap(out, backend)
+
+    def item(self) -> Any:
+        """Return the only element as a Python scalar (a sync point)."""
+        if self.size != 1:
+            raise ValueError(
+                f"item() needs an array of exactly one element, this one has {self.size}"
+            )
+        return self.to_numpy().reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iub" or self.size != 1:
+            raise TypeError("only integer GPUArrays of one element can be used as an index")
+        return operator.index(self.item())
+
+    def __bool__(self) -> bool:
+        if self.size != 1:
+            raise ValueError(
+                f"the truth value of a GPUArray with {self.size} elements is ambiguous; "
+                "use gp.any() or gp.all()"
+            )
+        return bool(self.item())
+
+    def __iter__(self) -> Any:
+        if not self._impl.shape:
+            raise TypeError("iteration over a 0-d GPUArray")
+        return (self[i] for i in range(self._impl.shape[0]))
+
+    # --- interop ---------------------------------------------------------------------
+    def __dlpack__(
+        self,
+        *,
+        stream: int | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """Export as a DLPack capsule (zero-copy), making the data ready on ``stream``."""
+        if copy:
+            raise BufferError("GPUArray.__dlpack__ exports without copying; copy=True is refused")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(
+                f"cannot export to DLPack device {dl_device}; the array is on "
+                f"{self.__dlpack_device__()}"
+            )
+        return self._backend.dlpack(self._impl, stream)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """Return ``(device_type, device_id)`` per DLPack (2 = CUDA, 1 = CPU)."""
+        return tuple(self._backend.dlpack_device(self._impl))  # type: ignore[return-value]
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """Numba/CuPy's CUDA array interface, version 3 (CUDA backend only)."""
+        return self._backend.cuda_array_interface(self._impl)  # type: ignore[no-any-return]
+
+    # --- printing --------------------------------------------------------------------
+    def __repr__(self) -> str:
+        dtype = self.dtype
+        device = self.device
+        suffix = f"dtype={dtype.name}, device={device!r})"
+        if self.nbytes > REPR_MAX_BYTES:
+            return (
+                f"GPUArray(shape={self.shape}, {suffix[:-1]}, values not fetched: "
+                f"{self.nbytes / 2**20:.0f} MiB; use .to_numpy())"
+            )
+        prefix = "GPUArray("
+        body = np.array2string(self.to_numpy(), separator=", ", prefix=prefix)
+        return f"{prefix}{body}, {suffix}"
+
+    def __str__(self) -> str:
+        if self.nbytes > REPR_MAX_BYTES:
+            return repr(self)
+        return str(self.to_numpy())
+
+
+def _as_gpuarray(a: Any, name: str) -> GPUArray:
+    if not isinstance(a, GPUArray):
+        raise TypeError(f"{name}() expects a GPUArray, got {type(a).__name__}")
+    return a
+
+
+def reshape(a: GPUArray, shape: Any) -> GPUArray:
+    """Return ``a`` in ``shape`` (a view when possible, else a copy)."""
+    return _as_gpuarray(a, "reshape").reshape(shape)
+
+
+def transpose(a: GPUArray, axes: Any = None) -> GPUArray:
+    """Return ``a`` with its axes permuted (reversed by default); a view."""
+    return _as_gpuarray(a, "transpose").transpose(*(() if axes is None else (axes,)))
+
+
+def squeeze(a: GPUArray, axis: Any = None) -> GPUArray:
+    """Return ``a`` without size-1 axes; a view."""
+    return _as_gpuarray(a, "squeeze").squeeze(axis)
+
+
+def expand_dims(a: GPUArray, axis: Any) -> GPUArray:
+    """Return ``a`` with size-1 axes inserted at ``axis``; a view."""
+    return _as_gpuarray(a, "expand_dims").expand_dims(axis)
+
+
+def broadcast_to(a: GPUArray, shape: Any) -> GPUArray:
+    """Return ``a`` broadcast to ``shape`` (zero strides); a view."""
+    return _as_gpuarray(a, "broadcast_to").broadcast_to(shape)

@@ -1,0 +1,154 @@
+"""Which backend runs this process, and why: chosen once, on first use.
+
+Never at ``import pygpukit``: the first call that needs a backend (creating an
+array, asking for a device) probes CUDA. The CUDA backend is used when
+``pygpukit._native`` imports, ``libcuda.so.1`` loads and a device with SM 80 or
+newer exists. Otherwise the CPU simulation backend runs, after a once-only
+:class:`~pygpukit.errors.BackendFallbackWarning` saying why.
+
+``PYGPUKIT_BACKEND=cpu`` forces the CPU backend (no warning);
+``PYGPUKIT_BACKEND=cuda`` makes a missing GPU an error instead of a fallback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import threading
+import warnings
+from types import ModuleType
+from typing import Any
+
+from .. import errors
+
+__all__ = ["backend", "native", "native_error", "status"]
+
+_lock = threading.Lock()
+_selected: Any = None  # the backend module once chosen
+_status: dict[str, Any] = {}
+_native: ModuleType | None = None
+_native_error: str | None = None
+_native_tried = False
+
+MIN_SM = (8, 0)
+
+
+def native() -> ModuleType | None:
+    """Import ``pygpukit._native`` once; None (with :func:`native_error`) when it fails."""
+    global _native, _native_error, _native_tried
+    if not _native_tried:
+        _native_tried = True
+        try:
+            module = importlib.import_module("pygpukit._native")
+            module._set_error_types(errors)
+            _native = module
+        except Exception as exc:  # a missing or half-built extension must not break import
+            _native_error = f"{type(exc).__name__}: {exc}"
+    return _native
+
+
+def native_error() -> str | None:
+    """Why ``pygpukit._native`` did not load (None when it loaded or was not tried)."""
+    return _native_error
+
+
+def _probe_cuda() -> tuple[ModuleType | None, str, dict[str, Any]]:
+    """Try the CUDA backend; return ``(module or None, why not, details)``."""
+    from .._environment import library_candidates
+
+    details: dict[str, Any] = {"driver": None, "devices": []}
+    mod = native()
+    if mod is None:
+        return None, f"the native module pygpukit._native is missing or incomplete ({_native_error})", details
+    try:
+        driver = mod.load_driver([c.path for c in library_candidates("cuda")])
+        details["driver"] = driver
+        if not driver["loaded"]:
+            return None, "CUDA driver not detected (libcuda.so.1 could not be loaded)", details
+        mod.init()
+        count = mod.device_count()
+    except errors.CudaError as exc:
+        if exc.name == "CUDA_ERROR_NO_DEVICE":
+            return None, "No GPU devices found (cuDeviceGetCount == 0)", details
+        return None, f"the CUDA driver failed to initialise: {exc}", details
+    except Exception as exc:  # an incomplete _native build is reported, not raised
+        return None, f"pygpukit._native is incomplete ({type(exc).__name__}: {exc})", details
+    if count == 0:
+        return None, "No GPU devices found (cuDeviceGetCount == 0)", details
+    infos = [mod.device_info(i) for i in range(count)]
+    details["devices"] = infos
+    if not any(tuple(info["sm"]) >= MIN_SM for info in infos):
+        first = infos[0]
+        major, minor = first["sm"]
+        return (
+            None,
+            f"GPU 0 ({first['name']}) has compute capability {major}.{minor}; PyGPUkit needs "
+            "SM 80 or newer (Ampere, Ada, Hopper, Blackwell)",
+            details,
+        )
+    try:
+        cuda = importlib.import_module("pygpukit.backend.cuda")
+    except Exception as exc:  # reported as the reason for the fallback
+        return None, f"the CUDA backend module failed to import ({type(exc).__name__}: {exc})", details
+    return cuda, "", details
+
+
+def _user_stacklevel() -> int:
+    """Return the ``stacklevel`` that points a warning at the first frame outside pygpukit."""
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(package_dir):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def _select() -> Any:
+    global _selected
+    with _lock:
+        if _selected is not None:
+            return _selected
+        forced = os.environ.get("PYGPUKIT_BACKEND", "").strip().lower()
+        if forced not in ("", "cpu", "cuda"):
+            raise ValueError(
+                f"PYGPUKIT_BACKEND={forced!r} is not a backend; use 'cpu' or 'cuda' (or unset it)"
+            )
+        from . import cpu
+
+        if forced == "cpu":
+            _status.update(backend="cpu", reason="forced by PYGPUKIT_BACKEND=cpu", details={})
+            _selected = cpu
+            return cpu
+        module, reason, details = _probe_cuda()
+        if module is None:
+            if forced == "cuda":
+                raise errors.DeviceNotSupportedError(
+                    f"PYGPUKIT_BACKEND=cuda, but the CUDA backend is unusable: {reason}. "
+                    "Unset PYGPUKIT_BACKEND to fall back to the CPU backend."
+                )
+            _status.update(backend="cpu", reason=reason, details=details)
+            warnings.warn(
+                f"Falling back to CPU simulation backend: {reason}. "
+                "Run `python -m pygpukit info` for details.",
+                errors.BackendFallbackWarning,
+                stacklevel=_user_stacklevel(),
+            )
+            _selected = cpu
+            return cpu
+        _status.update(backend="cuda", reason="", details=details)
+        _selected = module
+        return module
+
+
+def backend() -> Any:
+    """Return the process's backend module, choosing it on the first call."""
+    selected = _selected
+    return selected if selected is not None else _select()
+
+
+def status() -> dict[str, Any]:
+    """Return ``{"backend", "reason", "details"}`` for the chosen backend (chooses it first)."""
+    backend()
+    return dict(_status)

@@ -1,0 +1,272 @@
+"""Array creation: ``empty/zeros/ones/full``, ``*_like``, ``arange``, ``linspace``, ``eye``,
+``from_numpy``/``asarray`` and the way back (``to_numpy``/``asnumpy``).
+
+Every function takes ``device=None`` (the current device) and ``stream=None``
+(the current stream). Without a ``dtype``, functions that only get a shape make
+**float32** (the GPU's working type); ``full`` and ``arange`` infer it from
+their values (integers give int64, bools bool, floats float32); ``from_numpy``
+and ``asarray`` keep NumPy's dtype.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any
+
+import numpy as np
+
+from . import _indexing
+from .array import GPUArray, _wrap
+from .backend.select import backend as _backend
+from .dtypes import SUPPORTED, float32, normalize
+
+__all__ = [
+    "arange",
+    "asarray",
+    "asnumpy",
+    "empty",
+    "empty_like",
+    "eye",
+    "from_numpy",
+    "full",
+    "full_like",
+    "linspace",
+    "ones",
+    "ones_like",
+    "to_numpy",
+    "zeros",
+    "zeros_like",
+]
+
+
+def _target(backend: Any, device: int | None) -> int:
+    if device is None:
+        return int(backend.get_device())
+    from .device import _check_ordinal
+
+    return _check_ordinal(device)
+
+
+def _stream_impl(stream: Any) -> Any:
+    return None if stream is None else stream._impl
+
+
+def _dtype_for(dtype: Any, default: np.dtype[Any]) -> np.dtype[Any]:
+    return default if dtype is None else normalize(dtype)
+
+
+def _infer_scalar_dtype(value: Any) -> np.dtype[Any]:
+    if isinstance(value, (bool, np.bool_)):
+        return SUPPORTED["bool"]
+    if isinstance(value, (int, np.integer)):
+        return SUPPORTED["int64"] if isinstance(value, int) else normalize(np.asarray(value).dtype)
+    if isinstance(value, (float, np.floating)):
+        return float32 if isinstance(value, float) else normalize(np.asarray(value).dtype)
+    raise TypeError(f"fill value must be a real number or bool, got {type(value).__name__}")
+
+
+def _scalar(value: Any, dtype: np.dtype[Any]) -> Any:
+    """``value`` converted to ``dtype`` as NumPy would, as a Python scalar."""
+    try:
+        converted = np.array(value, dtype=dtype)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"cannot represent {value!r} as {dtype.name}: {exc}") from None
+    if converted.ndim != 0:
+        raise ValueError(f"fill value must be a scalar, got an array of shape {converted.shape}")
+    return converted.item()
+
+
+def empty(shape: Any, dtype: Any = None, device: int | None = None, stream: Any = None) -> GPUArray:
+    """Return a new uninitialised array of ``shape`` (dtype float32 by default)."""
+    dims = _indexing.normalize_shape(shape)
+    dt = _dtype_for(dtype, float32)
+    b = _backend()
+    return _wrap(b.empty(dims, dt.name, _target(b, device), _stream_impl(stream)), b)
+
+
+def full(
+    shape: Any, fill_value: Any, dtype: Any = None, device: int | None = None, stream: Any = None
+) -> GPUArray:
+    """Return a new array of ``shape`` filled with ``fill_value``."""
+    dims = _indexing.normalize_shape(shape)
+    dt = _infer_scalar_dtype(fill_value) if dtype is None else normalize(dtype)
+    value = _scalar(fill_value, dt)
+    b = _backend()
+    return _wrap(b.full(dims, dt.name, value, _target(b, device), _stream_impl(stream)), b)
+
+
+def zeros(shape: Any, dtype: Any = None, device: int | None = None, stream: Any = None) -> GPUArray:
+    """Return a new array of zeros (dtype float32 by default)."""
+    return full(shape, 0, _dtype_for(dtype, float32), device, stream)
+
+
+def ones(shape: Any, dtype: Any = None, device: int | None = None, stream: Any = None) -> GPUArray:
+    """Return a new array of ones (dtype float32 by default)."""
+    return full(shape, 1, _dtype_for(dtype, float32), device, stream)
+
+
+def _like(a: Any, dtype: Any, shape: Any) -> tuple[Any, np.dtype[Any], int | None]:
+    if isinstance(a, GPUArray):
+        device: int | None = a._backend.device_of(a._impl)
+        base_dtype = a.dtype
+        base_shape: Any = a.shape
+    elif isinstance(a, np.ndarray):
+        device = None
+        base_dtype = normalize(a.dtype)
+        base_shape = a.shape
+    else:
+        raise TypeError(f"expected a GPUArray or a NumPy array, got {type(a).__name__}")
+    return (
+        base_shape if shape is None else shape,
+        base_dtype if dtype is None else normalize(dtype),
+        device,
+    )
+
+
+def empty_like(a: Any, dtype: Any = None, shape: Any = None) -> GPUArray:
+    """Return a new uninitialised array with ``a``'s shape, dtype and device."""
+    s, dt, device = _like(a, dtype, shape)
+    return empty(s, dt, device)
+
+
+def zeros_like(a: Any, dtype: Any = None, shape: Any = None) -> GPUArray:
+    """Return zeros with ``a``'s shape, dtype and device."""
+    s, dt, device = _like(a, dtype, shape)
+    return full(s, 0, dt, device)
+
+
+def ones_like(a: Any, dtype: Any = None, shape: Any = None) -> GPUArray:
+    """Return ones with ``a``'s shape, dtype and device."""
+    s, dt, device = _like(a, dtype, shape)
+    return full(s, 1, dt, device)
+
+
+def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> GPUArray:
+    """Return an array filled with ``fill_value`` with ``a``'s shape, dtype and device."""
+    s, dt, device = _like(a, dtype, shape)
+    return full(s, fill_value, dt, device)
+
+
+def _real(value: Any, what: str) -> Any:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
+        raise TypeError(f"arange {what} must be a real number, got {value!r}")
+    if isinstance(value, (complex, np.complexfloating)):
+        raise TypeError(f"arange {what} must be a real number, got {value!r}")
+    return value
+
+
+def arange(
+    start: Any,
+    stop: Any = None,
+    step: Any = 1,
+    dtype: Any = None,
+    device: int | None = None,
+    stream: Any = None,
+) -> GPUArray:
+    """Return evenly spaced values in ``[start, stop)`` (``arange(n)`` is ``0 .. n-1``).
+
+    The length is ``ceil((stop - start) / step)`` as in NumPy; values are
+    ``start + i * step``. ``ValueError`` for a zero step.
+    """
+    if stop is None:
+        start, stop = 0, start
+    start, stop, step = _real(start, "start"), _real(stop, "stop"), _real(step, "step")
+    if step == 0:
+        raise ValueError("arange step must not be zero")
+    n = max(0, math.ceil((stop - start) / step))
+    if dtype is None:
+        all_int = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
+        dt = SUPPORTED["int64"] if all_int else float32
+    else:
+        dt = normalize(dtype)
+    b = _backend()
+    impl = b.arange(start, step, n, dt.name, _target(b, device), _stream_impl(stream))
+    return _wrap(impl, b)
+
+
+def linspace(
+    start: float,
+    stop: float,
+    num: int = 50,
+    endpoint: bool = True,
+    dtype: Any = None,
+    device: int | None = None,
+    stream: Any = None,
+) -> GPUArray:
+    """Return ``num`` evenly spaced values from ``start`` to ``stop`` (NumPy's values).
+
+    Computed in float64 on the host and copied over (``num`` is small in practice).
+    """
+    count = operator.index(num)
+    if count < 0:
+        raise ValueError(f"linspace num must be non-negative, got {count}")
+    dt = _dtype_for(dtype, float32)
+    values = np.linspace(start, stop, count, endpoint=endpoint, dtype=np.float64)
+    return from_numpy(values.astype(dt), device=device, stream=stream)
+
+
+def eye(
+    N: int,  # noqa: N803 - NumPy's name
+    M: int | None = None,  # noqa: N803
+    k: int = 0,
+    dtype: Any = None,
+    device: int | None = None,
+    stream: Any = None,
+) -> GPUArray:
+    """Return an ``N x M`` array with ones on diagonal ``k`` and zeros elsewhere."""
+    rows = operator.index(N)
+    cols = rows if M is None else operator.index(M)
+    diag = operator.index(k)
+    out = zeros((rows, cols), dtype, device, stream)
+    length = max(0, min(rows, cols - diag) if diag >= 0 else min(rows + diag, cols))
+    if length:
+        item = out.itemsize
+        offset = diag * item if diag >= 0 else -diag * cols * item
+        b = out._backend
+        start = b.offset(out._impl)
+        b.fill(b.view(out._impl, (length,), ((cols + 1) * item,), start + offset), 1)
+    return out
+
+
+def from_numpy(array: np.ndarray, device: int | None = None, stream: Any = None) -> GPUArray:
+    """Copy a NumPy array (any strides, a supported dtype) to the device."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(
+            f"from_numpy() expects a numpy.ndarray, got {type(array).__name__}; "
+            "use gp.asarray() for other objects"
+        )
+    dt = normalize(array.dtype)
+    if array.dtype.byteorder == ">":
+        array = array.astype(dt)
+    b = _backend()
+    impl = b.from_numpy(array, _target(b, device), _stream_impl(stream), stream is None)
+    return _wrap(impl, b)
+
+
+def asarray(
+    obj: Any, dtype: Any = None, device: int | None = None, stream: Any = None
+) -> GPUArray:
+    """Return ``obj`` as a GPUArray (itself when it already is one, converted as asked).
+
+    Anything else is copied from ``numpy.asarray(obj)``.
+    """
+    if isinstance(obj, GPUArray):
+        out = obj if dtype is None else obj.astype(dtype, copy=False)
+        return out if device is None else out.to_device(device)
+    host = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=normalize(dtype))
+    return from_numpy(host, device=device, stream=stream)
+
+
+def to_numpy(a: GPUArray) -> np.ndarray:
+    """Copy a GPUArray to a new NumPy array (a sync point)."""
+    if not isinstance(a, GPUArray):
+        raise TypeError(f"to_numpy() expects a GPUArray, got {type(a).__name__}")
+    return a.to_numpy()
+
+
+def asnumpy(a: Any) -> np.ndarray:
+    """Return a NumPy array: a copy of a GPUArray, or ``numpy.asarray`` of anything else."""
+    if isinstance(a, GPUArray):
+        return a.to_numpy()
+    return np.asarray(a)

@@ -1,0 +1,112 @@
+"""Element types: the NumPy dtype objects PyGPUkit supports, and normalisation.
+
+``gp.float32`` and friends *are* NumPy dtypes (``bfloat16`` comes from
+``ml_dtypes``), so they compare equal to ``np.float32`` and ``"float32"``.
+:func:`normalize` accepts a dtype, a scalar type or a string (``"float32"``,
+``"f4"``, ``"bf16"``, ``"half"``) and raises ``TypeError`` for anything else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "SUPPORTED",
+    "bfloat16",
+    "bool_",
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "is_floating",
+    "normalize",
+    "uint8",
+]
+
+float64 = np.dtype(np.float64)
+float32 = np.dtype(np.float32)
+float16 = np.dtype(np.float16)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+uint8 = np.dtype(np.uint8)
+bool_ = np.dtype(np.bool_)
+
+#: Canonical name -> dtype, in the order ``info`` and the docs list them.
+SUPPORTED: dict[str, np.dtype[Any]] = {
+    d.name: d
+    for d in (float64, float32, float16, bfloat16, int8, int16, int32, int64, uint8, bool_)
+}
+
+_ALIASES = {
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "f16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "f32": "float32",
+    "float": "float32",
+    "fp64": "float64",
+    "f64": "float64",
+    "double": "float64",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "int": "int64",
+    "bool_": "bool",
+}
+
+_CACHE: dict[Any, np.dtype[Any]] = {}
+
+
+def _unsupported(dtype: Any) -> TypeError:
+    names = ", ".join(SUPPORTED)
+    return TypeError(f"unsupported dtype {dtype!r}; PyGPUkit supports {names}")
+
+
+def normalize(dtype: Any) -> np.dtype[Any]:
+    """The supported NumPy dtype ``dtype`` names; ``TypeError`` when it is not one.
+
+    ``None`` is not accepted here: callers decide their own default.
+    """
+    try:
+        return _CACHE[dtype]
+    except (KeyError, TypeError):
+        pass
+    if isinstance(dtype, str):
+        key = dtype.strip().lower()
+        key = _ALIASES.get(key, key)
+        result = SUPPORTED.get(key)
+        if result is None:
+            try:
+                result = np.dtype(dtype)
+            except TypeError:
+                raise _unsupported(dtype) from None
+    else:
+        try:
+            result = np.dtype(dtype)
+        except (TypeError, ValueError):
+            raise _unsupported(dtype) from None
+    if result.name not in SUPPORTED or result.byteorder == ">":
+        raise _unsupported(dtype)
+    result = SUPPORTED[result.name]
+    try:
+        _CACHE[dtype] = result
+    except TypeError:  # unhashable inputs are simply not cached
+        pass
+    return result
+
+
+def is_floating(dtype: np.dtype[Any]) -> bool:
+    """True for float64/32/16 and bfloat16."""
+    return dtype.kind == "f" or dtype == bfloat16

@@ -1,0 +1,150 @@
+"""PyGPUkit's exception types.
+
+Caller mistakes (bad shapes, dtypes, indices, argument counts) are plain
+``ValueError`` / ``TypeError`` / ``IndexError`` raised before anything is
+enqueued. The types here report runtime failures; every message says what went
+wrong and what to do about it. ``_native`` raises these (registered with
+``_native._set_error_types(pygpukit.errors)`` when the CUDA backend starts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "AdmissionError",
+    "BackendFallbackWarning",
+    "CompileError",
+    "CudaError",
+    "DeviceNotSupportedError",
+    "LibraryNotFoundError",
+    "OutOfMemoryError",
+    "PyGPUkitError",
+]
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / (1024 * 1024):.1f} MiB"
+
+
+class PyGPUkitError(Exception):
+    """Base class of every PyGPUkit runtime error."""
+
+
+class CudaError(PyGPUkitError):
+    """A CUDA driver call failed.
+
+    ``code`` is the ``CUresult`` number, ``name`` its symbolic name
+    (``"CUDA_ERROR_ILLEGAL_ADDRESS"``) and ``message`` the driver's description.
+    """
+
+    def __init__(self, code: int, name: str, message: str) -> None:
+        self.code = code
+        self.name = name
+        self.message = message
+        hint = ""
+        if name in ("CUDA_ERROR_ILLEGAL_ADDRESS", "CUDA_ERROR_LAUNCH_FAILED"):
+            hint = (
+                " The context is now unusable: a kernel read or wrote out of bounds;"
+                " check its indexing and restart the process."
+            )
+        elif name == "CUDA_ERROR_NOT_PERMITTED" or "capture" in message.lower():
+            hint = " A synchronizing call is not allowed while a stream is being captured."
+        super().__init__(f"{name} ({code}): {message}.{hint}")
+
+
+class OutOfMemoryError(PyGPUkitError, MemoryError):
+    """An allocation did not fit in the device, the memory limit or a partition's quota."""
+
+    def __init__(
+        self, requested: int, in_use: int, limit: int | None, partition: str | None = None
+    ) -> None:
+        self.requested = requested
+        self.in_use = in_use
+        self.limit = limit
+        self.partition = partition
+        where = f"partition {partition!r}" if partition else "the memory pool"
+        cap = f" of a {_mib(limit)} limit" if limit is not None else ""
+        super().__init__(
+            f"out of memory: requested {_mib(requested)} with {_mib(in_use)} already in use"
+            f"{cap} in {where}. Free arrays you no longer need, call"
+            " gp.memory.empty_cache(), or raise the limit (PYGPUKIT_MEMORY_LIMIT,"
+            " gp.memory.set_limit)."
+        )
+
+
+class CompileError(PyGPUkitError):
+    """NVRTC rejected a kernel source. ``log`` is NVRTC's full log."""
+
+    def __init__(self, log: str, source: str | None = None, name: str | None = None) -> None:
+        self.log = log
+        self.source = source
+        self.name = name
+        first = first_error_line(log)
+        what = f"kernel {name!r}" if name else "kernel source"
+        detail = f"\n  {first}" if first else ""
+        context = ""
+        if source is not None and first:
+            line_no = _line_number(first)
+            lines = source.splitlines()
+            if line_no is not None and 1 <= line_no <= len(lines):
+                context = f"\n  line {line_no}: {lines[line_no - 1].strip()}"
+        super().__init__(
+            f"NVRTC could not compile the {what}:{detail}{context}\n"
+            f"Fix the source; the full log is in the exception's .log attribute."
+        )
+
+
+def first_error_line(log: str) -> str:
+    """The first line of an NVRTC log that reports an error (else its first line)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in lines:
+        if "error" in line.lower():
+            return line
+    return lines[0] if lines else ""
+
+
+def _line_number(diagnostic: str) -> int | None:
+    # NVRTC diagnostics read "<name>(12): error: ...".
+    start = diagnostic.find("(")
+    end = diagnostic.find(")", start + 1)
+    if start < 0 or end < 0:
+        return None
+    text = diagnostic[start + 1 : end]
+    return int(text) if text.isdigit() else None
+
+
+class AdmissionError(PyGPUkitError):
+    """The scheduler refused a task: its memory or compute request does not fit its quota."""
+
+
+class DeviceNotSupportedError(PyGPUkitError):
+    """The device (or the CPU backend) cannot do what was asked.
+
+    Raised for GPUs below SM 80 and for GPU-only features (custom kernels, CUDA
+    graphs) on the CPU simulation backend.
+    """
+
+
+class LibraryNotFoundError(PyGPUkitError):
+    """A shared library could not be loaded; ``tried`` lists every candidate and why."""
+
+    _INSTALL = {
+        "cuda": "install the NVIDIA GPU driver (libcuda.so.1 comes with it)",
+        "nvrtc": "pip install pygpukit-runtime[jit] (or set CUDA_PATH to a CUDA Toolkit)",
+        "cublasLt": "pip install pygpukit-runtime[cublas] (or set CUDA_PATH to a CUDA Toolkit)",
+    }
+
+    def __init__(self, name: str, tried: Sequence[tuple[str, str]]) -> None:
+        self.library = name
+        self.tried = [tuple(t) for t in tried]
+        lines = "".join(f"\n  {path}: {why}" for path, why in self.tried) or "\n  (no candidates)"
+        todo = self._INSTALL.get(name, f"install {name}")
+        super().__init__(
+            f"{name} library not found; tried:{lines}\nTo fix: {todo}."
+            " Set PYGPUKIT_DEBUG_LIBRARY_LOAD=1 to trace the search."
+        )
+
+
+class BackendFallbackWarning(RuntimeWarning):
+    """Issued once when no usable GPU is found and the CPU simulation backend is used."""

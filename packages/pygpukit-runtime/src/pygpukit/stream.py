@@ -1,0 +1,161 @@
+"""Streams and events.
+
+Every thread has a current stream per device (by default a non-blocking stream
+the runtime owns); ``with stream:`` makes another one current for the block.
+Work on different streams may overlap; order it with events
+(``stream.wait_event(event)``). Waiting calls release the GIL on CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .backend.select import backend as _backend
+
+__all__ = ["Event", "Stream", "current_stream"]
+
+
+class Stream:
+    """A non-blocking stream.
+
+    Lower ``priority`` numbers are served first; values outside the device's
+    :meth:`priority_range` are clamped into it, as CUDA does (the CPU backend
+    has one priority, 0).
+    """
+
+    __slots__ = ("__weakref__", "_impl", "_previous")
+
+    def __init__(self, priority: int = 0, device: int | None = None) -> None:
+        from .device import _check_ordinal
+
+        b = _backend()
+        ordinal = int(b.get_device()) if device is None else _check_ordinal(device)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise TypeError(f"priority must be an int, got {priority!r}")
+        least, greatest = b.priority_range(ordinal)
+        self._impl = b.Stream(ordinal, min(max(priority, greatest), least))
+        self._previous: list[Any] = []
+
+    @classmethod
+    def _from_impl(cls, impl: Any) -> Stream:
+        out = object.__new__(cls)
+        out._impl = impl
+        out._previous = []
+        return out
+
+    @staticmethod
+    def priority_range(device: int | None = None) -> tuple[int, int]:
+        """Return ``(least, greatest)`` priority of ``device``; greatest is the smallest number."""
+        b = _backend()
+        ordinal = int(b.get_device()) if device is None else int(device)
+        least, greatest = b.priority_range(ordinal)
+        return int(least), int(greatest)
+
+    @property
+    def handle(self) -> int:
+        """The ``CUstream`` handle as an int (0 on the CPU backend)."""
+        return int(self._impl.handle)
+
+    @property
+    def device(self) -> int:
+        """The device ordinal."""
+        return int(self._impl.device)
+
+    @property
+    def priority(self) -> int:
+        """The stream's priority."""
+        return int(self._impl.priority)
+
+    def synchronize(self) -> None:
+        """Wait until all work queued on this stream has finished."""
+        self._impl.synchronize()
+
+    def query(self) -> bool:
+        """Return whether all queued work has finished (does not wait)."""
+        return bool(self._impl.query())
+
+    def wait_event(self, event: Event) -> None:
+        """Make later work on this stream wait for ``event`` (the host does not wait)."""
+        if not isinstance(event, Event):
+            raise TypeError(f"wait_event() expects a gp.Event, got {type(event).__name__}")
+        self._impl.wait_event(event._impl)
+
+    def wait_stream(self, other: Stream) -> None:
+        """Make later work on this stream wait for the work queued so far on ``other``."""
+        event = Event()
+        event.record(other)
+        self.wait_event(event)
+
+    def record_event(self, event: Event | None = None) -> Event:
+        """Record ``event`` (a new one when None) on this stream and return it."""
+        event = Event() if event is None else event
+        event.record(self)
+        return event
+
+    def __enter__(self) -> Stream:
+        b = _backend()
+        self._previous.append(b.current_stream())
+        b.set_current_stream(self._impl)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _backend().set_current_stream(self._previous.pop())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other._impl is self._impl
+
+    def __hash__(self) -> int:
+        return id(self._impl)
+
+    def __repr__(self) -> str:
+        return f"Stream(device={self.device}, priority={self.priority}, handle={self.handle:#x})"
+
+
+def current_stream() -> Stream:
+    """Return the calling thread's current stream on its current device."""
+    return Stream._from_impl(_backend().current_stream())
+
+
+class Event:
+    """A marker in a stream's work; ``timing=True`` lets two events measure elapsed time."""
+
+    __slots__ = ("__weakref__", "_impl", "_recorded", "timing")
+
+    def __init__(self, timing: bool = False, device: int | None = None) -> None:
+        from .device import _check_ordinal
+
+        b = _backend()
+        ordinal = int(b.get_device()) if device is None else _check_ordinal(device)
+        self.timing = bool(timing)
+        self._impl = b.Event(ordinal, self.timing)
+        self._recorded = False
+
+    def record(self, stream: Stream | None = None) -> Event:
+        """Record on ``stream`` (the current stream by default); returns self."""
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(f"record() expects a gp.Stream or None, got {type(stream).__name__}")
+        impl = _backend().current_stream() if stream is None else stream._impl
+        self._impl.record(impl)
+        self._recorded = True
+        return self
+
+    def query(self) -> bool:
+        """Return whether the recorded work has finished (does not wait)."""
+        return bool(self._impl.query())
+
+    def synchronize(self) -> None:
+        """Wait on the host until the recorded work has finished."""
+        self._impl.synchronize()
+
+    def elapsed_time(self, end: Event) -> float:
+        """Milliseconds between this event and ``end`` (both recorded, both ``timing=True``)."""
+        if not isinstance(end, Event):
+            raise TypeError(f"elapsed_time() expects a gp.Event, got {type(end).__name__}")
+        if not (self.timing and end.timing):
+            raise ValueError("elapsed_time() needs two events created with timing=True")
+        if not (self._recorded and end._recorded):
+            raise RuntimeError("elapsed_time() needs both events recorded first")
+        return float(self._impl.elapsed_time(end._impl))
+
+    def __repr__(self) -> str:
+        return f"Event(timing={self.timing}, recorded={self._recorded})"
