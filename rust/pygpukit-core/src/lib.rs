@@ -1,5 +1,16 @@
 //! PyGPUkit's memory and scheduling core.
 //!
 //! Pure Rust: no Python and no CUDA. The device is reached only through the
-//! `DeviceBackend` trait, which the C++ core implements over the CUDA driver and
-//! which tests implement with a fake.
+//! [`backend::DeviceBackend`] trait, which the C++ core implements over the CUDA
+//! driver, [`host_backend::HostBackend`] implements over host memory (the CPU
+//! backend), and [`fake_backend::FakeBackend`] implements for tests.
+
+pub mod backend;
+pub mod events;
+pub mod evict;
+pub mod fake_backend;
+pub mod host_backend;
+pub mod limits;
+pub mod pinned;
+pub mod pool;
+pub mod stats;

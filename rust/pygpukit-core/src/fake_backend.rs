@@ -1,0 +1,352 @@
+//! A fake device for tests: a byte budget instead of GPU memory, events that
+//! complete only when the test says so, streams that can be marked capturing.
+//!
+//! Memory contents are real (lazily created byte vectors), so spill and restore
+//! can be checked for data integrity. Copies happen at once; what the fake
+//! models is *completion*: an event recorded on a stream stays pending until
+//! [`FakeBackend::complete_stream`] or [`FakeBackend::complete_all`] runs (or at
+//! once with [`FakeBackend::set_auto_complete`]).
+
+use crate::backend::{BackendError, BackendResult, DevPtr, DeviceBackend, Event, Stream};
+use crate::backend::{CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+const DEVICE_BASE: u64 = 0x1000_0000_0000;
+const HOST_BASE: u64 = 0x7000_0000_0000;
+/// Gap between fake allocations, so an overrun never lands in a neighbour.
+const GUARD: u64 = 1 << 20;
+const CUDA_ERROR_INVALID_VALUE: i32 = 1;
+
+#[derive(Default)]
+struct Region {
+    size: u64,
+    bytes: Option<Vec<u8>>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum EventState {
+    Created,
+    Pending(Stream),
+    Complete,
+}
+
+#[derive(Default)]
+struct State {
+    device_used: u64,
+    next_device: u64,
+    next_host: u64,
+    regions: BTreeMap<u64, Region>,
+    events: HashMap<Event, EventState>,
+    next_event: Event,
+    capturing: HashSet<Stream>,
+    auto_complete: bool,
+    idle_streams: HashSet<Stream>,
+    /// How often each stream's recorded work was completed (by the test or a host wait).
+    completions: HashMap<Stream, u64>,
+    waits: Vec<(Stream, Event)>,
+    copies: Vec<(u64, u64, u64, Stream)>,
+    host_used: u64,
+}
+
+/// See the module documentation.
+pub struct FakeBackend {
+    budget: u64,
+    state: Mutex<State>,
+}
+
+impl FakeBackend {
+    /// A device with `budget` bytes of memory.
+    pub fn new(budget: u64) -> Self {
+        let state = State {
+            next_device: DEVICE_BASE,
+            next_host: HOST_BASE,
+            next_event: 1,
+            ..State::default()
+        };
+        Self {
+            budget,
+            state: Mutex::new(state),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("fake backend poisoned")
+    }
+
+    /// Events complete as soon as they are recorded.
+    pub fn set_auto_complete(&self, on: bool) {
+        self.lock().auto_complete = on;
+    }
+
+    /// Marks `stream` as having no work: events recorded on it complete at once.
+    pub fn set_stream_idle(&self, stream: Stream, idle: bool) {
+        let mut s = self.lock();
+        if idle {
+            s.idle_streams.insert(stream);
+        } else {
+            s.idle_streams.remove(&stream);
+        }
+    }
+
+    /// Completes every event recorded on `stream` so far.
+    pub fn complete_stream(&self, stream: Stream) {
+        let mut s = self.lock();
+        for state in s.events.values_mut() {
+            if *state == EventState::Pending(stream) {
+                *state = EventState::Complete;
+            }
+        }
+        *s.completions.entry(stream).or_default() += 1;
+    }
+
+    /// Completes every recorded event.
+    pub fn complete_all(&self) {
+        let streams: HashSet<Stream> = self
+            .lock()
+            .events
+            .values()
+            .filter_map(|e| match e {
+                EventState::Pending(s) => Some(*s),
+                _ => None,
+            })
+            .collect();
+        streams.into_iter().for_each(|s| self.complete_stream(s));
+    }
+
+    /// How many times work recorded on `stream` has been completed so far: work
+    /// enqueued when this read `n` is known complete once it reads more than `n`.
+    pub fn completions(&self, stream: Stream) -> u64 {
+        self.lock().completions.get(&stream).copied().unwrap_or(0)
+    }
+
+    pub fn set_capturing(&self, stream: Stream, capturing: bool) {
+        let mut s = self.lock();
+        if capturing {
+            s.capturing.insert(stream);
+        } else {
+            s.capturing.remove(&stream);
+        }
+    }
+
+    /// Device bytes currently allocated through `mem_alloc`.
+    pub fn device_used(&self) -> u64 {
+        self.lock().device_used
+    }
+
+    /// Host bytes currently allocated through `host_alloc`.
+    pub fn host_used(&self) -> u64 {
+        self.lock().host_used
+    }
+
+    /// Events created and not destroyed.
+    pub fn live_events(&self) -> usize {
+        self.lock().events.len()
+    }
+
+    /// Every `(stream, event)` passed to `stream_wait_event`, in order.
+    pub fn waits(&self) -> Vec<(Stream, Event)> {
+        self.lock().waits.clone()
+    }
+
+    /// Every `(dst, src, nbytes, stream)` passed to `memcpy_async`, in order.
+    pub fn copies(&self) -> Vec<(u64, u64, u64, Stream)> {
+        self.lock().copies.clone()
+    }
+
+    /// Writes `data` at `addr` (device or host), as a kernel or the user would.
+    pub fn write(&self, addr: u64, data: &[u8]) {
+        let mut s = self.lock();
+        let (base, region) =
+            find_region(&mut s.regions, addr, data.len() as u64).expect("fake write out of bounds");
+        let off = (addr - base) as usize;
+        let size = region.size as usize;
+        region.bytes.get_or_insert_with(|| vec![0; size])[off..off + data.len()]
+            .copy_from_slice(data);
+    }
+
+    /// Reads `len` bytes at `addr`.
+    pub fn read(&self, addr: u64, len: usize) -> Vec<u8> {
+        let mut s = self.lock();
+        let (base, region) =
+            find_region(&mut s.regions, addr, len as u64).expect("fake read out of bounds");
+        let off = (addr - base) as usize;
+        match &region.bytes {
+            Some(bytes) => bytes[off..off + len].to_vec(),
+            None => vec![0; len],
+        }
+    }
+
+    fn new_region(s: &mut State, base: u64, size: u64) {
+        s.regions.insert(base, Region { size, bytes: None });
+    }
+}
+
+fn find_region(
+    regions: &mut BTreeMap<u64, Region>,
+    addr: u64,
+    len: u64,
+) -> Option<(u64, &mut Region)> {
+    let (&base, region) = regions.range_mut(..=addr).next_back()?;
+    (addr + len <= base + region.size).then_some((base, region))
+}
+
+impl DeviceBackend for FakeBackend {
+    fn mem_alloc(&self, _device: i32, nbytes: u64) -> BackendResult<DevPtr> {
+        let mut s = self.lock();
+        if s.device_used + nbytes > self.budget {
+            return Err(BackendError::new(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc"));
+        }
+        let base = s.next_device;
+        s.next_device += nbytes.max(1) + GUARD;
+        s.device_used += nbytes;
+        Self::new_region(&mut s, base, nbytes);
+        Ok(base)
+    }
+
+    fn mem_free(&self, _device: i32, ptr: DevPtr) -> BackendResult<()> {
+        let mut s = self.lock();
+        match s.regions.remove(&ptr) {
+            Some(region) if ptr < HOST_BASE => {
+                s.device_used -= region.size;
+                Ok(())
+            }
+            _ => Err(BackendError::new(CUDA_ERROR_INVALID_VALUE, "cuMemFree")),
+        }
+    }
+
+    fn mem_get_info(&self, _device: i32) -> BackendResult<(u64, u64)> {
+        Ok((self.budget - self.lock().device_used, self.budget))
+    }
+
+    fn host_alloc(&self, nbytes: u64) -> BackendResult<u64> {
+        let mut s = self.lock();
+        let base = s.next_host;
+        s.next_host += nbytes.max(1) + GUARD;
+        s.host_used += nbytes;
+        Self::new_region(&mut s, base, nbytes);
+        Ok(base)
+    }
+
+    fn host_free(&self, ptr: u64) -> BackendResult<()> {
+        let mut s = self.lock();
+        match s.regions.remove(&ptr) {
+            Some(region) if ptr >= HOST_BASE => {
+                s.host_used -= region.size;
+                Ok(())
+            }
+            _ => Err(BackendError::new(CUDA_ERROR_INVALID_VALUE, "cuMemFreeHost")),
+        }
+    }
+
+    fn event_create(&self, _device: i32) -> BackendResult<Event> {
+        let mut s = self.lock();
+        let ev = s.next_event;
+        s.next_event += 1;
+        s.events.insert(ev, EventState::Created);
+        Ok(ev)
+    }
+
+    fn event_destroy(&self, event: Event) -> BackendResult<()> {
+        match self.lock().events.remove(&event) {
+            Some(_) => Ok(()),
+            None => Err(BackendError::new(
+                CUDA_ERROR_INVALID_VALUE,
+                "cuEventDestroy",
+            )),
+        }
+    }
+
+    fn event_record(&self, event: Event, stream: Stream) -> BackendResult<()> {
+        let mut s = self.lock();
+        let idle = s.auto_complete || s.idle_streams.contains(&stream);
+        let next = if idle {
+            EventState::Complete
+        } else {
+            EventState::Pending(stream)
+        };
+        match s.events.get_mut(&event) {
+            Some(state) => {
+                *state = next;
+                Ok(())
+            }
+            None => Err(BackendError::new(CUDA_ERROR_INVALID_VALUE, "cuEventRecord")),
+        }
+    }
+
+    fn event_query(&self, event: Event) -> BackendResult<bool> {
+        match self.lock().events.get(&event) {
+            Some(EventState::Pending(_)) => Ok(false),
+            Some(_) => Ok(true),
+            None => Err(BackendError::new(CUDA_ERROR_INVALID_VALUE, "cuEventQuery")),
+        }
+    }
+
+    /// The fake has no device to wait for: synchronizing completes the event's stream.
+    fn event_synchronize(&self, event: Event) -> BackendResult<()> {
+        let state = self.lock().events.get(&event).copied();
+        match state {
+            Some(EventState::Pending(stream)) => {
+                self.complete_stream(stream);
+                Ok(())
+            }
+            Some(_) => Ok(()),
+            None => Err(BackendError::new(
+                CUDA_ERROR_NOT_READY,
+                "cuEventSynchronize",
+            )),
+        }
+    }
+
+    fn stream_wait_event(&self, stream: Stream, event: Event) -> BackendResult<()> {
+        self.lock().waits.push((stream, event));
+        Ok(())
+    }
+
+    fn memcpy_async(&self, dst: u64, src: u64, nbytes: u64, stream: Stream) -> BackendResult<()> {
+        let data = self.read(src, nbytes as usize);
+        self.write(dst, &data);
+        self.lock().copies.push((dst, src, nbytes, stream));
+        Ok(())
+    }
+
+    fn stream_is_capturing(&self, stream: Stream) -> BackendResult<bool> {
+        Ok(self.lock().capturing.contains(&stream))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_is_enforced_and_returned_on_free() {
+        let fake = FakeBackend::new(1000);
+        let a = fake.mem_alloc(0, 600).unwrap();
+        assert!(fake.mem_alloc(0, 600).unwrap_err().is_out_of_memory());
+        fake.mem_free(0, a).unwrap();
+        assert!(fake.mem_alloc(0, 600).is_ok());
+    }
+
+    #[test]
+    fn events_stay_pending_until_completed() {
+        let fake = FakeBackend::new(0);
+        let ev = fake.event_create(0).unwrap();
+        fake.event_record(ev, 7).unwrap();
+        assert!(!fake.event_query(ev).unwrap());
+        fake.complete_stream(8);
+        assert!(!fake.event_query(ev).unwrap());
+        fake.complete_stream(7);
+        assert!(fake.event_query(ev).unwrap());
+    }
+
+    #[test]
+    fn copies_move_bytes_between_device_and_host() {
+        let fake = FakeBackend::new(1 << 20);
+        let dev = fake.mem_alloc(0, 64).unwrap();
+        let host = fake.host_alloc(64).unwrap();
+        fake.write(dev + 8, &[1, 2, 3]);
+        fake.memcpy_async(host, dev, 64, 0).unwrap();
+        assert_eq!(fake.read(host + 8, 3), vec![1, 2, 3]);
+    }
+}

@@ -1,0 +1,707 @@
+//! The caching pool of one device: policy over the raw backend allocator.
+//!
+//! Allocation order for a block of `size` bytes on stream `s`:
+//! 1. best fit among ranges freed on `s` (stream order makes them safe);
+//! 2. best fit among cleared ranges (no pending work uses them);
+//! 3. poll fences of other streams, which may clear more ranges, and retry 2;
+//! 4. a new segment from the backend, if the global limit leaves room;
+//! 5. release cached segments least recently used first, and retry;
+//! 6. spill the least recently used evictable block, and retry;
+//! 7. fail with `OutOfMemory` (the device) or `LimitExceeded` (a limit).
+//!
+//! While `s` is captured into a CUDA graph (between `graph_begin` and
+//! `graph_end`), steps 1-4 use only the graph's private region, and segments of
+//! a region are never released before `graph_release`.
+//!
+//! Invariants: the pool's reserved bytes never exceed the global limit; a
+//! partition's resident bytes never exceed its quota; a live block's range is
+//! used by nobody else.
+
+use super::arena::{Arena, GraphPoolId, Owner, RangeState};
+use super::size_class::{kind_of, round_request, segment_size};
+use super::stream_order::StreamOrder;
+use crate::backend::{BackendError, DevPtr, DeviceBackend, Stream};
+use crate::events::EventPool;
+use crate::evict::{Candidate, EvictionTracker};
+use crate::limits::{PartitionId, PartitionTable, PartitionUsage};
+use crate::pinned::{PinnedBuf, PinnedPool};
+use crate::stats::{BlockInfo, BlockState, PoolStats};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Why an allocation failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AllocErrorKind {
+    /// The device had no memory left, even after releasing caches and spilling.
+    OutOfMemory,
+    /// The global limit or a partition quota refused the request.
+    LimitExceeded,
+    Backend(BackendError),
+}
+
+/// A failed allocation, with what the error message needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllocError {
+    pub kind: AllocErrorKind,
+    pub requested: u64,
+    /// Bytes in use where the refusal happened (the partition's, or the pool's reserved bytes).
+    pub in_use: u64,
+    pub limit: Option<u64>,
+    /// The partition whose quota refused the request, if that is what happened.
+    pub partition: Option<PartitionId>,
+}
+
+/// Errors of calls that name a block or region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PoolError {
+    UnknownBlock(u64),
+    UnknownGraphPool(u64),
+    NotCapturing(Stream),
+    Alloc(AllocError),
+    Backend(BackendError),
+}
+
+impl From<BackendError> for PoolError {
+    fn from(e: BackendError) -> Self {
+        PoolError::Backend(e)
+    }
+}
+
+/// What a caller gets for a live block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockRef {
+    pub id: u64,
+    pub ptr: DevPtr,
+    pub size: u64,
+}
+
+/// Allocation options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AllocOptions {
+    /// May be spilled to pinned host memory under pressure; `touch` before use.
+    pub evictable: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Place {
+    Device(DevPtr),
+    /// Spilled: the host copy, and the stream the spill copy was enqueued on.
+    Host(PinnedBuf, Stream),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Allocation {
+    size: u64,
+    requested: u64,
+    stream: Stream,
+    last_stream: Stream,
+    partition: PartitionId,
+    evictable: bool,
+    graph: Option<GraphPoolId>,
+    place: Place,
+    lru: u64,
+    created: Instant,
+}
+
+struct GraphRegion {
+    stream: Stream,
+}
+
+/// See the module documentation.
+pub struct DevicePool {
+    device: i32,
+    backend: Arc<dyn DeviceBackend>,
+    /// High bits shared by every id this pool hands out, so ids name their pool.
+    id_prefix: u64,
+    next_id: u64,
+    clock: u64,
+    arena: Arena,
+    order: StreamOrder,
+    events: EventPool,
+    pinned: PinnedPool,
+    eviction: EvictionTracker,
+    allocations: HashMap<u64, Allocation>,
+    graphs: HashMap<GraphPoolId, GraphRegion>,
+    capturing: HashMap<Stream, GraphPoolId>,
+    limit: Option<u64>,
+    partitions: PartitionTable,
+    stats: PoolStats,
+}
+
+/// Bits of an id below the pool prefix.
+pub const ID_BITS: u32 = 48;
+
+impl DevicePool {
+    /// A pool for `device` over `backend`; `id_prefix` (below 2^16) tags every id it hands out.
+    pub fn new(device: i32, backend: Arc<dyn DeviceBackend>, id_prefix: u64) -> Self {
+        Self {
+            device,
+            backend,
+            id_prefix: id_prefix << ID_BITS,
+            next_id: 0,
+            clock: 0,
+            arena: Arena::default(),
+            order: StreamOrder::default(),
+            events: EventPool::default(),
+            pinned: PinnedPool::new(device),
+            eviction: EvictionTracker::default(),
+            allocations: HashMap::new(),
+            graphs: HashMap::new(),
+            capturing: HashMap::new(),
+            limit: None,
+            partitions: PartitionTable::default(),
+            stats: PoolStats::default(),
+        }
+    }
+
+    pub fn device(&self) -> i32 {
+        self.device
+    }
+
+    pub fn backend(&self) -> &Arc<dyn DeviceBackend> {
+        &self.backend
+    }
+
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.id_prefix | self.next_id
+    }
+
+    /// Sets the global limit on reserved bytes, releasing cached memory to get under it.
+    pub fn set_limit(&mut self, limit: Option<u64>) -> Result<(), BackendError> {
+        self.limit = limit;
+        if let Some(l) = limit {
+            if self.stats.reserved_bytes > l {
+                self.release_cached(Some(self.stats.reserved_bytes - l))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    pub fn set_partition_limit(&mut self, partition: PartitionId, limit: Option<u64>) {
+        self.partitions.set_limit(partition, limit);
+    }
+
+    pub fn partition_usage(&self, partition: PartitionId) -> PartitionUsage {
+        self.partitions.get(partition)
+    }
+
+    /// A block of at least `nbytes` usable on `stream` at once, charged to `partition`.
+    pub fn alloc(
+        &mut self,
+        nbytes: u64,
+        stream: Stream,
+        options: AllocOptions,
+        partition: PartitionId,
+    ) -> Result<BlockRef, AllocError> {
+        let size = round_request(nbytes);
+        let id = self.new_id();
+        self.charge_partition(partition, size, nbytes, None)?;
+        let graph = self.capturing.get(&stream).copied();
+        let (ptr, given) = match self.obtain(size, nbytes, stream, graph, id) {
+            Ok(v) => v,
+            Err(e) => {
+                self.partitions.release(partition, size);
+                return Err(e);
+            }
+        };
+        // The partition was charged the rounded size; a kept tail is charged too.
+        self.partitions.release(partition, size);
+        self.partitions.charge(partition, given);
+        let lru = self.tick();
+        self.allocations.insert(
+            id,
+            Allocation {
+                size: given,
+                requested: nbytes,
+                stream,
+                last_stream: stream,
+                partition,
+                evictable: options.evictable && graph.is_none(),
+                graph,
+                place: Place::Device(ptr),
+                lru,
+                created: Instant::now(),
+            },
+        );
+        self.stats.note_allocated(given, nbytes);
+        self.stats.alloc_count += 1;
+        self.stats.active_blocks += 1;
+        Ok(BlockRef {
+            id,
+            ptr,
+            size: given,
+        })
+    }
+
+    /// Charges `size` to `partition`, spilling the partition's own evictable
+    /// blocks (never `exclude`) while its quota refuses.
+    fn charge_partition(
+        &mut self,
+        partition: PartitionId,
+        size: u64,
+        requested: u64,
+        exclude: Option<u64>,
+    ) -> Result<(), AllocError> {
+        loop {
+            match self.partitions.check(partition, size) {
+                Ok(()) => {
+                    self.partitions.charge(partition, size);
+                    return Ok(());
+                }
+                Err(q) => {
+                    let spilled = self
+                        .evict_one(Some(partition), exclude)
+                        .map_err(|e| self.backend_failure(e, requested))?;
+                    if !spilled {
+                        self.stats.oom_count += 1;
+                        return Err(AllocError {
+                            kind: AllocErrorKind::LimitExceeded,
+                            requested,
+                            in_use: q.in_use,
+                            limit: Some(q.limit),
+                            partition: Some(partition),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn backend_failure(&self, e: BackendError, requested: u64) -> AllocError {
+        AllocError {
+            kind: AllocErrorKind::Backend(e),
+            requested,
+            in_use: self.stats.reserved_bytes,
+            limit: self.limit,
+            partition: None,
+        }
+    }
+
+    /// A range of at least `size` bytes for block `id`: `(ptr, size given)`. Steps 1-7
+    /// of the module documentation.
+    fn obtain(
+        &mut self,
+        size: u64,
+        requested: u64,
+        stream: Stream,
+        graph: Option<GraphPoolId>,
+        id: u64,
+    ) -> Result<(DevPtr, u64), AllocError> {
+        let kind = kind_of(size);
+        loop {
+            let cached = self
+                .find_cached(size, stream, graph)
+                .map_err(|e| self.backend_failure(e, requested))?;
+            if let Some(ptr) = cached {
+                return Ok((ptr, self.take(ptr, size, id)));
+            }
+            let room = self
+                .limit
+                .map_or(u64::MAX, |l| l.saturating_sub(self.stats.reserved_bytes));
+            let seg = segment_size(size, room);
+            let mut device_full = false;
+            if seg <= room {
+                match self.backend.mem_alloc(self.device, seg) {
+                    Ok(base) => {
+                        let now = self.tick();
+                        self.arena.add_segment(base, seg, kind, graph, now);
+                        self.stats.note_reserved(seg);
+                        return Ok((base, self.take(base, size, id)));
+                    }
+                    Err(e) if e.is_out_of_memory() => device_full = true,
+                    Err(e) => return Err(self.backend_failure(e, requested)),
+                }
+            }
+            let released = self
+                .release_cached(Some(seg))
+                .map_err(|e| self.backend_failure(e, requested))?;
+            if released > 0 {
+                continue;
+            }
+            if self
+                .evict_one(None, Some(id))
+                .map_err(|e| self.backend_failure(e, requested))?
+            {
+                continue;
+            }
+            self.stats.oom_count += 1;
+            return Err(AllocError {
+                kind: if device_full {
+                    AllocErrorKind::OutOfMemory
+                } else {
+                    AllocErrorKind::LimitExceeded
+                },
+                requested,
+                in_use: self.stats.reserved_bytes,
+                limit: self.limit,
+                partition: None,
+            });
+        }
+    }
+
+    /// Takes `size` bytes of the free range at `ptr` for block `id`; returns the size given.
+    fn take(&mut self, ptr: DevPtr, size: u64, id: u64) -> u64 {
+        let now = self.tick();
+        let (given, pending_tail) = self.arena.take(ptr, size, id, now);
+        if let Some((tail, stream, seq)) = pending_tail {
+            self.order.note_free(stream, seq, tail);
+        }
+        given
+    }
+
+    /// Steps 1-3: a cached free range for `stream`, or `None`. A miss on the
+    /// stream's own list clears what completed fences allow and fences the other
+    /// streams' newer frees, so that they can clear by a later miss.
+    fn find_cached(
+        &mut self,
+        size: u64,
+        stream: Stream,
+        graph: Option<GraphPoolId>,
+    ) -> Result<Option<DevPtr>, BackendError> {
+        let kind = kind_of(size);
+        if let Some(p) = self
+            .arena
+            .best_fit(graph, kind, Owner::Stream(stream), size)
+        {
+            return Ok(Some(p));
+        }
+        if self.order.has_pending() {
+            self.clear_completed()?;
+            self.order
+                .fence_others(stream, &*self.backend, self.device, &mut self.events)?;
+        }
+        Ok(self.arena.best_fit(graph, kind, Owner::Cleared, size))
+    }
+
+    fn clear_completed(&mut self) -> Result<(), BackendError> {
+        for (stream, seq, ptr) in self.order.poll(&*self.backend, &mut self.events)? {
+            self.arena.clear(ptr, stream, seq);
+        }
+        Ok(())
+    }
+
+    /// Returns idle segments to the backend, least recently used first, until
+    /// `need` bytes are released (all of them with `None`). Segments with ranges
+    /// freed on a stream wait on the host for that stream first. Returns the bytes released.
+    pub fn release_cached(&mut self, need: Option<u64>) -> Result<u64, BackendError> {
+        let mut released = 0;
+        for base in self.arena.idle_segments() {
+            if need.is_some_and(|n| released >= n) {
+                break;
+            }
+            for stream in self.arena.pending_owners(base) {
+                for (s, seq, ptr) in
+                    self.order
+                        .wait_stream(stream, &*self.backend, self.device, &mut self.events)?
+                {
+                    self.arena.clear(ptr, s, seq);
+                }
+            }
+            let size = self.arena.remove_segment(base);
+            self.backend.mem_free(self.device, base)?;
+            self.stats.note_unreserved(size);
+            released += size;
+        }
+        Ok(released)
+    }
+
+    /// Releases every cached segment and idle pinned buffer.
+    pub fn empty_cache(&mut self) -> Result<u64, BackendError> {
+        let released = self.release_cached(None)?;
+        self.pinned.trim(&*self.backend, true)?;
+        Ok(released)
+    }
+
+    /// Gives block `id` back; its last use was enqueued on `stream`.
+    pub fn free(&mut self, id: u64, stream: Stream) -> Result<(), PoolError> {
+        let a = self
+            .allocations
+            .remove(&id)
+            .ok_or(PoolError::UnknownBlock(id))?;
+        self.eviction.forget(id, &mut self.events);
+        self.stats.free_count += 1;
+        self.stats.active_blocks -= 1;
+        match a.place {
+            Place::Device(ptr) => {
+                self.release_range(ptr, stream);
+                self.partitions.release(a.partition, a.size);
+                self.stats.note_released(a.size, a.requested);
+            }
+            Place::Host(buf, spill_stream) => {
+                self.stats.spilled_bytes -= a.size;
+                self.pinned
+                    .release(&*self.backend, buf, Some(spill_stream))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn release_range(&mut self, ptr: DevPtr, stream: Stream) {
+        let seq = self.order.next_seq(stream);
+        let now = self.tick();
+        let (start, owner, seq) = self.arena.release(ptr, Owner::Stream(stream), seq, now);
+        if let Owner::Stream(s) = owner {
+            self.order.note_free(s, seq, start);
+        }
+    }
+
+    /// Before work on `stream` uses block `id`: restores it if spilled (its
+    /// address may change) and marks it most recently used.
+    pub fn touch(&mut self, id: u64, stream: Stream) -> Result<BlockRef, PoolError> {
+        let lru = self.tick();
+        let a = self
+            .allocations
+            .get_mut(&id)
+            .ok_or(PoolError::UnknownBlock(id))?;
+        a.lru = lru;
+        a.last_stream = stream;
+        let a = *a;
+        match a.place {
+            Place::Device(ptr) => Ok(BlockRef {
+                id,
+                ptr,
+                size: a.size,
+            }),
+            Place::Host(buf, spill_stream) => self.restore(id, a, buf, spill_stream, stream),
+        }
+    }
+
+    fn restore(
+        &mut self,
+        id: u64,
+        a: Allocation,
+        buf: PinnedBuf,
+        spill_stream: Stream,
+        stream: Stream,
+    ) -> Result<BlockRef, PoolError> {
+        self.charge_partition(a.partition, a.size, a.size, Some(id))
+            .map_err(PoolError::Alloc)?;
+        let (ptr, given) = match self.obtain(a.size, a.size, stream, None, id) {
+            Ok(v) => v,
+            Err(e) => {
+                self.partitions.release(a.partition, a.size);
+                return Err(PoolError::Alloc(e));
+            }
+        };
+        self.partitions.release(a.partition, a.size);
+        self.partitions.charge(a.partition, given);
+        if spill_stream != stream {
+            // The restore copy must not read the host buffer before the spill copy wrote it.
+            let ev = self
+                .events
+                .record(&*self.backend, self.device, spill_stream)?;
+            let waited = self.backend.stream_wait_event(stream, ev);
+            self.events.give(ev);
+            waited?;
+        }
+        self.backend.memcpy_async(ptr, buf.ptr, a.size, stream)?;
+        self.pinned.release(&*self.backend, buf, Some(stream))?;
+        let entry = self
+            .allocations
+            .get_mut(&id)
+            .expect("restored block vanished");
+        entry.place = Place::Device(ptr);
+        entry.size = given;
+        self.stats.spilled_bytes -= a.size;
+        self.stats.note_allocated(given, a.requested);
+        self.stats.restores += 1;
+        Ok(BlockRef {
+            id,
+            ptr,
+            size: given,
+        })
+    }
+
+    /// Step 6: spills one evictable block (of `partition`, if given; never
+    /// `exclude`). Returns whether one was spilled.
+    fn evict_one(
+        &mut self,
+        partition: Option<PartitionId>,
+        exclude: Option<u64>,
+    ) -> Result<bool, BackendError> {
+        let candidates: Vec<Candidate> = self
+            .allocations
+            .iter()
+            .filter(|(id, a)| {
+                a.evictable
+                    && matches!(a.place, Place::Device(_))
+                    && Some(**id) != exclude
+                    && partition.is_none_or(|p| a.partition == p)
+            })
+            .map(|(id, a)| Candidate {
+                id: *id,
+                lru: a.lru,
+                last_stream: a.last_stream,
+            })
+            .collect();
+        let Some(id) =
+            self.eviction
+                .pick(candidates, &*self.backend, self.device, &mut self.events)?
+        else {
+            return Ok(false);
+        };
+        let a = self.allocations[&id];
+        let Place::Device(ptr) = a.place else {
+            unreachable!("candidates are resident")
+        };
+        let buf = match self.pinned.acquire(&*self.backend, a.size) {
+            Ok(buf) => buf,
+            Err(e) if e.is_out_of_memory() => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        // Same stream as the last use, so the device range can be freed on it at once.
+        self.backend
+            .memcpy_async(buf.ptr, ptr, a.size, a.last_stream)?;
+        self.release_range(ptr, a.last_stream);
+        self.partitions.release(a.partition, a.size);
+        self.stats.note_released(a.size, a.requested);
+        self.stats.spilled_bytes += a.size;
+        self.stats.evictions += 1;
+        self.allocations
+            .get_mut(&id)
+            .expect("victim vanished")
+            .place = Place::Host(buf, a.last_stream);
+        Ok(true)
+    }
+
+    /// Starts a graph-private region for allocations on `stream`, which must be
+    /// capturing (call after `cuStreamBeginCapture`).
+    pub fn graph_begin(&mut self, stream: Stream) -> Result<GraphPoolId, PoolError> {
+        if !self.backend.stream_is_capturing(stream)? {
+            return Err(PoolError::NotCapturing(stream));
+        }
+        let id = self.new_id();
+        self.graphs.insert(id, GraphRegion { stream });
+        self.capturing.insert(stream, id);
+        Ok(id)
+    }
+
+    /// Ends routing allocations into the region; its blocks stay private.
+    pub fn graph_end(&mut self, graph: GraphPoolId) -> Result<(), PoolError> {
+        let region = self
+            .graphs
+            .get(&graph)
+            .ok_or(PoolError::UnknownGraphPool(graph))?;
+        if self.capturing.get(&region.stream) == Some(&graph) {
+            self.capturing.remove(&region.stream);
+        }
+        Ok(())
+    }
+
+    /// The graph is gone and no replay of it is pending: its free ranges join
+    /// the general pool; its live blocks do when they are freed.
+    pub fn graph_release(&mut self, graph: GraphPoolId) -> Result<(), PoolError> {
+        self.graph_end(graph)?;
+        self.graphs.remove(&graph);
+        self.arena.ungraph(graph);
+        for a in self.allocations.values_mut() {
+            if a.graph == Some(graph) {
+                a.graph = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Counters, with the pinned cache and the limit filled in.
+    pub fn stats(&self) -> PoolStats {
+        let mut s = self.stats.clone();
+        s.pinned_reserved_bytes = self.pinned.reserved();
+        s.limit_bytes = self.limit;
+        s
+    }
+
+    /// Flat counters including partitions.
+    pub fn flat_stats(&self) -> Vec<(String, u64)> {
+        self.stats().flatten(&self.partitions.all())
+    }
+
+    /// Every live block and every free range.
+    pub fn snapshot(&self) -> Vec<BlockInfo> {
+        let now = Instant::now();
+        let mut out: Vec<BlockInfo> = self
+            .allocations
+            .iter()
+            .map(|(id, a)| {
+                let (ptr, state) = match a.place {
+                    Place::Device(p) => (p, BlockState::Allocated),
+                    Place::Host(buf, _) => (buf.ptr, BlockState::Evicted),
+                };
+                BlockInfo {
+                    id: *id,
+                    ptr,
+                    size: a.size,
+                    requested: a.requested,
+                    stream: a.stream,
+                    state,
+                    partition: a.partition,
+                    evictable: a.evictable,
+                    graph_pool: a.graph,
+                    age_s: now.duration_since(a.created).as_secs_f64(),
+                }
+            })
+            .collect();
+        let graph_of: HashMap<u64, Option<GraphPoolId>> =
+            self.arena.segments().map(|(b, s)| (b, s.graph)).collect();
+        for (ptr, r) in self.arena.ranges() {
+            if let RangeState::Free { owner, since, .. } = r.state {
+                out.push(BlockInfo {
+                    id: 0,
+                    ptr,
+                    size: r.size,
+                    requested: 0,
+                    stream: match owner {
+                        Owner::Stream(s) => s,
+                        Owner::Cleared => 0,
+                    },
+                    state: BlockState::Free,
+                    partition: 0,
+                    evictable: false,
+                    graph_pool: graph_of[&r.segment],
+                    age_s: now.duration_since(since).as_secs_f64(),
+                });
+            }
+        }
+        out.sort_by_key(|b| (b.state != BlockState::Allocated, b.ptr));
+        out
+    }
+
+    /// Segments as `(base, size, live ranges)`, for tests and debugging.
+    pub fn segments(&self) -> Vec<(u64, u64, u32)> {
+        self.arena
+            .segments()
+            .map(|(b, s)| (b, s.size, s.used_ranges))
+            .collect()
+    }
+
+    /// Clears every free range whose stream's work has completed, waiting on the host.
+    pub fn synchronize_frees(&mut self, streams: &[Stream]) -> Result<(), BackendError> {
+        for &stream in streams {
+            for (s, seq, ptr) in
+                self.order
+                    .wait_stream(stream, &*self.backend, self.device, &mut self.events)?
+            {
+                self.arena.clear(ptr, s, seq);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DevicePool {
+    fn drop(&mut self) {
+        // Best effort at teardown: memory still in live blocks stays with the backend.
+        let _ = self.empty_cache();
+        self.events.destroy_all(&*self.backend);
+    }
+}
