@@ -1,8 +1,16 @@
 // pygpukit._native: the pybind11 module. Each binding file registers its part.
 #include <pybind11/pybind11.h>
 
+#include "bindings/bindings.hpp"
+
 namespace py = pybind11;
 
 PYBIND11_MODULE(_native, m) {
     m.doc() = "PyGPUkit's C++ core: every CUDA call (driver, NVRTC, cuBLASLt) goes through here.";
+    pgk::bind_errors(m);
+    pgk::bind_device(m);
+    pgk::bind_stream(m);
+    pgk::bind_array(m);
+    pgk::bind_dlpack(m);
+    pgk::bind_jit(m);
 }

@@ -1,0 +1,146 @@
+// Array and its creation / copy / fill / cast functions; built-in kernel location.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "bindings/bindings.hpp"
+#include "core/array.hpp"
+#include "core/device.hpp"
+#include "jit/builtin.hpp"
+#include "ops/cast.hpp"
+#include "ops/copy.hpp"
+#include "ops/fill.hpp"
+
+namespace py = pybind11;
+
+namespace pgk {
+
+namespace {
+
+DType dtype_arg(const std::string& name) {
+    try {
+        return parse_dtype(name);
+    } catch (const std::invalid_argument& e) {
+        throw py::type_error(e.what());
+    }
+}
+
+// The stream argument convention: a Stream, or None for the current stream of `device`.
+StreamPtr stream_for(const StreamPtr& stream, int device) {
+    if (!stream) return current_stream(device);
+    if (stream->device() != device) {
+        throw std::invalid_argument("the stream is on device " + std::to_string(stream->device()) +
+                                    ", the array on device " + std::to_string(device));
+    }
+    return stream;
+}
+
+py::tuple to_tuple(const Dims& dims) {
+    py::tuple t(dims.size());
+    for (size_t i = 0; i < dims.size(); ++i) t[i] = py::int_(dims[i]);
+    return t;
+}
+
+}  // namespace
+
+void bind_array(py::module_& m) {
+    py::class_<Array>(m, "Array")
+        .def_static(
+            "empty",
+            [](const Dims& shape, const std::string& dtype, int device, StreamPtr stream) {
+                const DType t = dtype_arg(dtype);
+                return Array::empty(shape, t, stream_for(stream, device));
+            },
+            py::arg("shape"), py::arg("dtype"), py::arg("device") = 0, py::arg("stream") = nullptr)
+        .def_property_readonly("shape", [](const Array& a) { return to_tuple(a.shape()); })
+        .def_property_readonly("strides", [](const Array& a) { return to_tuple(a.strides()); })
+        .def_property_readonly("dtype", [](const Array& a) { return dtype_name(a.dtype()); })
+        .def_property_readonly("itemsize", &Array::itemsize)
+        .def_property_readonly("size", &Array::size)
+        .def_property_readonly("nbytes", &Array::nbytes)
+        .def_property_readonly("ndim", &Array::ndim)
+        .def_property_readonly("device", &Array::device)
+        .def_property_readonly("data_ptr", &Array::data_ptr)
+        .def_property_readonly("offset", &Array::offset)
+        .def_property_readonly("buffer_nbytes", [](const Array& a) { return a.buffer()->nbytes(); })
+        .def_property_readonly("is_c_contiguous", &Array::is_c_contiguous)
+        .def_property_readonly("stream", [](const Array& a) { return a.buffer()->last_stream(); })
+        .def("view", &Array::view, py::arg("shape"), py::arg("strides"), py::arg("offset"))
+        .def(
+            "view_dtype",
+            [](const Array& a, const std::string& dtype) { return a.view_dtype(dtype_arg(dtype)); },
+            py::arg("dtype"))
+        .def(
+            "copy_from_host",
+            [](const Array& a, py::array host, StreamPtr stream, bool blocking) {
+                copy_from_host(a, host, stream_for(stream, a.device()), blocking);
+            },
+            py::arg("host"), py::arg("stream") = nullptr, py::arg("blocking") = true)
+        .def(
+            "copy_to_host",
+            [](const Array& a, py::array host, StreamPtr stream) {
+                copy_to_host(a, host, stream_for(stream, a.device()));
+            },
+            py::arg("host"), py::arg("stream") = nullptr)
+        .def(
+            "copy_from",
+            [](const Array& dst, const Array& src, StreamPtr stream) {
+                copy_device(dst, src, stream_for(stream, dst.device()));
+            },
+            py::arg("src"), py::arg("stream") = nullptr)
+        .def(
+            "contiguous",
+            [](const Array& a, StreamPtr stream) {
+                return contiguous(a, stream_for(stream, a.device()));
+            },
+            py::arg("stream") = nullptr)
+        .def(
+            "fill",
+            [](const Array& a, py::handle value, StreamPtr stream) {
+                fill(a, value, stream_for(stream, a.device()));
+            },
+            py::arg("value"), py::arg("stream") = nullptr)
+        .def(
+            "astype",
+            [](const Array& a, const std::string& dtype, StreamPtr stream) {
+                return astype(a, dtype_arg(dtype), stream_for(stream, a.device()));
+            },
+            py::arg("dtype"), py::arg("stream") = nullptr)
+        .def("__repr__", [](const Array& a) {
+            std::string shape = py::str(to_tuple(a.shape()));
+            return "<_native.Array shape=" + shape + " dtype=" + dtype_name(a.dtype()) +
+                   " device=" + std::to_string(a.device()) + ">";
+        });
+
+    m.def(
+        "arange",
+        [](py::handle start, py::handle step, int64_t n, const std::string& dtype, int device,
+           StreamPtr stream) {
+            const DType t = dtype_arg(dtype);
+            return arange(start, step, n, t, stream_for(stream, device));
+        },
+        py::arg("start"), py::arg("step"), py::arg("n"), py::arg("dtype"), py::arg("device") = 0,
+        py::arg("stream") = nullptr);
+
+    m.def(
+        "set_kernel_dir",
+        [](const std::string& path, const std::string& manifest_json,
+           const std::vector<std::string>& include_dirs) {
+            py::dict manifest = py::module_::import("json").attr("loads")(manifest_json);
+            const int abi = manifest["kernel_abi"].cast<int>();
+            constexpr int kKernelAbi = 1;  // tools/build_kernels.py KERNEL_ABI_VERSION
+            if (abi != kKernelAbi) {
+                throw std::runtime_error("built-in kernels in " + path + " have kernel ABI " +
+                                         std::to_string(abi) + ", this _native expects " +
+                                         std::to_string(kKernelAbi) + "; rebuild the package");
+            }
+            set_kernel_dir(path, manifest["options"].cast<std::vector<std::string>>(),
+                           include_dirs);
+        },
+        py::arg("path"), py::arg("manifest_json"), py::arg("include_dirs"),
+        "Where the built-in kernels are (pygpukit/_kernels) and the manifest written with them.");
+    m.def("choose_cubin_arch", &choose_cubin_arch, py::arg("major"), py::arg("minor"),
+          py::arg("available"));
+}
+
+}  // namespace pgk

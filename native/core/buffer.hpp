@@ -1,0 +1,51 @@
+// A block of device memory shared by every Array that views it. Pool-owned buffers go back to the
+// Rust pool on the last reference, on the stream of their last use (so the pool can reuse them on
+// that stream at once and on others only after that work completes). External buffers (DLPack
+// imports) keep their producer's Python object alive instead.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "core/stream.hpp"
+
+namespace pgk {
+
+class Buffer {
+  public:
+    // nbytes bytes from the Rust pool, usable on `stream` (no allocation for nbytes == 0).
+    static std::shared_ptr<Buffer> allocate(int device, uint64_t nbytes, const StreamPtr& stream);
+    // Memory owned by `owner` (a new reference is taken; released with the GIL on destruction).
+    static std::shared_ptr<Buffer> external(int device, uint64_t ptr, uint64_t nbytes,
+                                            PyObject* owner, const StreamPtr& stream);
+    ~Buffer();
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+
+    uint64_t ptr() const { return ptr_; }
+    uint64_t nbytes() const { return nbytes_; }
+    int device() const { return device_; }
+    bool is_external() const { return owner_ != nullptr; }
+    const StreamPtr& last_stream() const { return last_stream_; }
+
+    // Record that work using this buffer was enqueued on `stream` (called with the GIL held,
+    // which serializes updates).
+    void used_on(const StreamPtr& stream) {
+        if (last_stream_.get() != stream.get()) last_stream_ = stream;
+    }
+
+  private:
+    Buffer() = default;
+    uint64_t block_id_ = 0;
+    uint64_t ptr_ = 0;
+    uint64_t nbytes_ = 0;
+    int device_ = 0;
+    PyObject* owner_ = nullptr;
+    StreamPtr last_stream_;
+};
+
+using BufferPtr = std::shared_ptr<Buffer>;
+
+}  // namespace pgk

@@ -1,0 +1,94 @@
+#include "core/graph.hpp"
+
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "core/device.hpp"
+#include "core/driver.hpp"
+#include "core/errors.hpp"
+#include "core/launch.hpp"
+#include "core/rust_api.hpp"
+
+namespace pgk {
+
+namespace {
+
+std::mutex g_capture_mutex;
+std::unordered_map<CUstream, uint64_t> g_capture_pools;  // capturing stream -> graph pool id
+
+}  // namespace
+
+Graph::~Graph() {
+    if (!driver_loaded()) return;
+    drv().cuGraphExecDestroy(exec_);
+    drv().cuGraphDestroy(graph_);
+    if (pool_id_ != 0) rust_api().pool_graph_release(pool_id_);
+}
+
+void Graph::replay(const Stream& stream) const {
+    if (stream.device() != device_) {
+        throw std::invalid_argument("Graph.replay: the graph was captured on device " +
+                                    std::to_string(device_) + ", the stream is on device " +
+                                    std::to_string(stream.device()));
+    }
+    launch_graph(exec_, stream);
+}
+
+void begin_capture(const StreamPtr& stream) {
+    bind_device(stream->device());
+    {
+        std::lock_guard<std::mutex> lock(g_capture_mutex);
+        if (g_capture_pools.count(stream->handle()) != 0) {
+            throw std::invalid_argument("begin_capture: this stream is already being captured");
+        }
+    }
+    const pgk_api& api = rust_api();
+    uint64_t pool_id = 0;
+    if (api.pool_graph_begin(stream->device(), stream->id(), &pool_id) != PGK_OK) {
+        throw CudaError(CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN",
+                        "pool_graph_begin: " + rust_last_error());
+    }
+    CUresult r = drv().cuStreamBeginCapture(stream->handle(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r != CUDA_SUCCESS) {
+        api.pool_graph_end(pool_id);
+        api.pool_graph_release(pool_id);
+        throw_cuda_error(r, "cuStreamBeginCapture");
+    }
+    std::lock_guard<std::mutex> lock(g_capture_mutex);
+    g_capture_pools[stream->handle()] = pool_id;
+    note_capture_started();
+}
+
+std::shared_ptr<Graph> end_capture(const StreamPtr& stream) {
+    uint64_t pool_id = 0;
+    {
+        std::lock_guard<std::mutex> lock(g_capture_mutex);
+        auto it = g_capture_pools.find(stream->handle());
+        if (it == g_capture_pools.end()) {
+            throw std::invalid_argument("end_capture: this stream is not being captured");
+        }
+        pool_id = it->second;
+        g_capture_pools.erase(it);
+    }
+    note_capture_ended();
+    bind_device(stream->device());
+    const pgk_api& api = rust_api();
+    CUgraph graph = nullptr;
+    CUresult r = drv().cuStreamEndCapture(stream->handle(), &graph);
+    api.pool_graph_end(pool_id);
+    if (r != CUDA_SUCCESS) {
+        api.pool_graph_release(pool_id);
+        throw_cuda_error(r, "cuStreamEndCapture");
+    }
+    CUgraphExec exec = nullptr;
+    r = drv().cuGraphInstantiateWithFlags(&exec, graph, 0);
+    if (r != CUDA_SUCCESS) {
+        drv().cuGraphDestroy(graph);
+        api.pool_graph_release(pool_id);
+        throw_cuda_error(r, "cuGraphInstantiate");
+    }
+    return std::make_shared<Graph>(graph, exec, pool_id, stream->device());
+}
+
+}  // namespace pgk

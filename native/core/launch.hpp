@@ -1,0 +1,30 @@
+// The one way the runtime enqueues work: every kernel launch (built-in ops and user JIT kernels)
+// and every graph replay passes the Rust dispatch controller (dispatch_begin / dispatch_end).
+#pragma once
+
+#include <cuda.h>
+
+namespace pgk {
+
+class Stream;
+
+struct LaunchConfig {
+    unsigned grid[3] = {1, 1, 1};
+    unsigned block[3] = {1, 1, 1};
+    unsigned shared_mem = 0;
+};
+
+// Enqueue `function` on `stream` with `args` (an array of pointers to each parameter's value,
+// cuLaunchKernel's convention). The GIL, when held, is released while the dispatch controller
+// may block. Throws CudaError when the launch fails.
+void launch_kernel(CUfunction function, const LaunchConfig& config, const Stream& stream,
+                   void** args);
+
+// Replay an instantiated graph on `stream`, through the dispatch controller like a launch.
+void launch_graph(CUgraphExec graph, const Stream& stream);
+
+// A 1-D grid-stride configuration covering n items: 256 threads per block, at most
+// 32 blocks per SM worth of work per launch (the kernels loop over the rest).
+LaunchConfig launch_config_1d(unsigned long long n, int device);
+
+}  // namespace pgk

@@ -1,0 +1,47 @@
+// The Rust core's C API (pygpukit._rust._C_API): every device allocation, every free and every
+// launch of the runtime goes through it. The capsule is imported on first need (GIL held), its
+// version and size checked, and the device backend below registered once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pygpukit/rust_capi.h"
+
+namespace pgk {
+
+// The API, imported and with the CUDA backend registered. Throws MissingComponentError (Python
+// ImportError) naming what is missing when _rust or its capsule is not there.
+const pgk_api& rust_api();
+// True once rust_api() has succeeded (cheap; used where nothing can have been allocated yet).
+bool rust_api_ready();
+
+struct PoolBlock {
+    uint64_t id = 0;
+    uint64_t ptr = 0;
+    uint64_t size = 0;
+};
+
+// pool_alloc, raising OutOfMemoryError / CudaError on refusal.
+PoolBlock pool_alloc(int device, uint64_t nbytes, uint64_t stream);
+
+// One dispatch ticket around an enqueue: begin() may block on the dispatch controller (pacing,
+// in-flight limits); the caller must not hold the GIL. end() reports whether the launch worked.
+class DispatchTicket {
+  public:
+    DispatchTicket(const pgk_api& api, int device, uint64_t stream);
+    ~DispatchTicket();
+    void end(bool ok);
+    DispatchTicket(const DispatchTicket&) = delete;
+    DispatchTicket& operator=(const DispatchTicket&) = delete;
+
+  private:
+    const pgk_api& api_;
+    uint64_t ticket_ = 0;
+    bool open_ = false;
+};
+
+// Text of the Rust side's last error on this thread.
+std::string rust_last_error();
+
+}  // namespace pgk

@@ -1,0 +1,57 @@
+// Streams: owned non-blocking streams, wrapped foreign ones (PyTorch, CuPy), and the thread-local
+// current stream per device, whose default is a per-device non-blocking stream the runtime owns.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+
+namespace pgk {
+
+class Event;
+
+class Stream {
+  public:
+    // A new non-blocking stream on `device` (lower numbers are higher priority, as in CUDA).
+    static std::shared_ptr<Stream> create(int device, int priority);
+    // A stream someone else owns; never destroyed here.
+    static std::shared_ptr<Stream> wrap(CUstream handle, int device);
+    ~Stream();
+    Stream(const Stream&) = delete;
+    Stream& operator=(const Stream&) = delete;
+
+    CUstream handle() const { return handle_; }
+    uint64_t id() const { return reinterpret_cast<uint64_t>(handle_); }
+    int device() const { return device_; }
+    int priority() const;
+
+    void synchronize() const;  // blocks; the caller releases the GIL
+    bool query() const;        // true when all enqueued work is done
+    void wait_event(const Event& event) const;
+
+  private:
+    Stream(CUstream handle, int device, bool owned)
+        : handle_(handle), device_(device), owned_(owned) {}
+    CUstream handle_;
+    int device_;
+    bool owned_;
+};
+
+using StreamPtr = std::shared_ptr<Stream>;
+
+StreamPtr default_stream(int device);
+StreamPtr current_stream(int device);
+StreamPtr current_stream();  // of the current device
+// Sets the current stream of `stream`'s device on this thread; nullptr restores the default of
+// `device`.
+void set_current_stream(const StreamPtr& stream, int device);
+std::pair<int, int> priority_range(int device);  // (least, greatest)
+
+// Before any call that waits for the device: a wait inside a CUDA graph capture would invalidate
+// the capture, so refuse it with a clear CudaError and leave the capture intact.
+void ensure_not_capturing(CUstream stream, const char* what);
+// Capture bookkeeping of this thread (graph.cpp).
+void note_capture_started();
+void note_capture_ended();
+
+}  // namespace pgk
