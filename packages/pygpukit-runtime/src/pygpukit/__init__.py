@@ -11,7 +11,7 @@ __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 __version__ = "0.1.0"
 
-from .array import (  # noqa: E402 - after __path__ on purpose
+from .array import (
     GPUArray,
     broadcast_to,
     expand_dims,
@@ -19,7 +19,7 @@ from .array import (  # noqa: E402 - after __path__ on purpose
     squeeze,
     transpose,
 )
-from .creation import (  # noqa: E402
+from .creation import (
     arange,
     asarray,
     asnumpy,
@@ -36,7 +36,7 @@ from .creation import (  # noqa: E402
     zeros,
     zeros_like,
 )
-from .device import (  # noqa: E402
+from .device import (
     Device,
     backend_name,
     device_count,
@@ -46,7 +46,7 @@ from .device import (  # noqa: E402
     set_device,
     synchronize,
 )
-from .dtypes import (  # noqa: E402
+from .dtypes import (
     bfloat16,
     bool_,
     float16,
@@ -58,7 +58,7 @@ from .dtypes import (  # noqa: E402
     int64,
     uint8,
 )
-from .errors import (  # noqa: E402
+from .errors import (
     AdmissionError,
     BackendFallbackWarning,
     CompileError,
@@ -68,9 +68,9 @@ from .errors import (  # noqa: E402
     OutOfMemoryError,
     PyGPUkitError,
 )
-from .graph import Graph, graph_capture  # noqa: E402
-from .interop import from_dlpack  # noqa: E402
-from .jit import (  # noqa: E402
+from .graph import Graph, graph_capture
+from .interop import from_dlpack
+from .jit import (
     Kernel,
     Module,
     get_jit_cache_dir,
@@ -81,7 +81,7 @@ from .jit import (  # noqa: E402
     jit_module,
     set_jit_cache_dir,
 )
-from .stream import Event, Stream, current_stream  # noqa: E402
+from .stream import Event, Stream, current_stream
 
 __all__ = [
     "AdmissionError",
@@ -126,10 +126,10 @@ __all__ = [
     "get_nvrtc_path",
     "get_nvrtc_version",
     "graph_capture",
+    "int8",
     "int16",
     "int32",
     "int64",
-    "int8",
     "is_cuda_available",
     "is_nvrtc_available",
     "jit",

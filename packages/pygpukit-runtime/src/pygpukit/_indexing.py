@@ -48,9 +48,7 @@ def normalize_shape(shape: Any) -> Shape:
             try:
                 dims_list.append(operator.index(d))
             except TypeError:
-                raise TypeError(
-                    f"shape entries must be ints, got {d!r} in {shape!r}"
-                ) from None
+                raise TypeError(f"shape entries must be ints, got {d!r} in {shape!r}") from None
         dims = tuple(dims_list)
     for d in dims:
         if d < 0:
@@ -73,7 +71,7 @@ def is_c_contiguous(shape: Shape, strides: Shape, itemsize: int) -> bool:
     if 0 in shape:
         return True
     step = itemsize
-    for d, s in zip(reversed(shape), reversed(strides)):
+    for d, s in zip(reversed(shape), reversed(strides), strict=True):
         if d != 1 and s != step:
             return False
         step *= d
@@ -110,6 +108,7 @@ def basic_index(
     ``TypeError`` for index types other than the basic ones (lists, arrays, bools).
     """
     items = key if isinstance(key, tuple) else (key,)
+    start_offset = offset
     n_ellipsis = sum(1 for k in items if k is Ellipsis)
     if n_ellipsis > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
@@ -117,8 +116,7 @@ def basic_index(
     ndim = len(shape)
     if consumed > ndim:
         raise IndexError(
-            f"too many indices for array: array is {ndim}-dimensional, "
-            f"but {consumed} were indexed"
+            f"too many indices for array: array is {ndim}-dimensional, but {consumed} were indexed"
         )
     new_shape: list[int] = []
     new_strides: list[int] = []
@@ -165,6 +163,8 @@ def basic_index(
         new_shape.append(shape[dim])
         new_strides.append(strides[dim])
         dim += 1
+    if 0 in new_shape:
+        offset = start_offset  # an empty view touches nothing; keep it inside the buffer
     return tuple(new_shape), tuple(new_strides), offset, all_ints
 
 
@@ -218,7 +218,7 @@ def reshape(
     if size == 0 or is_c_contiguous(shape, strides, itemsize):
         return target, c_strides(target, itemsize)
     # Drop size-1 axes; they constrain nothing.
-    old = [(d, s) for d, s in zip(shape, strides) if d != 1]
+    old = [(d, s) for d, s in zip(shape, strides, strict=True) if d != 1]
     olddims = [d for d, _ in old]
     oldstrides = [s for _, s in old]
     newstrides = [0] * len(target)
@@ -282,7 +282,7 @@ def expand_dims(shape: Shape, strides: Shape, axis: Any) -> tuple[Shape, Shape]:
     """Insert size-1 axes at the positions ``axis`` names in the result."""
     out_ndim = len(shape) + (len(axis) if isinstance(axis, (tuple, list)) else 1)
     axes = _axes_tuple(axis, out_ndim)
-    src = iter(zip(shape, strides))
+    src = iter(zip(shape, strides, strict=True))
     new_shape, new_strides = [], []
     for i in range(out_ndim):
         if i in axes:
@@ -307,7 +307,9 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
                 if d != 1:
                     if size not in (1, d):
                         raise ValueError(
-                            "shapes " + ", ".join(map(str, shapes)) + " cannot be broadcast together"
+                            "shapes "
+                            + ", ".join(map(str, shapes))
+                            + " cannot be broadcast together"
                         )
                     size = d
         out.append(size)
@@ -323,11 +325,11 @@ def broadcast_to(shape: Shape, strides: Shape, newshape: Any) -> tuple[Shape, Sh
         )
     lead = len(target) - len(shape)
     new_strides = [0] * lead
-    for d, s, t in zip(shape, strides, target[lead:]):
-        if d == t:
+    for d, s, t in zip(shape, strides, target[lead:], strict=True):
+        if d == 1:
+            new_strides.append(0)  # NumPy's choice for every size-1 source axis
+        elif d == t:
             new_strides.append(s)
-        elif d == 1:
-            new_strides.append(0)
         else:
             raise ValueError(f"cannot broadcast shape {shape} to {target}")
     return target, tuple(new_strides)

@@ -15,6 +15,7 @@ Where: ``$PYGPUKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/pygpukit/kernels``
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -142,10 +143,8 @@ def load(key: str) -> CacheEntry | None:
         return None
     entry = _decode(key, data)
     if entry is None:
-        try:
+        with contextlib.suppress(OSError):
             path.unlink()
-        except OSError:
-            pass
         return None
     with _lock:
         _memory[key] = entry

@@ -96,7 +96,7 @@ class GPUArray:
     @property
     def dtype(self) -> np.dtype[Any]:
         """Element type as a NumPy dtype (``gp.float32`` etc.)."""
-        return self._backend.dtype(self._impl)  # type: ignore[no-any-return]
+        return self._backend.dtype(self._impl)
 
     @property
     def device(self) -> str:
@@ -111,7 +111,7 @@ class GPUArray:
         return int(self._backend.data_ptr(self._impl))
 
     @property
-    def T(self) -> GPUArray:  # noqa: N802 - NumPy's name
+    def T(self) -> GPUArray:
         """The array with its axes reversed (a view)."""
         return self.transpose()
 
@@ -151,7 +151,7 @@ class GPUArray:
         backend = self._backend
         if isinstance(value, GPUArray):
             src = value
-        elif isinstance(value, np.ndarray) or isinstance(value, (list, tuple)):
+        elif isinstance(value, (np.ndarray, list, tuple)):
             from .creation import from_numpy
 
             host = np.asarray(value)
@@ -276,7 +276,7 @@ class GPUArray:
     def to_numpy(self, stream: Any = None) -> np.ndarray:
         """Copy to a new NumPy array (waits for the data; a sync point)."""
         stream_impl = None if stream is None else stream._impl
-        return self._backend.to_numpy(self._impl, stream_impl)  # type: ignore[no-any-return]
+        return self._backend.to_numpy(self._impl, stream_impl)
 
     def get(self) -> np.ndarray:
         """Copy to a new NumPy array (CuPy's name for ``to_numpy``)."""
@@ -353,12 +353,12 @@ class GPUArray:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         """Return ``(device_type, device_id)`` per DLPack (2 = CUDA, 1 = CPU)."""
-        return tuple(self._backend.dlpack_device(self._impl))  # type: ignore[return-value]
+        return tuple(self._backend.dlpack_device(self._impl))
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """Numba/CuPy's CUDA array interface, version 3 (CUDA backend only)."""
-        return self._backend.cuda_array_interface(self._impl)  # type: ignore[no-any-return]
+        return self._backend.cuda_array_interface(self._impl)
 
     # --- printing --------------------------------------------------------------------
     def __repr__(self) -> str:

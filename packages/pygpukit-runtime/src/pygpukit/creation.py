@@ -1,5 +1,7 @@
-"""Array creation: ``empty/zeros/ones/full``, ``*_like``, ``arange``, ``linspace``, ``eye``,
-``from_numpy``/``asarray`` and the way back (``to_numpy``/``asnumpy``).
+"""Array creation, and the way back to NumPy.
+
+``empty/zeros/ones/full``, ``*_like``, ``arange``, ``linspace``, ``eye``,
+``from_numpy``/``asarray``; ``to_numpy``/``asnumpy``.
 
 Every function takes ``device=None`` (the current device) and ``stream=None``
 (the current stream). Without a ``dtype``, functions that only get a shape make
@@ -207,8 +209,8 @@ def linspace(
 
 
 def eye(
-    N: int,  # noqa: N803 - NumPy's name
-    M: int | None = None,  # noqa: N803
+    N: int,
+    M: int | None = None,
     k: int = 0,
     dtype: Any = None,
     device: int | None = None,
@@ -230,7 +232,9 @@ def eye(
 
 
 def from_numpy(array: np.ndarray, device: int | None = None, stream: Any = None) -> GPUArray:
-    """Copy a NumPy array (any strides, a supported dtype) to the device."""
+    """Copy a NumPy array or scalar (any strides, a supported dtype) to the device."""
+    if isinstance(array, np.generic):
+        array = np.asarray(array)
     if not isinstance(array, np.ndarray):
         raise TypeError(
             f"from_numpy() expects a numpy.ndarray, got {type(array).__name__}; "
@@ -244,9 +248,7 @@ def from_numpy(array: np.ndarray, device: int | None = None, stream: Any = None)
     return _wrap(impl, b)
 
 
-def asarray(
-    obj: Any, dtype: Any = None, device: int | None = None, stream: Any = None
-) -> GPUArray:
+def asarray(obj: Any, dtype: Any = None, device: int | None = None, stream: Any = None) -> GPUArray:
     """Return ``obj`` as a GPUArray (itself when it already is one, converted as asked).
 
     Anything else is copied from ``numpy.asarray(obj)``.

@@ -37,13 +37,15 @@ def run(out: TextIO) -> None:
     host = rng.standard_normal((4, 6)).astype(np.float32)
     x = gp.from_numpy(host)
     w(f"1. from_numpy: {x.shape} {x.dtype} on {x.device}\n")
-    w(f"2. views without copies: x[1:, ::2].T has shape {x[1:, ::2].T.shape}, strides "
-      f"{x[1:, ::2].T.strides}\n")
+    w(
+        f"2. views without copies: x[1:, ::2].T has shape {x[1:, ::2].T.shape}, strides "
+        f"{x[1:, ::2].T.strides}\n"
+    )
     if not np.array_equal(x[1:, ::-2].T.to_numpy(), host[1:, ::-2].T):
         raise AssertionError("strided view differs from NumPy")
     w("   ...and it round-trips to NumPy exactly\n")
-    bf = x.astype(gp.bfloat16)
-    w(f"3. astype(bfloat16): max abs error {np.abs(bf.to_numpy().astype(np.float32) - host).max():.3g}\n")
+    error = np.abs(x.astype(gp.bfloat16).to_numpy().astype(np.float32) - host).max()
+    w(f"3. astype(bfloat16): max abs error {error:.3g}\n")
     z = gp.arange(0, 12, dtype="int32").reshape(3, 4)
     w(f"4. arange + reshape:\n{z!r}\n")
     e = gp.eye(3, dtype="float16")
@@ -61,8 +63,10 @@ def run(out: TextIO) -> None:
         kernel = gp.jit(_SCALE, "scale")
         kernel(y, factor=0.5, n=y.size)
         ok = np.allclose(y.to_numpy(), host * 0.5)
-        w(f"7. JIT kernel {kernel.signature()}: {'correct' if ok else 'WRONG'}, "
-          f"{kernel.num_regs} registers\n")
+        w(
+            f"7. JIT kernel {kernel.signature()}: {'correct' if ok else 'WRONG'}, "
+            f"{kernel.num_regs} registers\n"
+        )
         if not ok:
             raise AssertionError("JIT kernel result differs from NumPy")
     else:

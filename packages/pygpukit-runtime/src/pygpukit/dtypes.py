@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import ml_dtypes
@@ -84,14 +85,19 @@ def normalize(dtype: Any) -> np.dtype[Any]:
     except (KeyError, TypeError):
         pass
     if isinstance(dtype, str):
-        key = dtype.strip().lower()
+        key = dtype.strip()
         key = _ALIASES.get(key, key)
         result = SUPPORTED.get(key)
         if result is None:
             try:
-                result = np.dtype(dtype)
+                result = np.dtype(key)  # NumPy's own spellings first ("f4", "U8" is text)
             except TypeError:
-                raise _unsupported(dtype) from None
+                lower = _ALIASES.get(key.lower(), key.lower())  # then "BF16", "Float32"
+                result = SUPPORTED.get(lower)
+                if result is None:
+                    raise _unsupported(dtype) from None
+    elif dtype is None:
+        raise _unsupported(dtype)
     else:
         try:
             result = np.dtype(dtype)
@@ -100,10 +106,8 @@ def normalize(dtype: Any) -> np.dtype[Any]:
     if result.name not in SUPPORTED or result.byteorder == ">":
         raise _unsupported(dtype)
     result = SUPPORTED[result.name]
-    try:
+    with contextlib.suppress(TypeError):  # unhashable inputs are simply not cached
         _CACHE[dtype] = result
-    except TypeError:  # unhashable inputs are simply not cached
-        pass
     return result
 
 

@@ -10,6 +10,7 @@ wrong and what to do about it. ``_native`` raises these (registered with
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 __all__ = [
     "AdmissionError",
@@ -129,7 +130,7 @@ class DeviceNotSupportedError(PyGPUkitError):
 class LibraryNotFoundError(PyGPUkitError):
     """A shared library could not be loaded; ``tried`` lists every candidate and why."""
 
-    _INSTALL = {
+    _INSTALL: ClassVar[dict[str, str]] = {
         "cuda": "install the NVIDIA GPU driver (libcuda.so.1 comes with it)",
         "nvrtc": "pip install pygpukit-runtime[jit] (or set CUDA_PATH to a CUDA Toolkit)",
         "cublasLt": "pip install pygpukit-runtime[cublas] (or set CUDA_PATH to a CUDA Toolkit)",

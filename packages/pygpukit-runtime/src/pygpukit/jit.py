@@ -1,5 +1,6 @@
-"""Run-time CUDA kernels: ``gp.jit`` / ``gp.jit_module`` compile with NVRTC and return
-callable :class:`Kernel` objects.
+"""Run-time CUDA kernels: ``gp.jit`` / ``gp.jit_module`` compile with NVRTC.
+
+They return callable :class:`Kernel` objects.
 
 ::
 
@@ -188,7 +189,9 @@ class Param:
 
 
 def _split_top_level(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in text:
         if ch in "<([":
             depth += 1
@@ -229,7 +232,7 @@ def _find_kernel(source: str, func: str) -> tuple[str, str]:
         tparams = template.group("params") if template else ""
         return text[open_index + 1 : close], tparams
     raise ValueError(
-        f'kernel {func!r} not found in the source: expected a declaration like '
+        f"kernel {func!r} not found in the source: expected a declaration like "
         f'extern "C" __global__ void {func}(...)'
     )
 
@@ -242,7 +245,9 @@ def _template_bindings(tparams: str, name_expression: str | None) -> dict[str, s
         words = p.split("=")[0].split()
         if words:
             names.append(words[-1])
-    args = _split_top_level(name_expression[name_expression.index("<") + 1 : name_expression.rindex(">")])
+    args = _split_top_level(
+        name_expression[name_expression.index("<") + 1 : name_expression.rindex(">")]
+    )
     return dict(zip(names, args, strict=False))
 
 
@@ -253,9 +258,10 @@ def _parse_param(text: str, index: int, bindings: dict[str, str]) -> Param:
     name = f"arg{index}"
     if len(words) >= 2 and words[-1] not in _TYPE_WORDS and words[-1] not in _QUALIFIERS:
         name = words[-1]
-        tokens = tokens[: len(tokens) - 1 - tokens[::-1].index(name)] + tokens[
-            len(tokens) - tokens[::-1].index(name) :
-        ]
+        tokens = (
+            tokens[: len(tokens) - 1 - tokens[::-1].index(name)]
+            + tokens[len(tokens) - tokens[::-1].index(name) :]
+        )
     type_tokens = []
     for t in tokens:
         if t in _QUALIFIERS:
@@ -267,7 +273,8 @@ def _parse_param(text: str, index: int, bindings: dict[str, str]) -> Param:
     ctype = " ".join(type_tokens)
     if "&" in type_tokens:
         raise ValueError(
-            f"kernel parameter {name!r} is a reference ({decl!r}); kernels take pointers and scalars"
+            f"kernel parameter {name!r} is a reference ({decl!r}); "
+            "kernels take pointers and scalars"
         )
     if any(t == "*" or t.startswith("[") for t in type_tokens) or ctype.endswith("*"):
         return Param(name, ctype, "ptr")
@@ -275,7 +282,8 @@ def _parse_param(text: str, index: int, bindings: dict[str, str]) -> Param:
     if code is None:
         raise ValueError(
             f"kernel parameter {name!r} has type {ctype!r}, which gp.jit cannot pass; "
-            "use a pointer or one of: " + ", ".join(sorted({k for k in _TYPE_CODES if " " not in k}))
+            "use a pointer or one of: "
+            + ", ".join(sorted({k for k in _TYPE_CODES if " " not in k}))
         )
     return Param(name, ctype, code)
 
@@ -339,7 +347,7 @@ class Kernel:
 
     @property
     def attributes(self) -> dict[str, int]:
-        """The function's attributes: ``num_regs``, ``max_threads_per_block``, ``shared_size_bytes``, ..."""
+        """Function attributes: ``num_regs``, ``max_threads_per_block``, ``shared_size_bytes``..."""
         return dict(self._function.attributes())
 
     @property
@@ -366,9 +374,7 @@ class Kernel:
         if not kwargs and len(args) == n:
             return args
         if len(args) > n:
-            raise TypeError(
-                f"{self.signature()} takes {n} argument(s) but {len(args)} were given"
-            )
+            raise TypeError(f"{self.signature()} takes {n} argument(s) but {len(args)} were given")
         values: list[Any] = list(args) + [_MISSING] * (n - len(args))
         for key, value in kwargs.items():
             i = self._index.get(key)
@@ -518,7 +524,7 @@ def _require_nvrtc() -> tuple[int, int]:
         if status["error"]:
             tried.append(("pygpukit._native", status["error"]))
         raise LibraryNotFoundError("nvrtc", tried)
-    return status["version"]  # type: ignore[no-any-return]
+    return status["version"]
 
 
 def _options(b: Any, device: int, options: Iterable[str]) -> list[str]:

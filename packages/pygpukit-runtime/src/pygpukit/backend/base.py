@@ -54,55 +54,91 @@ class ArrayImpl(Protocol):
     """The attributes every backend's array object has (``ndarray``, ``_native.Array``)."""
 
     @property
-    def shape(self) -> Shape: ...
+    def shape(self) -> Shape:
+        """Size of each dimension."""
+
     @property
-    def strides(self) -> Shape: ...
+    def strides(self) -> Shape:
+        """Byte step along each dimension."""
+
     @property
-    def ndim(self) -> int: ...
+    def ndim(self) -> int:
+        """Number of dimensions."""
+
     @property
-    def size(self) -> int: ...
+    def size(self) -> int:
+        """Number of elements."""
+
     @property
-    def nbytes(self) -> int: ...
+    def nbytes(self) -> int:
+        """``size * itemsize``."""
+
     @property
-    def itemsize(self) -> int: ...
+    def itemsize(self) -> int:
+        """Bytes per element."""
 
 
 class StreamImpl(Protocol):
     """A stream: ``_native.Stream`` on CUDA, an always-idle host stream on CPU."""
 
     @property
-    def handle(self) -> int: ...
+    def handle(self) -> int:
+        """The ``CUstream`` as an int (0 on CPU)."""
+
     @property
-    def device(self) -> int: ...
+    def device(self) -> int:
+        """The device ordinal."""
+
     @property
-    def priority(self) -> int: ...
-    def synchronize(self) -> None: ...
-    def query(self) -> bool: ...
-    def wait_event(self, event: EventImpl) -> None: ...
+    def priority(self) -> int:
+        """The priority it was created with."""
+
+    def synchronize(self) -> None:
+        """Wait (GIL released) until the queued work finished."""
+
+    def query(self) -> bool:
+        """Whether the queued work finished; never waits."""
+
+    def wait_event(self, event: EventImpl) -> None:
+        """Make later work on this stream wait for ``event``."""
 
 
 class EventImpl(Protocol):
     """An event: ``_native.Event`` on CUDA, a host timestamp on CPU."""
 
     @property
-    def handle(self) -> int: ...
-    def record(self, stream: StreamImpl) -> None: ...
-    def query(self) -> bool: ...
-    def synchronize(self) -> None: ...
-    def elapsed_time(self, end: EventImpl) -> float: ...
+    def handle(self) -> int:
+        """The ``CUevent`` as an int (0 on CPU)."""
+
+    def record(self, stream: StreamImpl) -> None:
+        """Record on ``stream``."""
+
+    def query(self) -> bool:
+        """Whether the recorded work finished; never waits."""
+
+    def synchronize(self) -> None:
+        """Wait (GIL released) until the recorded work finished."""
+
+    def elapsed_time(self, end: EventImpl) -> float:
+        """Milliseconds from this event to ``end``."""
 
 
 class GraphImpl(Protocol):
     """A captured CUDA graph; keeps the buffers allocated during capture alive."""
 
-    def replay(self, stream: StreamImpl) -> None: ...
+    def replay(self, stream: StreamImpl) -> None:
+        """Enqueue the captured work on ``stream``."""
 
 
 class FunctionImpl(Protocol):
     """One kernel of a loaded module; arguments packed in C++ by its signature codes."""
 
-    def attributes(self) -> dict[str, int]: ...
-    def set_signature(self, codes: list[str]) -> None: ...
+    def attributes(self) -> dict[str, int]:
+        """``num_regs``, ``max_threads_per_block``, ``shared_size_bytes``, ..."""
+
+    def set_signature(self, codes: list[str]) -> None:
+        """Set the parameter type codes used to pack launch arguments."""
+
     def launch(
         self,
         grid: tuple[int, int, int],
@@ -110,13 +146,15 @@ class FunctionImpl(Protocol):
         shared_mem: int,
         stream: StreamImpl,
         args: tuple[Any, ...],
-    ) -> None: ...
+    ) -> None:
+        """Pack ``args`` by the signature (``TypeError`` naming the index) and launch."""
 
 
 class ModuleImpl(Protocol):
     """A loaded cubin."""
 
-    def function(self, name: str) -> FunctionImpl: ...
+    def function(self, name: str) -> FunctionImpl:
+        """The kernel named ``name`` (a lowered name for templates)."""
 
 
 class Backend(Protocol):
@@ -155,11 +193,11 @@ class Backend(Protocol):
         ...
 
     # --- streams, events, graphs ----------------------------------------------------
-    def Stream(self, device: int, priority: int) -> StreamImpl:  # noqa: N802
+    def Stream(self, device: int, priority: int) -> StreamImpl:
         """A new non-blocking stream on ``device``."""
         ...
 
-    def Event(self, device: int, timing: bool) -> EventImpl:  # noqa: N802
+    def Event(self, device: int, timing: bool) -> EventImpl:
         """A new event on ``device``."""
         ...
 

@@ -60,7 +60,11 @@ def _probe_cuda() -> tuple[ModuleType | None, str, dict[str, Any]]:
     details: dict[str, Any] = {"driver": None, "devices": []}
     mod = native()
     if mod is None:
-        return None, f"the native module pygpukit._native is missing or incomplete ({_native_error})", details
+        return (
+            None,
+            f"the native module pygpukit._native is missing or incomplete ({_native_error})",
+            details,
+        )
     try:
         driver = mod.load_driver([c.path for c in library_candidates("cuda")])
         details["driver"] = driver
@@ -90,7 +94,11 @@ def _probe_cuda() -> tuple[ModuleType | None, str, dict[str, Any]]:
     try:
         cuda = importlib.import_module("pygpukit.backend.cuda")
     except Exception as exc:  # reported as the reason for the fallback
-        return None, f"the CUDA backend module failed to import ({type(exc).__name__}: {exc})", details
+        return (
+            None,
+            f"the CUDA backend module failed to import ({type(exc).__name__}: {exc})",
+            details,
+        )
     return cuda, "", details
 
 
