@@ -6,6 +6,7 @@
 //! backend), and [`fake_backend::FakeBackend`] implements for tests.
 
 pub mod backend;
+pub mod dispatch;
 pub mod events;
 pub mod evict;
 pub mod fake_backend;
@@ -13,4 +14,5 @@ pub mod host_backend;
 pub mod limits;
 pub mod pinned;
 pub mod pool;
+pub mod runtime;
 pub mod stats;

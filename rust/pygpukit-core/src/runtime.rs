@@ -1,0 +1,375 @@
+//! The process-wide registry: one pool per device plus the host pool (device
+//! -1, the CPU backend), the dispatch controller, and settings that apply to
+//! pools created later (the global limit, partition quotas and names).
+//!
+//! Block and graph-region ids carry their pool in their high bits
+//! (`pool::ID_BITS`), so `free`/`touch` find the pool without a lookup table.
+
+use crate::backend::{BackendError, DeviceBackend, Stream};
+use crate::dispatch::DispatchController;
+use crate::host_backend::HostBackend;
+use crate::limits::{current_partition, LimitSpec, PartitionId};
+use crate::pool::{
+    AllocError, AllocOptions, BlockRef, DevicePool, GraphPoolId, PoolError, ID_BITS,
+};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// The CPU backend's device number.
+pub const HOST_DEVICE: i32 = -1;
+const HOST_PREFIX: u64 = 1;
+
+/// Errors of registry calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RuntimeError {
+    NoBackend(i32),
+    AlreadyRegistered,
+    Pool(PoolError),
+}
+
+impl From<PoolError> for RuntimeError {
+    fn from(e: PoolError) -> Self {
+        RuntimeError::Pool(e)
+    }
+}
+
+impl From<BackendError> for RuntimeError {
+    fn from(e: BackendError) -> Self {
+        RuntimeError::Pool(PoolError::Backend(e))
+    }
+}
+
+#[derive(Default)]
+struct Settings {
+    limit: Option<LimitSpec>,
+    partition_limits: HashMap<PartitionId, Option<u64>>,
+    partition_names: HashMap<PartitionId, String>,
+    next_partition: PartitionId,
+}
+
+/// The registered device backend and one pool per device.
+struct Devices {
+    backend: Arc<dyn DeviceBackend>,
+    pools: Vec<Mutex<DevicePool>>,
+}
+
+/// See the module documentation.
+pub struct Runtime {
+    host: Mutex<DevicePool>,
+    devices: OnceLock<Devices>,
+    dispatch: DispatchController,
+    settings: Mutex<Settings>,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn lock(pool: &Mutex<DevicePool>) -> MutexGuard<'_, DevicePool> {
+    // A panic inside the pool is a bug; the pool's state is still consistent
+    // between calls, so keep serving rather than poisoning the process.
+    pool.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Runtime {
+    pub fn new() -> Self {
+        Self {
+            host: Mutex::new(DevicePool::new(
+                HOST_DEVICE,
+                Arc::new(HostBackend::new()),
+                HOST_PREFIX,
+            )),
+            devices: OnceLock::new(),
+            dispatch: DispatchController::new(),
+            settings: Mutex::new(Settings {
+                next_partition: 1,
+                ..Settings::default()
+            }),
+        }
+    }
+
+    fn settings(&self) -> MutexGuard<'_, Settings> {
+        self.settings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers the device backend for devices `[0, count)`. Once per process.
+    pub fn register_backend(
+        &self,
+        backend: Arc<dyn DeviceBackend>,
+        count: i32,
+    ) -> Result<(), RuntimeError> {
+        let pools = (0..count.max(0))
+            .map(|d| Mutex::new(DevicePool::new(d, backend.clone(), d as u64 + 2)))
+            .collect();
+        self.devices
+            .set((backend, pools))
+            .map_err(|_| RuntimeError::AlreadyRegistered)?;
+        let settings = self.settings();
+        for pool in self.device_pools() {
+            let mut p = lock(pool);
+            apply_settings(&mut p, &settings)?;
+        }
+        Ok(())
+    }
+
+    fn device_pools(&self) -> &[Mutex<DevicePool>] {
+        self.devices
+            .get()
+            .map_or(&[], |(_, pools)| pools.as_slice())
+    }
+
+    /// Devices with a registered backend (0 before registration).
+    pub fn device_count(&self) -> i32 {
+        self.device_pools().len() as i32
+    }
+
+    /// The backend of `device` (the host backend for [`HOST_DEVICE`]).
+    pub fn backend(&self, device: i32) -> Result<Arc<dyn DeviceBackend>, RuntimeError> {
+        if device == HOST_DEVICE {
+            return Ok(lock(&self.host).backend().clone());
+        }
+        match self.devices.get() {
+            Some((backend, pools)) if (device as usize) < pools.len() && device >= 0 => {
+                Ok(backend.clone())
+            }
+            _ => Err(RuntimeError::NoBackend(device)),
+        }
+    }
+
+    /// The pool of `device`.
+    pub fn pool(&self, device: i32) -> Result<MutexGuard<'_, DevicePool>, RuntimeError> {
+        if device == HOST_DEVICE {
+            return Ok(lock(&self.host));
+        }
+        let pools = self.device_pools();
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| pools.get(d))
+            .map(lock)
+            .ok_or(RuntimeError::NoBackend(device))
+    }
+
+    /// Every pool that exists: the host pool first, then devices.
+    pub fn devices(&self) -> Vec<i32> {
+        std::iter::once(HOST_DEVICE)
+            .chain(0..self.device_count())
+            .collect()
+    }
+
+    fn pool_of_id(&self, id: u64) -> Result<MutexGuard<'_, DevicePool>, RuntimeError> {
+        let prefix = id >> ID_BITS;
+        let unknown = RuntimeError::Pool(PoolError::UnknownBlock(id));
+        match prefix {
+            HOST_PREFIX => Ok(lock(&self.host)),
+            0 => Err(unknown),
+            p => self
+                .device_pools()
+                .get((p - 2) as usize)
+                .map(lock)
+                .ok_or(unknown),
+        }
+    }
+
+    /// A block on `device`, charged to the calling thread's current partition.
+    pub fn alloc(
+        &self,
+        device: i32,
+        nbytes: u64,
+        stream: Stream,
+        options: AllocOptions,
+    ) -> Result<BlockRef, RuntimeError> {
+        self.alloc_in(device, nbytes, stream, options, current_partition())
+    }
+
+    /// A block on `device`, charged to `partition`.
+    pub fn alloc_in(
+        &self,
+        device: i32,
+        nbytes: u64,
+        stream: Stream,
+        options: AllocOptions,
+        partition: PartitionId,
+    ) -> Result<BlockRef, RuntimeError> {
+        let mut pool = self.pool(device)?;
+        pool.alloc(nbytes, stream, options, partition)
+            .map_err(|e: AllocError| RuntimeError::Pool(PoolError::Alloc(e)))
+    }
+
+    pub fn free(&self, id: u64, stream: Stream) -> Result<(), RuntimeError> {
+        Ok(self.pool_of_id(id)?.free(id, stream)?)
+    }
+
+    pub fn touch(&self, id: u64, stream: Stream) -> Result<BlockRef, RuntimeError> {
+        Ok(self.pool_of_id(id)?.touch(id, stream)?)
+    }
+
+    pub fn graph_begin(&self, device: i32, stream: Stream) -> Result<GraphPoolId, RuntimeError> {
+        Ok(self.pool(device)?.graph_begin(stream)?)
+    }
+
+    pub fn graph_end(&self, graph: GraphPoolId) -> Result<(), RuntimeError> {
+        let mut pool = self
+            .pool_of_id(graph)
+            .map_err(|_| PoolError::UnknownGraphPool(graph))?;
+        Ok(pool.graph_end(graph)?)
+    }
+
+    pub fn graph_release(&self, graph: GraphPoolId) -> Result<(), RuntimeError> {
+        let mut pool = self
+            .pool_of_id(graph)
+            .map_err(|_| PoolError::UnknownGraphPool(graph))?;
+        Ok(pool.graph_release(graph)?)
+    }
+
+    /// Sets the global limit of one device, or (with `None`) of every pool,
+    /// present and future.
+    pub fn set_limit(
+        &self,
+        spec: Option<LimitSpec>,
+        device: Option<i32>,
+    ) -> Result<(), RuntimeError> {
+        match device {
+            Some(d) => {
+                let mut pool = self.pool(d)?;
+                let limit = resolve(&pool, spec)?;
+                Ok(pool.set_limit(limit)?)
+            }
+            None => {
+                self.settings().limit = spec;
+                for d in self.devices() {
+                    let mut pool = self.pool(d)?;
+                    let limit = resolve(&pool, spec)?;
+                    pool.set_limit(limit)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A new partition named `name`, with an optional quota in bytes on every device.
+    pub fn create_partition(
+        &self,
+        name: &str,
+        limit: Option<u64>,
+    ) -> Result<PartitionId, RuntimeError> {
+        let id = {
+            let mut s = self.settings();
+            let id = s.next_partition;
+            s.next_partition += 1;
+            s.partition_names.insert(id, name.to_string());
+            id
+        };
+        self.set_partition_limit(id, limit)?;
+        Ok(id)
+    }
+
+    pub fn set_partition_limit(
+        &self,
+        partition: PartitionId,
+        limit: Option<u64>,
+    ) -> Result<(), RuntimeError> {
+        self.settings().partition_limits.insert(partition, limit);
+        for d in self.devices() {
+            self.pool(d)?.set_partition_limit(partition, limit);
+        }
+        Ok(())
+    }
+
+    pub fn partition_name(&self, partition: PartitionId) -> Option<String> {
+        self.settings().partition_names.get(&partition).cloned()
+    }
+
+    /// Releases cached memory of one device, or of every pool.
+    pub fn empty_cache(&self, device: Option<i32>) -> Result<u64, RuntimeError> {
+        let devices = device.map_or_else(|| self.devices(), |d| vec![d]);
+        let mut released = 0;
+        for d in devices {
+            released += self.pool(d)?.empty_cache()?;
+        }
+        Ok(released)
+    }
+
+    pub fn dispatch(&self) -> &DispatchController {
+        &self.dispatch
+    }
+}
+
+fn resolve(pool: &DevicePool, spec: Option<LimitSpec>) -> Result<Option<u64>, BackendError> {
+    match spec {
+        None => Ok(None),
+        Some(LimitSpec::Bytes(b)) => Ok(Some(b)),
+        Some(s) => {
+            let (_, total) = pool.backend().mem_get_info(pool.device())?;
+            Ok(Some(s.resolve(total)))
+        }
+    }
+}
+
+fn apply_settings(pool: &mut DevicePool, settings: &Settings) -> Result<(), BackendError> {
+    let limit = resolve(pool, settings.limit)?;
+    pool.set_limit(limit)?;
+    for (&p, &l) in &settings.partition_limits {
+        pool.set_partition_limit(p, l);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_backend::FakeBackend;
+
+    #[test]
+    fn host_pool_works_before_any_backend_and_ids_find_their_pool() {
+        let rt = Runtime::new();
+        assert_eq!(
+            rt.alloc(0, 10, 0, AllocOptions::default()).unwrap_err(),
+            RuntimeError::NoBackend(0)
+        );
+        let h = rt
+            .alloc(HOST_DEVICE, 100, 0, AllocOptions::default())
+            .unwrap();
+        let fake = Arc::new(FakeBackend::new(1 << 30));
+        rt.set_limit(Some(LimitSpec::Fraction(0.5)), None).unwrap();
+        rt.register_backend(fake.clone(), 2).unwrap();
+        assert_eq!(
+            rt.register_backend(fake.clone(), 2).unwrap_err(),
+            RuntimeError::AlreadyRegistered
+        );
+        assert_eq!(
+            rt.pool(1).unwrap().limit(),
+            Some(1 << 29),
+            "limit set before registration applies"
+        );
+        let d = rt.alloc(1, 100, 0, AllocOptions::default()).unwrap();
+        rt.touch(d.id, 0).unwrap();
+        rt.free(d.id, 0).unwrap();
+        rt.free(h.id, 0).unwrap();
+        assert!(rt.free(h.id, 0).is_err());
+        assert_eq!(rt.pool(1).unwrap().stats().free_count, 1);
+        assert_eq!(
+            rt.empty_cache(None).unwrap(),
+            4 << 20,
+            "one small segment on the host, one on device 1"
+        );
+    }
+
+    #[test]
+    fn partitions_are_named_and_charged_on_every_pool() {
+        let rt = Runtime::new();
+        let p = rt.create_partition("inference", Some(1 << 20)).unwrap();
+        assert_eq!(rt.partition_name(p).as_deref(), Some("inference"));
+        let a = rt
+            .alloc_in(HOST_DEVICE, 1 << 20, 0, AllocOptions::default(), p)
+            .unwrap();
+        let err = rt
+            .alloc_in(HOST_DEVICE, 1, 0, AllocOptions::default(), p)
+            .unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::Pool(PoolError::Alloc(AllocError { partition: Some(id), .. })) if id == p)
+        );
+        rt.free(a.id, 0).unwrap();
+    }
+}
