@@ -104,7 +104,7 @@ impl Runtime {
             .map(|d| Mutex::new(DevicePool::new(d, backend.clone(), d as u64 + 2)))
             .collect();
         self.devices
-            .set((backend, pools))
+            .set(Devices { backend, pools })
             .map_err(|_| RuntimeError::AlreadyRegistered)?;
         let settings = self.settings();
         for pool in self.device_pools() {
@@ -115,9 +115,7 @@ impl Runtime {
     }
 
     fn device_pools(&self) -> &[Mutex<DevicePool>] {
-        self.devices
-            .get()
-            .map_or(&[], |(_, pools)| pools.as_slice())
+        self.devices.get().map_or(&[], |d| d.pools.as_slice())
     }
 
     /// Devices with a registered backend (0 before registration).
@@ -131,9 +129,7 @@ impl Runtime {
             return Ok(lock(&self.host).backend().clone());
         }
         match self.devices.get() {
-            Some((backend, pools)) if (device as usize) < pools.len() && device >= 0 => {
-                Ok(backend.clone())
-            }
+            Some(d) if device >= 0 && (device as usize) < d.pools.len() => Ok(d.backend.clone()),
             _ => Err(RuntimeError::NoBackend(device)),
         }
     }
