@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import pygpukit as gp
 from pygpukit import _indexing
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 shapes = st.lists(st.integers(0, 5), min_size=0, max_size=4).map(tuple)
 

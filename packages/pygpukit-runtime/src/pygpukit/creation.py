@@ -240,9 +240,9 @@ def from_numpy(array: np.ndarray, device: int | None = None, stream: Any = None)
             f"from_numpy() expects a numpy.ndarray, got {type(array).__name__}; "
             "use gp.asarray() for other objects"
         )
-    dt = normalize(array.dtype)
     if array.dtype.byteorder == ">":
-        array = array.astype(dt)
+        array = array.astype(array.dtype.newbyteorder("="))
+    normalize(array.dtype)  # TypeError for unsupported dtypes
     b = _backend()
     impl = b.from_numpy(array, _target(b, device), _stream_impl(stream), stream is None)
     return _wrap(impl, b)
