@@ -15,4 +15,5 @@ pub mod limits;
 pub mod pinned;
 pub mod pool;
 pub mod runtime;
+pub mod scheduler;
 pub mod stats;

@@ -40,7 +40,10 @@ pub struct Amounts {
 }
 
 impl Amounts {
-    pub const ZERO: Amounts = Amounts { memory: 0, compute: 0 };
+    pub const ZERO: Amounts = Amounts {
+        memory: 0,
+        compute: 0,
+    };
 
     pub fn new(memory: u64, compute: ComputeUnits) -> Self {
         Amounts { memory, compute }
@@ -69,21 +72,45 @@ pub enum Bound {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AdmissionError {
     /// `requested` of `resource` is more than the `available` amount that `bound` leaves.
-    Short { resource: Resource, requested: u64, available: u64, capacity: u64, bound: Bound },
+    Short {
+        resource: Resource,
+        requested: u64,
+        available: u64,
+        capacity: u64,
+        bound: Bound,
+    },
     /// An owner asked for a request above its own limit.
-    LimitBelowRequest { resource: Resource, request: u64, limit: u64 },
+    LimitBelowRequest {
+        resource: Resource,
+        request: u64,
+        limit: u64,
+    },
     UnknownOwner(OwnerId),
     DuplicateOwner(OwnerId),
     /// The owner still holds claims; release them before removing it.
-    Busy { owner: OwnerId, held: Amounts },
+    Busy {
+        owner: OwnerId,
+        held: Amounts,
+    },
     /// A release of more than the owner holds: a bookkeeping bug in the caller.
-    ReleaseExceedsHeld { owner: OwnerId, resource: Resource, released: u64, held: u64 },
+    ReleaseExceedsHeld {
+        owner: OwnerId,
+        resource: Resource,
+        released: u64,
+        held: u64,
+    },
 }
 
 impl fmt::Display for AdmissionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
-            AdmissionError::Short { resource, requested, available, capacity, bound } => {
+            AdmissionError::Short {
+                resource,
+                requested,
+                available,
+                capacity,
+                bound,
+            } => {
                 let (need, have, cap) = (
                     format_amount(resource, requested),
                     format_amount(resource, available),
@@ -103,10 +130,14 @@ impl fmt::Display for AdmissionError {
                     ),
                 }
             }
-            AdmissionError::LimitBelowRequest { resource, request, limit } => write!(
+            AdmissionError::LimitBelowRequest {
+                resource,
+                request,
+                limit,
+            } => write!(
                 f,
-                "the {resource} request ({}) is above the {resource} limit ({}); a request must not \
-                 exceed its limit",
+                "the {resource} request ({}) is above the {resource} limit ({}); a request must \
+                 not exceed its limit",
                 format_amount(resource, request),
                 format_amount(resource, limit)
             ),
@@ -119,7 +150,12 @@ impl fmt::Display for AdmissionError {
                 format_amount(Resource::Memory, held.memory),
                 format_amount(Resource::Compute, held.compute)
             ),
-            AdmissionError::ReleaseExceedsHeld { owner, resource, released, held } => write!(
+            AdmissionError::ReleaseExceedsHeld {
+                owner,
+                resource,
+                released,
+                held,
+            } => write!(
                 f,
                 "owner {owner} released {released} of {resource} but holds only {held}: \
                  claims and releases do not pair up"
@@ -157,7 +193,10 @@ pub struct AdmissionController {
 
 impl AdmissionController {
     pub fn new(capacity: Amounts) -> Self {
-        AdmissionController { capacity, owners: BTreeMap::new() }
+        AdmissionController {
+            capacity,
+            owners: BTreeMap::new(),
+        }
     }
 
     pub fn capacity(&self) -> Amounts {
@@ -186,7 +225,11 @@ impl AdmissionController {
     }
 
     fn committed_of(&self, r: Resource, except: Option<OwnerId>) -> u64 {
-        self.owners.iter().filter(|(id, _)| Some(**id) != except).map(|(_, o)| o.committed(r)).sum()
+        self.owners
+            .iter()
+            .filter(|(id, _)| Some(**id) != except)
+            .map(|(_, o)| o.committed(r))
+            .sum()
     }
 
     /// Registers an owner, reserving `request` for it; `limit` of `None` means the device.
@@ -198,7 +241,14 @@ impl AdmissionController {
     ) -> Result<(), AdmissionError> {
         self.check_owner(id, request, limit)?;
         let limit = limit.unwrap_or(self.capacity);
-        self.owners.insert(id, OwnerBooks { request, limit, held: Amounts::ZERO });
+        self.owners.insert(
+            id,
+            OwnerBooks {
+                request,
+                limit,
+                held: Amounts::ZERO,
+            },
+        );
         Ok(())
     }
 
@@ -216,7 +266,11 @@ impl AdmissionController {
             let (req, cap) = (request.get(r), self.capacity.get(r));
             if let Some(limit) = limit {
                 if req > limit.get(r) {
-                    return Err(AdmissionError::LimitBelowRequest { resource: r, request: req, limit: limit.get(r) });
+                    return Err(AdmissionError::LimitBelowRequest {
+                        resource: r,
+                        request: req,
+                        limit: limit.get(r),
+                    });
                 }
             }
             let available = cap.saturating_sub(self.committed_of(r, None));
@@ -235,21 +289,37 @@ impl AdmissionController {
 
     /// Removes an owner that holds nothing, giving its reservation back.
     pub fn remove_owner(&mut self, id: OwnerId) -> Result<OwnerBooks, AdmissionError> {
-        let books = self.owners.get(&id).ok_or(AdmissionError::UnknownOwner(id))?;
+        let books = self
+            .owners
+            .get(&id)
+            .ok_or(AdmissionError::UnknownOwner(id))?;
         if books.held != Amounts::ZERO {
-            return Err(AdmissionError::Busy { owner: id, held: books.held });
+            return Err(AdmissionError::Busy {
+                owner: id,
+                held: books.held,
+            });
         }
         Ok(self.owners.remove(&id).expect("checked above"))
     }
 
     /// How much more of `r` owner `id` could claim now.
     pub fn headroom(&self, id: OwnerId, r: Resource) -> Result<(u64, Bound), AdmissionError> {
-        let o = self.owners.get(&id).ok_or(AdmissionError::UnknownOwner(id))?;
+        let o = self
+            .owners
+            .get(&id)
+            .ok_or(AdmissionError::UnknownOwner(id))?;
         let held = o.held.get(r);
-        let under_limit = o.limit.get(r).min(self.capacity.get(r)).saturating_sub(held);
+        let under_limit = o
+            .limit
+            .get(r)
+            .min(self.capacity.get(r))
+            .saturating_sub(held);
         let others = self.committed_of(r, Some(id));
         // Its own reservation is always there; beyond it, only what nobody committed.
-        let ceiling = o.request.get(r).max(self.capacity.get(r).saturating_sub(others));
+        let ceiling = o
+            .request
+            .get(r)
+            .max(self.capacity.get(r).saturating_sub(others));
         let under_capacity = ceiling.saturating_sub(held);
         Ok(if under_limit <= under_capacity {
             (under_limit, Bound::OwnerLimit)
@@ -287,7 +357,10 @@ impl AdmissionController {
 
     /// Gives back part of what owner `id` holds.
     pub fn release(&mut self, id: OwnerId, amounts: Amounts) -> Result<(), AdmissionError> {
-        let o = self.owners.get_mut(&id).ok_or(AdmissionError::UnknownOwner(id))?;
+        let o = self
+            .owners
+            .get_mut(&id)
+            .ok_or(AdmissionError::UnknownOwner(id))?;
         for r in RESOURCES {
             if amounts.get(r) > o.held.get(r) {
                 return Err(AdmissionError::ReleaseExceedsHeld {
@@ -318,7 +391,8 @@ mod tests {
     #[test]
     fn requests_beyond_capacity_are_refused_with_what_is_short() {
         let mut a = device();
-        a.add_owner(1, Amounts::new(6 * GIB, 500_000), None).unwrap();
+        a.add_owner(1, Amounts::new(6 * GIB, 500_000), None)
+            .unwrap();
         let err = a.add_owner(2, Amounts::new(4 * GIB, 0), None).unwrap_err();
         assert_eq!(
             err,
@@ -331,16 +405,29 @@ mod tests {
             }
         );
         let text = err.to_string();
-        assert!(text.contains("memory short") && text.contains("4.0 GiB") && text.contains("2.0 GiB"), "{text}");
-        let err = a.add_owner(3, Amounts::new(GIB, 600_000), None).unwrap_err();
-        assert!(matches!(err, AdmissionError::Short { resource: Resource::Compute, available: 500_000, .. }));
+        assert!(
+            text.contains("memory short") && text.contains("4.0 GiB") && text.contains("2.0 GiB"),
+            "{text}"
+        );
+        let err = a
+            .add_owner(3, Amounts::new(GIB, 600_000), None)
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            AdmissionError::Short {
+                resource: Resource::Compute,
+                available: 500_000,
+                ..
+            }
+        ));
         assert!(err.to_string().contains("50.0%"), "{err}");
     }
 
     #[test]
     fn a_reservation_is_held_back_for_its_owner() {
         let mut a = device();
-        a.add_owner(1, Amounts::new(6 * GIB, 0), Some(Amounts::new(6 * GIB, 0))).unwrap();
+        a.add_owner(1, Amounts::new(6 * GIB, 0), Some(Amounts::new(6 * GIB, 0)))
+            .unwrap();
         a.add_owner(2, Amounts::ZERO, None).unwrap();
         // The best-effort owner can burst only into the 2 GiB nobody reserved.
         assert!(a.claim(2, Amounts::new(3 * GIB, 0)).is_err());
@@ -348,7 +435,14 @@ mod tests {
         // ...and the owner of the reservation still gets all of it.
         a.claim(1, Amounts::new(6 * GIB, 0)).unwrap();
         let err = a.claim(1, Amounts::new(1, 0)).unwrap_err();
-        assert!(matches!(err, AdmissionError::Short { bound: Bound::OwnerLimit, available: 0, .. }));
+        assert!(matches!(
+            err,
+            AdmissionError::Short {
+                bound: Bound::OwnerLimit,
+                available: 0,
+                ..
+            }
+        ));
         assert_eq!(a.committed(), Amounts::new(8 * GIB, 0));
     }
 
@@ -357,26 +451,48 @@ mod tests {
         let mut a = device();
         a.add_owner(1, Amounts::ZERO, None).unwrap();
         a.claim(1, Amounts::new(GIB, 10)).unwrap();
-        assert!(matches!(a.remove_owner(1), Err(AdmissionError::Busy { owner: 1, .. })));
+        assert!(matches!(
+            a.remove_owner(1),
+            Err(AdmissionError::Busy { owner: 1, .. })
+        ));
         assert!(matches!(
             a.release(1, Amounts::new(2 * GIB, 0)),
-            Err(AdmissionError::ReleaseExceedsHeld { resource: Resource::Memory, .. })
+            Err(AdmissionError::ReleaseExceedsHeld {
+                resource: Resource::Memory,
+                ..
+            })
         ));
         a.release(1, Amounts::new(GIB, 10)).unwrap();
         assert_eq!(a.remove_owner(1).unwrap().request, Amounts::ZERO);
         assert_eq!(a.remove_owner(1), Err(AdmissionError::UnknownOwner(1)));
         assert!(matches!(
             a.add_owner(4, Amounts::new(2, 0), Some(Amounts::new(1, 0))),
-            Err(AdmissionError::LimitBelowRequest { request: 2, limit: 1, .. })
+            Err(AdmissionError::LimitBelowRequest {
+                request: 2,
+                limit: 1,
+                ..
+            })
         ));
     }
 
     #[derive(Clone, Debug)]
     enum Op {
-        Add { id: u64, request: (u64, u64), limit: Option<(u64, u64)> },
-        Remove { id: u64 },
-        Claim { id: u64, amount: (u64, u64) },
-        Release { id: u64, amount: (u64, u64) },
+        Add {
+            id: u64,
+            request: (u64, u64),
+            limit: Option<(u64, u64)>,
+        },
+        Remove {
+            id: u64,
+        },
+        Claim {
+            id: u64,
+            amount: (u64, u64),
+        },
+        Release {
+            id: u64,
+            amount: (u64, u64),
+        },
     }
 
     fn op() -> impl Strategy<Value = Op> {

@@ -31,16 +31,26 @@ pub struct PacingConfig {
 impl PacingConfig {
     /// The default of a class: unpaced, with lower classes yielding to higher ones.
     pub fn default_for(class: QosClass) -> Self {
-        PacingConfig { rate: 1.0, burst_ns: 20_000_000, yield_to_higher: class != QosClass::Guaranteed }
+        PacingConfig {
+            rate: 1.0,
+            burst_ns: 20_000_000,
+            yield_to_higher: class != QosClass::Guaranteed,
+        }
     }
 
     /// Checks the rate and burst; the message says what to change.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.rate > 0.0 && self.rate <= 1.0) {
-            return Err(format!("a pacing rate is a share of device time in (0, 1], got {}", self.rate));
+            return Err(format!(
+                "a pacing rate is a share of device time in (0, 1], got {}",
+                self.rate
+            ));
         }
         if self.burst_ns == 0 {
-            return Err("a pacing burst must be positive (it is the most kernel time spent at once)".to_owned());
+            return Err(
+                "a pacing burst must be positive (it is the most kernel time spent at once)"
+                    .to_owned(),
+            );
         }
         Ok(())
     }
@@ -67,7 +77,12 @@ pub struct TokenBucket {
 impl TokenBucket {
     pub fn new(config: PacingConfig, now: Nanos) -> Self {
         let capacity = (u128::from(config.burst_ns) * SCALE) as i128;
-        TokenBucket { rate: config.rate_units(), capacity, tokens: capacity, last: now }
+        TokenBucket {
+            rate: config.rate_units(),
+            capacity,
+            tokens: capacity,
+            last: now,
+        }
     }
 
     fn refill(&mut self, now: Nanos) {
@@ -136,9 +151,15 @@ pub enum PacingError {
 impl std::fmt::Display for PacingError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            PacingError::UnknownPartition(id) => write!(f, "partition {id} is not registered with the pacer"),
+            PacingError::UnknownPartition(id) => {
+                write!(f, "partition {id} is not registered with the pacer")
+            }
             PacingError::NothingPending(id) => {
-                write!(f, "partition {id} has no pending work to complete or withdraw: enqueue and complete must pair up")
+                write!(
+                    f,
+                    "partition {id} has no pending work to complete or withdraw: enqueue and \
+                     complete must pair up"
+                )
             }
             PacingError::InvalidConfig(why) => write!(f, "invalid pacing: {why}"),
         }
@@ -180,7 +201,16 @@ impl Pacer {
         config.validate().map_err(PacingError::InvalidConfig)?;
         let pending = self.lanes.get(&id).map_or(0, |l| l.pending);
         let estimate_ns = self.lanes.get(&id).map_or(0, |l| l.estimate_ns);
-        self.lanes.insert(id, Lane { class, config, bucket: TokenBucket::new(config, now), pending, estimate_ns });
+        self.lanes.insert(
+            id,
+            Lane {
+                class,
+                config,
+                bucket: TokenBucket::new(config, now),
+                pending,
+                estimate_ns,
+            },
+        );
         Ok(())
     }
 
@@ -197,32 +227,62 @@ impl Pacer {
     /// A queued launch was withdrawn without running.
     pub fn withdraw(&mut self, id: PartitionId) -> Result<(), PacingError> {
         let lane = self.lane(id)?;
-        lane.pending = lane.pending.checked_sub(1).ok_or(PacingError::NothingPending(id))?;
+        lane.pending = lane
+            .pending
+            .checked_sub(1)
+            .ok_or(PacingError::NothingPending(id))?;
         Ok(())
     }
 
     /// May partition `id` issue its next launch now?
-    pub fn try_launch(&mut self, id: PartitionId, now: Nanos) -> Result<Result<Ticket, Hold>, PacingError> {
-        let lane = self.lanes.get(&id).ok_or(PacingError::UnknownPartition(id))?;
+    pub fn try_launch(
+        &mut self,
+        id: PartitionId,
+        now: Nanos,
+    ) -> Result<Result<Ticket, Hold>, PacingError> {
+        let lane = self
+            .lanes
+            .get(&id)
+            .ok_or(PacingError::UnknownPartition(id))?;
         if lane.config.yield_to_higher {
-            let busy_higher = self.lanes.values().filter(|l| l.class > lane.class && l.pending > 0).map(|l| l.class).max();
+            let busy_higher = self
+                .lanes
+                .values()
+                .filter(|l| l.class > lane.class && l.pending > 0)
+                .map(|l| l.class)
+                .max();
             if let Some(class) = busy_higher {
                 return Ok(Err(Hold::HigherClassPending(class)));
             }
         }
         let lane = self.lane(id)?;
         Ok(match lane.bucket.try_acquire(lane.estimate_ns, now) {
-            Ok(granted_ns) => Ok(Ticket { partition: id, granted_ns }),
+            Ok(granted_ns) => Ok(Ticket {
+                partition: id,
+                granted_ns,
+            }),
             Err(ready_at) => Err(Hold::RateLimited { ready_at }),
         })
     }
 
     /// A granted launch finished after `measured_ns` of kernel time.
-    pub fn complete(&mut self, ticket: Ticket, measured_ns: Nanos, now: Nanos) -> Result<(), PacingError> {
+    pub fn complete(
+        &mut self,
+        ticket: Ticket,
+        measured_ns: Nanos,
+        now: Nanos,
+    ) -> Result<(), PacingError> {
         let lane = self.lane(ticket.partition)?;
-        lane.pending = lane.pending.checked_sub(1).ok_or(PacingError::NothingPending(ticket.partition))?;
+        lane.pending = lane
+            .pending
+            .checked_sub(1)
+            .ok_or(PacingError::NothingPending(ticket.partition))?;
         lane.bucket.settle(ticket.granted_ns, measured_ns, now);
-        lane.estimate_ns = if lane.estimate_ns == 0 { measured_ns } else { (3 * lane.estimate_ns + measured_ns) / 4 };
+        lane.estimate_ns = if lane.estimate_ns == 0 {
+            measured_ns
+        } else {
+            (3 * lane.estimate_ns + measured_ns) / 4
+        };
         Ok(())
     }
 
@@ -232,7 +292,9 @@ impl Pacer {
     }
 
     fn lane(&mut self, id: PartitionId) -> Result<&mut Lane, PacingError> {
-        self.lanes.get_mut(&id).ok_or(PacingError::UnknownPartition(id))
+        self.lanes
+            .get_mut(&id)
+            .ok_or(PacingError::UnknownPartition(id))
     }
 }
 
@@ -244,7 +306,11 @@ mod tests {
     const MS: Nanos = 1_000_000;
 
     fn config(rate: f64, burst_ns: Nanos) -> PacingConfig {
-        PacingConfig { rate, burst_ns, yield_to_higher: true }
+        PacingConfig {
+            rate,
+            burst_ns,
+            yield_to_higher: true,
+        }
     }
 
     #[test]
@@ -267,25 +333,52 @@ mod tests {
     #[test]
     fn lower_classes_yield_while_higher_have_work_pending() {
         let mut p = Pacer::default();
-        p.register(1, QosClass::Guaranteed, PacingConfig::default_for(QosClass::Guaranteed), 0).unwrap();
-        p.register(2, QosClass::BestEffort, PacingConfig::default_for(QosClass::BestEffort), 0).unwrap();
+        p.register(
+            1,
+            QosClass::Guaranteed,
+            PacingConfig::default_for(QosClass::Guaranteed),
+            0,
+        )
+        .unwrap();
+        p.register(
+            2,
+            QosClass::BestEffort,
+            PacingConfig::default_for(QosClass::BestEffort),
+            0,
+        )
+        .unwrap();
         let mut stubborn = PacingConfig::default_for(QosClass::Burstable);
         stubborn.yield_to_higher = false;
         p.register(3, QosClass::Burstable, stubborn, 0).unwrap();
         p.enqueue(1).unwrap();
         p.enqueue(2).unwrap();
         p.enqueue(3).unwrap();
-        assert_eq!(p.try_launch(2, 0).unwrap(), Err(Hold::HigherClassPending(QosClass::Guaranteed)));
-        let burstable = p.try_launch(3, 0).unwrap().expect("a partition that does not yield is paced only by rate");
+        assert_eq!(
+            p.try_launch(2, 0).unwrap(),
+            Err(Hold::HigherClassPending(QosClass::Guaranteed))
+        );
+        let burstable = p
+            .try_launch(3, 0)
+            .unwrap()
+            .expect("a partition that does not yield is paced only by rate");
         let ticket = p.try_launch(1, 0).unwrap().unwrap();
         p.complete(ticket, 2 * MS, 2 * MS).unwrap();
-        assert_eq!(p.try_launch(2, 2 * MS).unwrap(), Err(Hold::HigherClassPending(QosClass::Burstable)));
+        assert_eq!(
+            p.try_launch(2, 2 * MS).unwrap(),
+            Err(Hold::HigherClassPending(QosClass::Burstable))
+        );
         p.complete(burstable, MS, 2 * MS).unwrap();
         let ticket = p.try_launch(2, 2 * MS).unwrap().unwrap();
-        assert_eq!(ticket.granted_ns, 0, "no measurement yet: nothing to estimate from");
+        assert_eq!(
+            ticket.granted_ns, 0,
+            "no measurement yet: nothing to estimate from"
+        );
         p.complete(ticket, 5 * MS, 7 * MS).unwrap();
         assert_eq!(p.pending(2), Some(0));
-        assert_eq!(p.complete(ticket, 1, 8 * MS), Err(PacingError::NothingPending(2)));
+        assert_eq!(
+            p.complete(ticket, 1, 8 * MS),
+            Err(PacingError::NothingPending(2))
+        );
         assert_eq!(p.enqueue(9), Err(PacingError::UnknownPartition(9)));
         p.unregister(2);
         assert_eq!(p.pending(2), None);

@@ -24,10 +24,12 @@ impl ComputeShare {
     pub fn units(self, total_sms: Option<u32>) -> Result<ComputeUnits, PartitionError> {
         match self {
             ComputeShare::None => Ok(0),
-            ComputeShare::Fraction(f) if f > 0.0 && f <= 1.0 => Ok((f * WHOLE_DEVICE as f64).ceil() as u64),
-            ComputeShare::Fraction(f) => {
-                Err(PartitionError::InvalidSpec(format!("a compute fraction must lie in (0, 1], got {f}")))
+            ComputeShare::Fraction(f) if f > 0.0 && f <= 1.0 => {
+                Ok((f * WHOLE_DEVICE as f64).ceil() as u64)
             }
+            ComputeShare::Fraction(f) => Err(PartitionError::InvalidSpec(format!(
+                "a compute fraction must lie in (0, 1], got {f}"
+            ))),
             ComputeShare::Sms(n) => match total_sms {
                 None => Err(PartitionError::InvalidSpec(format!(
                     "a share of {n} SMs needs the device's SM count; give PartitionConfig a total_sms \
@@ -59,7 +61,13 @@ pub struct PartitionSpec {
 
 impl Default for PartitionSpec {
     fn default() -> Self {
-        PartitionSpec { memory_request: 0, memory_limit: None, compute: ComputeShare::None, priority: 0, pacing: None }
+        PartitionSpec {
+            memory_request: 0,
+            memory_limit: None,
+            compute: ComputeShare::None,
+            priority: 0,
+            pacing: None,
+        }
     }
 }
 
@@ -89,13 +97,18 @@ pub struct Partition {
 impl Partition {
     /// The pacing in force: the partition's own or its class's default.
     pub fn pacing(&self) -> PacingConfig {
-        self.spec.pacing.unwrap_or_else(|| PacingConfig::default_for(self.qos))
+        self.spec
+            .pacing
+            .unwrap_or_else(|| PacingConfig::default_for(self.qos))
     }
 
     /// SMs to give a green context for this partition, on a device of `total_sms`.
     pub fn sms(&self, total_sms: u32) -> Option<u32> {
-        (self.compute_units > 0)
-            .then(|| (u64::from(total_sms) * self.compute_units).div_ceil(WHOLE_DEVICE).max(1) as u32)
+        (self.compute_units > 0).then(|| {
+            (u64::from(total_sms) * self.compute_units)
+                .div_ceil(WHOLE_DEVICE)
+                .max(1) as u32
+        })
     }
 }
 
@@ -107,7 +120,10 @@ pub enum PartitionError {
     DuplicateKey(String),
     UnknownPartition(String),
     /// The device cannot admit it, or it cannot be removed yet; the reason names what.
-    Admission { partition: String, source: AdmissionError },
+    Admission {
+        partition: String,
+        source: AdmissionError,
+    },
 }
 
 impl fmt::Display for PartitionError {
@@ -115,10 +131,17 @@ impl fmt::Display for PartitionError {
         match self {
             PartitionError::InvalidSpec(why) => write!(f, "invalid partition: {why}"),
             PartitionError::DuplicateKey(key) => {
-                write!(f, "a partition {key:?} already exists; delete it first or pick another name")
+                write!(
+                    f,
+                    "a partition {key:?} already exists; delete it first or pick another name"
+                )
             }
-            PartitionError::UnknownPartition(key) => write!(f, "no partition {key:?}; create it first"),
-            PartitionError::Admission { partition, source } => write!(f, "partition {partition:?}: {source}"),
+            PartitionError::UnknownPartition(key) => {
+                write!(f, "no partition {key:?}; create it first")
+            }
+            PartitionError::Admission { partition, source } => {
+                write!(f, "partition {partition:?}: {source}")
+            }
         }
     }
 }
@@ -144,8 +167,11 @@ pub const DEFAULT_KEY: &str = "default";
 
 impl PartitionManager {
     pub fn new(config: PartitionConfig) -> Self {
-        let mut admission = AdmissionController::new(Amounts::new(config.total_memory, WHOLE_DEVICE));
-        admission.add_owner(DEFAULT_PARTITION, Amounts::ZERO, None).expect("an empty device admits a zero request");
+        let mut admission =
+            AdmissionController::new(Amounts::new(config.total_memory, WHOLE_DEVICE));
+        admission
+            .add_owner(DEFAULT_PARTITION, Amounts::ZERO, None)
+            .expect("an empty device admits a zero request");
         let default = Partition {
             id: DEFAULT_PARTITION,
             key: DEFAULT_KEY.to_owned(),
@@ -171,9 +197,16 @@ impl PartitionManager {
     }
 
     /// Admits a partition, reserving its memory request and compute share.
-    pub fn create(&mut self, key: &str, name: &str, spec: PartitionSpec) -> Result<&Partition, PartitionError> {
+    pub fn create(
+        &mut self,
+        key: &str,
+        name: &str,
+        spec: PartitionSpec,
+    ) -> Result<&Partition, PartitionError> {
         if key.is_empty() {
-            return Err(PartitionError::InvalidSpec("a partition needs a non-empty name".to_owned()));
+            return Err(PartitionError::InvalidSpec(
+                "a partition needs a non-empty name".to_owned(),
+            ));
         }
         if self.by_key.contains_key(key) {
             return Err(PartitionError::DuplicateKey(key.to_owned()));
@@ -184,15 +217,32 @@ impl PartitionManager {
         }
         let request = Amounts::new(spec.memory_request, compute_units);
         // Compute reserved is also the most the partition may be promised.
-        let limit_compute = if compute_units > 0 { compute_units } else { WHOLE_DEVICE };
-        let limit = Amounts::new(spec.memory_limit.unwrap_or(self.config.total_memory), limit_compute);
+        let limit_compute = if compute_units > 0 {
+            compute_units
+        } else {
+            WHOLE_DEVICE
+        };
+        let limit = Amounts::new(
+            spec.memory_limit.unwrap_or(self.config.total_memory),
+            limit_compute,
+        );
         let id = self.next_id;
         self.admission
             .add_owner(id, request, Some(limit))
-            .map_err(|source| PartitionError::Admission { partition: key.to_owned(), source })?;
+            .map_err(|source| PartitionError::Admission {
+                partition: key.to_owned(),
+                source,
+            })?;
         self.next_id += 1;
         let qos = QosClass::derive(spec.memory_request, spec.memory_limit, compute_units);
-        let p = Partition { id, key: key.to_owned(), name: name.to_owned(), spec, qos, compute_units };
+        let p = Partition {
+            id,
+            key: key.to_owned(),
+            name: name.to_owned(),
+            spec,
+            qos,
+            compute_units,
+        };
         self.by_key.insert(key.to_owned(), id);
         Ok(self.partitions.entry(id).or_insert(p))
     }
@@ -201,13 +251,21 @@ impl PartitionManager {
     pub fn delete(&mut self, key: &str) -> Result<Partition, PartitionError> {
         let id = self.id_of(key)?;
         if id == DEFAULT_PARTITION {
-            return Err(PartitionError::InvalidSpec("the default partition cannot be deleted".to_owned()));
+            return Err(PartitionError::InvalidSpec(
+                "the default partition cannot be deleted".to_owned(),
+            ));
         }
         self.admission
             .remove_owner(id)
-            .map_err(|source| PartitionError::Admission { partition: key.to_owned(), source })?;
+            .map_err(|source| PartitionError::Admission {
+                partition: key.to_owned(),
+                source,
+            })?;
         self.by_key.remove(key);
-        Ok(self.partitions.remove(&id).expect("by_key and partitions agree"))
+        Ok(self
+            .partitions
+            .remove(&id)
+            .expect("by_key and partitions agree"))
     }
 
     pub fn get(&self, key: &str) -> Option<&Partition> {
@@ -219,7 +277,10 @@ impl PartitionManager {
     }
 
     pub fn id_of(&self, key: &str) -> Result<PartitionId, PartitionError> {
-        self.by_key.get(key).copied().ok_or_else(|| PartitionError::UnknownPartition(key.to_owned()))
+        self.by_key
+            .get(key)
+            .copied()
+            .ok_or_else(|| PartitionError::UnknownPartition(key.to_owned()))
     }
 
     /// Every partition, the default first, then in creation order.
@@ -246,31 +307,53 @@ impl PartitionManager {
     /// A claim that fails this can never be admitted, so it is refused at once
     /// instead of waiting forever.
     pub fn check_ever_fits(&self, id: PartitionId, claim: Amounts) -> Result<(), PartitionError> {
-        let p = self.partitions.get(&id).ok_or_else(|| PartitionError::UnknownPartition(format!("#{id}")))?;
+        let p = self
+            .partitions
+            .get(&id)
+            .ok_or_else(|| PartitionError::UnknownPartition(format!("#{id}")))?;
         let mut idle = self.admission.clone();
         let held = self.held(id);
-        idle.release(id, held).expect("an owner can always release what it holds");
+        idle.release(id, held)
+            .expect("an owner can always release what it holds");
         for other in self.partitions.keys().filter(|o| **o != id) {
             let h = self.held(*other);
-            idle.release(*other, h).expect("an owner can always release what it holds");
+            idle.release(*other, h)
+                .expect("an owner can always release what it holds");
         }
-        idle.check_claim(id, claim).map_err(|source| PartitionError::Admission { partition: p.key.clone(), source })
+        idle.check_claim(id, claim)
+            .map_err(|source| PartitionError::Admission {
+                partition: p.key.clone(),
+                source,
+            })
     }
 
     /// Claims resources for a task of partition `id` if they are free now.
     pub fn claim(&mut self, id: PartitionId, claim: Amounts) -> Result<(), PartitionError> {
         let key = self.key_of(id)?;
-        self.admission.claim(id, claim).map_err(|source| PartitionError::Admission { partition: key, source })
+        self.admission
+            .claim(id, claim)
+            .map_err(|source| PartitionError::Admission {
+                partition: key,
+                source,
+            })
     }
 
     /// Gives back what a task of partition `id` claimed.
     pub fn release(&mut self, id: PartitionId, claim: Amounts) -> Result<(), PartitionError> {
         let key = self.key_of(id)?;
-        self.admission.release(id, claim).map_err(|source| PartitionError::Admission { partition: key, source })
+        self.admission
+            .release(id, claim)
+            .map_err(|source| PartitionError::Admission {
+                partition: key,
+                source,
+            })
     }
 
     fn key_of(&self, id: PartitionId) -> Result<String, PartitionError> {
-        self.partitions.get(&id).map(|p| p.key.clone()).ok_or_else(|| PartitionError::UnknownPartition(format!("#{id}")))
+        self.partitions
+            .get(&id)
+            .map(|p| p.key.clone())
+            .ok_or_else(|| PartitionError::UnknownPartition(format!("#{id}")))
     }
 }
 
@@ -283,59 +366,137 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     fn manager() -> PartitionManager {
-        PartitionManager::new(PartitionConfig { total_memory: 8 * GIB, total_sms: Some(132) })
+        PartitionManager::new(PartitionConfig {
+            total_memory: 8 * GIB,
+            total_sms: Some(132),
+        })
     }
 
     fn spec(request: u64, limit: Option<u64>, compute: ComputeShare) -> PartitionSpec {
-        PartitionSpec { memory_request: request, memory_limit: limit, compute, ..PartitionSpec::default() }
+        PartitionSpec {
+            memory_request: request,
+            memory_limit: limit,
+            compute,
+            ..PartitionSpec::default()
+        }
     }
 
     #[test]
     fn create_get_delete_and_classes() {
         let mut m = manager();
-        let p = m.create("inference", "Inference", spec(4 * GIB, Some(4 * GIB), ComputeShare::Fraction(0.5))).unwrap();
-        assert_eq!((p.qos, p.compute_units, p.sms(132)), (QosClass::Guaranteed, 500_000, Some(66)));
-        let p = m.create("asr", "Speech", spec(GIB, Some(2 * GIB), ComputeShare::Sms(33))).unwrap();
+        let p = m
+            .create(
+                "inference",
+                "Inference",
+                spec(4 * GIB, Some(4 * GIB), ComputeShare::Fraction(0.5)),
+            )
+            .unwrap();
+        assert_eq!(
+            (p.qos, p.compute_units, p.sms(132)),
+            (QosClass::Guaranteed, 500_000, Some(66))
+        );
+        let p = m
+            .create(
+                "asr",
+                "Speech",
+                spec(GIB, Some(2 * GIB), ComputeShare::Sms(33)),
+            )
+            .unwrap();
         assert_eq!((p.qos, p.compute_units), (QosClass::Burstable, 250_000));
-        assert_eq!(m.create("batch", "Batch", PartitionSpec::default()).unwrap().qos, QosClass::BestEffort);
+        assert_eq!(
+            m.create("batch", "Batch", PartitionSpec::default())
+                .unwrap()
+                .qos,
+            QosClass::BestEffort
+        );
         assert_eq!(m.reserved(), Amounts::new(5 * GIB, 750_000));
         assert_eq!(m.get("asr").unwrap().name, "Speech");
-        assert_eq!(m.list().map(|p| p.key.as_str()).collect::<Vec<_>>(), ["default", "inference", "asr", "batch"]);
+        assert_eq!(
+            m.list().map(|p| p.key.as_str()).collect::<Vec<_>>(),
+            ["default", "inference", "asr", "batch"]
+        );
         assert_eq!(m.delete("asr").unwrap().key, "asr");
         assert!(m.get("asr").is_none());
         assert_eq!(m.reserved(), Amounts::new(4 * GIB, 500_000));
-        assert_eq!(m.delete("asr"), Err(PartitionError::UnknownPartition("asr".into())));
-        assert!(matches!(m.delete(DEFAULT_KEY), Err(PartitionError::InvalidSpec(_))));
-        assert!(matches!(m.create("inference", "", PartitionSpec::default()), Err(PartitionError::DuplicateKey(_))));
+        assert_eq!(
+            m.delete("asr"),
+            Err(PartitionError::UnknownPartition("asr".into()))
+        );
+        assert!(matches!(
+            m.delete(DEFAULT_KEY),
+            Err(PartitionError::InvalidSpec(_))
+        ));
+        assert!(matches!(
+            m.create("inference", "", PartitionSpec::default()),
+            Err(PartitionError::DuplicateKey(_))
+        ));
     }
 
     #[test]
     fn refusals_say_what_is_short() {
         let mut m = manager();
-        m.create("a", "A", spec(6 * GIB, None, ComputeShare::Fraction(0.75))).unwrap();
-        let err = m.create("b", "B", spec(3 * GIB, None, ComputeShare::None)).unwrap_err();
+        m.create("a", "A", spec(6 * GIB, None, ComputeShare::Fraction(0.75)))
+            .unwrap();
+        let err = m
+            .create("b", "B", spec(3 * GIB, None, ComputeShare::None))
+            .unwrap_err();
         assert!(matches!(
             &err,
             PartitionError::Admission { source: AdmissionError::Short { resource: Resource::Memory, available, .. }, .. }
                 if *available == 2 * GIB
         ));
-        assert!(err.to_string().starts_with("partition \"b\": memory short"), "{err}");
-        let err = m.create("c", "C", spec(0, None, ComputeShare::Fraction(0.5))).unwrap_err();
+        assert!(
+            err.to_string().starts_with("partition \"b\": memory short"),
+            "{err}"
+        );
+        let err = m
+            .create("c", "C", spec(0, None, ComputeShare::Fraction(0.5)))
+            .unwrap_err();
         assert!(err.to_string().contains("compute short"), "{err}");
-        assert!(matches!(m.create("d", "D", spec(0, None, ComputeShare::Sms(200))), Err(PartitionError::InvalidSpec(_))));
-        assert!(matches!(m.create("d", "D", spec(0, None, ComputeShare::Fraction(1.5))), Err(PartitionError::InvalidSpec(_))));
-        let no_sms = PartitionManager::new(PartitionConfig { total_memory: GIB, total_sms: None });
-        assert!(no_sms.clone().create("e", "E", spec(0, None, ComputeShare::Sms(4))).is_err());
+        assert!(matches!(
+            m.create("d", "D", spec(0, None, ComputeShare::Sms(200))),
+            Err(PartitionError::InvalidSpec(_))
+        ));
+        assert!(matches!(
+            m.create("d", "D", spec(0, None, ComputeShare::Fraction(1.5))),
+            Err(PartitionError::InvalidSpec(_))
+        ));
+        let no_sms = PartitionManager::new(PartitionConfig {
+            total_memory: GIB,
+            total_sms: None,
+        });
+        assert!(no_sms
+            .clone()
+            .create("e", "E", spec(0, None, ComputeShare::Sms(4)))
+            .is_err());
     }
 
     #[test]
     fn tasks_claim_within_limits_and_block_deletion() {
         let mut m = manager();
-        let id = m.create("burst", "B", spec(GIB, Some(2 * GIB), ComputeShare::None)).unwrap().id;
+        let id = m
+            .create("burst", "B", spec(GIB, Some(2 * GIB), ComputeShare::None))
+            .unwrap()
+            .id;
         m.claim(id, Amounts::new(2 * GIB, 0)).unwrap();
         let err = m.claim(id, Amounts::new(1, 0)).unwrap_err();
-        assert!(matches!(err, PartitionError::Admission { source: AdmissionError::Short { bound: Bound::OwnerLimit, .. }, .. }));
-        assert!(matches!(m.delete("burst"), Err(PartitionError::Admission { source: AdmissionError::Busy { .. }, .. })));
+        assert!(matches!(
+            err,
+            PartitionError::Admission {
+                source: AdmissionError::Short {
+                    bound: Bound::OwnerLimit,
+                    ..
+                },
+                ..
+            }
+        ));
+        assert!(matches!(
+            m.delete("burst"),
+            Err(PartitionError::Admission {
+                source: AdmissionError::Busy { .. },
+                ..
+            })
+        ));
         assert!(m.check_ever_fits(id, Amounts::new(2 * GIB, 0)).is_ok());
         assert!(m.check_ever_fits(id, Amounts::new(3 * GIB, 0)).is_err());
         m.release(id, Amounts::new(2 * GIB, 0)).unwrap();

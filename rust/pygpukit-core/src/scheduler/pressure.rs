@@ -89,7 +89,10 @@ pub fn plan_reclaim(
     partitions: &[PartitionMemory],
     priority_of: impl Fn(PartitionId) -> i32,
 ) -> ReclaimPlan {
-    let mut plan = ReclaimPlan { shortfall: needed, ..ReclaimPlan::default() };
+    let mut plan = ReclaimPlan {
+        shortfall: needed,
+        ..ReclaimPlan::default()
+    };
     plan.take(None, ReclaimKind::ReleaseCached, unowned_cache);
 
     let may_take_from = |victim: &PartitionMemory| -> bool {
@@ -109,12 +112,19 @@ pub fn plan_reclaim(
     }
 
     for class in [QosClass::BestEffort, QosClass::Burstable] {
-        let mut victims: Vec<&PartitionMemory> =
-            partitions.iter().filter(|p| p.class == class && may_take_from(p)).collect();
+        let mut victims: Vec<&PartitionMemory> = partitions
+            .iter()
+            .filter(|p| p.class == class && may_take_from(p))
+            .collect();
         victims.sort_by_key(|p| (priority_of(p.id), std::cmp::Reverse(excess(p)), p.id));
         for kind in [ReclaimKind::ReleaseCached, ReclaimKind::SpillEvictable] {
             for v in &victims {
-                let already: u64 = plan.steps.iter().filter(|s| s.partition == Some(v.id)).map(|s| s.bytes).sum();
+                let already: u64 = plan
+                    .steps
+                    .iter()
+                    .filter(|s| s.partition == Some(v.id))
+                    .map(|s| s.bytes)
+                    .sum();
                 let room = excess(v).saturating_sub(already);
                 let available = match kind {
                     ReclaimKind::ReleaseCached => v.cached,
@@ -141,7 +151,11 @@ impl ReclaimPlan {
     fn take(&mut self, partition: Option<PartitionId>, kind: ReclaimKind, available: u64) {
         let bytes = available.min(self.shortfall);
         if bytes > 0 {
-            self.steps.push(ReclaimStep { partition, kind, bytes });
+            self.steps.push(ReclaimStep {
+                partition,
+                kind,
+                bytes,
+            });
             self.reclaimed += bytes;
             self.shortfall -= bytes;
         }
@@ -153,11 +167,29 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn part(id: PartitionId, class: QosClass, request: u64, allocated: u64, cached: u64, evictable: u64) -> PartitionMemory {
-        PartitionMemory { id, class, request, allocated, cached, evictable }
+    fn part(
+        id: PartitionId,
+        class: QosClass,
+        request: u64,
+        allocated: u64,
+        cached: u64,
+        evictable: u64,
+    ) -> PartitionMemory {
+        PartitionMemory {
+            id,
+            class,
+            request,
+            allocated,
+            cached,
+            evictable,
+        }
     }
 
-    const G: Requester = Requester { id: 1, class: QosClass::Guaranteed, within_request: true };
+    const G: Requester = Requester {
+        id: 1,
+        class: QosClass::Guaranteed,
+        within_request: true,
+    };
 
     #[test]
     fn best_effort_goes_first_then_burstable_excess_cache_before_spill() {
@@ -167,7 +199,11 @@ mod tests {
             part(3, QosClass::BestEffort, 0, 30, 5, 30),
         ];
         let plan = plan_reclaim(200, G, 7, &parts, |_| 0);
-        let steps: Vec<_> = plan.steps.iter().map(|s| (s.partition, s.kind, s.bytes)).collect();
+        let steps: Vec<_> = plan
+            .steps
+            .iter()
+            .map(|s| (s.partition, s.kind, s.bytes))
+            .collect();
         assert_eq!(
             steps,
             [
@@ -186,37 +222,88 @@ mod tests {
 
     #[test]
     fn a_plan_stops_once_covered() {
-        let parts = [part(3, QosClass::BestEffort, 0, 30, 5, 30), part(4, QosClass::BestEffort, 0, 30, 0, 30)];
+        let parts = [
+            part(3, QosClass::BestEffort, 0, 30, 5, 30),
+            part(4, QosClass::BestEffort, 0, 30, 0, 30),
+        ];
         let plan = plan_reclaim(8, G, 0, &parts, |id| if id == 4 { -1 } else { 0 });
         // Lower priority first: partition 4 has no cache, so 3's cache goes, then 4 spills.
-        assert_eq!(plan.steps[0], ReclaimStep { partition: Some(3), kind: ReclaimKind::ReleaseCached, bytes: 5 });
-        assert_eq!(plan.steps[1], ReclaimStep { partition: Some(4), kind: ReclaimKind::SpillEvictable, bytes: 3 });
+        assert_eq!(
+            plan.steps[0],
+            ReclaimStep {
+                partition: Some(3),
+                kind: ReclaimKind::ReleaseCached,
+                bytes: 5
+            }
+        );
+        assert_eq!(
+            plan.steps[1],
+            ReclaimStep {
+                partition: Some(4),
+                kind: ReclaimKind::SpillEvictable,
+                bytes: 3
+            }
+        );
         assert_eq!((plan.reclaimed, plan.shortfall), (8, 0));
     }
 
     #[test]
     fn bursting_requesters_take_only_from_lower_standing() {
-        let parts = [part(2, QosClass::Burstable, 10, 50, 0, 50), part(3, QosClass::BestEffort, 0, 20, 0, 20), part(5, QosClass::BestEffort, 0, 0, 4, 0)];
-        let bursting = Requester { id: 6, class: QosClass::Burstable, within_request: false };
+        let parts = [
+            part(2, QosClass::Burstable, 10, 50, 0, 50),
+            part(3, QosClass::BestEffort, 0, 20, 0, 20),
+            part(5, QosClass::BestEffort, 0, 0, 4, 0),
+        ];
+        let bursting = Requester {
+            id: 6,
+            class: QosClass::Burstable,
+            within_request: false,
+        };
         let plan = plan_reclaim(100, bursting, 0, &parts, |_| 0);
         assert!(plan.steps.iter().all(|s| s.partition != Some(2)));
         assert_eq!(plan.reclaimed, 24);
-        let best_effort = Requester { id: 5, class: QosClass::BestEffort, within_request: false };
+        let best_effort = Requester {
+            id: 5,
+            class: QosClass::BestEffort,
+            within_request: false,
+        };
         let plan = plan_reclaim(100, best_effort, 1, &parts, |_| 0);
-        assert_eq!(plan.reclaimed, 5, "only the unowned cache and its own cache");
+        assert_eq!(
+            plan.reclaimed, 5,
+            "only the unowned cache and its own cache"
+        );
     }
 
     fn class() -> impl Strategy<Value = QosClass> {
-        prop_oneof![Just(QosClass::Guaranteed), Just(QosClass::Burstable), Just(QosClass::BestEffort)]
+        prop_oneof![
+            Just(QosClass::Guaranteed),
+            Just(QosClass::Burstable),
+            Just(QosClass::BestEffort)
+        ]
     }
 
     fn partitions() -> impl Strategy<Value = Vec<PartitionMemory>> {
-        proptest::collection::vec((class(), 0u64..1000, 0u64..1000, 0u64..300, 0u64..1000), 0..8).prop_map(|v| {
+        proptest::collection::vec(
+            (class(), 0u64..1000, 0u64..1000, 0u64..300, 0u64..1000),
+            0..8,
+        )
+        .prop_map(|v| {
             v.into_iter()
                 .enumerate()
                 .map(|(i, (class, request, allocated, cached, evictable))| {
-                    let request = if class == QosClass::BestEffort { 0 } else { request };
-                    part(i as u64 + 1, class, request, allocated, cached, evictable.min(allocated))
+                    let request = if class == QosClass::BestEffort {
+                        0
+                    } else {
+                        request
+                    };
+                    part(
+                        i as u64 + 1,
+                        class,
+                        request,
+                        allocated,
+                        cached,
+                        evictable.min(allocated),
+                    )
                 })
                 .collect()
         })
@@ -247,7 +334,7 @@ mod tests {
                 prop_assert!(cached <= p.cached && spilled <= p.evictable);
                 match p.class {
                     QosClass::Guaranteed => prop_assert_eq!(taken, 0),
-                    QosClass::Burstable => prop_assert!(p.usage() - taken >= p.request),
+                    QosClass::Burstable => prop_assert!(taken <= p.usage().saturating_sub(p.request)),
                     QosClass::BestEffort => {}
                 }
             }

@@ -58,7 +58,11 @@ impl QosClass {
     }
 
     /// Every class, most protected first.
-    pub const ALL: [QosClass; 3] = [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort];
+    pub const ALL: [QosClass; 3] = [
+        QosClass::Guaranteed,
+        QosClass::Burstable,
+        QosClass::BestEffort,
+    ];
 }
 
 impl Ord for QosClass {
@@ -85,10 +89,19 @@ mod tests {
 
     #[test]
     fn derived_as_kubernetes_derives_pod_classes() {
-        assert_eq!(QosClass::derive(4 << 30, Some(4 << 30), 500_000), QosClass::Guaranteed);
+        assert_eq!(
+            QosClass::derive(4 << 30, Some(4 << 30), 500_000),
+            QosClass::Guaranteed
+        );
         // request == limit but no compute reserved: some request (compute) below its limit.
-        assert_eq!(QosClass::derive(4 << 30, Some(4 << 30), 0), QosClass::Burstable);
-        assert_eq!(QosClass::derive(1 << 30, Some(4 << 30), 500_000), QosClass::Burstable);
+        assert_eq!(
+            QosClass::derive(4 << 30, Some(4 << 30), 0),
+            QosClass::Burstable
+        );
+        assert_eq!(
+            QosClass::derive(1 << 30, Some(4 << 30), 500_000),
+            QosClass::Burstable
+        );
         assert_eq!(QosClass::derive(1 << 30, None, 0), QosClass::Burstable);
         assert_eq!(QosClass::derive(0, None, 250_000), QosClass::Burstable);
         assert_eq!(QosClass::derive(0, Some(1 << 30), 0), QosClass::BestEffort);
@@ -99,7 +112,11 @@ mod tests {
     fn ordered_by_protection() {
         assert!(QosClass::Guaranteed > QosClass::Burstable);
         assert!(QosClass::Burstable > QosClass::BestEffort);
-        let mut v = vec![QosClass::BestEffort, QosClass::Guaranteed, QosClass::Burstable];
+        let mut v = vec![
+            QosClass::BestEffort,
+            QosClass::Guaranteed,
+            QosClass::Burstable,
+        ];
         v.sort_by(|a, b| b.cmp(a));
         assert_eq!(v, QosClass::ALL.to_vec());
     }

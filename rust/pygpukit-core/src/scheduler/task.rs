@@ -55,7 +55,10 @@ impl TaskState {
 
     /// No event leads out of a terminal state.
     pub fn is_terminal(self) -> bool {
-        matches!(self, TaskState::Completed | TaskState::Failed | TaskState::Cancelled | TaskState::TimedOut)
+        matches!(
+            self,
+            TaskState::Completed | TaskState::Failed | TaskState::Cancelled | TaskState::TimedOut
+        )
     }
 
     /// Does the task hold its claimed resources in this state?
@@ -108,7 +111,9 @@ pub struct TransitionError {
 impl fmt::Display for TransitionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let hint = match (self.from, self.event) {
-            (TaskState::Running, TaskEvent::Cancel) => "; a running task cannot be cancelled, wait for it",
+            (TaskState::Running, TaskEvent::Cancel) => {
+                "; a running task cannot be cancelled, wait for it"
+            }
             (from, _) if from.is_terminal() => "; the task has already finished",
             _ => "",
         };
@@ -132,7 +137,8 @@ pub struct Task {
     /// Bytes of device memory claimed while admitted or running.
     pub memory: u64,
     pub submitted_at: Nanos,
-    /// The task must have finished by then, or it times out.
+    /// A task not started by then times out. (A runner able to stop running work,
+    /// such as a GPU watchdog, may also time out a running task.)
     pub deadline: Option<Nanos>,
     state: TaskState,
     /// Every state entered and when, starting with `Pending` at submission.
@@ -192,11 +198,22 @@ mod tests {
     #[test]
     fn the_happy_path_and_its_history() {
         let mut t = Task::new(1, "t".into(), 0, 0, 0, Some(10), 1);
-        for (i, e) in [TaskEvent::Admit, TaskEvent::Start, TaskEvent::Complete].into_iter().enumerate() {
+        for (i, e) in [TaskEvent::Admit, TaskEvent::Start, TaskEvent::Complete]
+            .into_iter()
+            .enumerate()
+        {
             t.apply(e, 2 + i as u64).unwrap();
         }
         let states: Vec<_> = t.history().iter().map(|(s, _)| *s).collect();
-        assert_eq!(states, [TaskState::Pending, TaskState::Admitted, TaskState::Running, TaskState::Completed]);
+        assert_eq!(
+            states,
+            [
+                TaskState::Pending,
+                TaskState::Admitted,
+                TaskState::Running,
+                TaskState::Completed
+            ]
+        );
         assert_eq!(t.history().last(), Some(&(TaskState::Completed, 4)));
         assert!(!t.overdue(10) && t.overdue(11));
     }
@@ -207,12 +224,25 @@ mod tests {
         t.apply(TaskEvent::Admit, 1).unwrap();
         t.apply(TaskEvent::Start, 2).unwrap();
         let err = t.apply(TaskEvent::Cancel, 3).unwrap_err();
-        assert_eq!(err, TransitionError { from: TaskState::Running, event: TaskEvent::Cancel });
+        assert_eq!(
+            err,
+            TransitionError {
+                from: TaskState::Running,
+                event: TaskEvent::Cancel
+            }
+        );
         assert!(err.to_string().contains("cannot be cancelled"), "{err}");
         assert_eq!((t.state(), t.history().len()), (TaskState::Running, 3));
         t.apply(TaskEvent::Fail, 4).unwrap();
-        assert!(t.apply(TaskEvent::Complete, 5).unwrap_err().to_string().contains("already finished"));
-        assert_eq!(TaskState::Pending.apply(TaskEvent::Start).unwrap_err().from, TaskState::Pending);
+        assert!(t
+            .apply(TaskEvent::Complete, 5)
+            .unwrap_err()
+            .to_string()
+            .contains("already finished"));
+        assert_eq!(
+            TaskState::Pending.apply(TaskEvent::Start).unwrap_err().from,
+            TaskState::Pending
+        );
     }
 
     fn event() -> impl Strategy<Value = TaskEvent> {
