@@ -1,0 +1,216 @@
+"""The benchmark CLI on the current backend (CPU in CI): smoke run, JSON, regression gate.
+
+No timing assertions: the only numbers checked are synthetic ones fed to the
+comparison logic.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pygpukit
+from pygpukit.benchmark import Case, Suite, Timed, check_close, compare_runs, registry
+from pygpukit.benchmark.cli import main
+from pygpukit.benchmark.data import parse_dtype
+from pygpukit.benchmark.harness import HarnessConfig, copies_for, measure
+from pygpukit.benchmark.peers import Library, PyGPUkitLibrary
+from pygpukit.benchmark.results import RunResult
+from pygpukit.benchmark.units import format_count, parse_size
+
+SRC = str(Path(pygpukit.__file__).resolve().parents[1])
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "pygpukit.benchmark", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One `--quick --save` run shared by the tests that read its output."""
+    path = tmp_path_factory.mktemp("bench") / "run.json"
+    proc = _run_cli("--quick", "--save", str(path))
+    assert proc.returncode == 0, proc.stderr
+    return path, proc.stdout
+
+
+def _ok_keys(doc: dict[str, Any]) -> list[str]:
+    return [r["key"] for r in doc["results"] if r["libs"]["pygpukit"]["status"] == "ok"]
+
+
+def test_quick_run_exits_0_and_writes_valid_json(quick_run: tuple[Path, str]) -> None:
+    path, stdout = quick_run
+    doc = json.loads(path.read_text())
+    assert doc["schema"] == 1
+    env = doc["environment"]
+    assert env["backend"] in ("cpu", "cuda")
+    assert env["versions"]["pygpukit"] == pygpukit.__version__
+    assert env["versions"]["numpy"] == np.__version__
+    assert "device" in env and "git" in env and env["timestamp"]
+    assert doc["options"]["quick"] is True
+    suites = {r["suite"] for r in doc["results"]}
+    assert {"memory", "launch", "elementwise", "reduction", "gemm", "jit"} <= suites
+    for row in doc["results"]:
+        for result in row["libs"].values():
+            assert result["status"] in ("ok", "skipped"), (row["key"], result["reason"])
+            if result["status"] == "ok":
+                assert result["median_ms"] > 0 and len(result["times_ms"]) >= 1
+            else:
+                assert result["reason"]
+    assert _ok_keys(doc), "the quick run measured nothing"
+    assert RunResult.load(path).to_dict()["results"] == doc["results"]  # round trip
+    assert "== memory ==" in stdout
+
+
+def _faster(doc: dict[str, Any], factor: float) -> dict[str, Any]:
+    out = copy.deepcopy(doc)
+    for row in out["results"]:
+        for result in row["libs"].values():
+            result["times_ms"] = [t * factor for t in result["times_ms"]]
+            if result.get("median_ms") is not None:
+                result["median_ms"] *= factor
+    return out
+
+
+def test_planted_slowdown_trips_the_gate(
+    quick_run: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = quick_run
+    doc = json.loads(path.read_text())
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(_faster(doc, 0.8)))  # the current run is 25% slower
+    status = main(["--load", str(path), "--compare", str(baseline), "--fail-on-regression", "10"])
+    err = capsys.readouterr().err
+    assert status != 0
+    for key in _ok_keys(doc):
+        assert f"REGRESSION {key}:" in err
+
+
+def test_same_run_passes_the_gate(
+    quick_run: tuple[Path, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = quick_run
+    status = main(["--load", str(path), "--compare", str(path), "--fail-on-regression"])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "vs base" in out and "+0.0%" in out
+
+
+def test_markdown_report(quick_run: tuple[Path, str], capsys: pytest.CaptureFixture[str]) -> None:
+    path, _ = quick_run
+    assert main(["--load", str(path), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert "### memory" in out and "| case | PyGPUkit | rate | SoL |" in out
+
+
+def _doc(times: dict[str, float | None]) -> dict[str, Any]:
+    results = []
+    for key, ms in times.items():
+        lib = {"status": "ok", "median_ms": ms} if ms is not None else {"status": "failed"}
+        results.append({"key": key, "libs": {"pygpukit": lib}})
+    return {"schema": 1, "results": results}
+
+
+def test_compare_runs_on_synthetic_numbers() -> None:
+    baseline = _doc({"a": 10.0, "b": 10.0, "c": 2.0, "gone": 1.0, "broken": 3.0})
+    current = _doc({"a": 12.5, "b": 10.5, "c": 1.0, "new": 4.0, "broken": None})
+    result = compare_runs(baseline, current, threshold_pct=10.0)
+    changes = result.by_key()
+    assert changes["a"].change_pct == pytest.approx(25.0)
+    assert changes["b"].change_pct == pytest.approx(5.0)
+    assert changes["c"].change_pct == pytest.approx(-50.0)
+    assert [c.key for c in result.regressions] == ["a"]
+    assert result.only_in_baseline == ["gone", "broken"]
+    assert result.only_in_current == ["new"]
+    assert "broken" not in changes
+    # A 20% slowdown is a regression at 10% and at 19.9%, not at 20% or above.
+    slow = compare_runs(_doc({"x": 1.0}), _doc({"x": 1.2}), 10.0)
+    assert [c.key for c in slow.regressions] == ["x"]
+    assert compare_runs(_doc({"x": 1.0}), _doc({"x": 1.2}), 25.0).regressions == []
+    with pytest.raises(ValueError):
+        compare_runs(baseline, current, threshold_pct=-1.0)
+
+
+def test_wrong_result_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], rng: np.random.Generator
+) -> None:
+    host = rng.standard_normal(256).astype(np.float32)
+
+    def setup(lib: Library, copies: int) -> Timed:
+        x = lib.upload(host, "float32")
+        # The reference is 2x, the "op" returns x: a wrong result.
+        return Timed(
+            run=lambda i: x,
+            check=lambda out: check_close(lib.download(out), 2 * host, "float32", "double"),
+        )
+
+    def cases(ctx: registry.SuiteContext) -> list[Case]:
+        return [Case("broken", "double", {"n": 256}, {"pygpukit": setup})]
+
+    registry.registered_suites()
+    monkeypatch.setitem(registry._SUITES, "broken", Suite("broken", "test only", cases))
+    assert main(["--suite", "broken", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "FAILED broken/double[n=256] [pygpukit]: wrong result" in err
+
+
+def test_unregistered_suite_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--gemv", "--dtypes", "bf16"]) == 2
+    err = capsys.readouterr().err
+    assert "'gemv' is not registered" in err and "pygpukit-ops" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--compare", "x.json", "--fail-on-regression", "--load", "missing.json"],
+        ["--fail-on-regression", "10"],
+        ["--dtypes", "fp7"],
+        ["--sizes", "12Q"],
+        ["--peers", "jax"],
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_missing_api_is_skipped_not_failed() -> None:
+    case = Case(
+        "t", "op", {}, {"pygpukit": lambda lib, copies: Timed(lambda i: 0, lambda out: None)}
+    )
+    case.requires = ("no_such_function",)
+    result = measure(case, PyGPUkitLibrary(), HarnessConfig())
+    assert result.status == "skipped"
+    assert result.reason == "gp.no_such_function is not available yet"
+
+
+def test_sizes_dtypes_and_rotation() -> None:
+    assert parse_size("4096") == 4096
+    assert parse_size("64M") == parse_size("64MiB") == 64 << 20
+    assert parse_size("1g") == 1 << 30
+    assert format_count(1 << 20) == "1M" and format_count(1000) == "1000"
+    assert parse_dtype("bf16") == "bfloat16" and parse_dtype("TF32") == "tf32"
+    assert parse_dtype("fp8") == "float8_e4m3fn"
+    l2 = 50 << 20
+    assert copies_for(1 << 30, l2) == 1
+    assert copies_for(12 << 20, l2) == 13
+    assert copies_for(1024, l2) == 64
+    assert copies_for(1 << 20, 0) == 1
