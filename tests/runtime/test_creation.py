@@ -5,7 +5,18 @@ import pytest
 
 import pygpukit as gp
 
-DTYPES = ["float64", "float32", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool"]
+DTYPES = [
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+]
 
 
 def test_empty_has_shape_dtype_and_default_float32() -> None:
@@ -78,9 +89,13 @@ def test_linspace(num, endpoint) -> None:
     assert gp.linspace(0, 1, 5).dtype == gp.float32
 
 
-@pytest.mark.parametrize(("n", "m", "k"), [(3, None, 0), (4, 6, 1), (5, 3, -2), (3, 3, 5), (2, 4, -3)])
+@pytest.mark.parametrize(
+    ("n", "m", "k"), [(3, None, 0), (4, 6, 1), (5, 3, -2), (3, 3, 5), (2, 4, -3)]
+)
 def test_eye(n, m, k) -> None:
-    np.testing.assert_array_equal(gp.eye(n, m, k, dtype="int32").to_numpy(), np.eye(n, m, k, dtype=np.int32))
+    np.testing.assert_array_equal(
+        gp.eye(n, m, k, dtype="int32").to_numpy(), np.eye(n, m, k, dtype=np.int32)
+    )
 
 
 def test_from_numpy_and_asarray(rand) -> None:

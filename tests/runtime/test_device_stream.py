@@ -80,9 +80,9 @@ def test_event_misuse() -> None:
     a, b = gp.Event(timing=True), gp.Event(timing=True)
     with pytest.raises(RuntimeError, match="recorded"):
         a.elapsed_time(b)
-    with pytest.raises(TypeError, match="gp.Event"):
+    with pytest.raises(TypeError, match=r"gp\.Event"):
         gp.Stream().wait_event("event")
-    with pytest.raises(TypeError, match="gp.Stream"):
+    with pytest.raises(TypeError, match=r"gp\.Stream"):
         a.record("stream")
 
 

@@ -7,7 +7,18 @@ import pytest
 import pygpukit as gp
 from pygpukit import dtypes
 
-ALL = ["float64", "float32", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool"]
+ALL = [
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+]
 
 
 def test_exported_dtypes_are_numpy_dtypes() -> None:
@@ -44,7 +55,8 @@ def test_normalize_accepts(spec: object, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "spec", ["complex64", "float128", "uint16", "uint32", "U8", "object", "nonsense", object, 3, None]
+    "spec",
+    ["complex64", "float128", "uint16", "uint32", "U8", "object", "nonsense", object, 3, None],
 )
 def test_normalize_rejects_with_type_error(spec: object) -> None:
     with pytest.raises(TypeError, match="unsupported dtype"):

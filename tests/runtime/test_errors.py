@@ -100,7 +100,12 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("truth value of many", lambda: bool(_a()), ValueError, "ambiguous"),
     ("item of many", lambda: _a().item(), ValueError, "exactly one element"),
     ("len of 0-d", lambda: len(gp.full((), 1.0)), TypeError, "0-d"),
-    ("setitem wrong shape", lambda: _setitem(_a(), slice(0, 2), gp.ones((3,))), ValueError, "broadcast"),
+    (
+        "setitem wrong shape",
+        lambda: _setitem(_a(), slice(0, 2), gp.ones((3,))),
+        ValueError,
+        "broadcast",
+    ),
     ("fill with text", lambda: _a().fill("abc"), TypeError, "cannot fill"),
     ("device out of range", lambda: gp.get_device_info(7), ValueError, "does not exist"),
     ("negative device", lambda: gp.set_device(-1), ValueError, "does not exist"),
@@ -115,7 +120,12 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
         CudaError if ON_GPU else DeviceNotSupportedError,
         "" if ON_GPU else "need a CUDA GPU",
     ),
-    ("kernel: too few arguments", lambda: _call_kernel(gp.ones((4,))), KERNEL_ARG_ERROR, KERNEL_ARG_MATCH),
+    (
+        "kernel: too few arguments",
+        lambda: _call_kernel(gp.ones((4,))),
+        KERNEL_ARG_ERROR,
+        KERNEL_ARG_MATCH,
+    ),
     (
         "kernel: too many arguments",
         lambda: _call_kernel(gp.ones((4,)), 0.5, 4, 1),
@@ -153,7 +163,9 @@ def test_table_is_large_enough() -> None:
     assert len(CASES) >= 30
 
 
-@pytest.mark.parametrize(("call", "error", "match"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(
+    ("call", "error", "match"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
 def test_malformed_call_raises_and_runtime_survives(call, error, match, rand) -> None:
     with pytest.raises(error, match=match):
         call()
@@ -164,7 +176,13 @@ def test_malformed_call_raises_and_runtime_survives(call, error, match, rand) ->
 
 
 def test_error_hierarchy() -> None:
-    for cls in (CudaError, OutOfMemoryError, CompileError, DeviceNotSupportedError, LibraryNotFoundError):
+    for cls in (
+        CudaError,
+        OutOfMemoryError,
+        CompileError,
+        DeviceNotSupportedError,
+        LibraryNotFoundError,
+    ):
         assert issubclass(cls, PyGPUkitError)
     assert issubclass(OutOfMemoryError, MemoryError)
     assert issubclass(gp.BackendFallbackWarning, RuntimeWarning)
@@ -181,11 +199,16 @@ def test_out_of_memory_message_says_what_to_do() -> None:
     text = str(err)
     assert "3072.0 MiB" in text and "1024.0 MiB" in text and "2048.0 MiB" in text
     assert "'inference'" in text and "empty_cache" in text
-    assert (err.requested, err.in_use, err.limit, err.partition) == (3 * 2**30, 2**30, 2 * 2**30, "inference")
+    assert (err.requested, err.in_use, err.limit, err.partition) == (
+        3 * 2**30,
+        2**30,
+        2 * 2**30,
+        "inference",
+    )
 
 
 def test_compile_error_points_at_the_failing_line() -> None:
-    source = "extern \"C\" __global__ void k(float* x) {\n    x[0] = undefined_name;\n}\n"
+    source = 'extern "C" __global__ void k(float* x) {\n    x[0] = undefined_name;\n}\n'
     log = 'k.cu(2): error: identifier "undefined_name" is undefined\n\n1 error detected.\n'
     err = CompileError(log, source, "k.cu")
     text = str(err)
@@ -195,7 +218,9 @@ def test_compile_error_points_at_the_failing_line() -> None:
 
 
 def test_library_not_found_lists_candidates() -> None:
-    err = LibraryNotFoundError("nvrtc", [("/a/libnvrtc.so.13", "no such file"), ("libnvrtc.so", "nope")])
+    err = LibraryNotFoundError(
+        "nvrtc", [("/a/libnvrtc.so.13", "no such file"), ("libnvrtc.so", "nope")]
+    )
     text = str(err)
     assert "/a/libnvrtc.so.13: no such file" in text and "pygpukit-runtime[jit]" in text
     assert err.library == "nvrtc" and len(err.tried) == 2

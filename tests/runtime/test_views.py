@@ -127,9 +127,7 @@ def test_reshape_matches_numpy_view_or_copy(shape, seed, data) -> None:
 def test_reshape_view_decision(shape, perm, new) -> None:
     host = np.arange(1, int(np.prod(shape)) + 1, dtype=np.int32).reshape(shape)
     src_host = host if perm is None else host.transpose(perm)
-    new_shape, strides = _indexing.reshape(
-        src_host.shape, src_host.strides, src_host.itemsize, new
-    )
+    new_shape, strides = _indexing.reshape(src_host.shape, src_host.strides, src_host.itemsize, new)
     expected = src_host.reshape(new)
     assert new_shape == expected.shape
     if np.shares_memory(expected, host):
