@@ -81,6 +81,15 @@ impl DispatchController {
         self.tracked.lock().expect("dispatch controller poisoned")
     }
 
+    /// The hot path: a ticket without taking the lock, or `None` when some
+    /// stream has a limit and [`DispatchController::begin`] must decide.
+    pub fn begin_untracked(&self) -> Option<u64> {
+        if self.tracking.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(self.next_ticket.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
     /// Before enqueueing work on `stream`; may wait while the stream is at its limit.
     pub fn begin(
         &self,
@@ -120,12 +129,25 @@ impl DispatchController {
         Ok(ticket | TRACKED)
     }
 
+    /// The hot path of `end`: true when the ticket needed no tracking and is done.
+    pub fn end_untracked(&self, ticket: u64, ok: bool) -> bool {
+        if ticket & TRACKED != 0 {
+            return false;
+        }
+        if !ok {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// The device a tracked ticket was issued for.
+    pub fn ticket_device(&self, ticket: u64) -> Option<i32> {
+        self.lock().open.get(&ticket).map(|&(device, _)| device)
+    }
+
     /// Right after the launch was enqueued (`ok` false if it failed).
     pub fn end(&self, backend: &dyn DeviceBackend, ticket: u64, ok: bool) -> BackendResult<()> {
-        if ticket & TRACKED == 0 {
-            if !ok {
-                self.failed.fetch_add(1, Ordering::Relaxed);
-            }
+        if self.end_untracked(ticket, ok) {
             return Ok(());
         }
         let mut t = self.lock();
@@ -188,6 +210,7 @@ mod tests {
         assert_eq!(fake.live_events(), 0);
         let s = d.stats();
         assert_eq!((s.begun, s.failed, s.streams.len()), (3, 1, 0));
+        assert!(d.begin_untracked().is_some());
     }
 
     #[test]
@@ -195,6 +218,11 @@ mod tests {
         let fake = FakeBackend::new(0);
         let d = DispatchController::new();
         d.set_stream_limit(0, 5, Some(2));
+        assert_eq!(
+            d.begin_untracked(),
+            None,
+            "a limit anywhere sends launches to the lock"
+        );
         for _ in 0..2 {
             let t = d.begin(&fake, 0, 5).unwrap();
             d.end(&fake, t, true).unwrap();

@@ -290,6 +290,27 @@ impl Runtime {
     pub fn dispatch(&self) -> &DispatchController {
         &self.dispatch
     }
+
+    /// Before a launch on `stream` of `device`: a ticket for [`Runtime::dispatch_end`].
+    pub fn dispatch_begin(&self, device: i32, stream: Stream) -> Result<u64, RuntimeError> {
+        if let Some(ticket) = self.dispatch.begin_untracked() {
+            return Ok(ticket);
+        }
+        let backend = self.backend(device)?;
+        Ok(self.dispatch.begin(&*backend, device, stream)?)
+    }
+
+    /// Right after the launch of `ticket` was enqueued (`ok` false if it failed).
+    pub fn dispatch_end(&self, ticket: u64, ok: bool) -> Result<(), RuntimeError> {
+        if self.dispatch.end_untracked(ticket, ok) {
+            return Ok(());
+        }
+        let Some(device) = self.dispatch.ticket_device(ticket) else {
+            return Ok(());
+        };
+        let backend = self.backend(device)?;
+        Ok(self.dispatch.end(&*backend, ticket, ok)?)
+    }
 }
 
 fn resolve(pool: &DevicePool, spec: Option<LimitSpec>) -> Result<Option<u64>, BackendError> {
