@@ -21,6 +21,7 @@ import json
 import os
 import tempfile
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,7 +155,8 @@ def load(key: str) -> CacheEntry | None:
 def store(key: str, entry: CacheEntry) -> None:
     """Remember ``entry`` in memory and, unless memory-only, write it atomically to disk.
 
-    A folder that cannot be written is not an error: the kernel stays cached in memory.
+    A folder that cannot be written is not an error: the kernel stays cached in memory
+    (with a once-only ``RuntimeWarning``).
     """
     with _lock:
         _memory[key] = entry
@@ -171,8 +173,24 @@ def store(key: str, entry: CacheEntry) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
-    except OSError:
-        return
+    except OSError as exc:
+        _warn_unwritable(path.parent, exc)
+
+
+_warned_unwritable = False
+
+
+def _warn_unwritable(folder: Path, exc: OSError) -> None:
+    """Say once that the disk cache is unusable (compiling still works)."""
+    global _warned_unwritable
+    if not _warned_unwritable:
+        _warned_unwritable = True
+        warnings.warn(
+            f"cannot write the kernel cache in {folder} ({exc}); compiled kernels stay in "
+            "memory only. Set PYGPUKIT_CACHE_DIR to a writable folder (or to '' to silence this).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def clear_memory() -> None:

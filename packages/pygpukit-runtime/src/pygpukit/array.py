@@ -66,22 +66,22 @@ class GPUArray:
     @property
     def shape(self) -> tuple[int, ...]:
         """Size of each dimension."""
-        return tuple(self._impl.shape)
+        return self._impl.shape
 
     @property
     def strides(self) -> tuple[int, ...]:
         """Step in bytes along each dimension (NumPy's convention)."""
-        return tuple(self._impl.strides)
+        return self._impl.strides
 
     @property
     def ndim(self) -> int:
         """Number of dimensions."""
-        return int(self._impl.ndim)
+        return self._impl.ndim
 
     @property
     def size(self) -> int:
         """Number of elements."""
-        return int(self._impl.size)
+        return self._impl.size
 
     @property
     def nbytes(self) -> int:
