@@ -29,9 +29,12 @@ from pygpukit.benchmark.units import format_count, parse_size
 SRC = str(Path(pygpukit.__file__).resolve().parents[1])
 
 
-def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+def _run_cli(*args: str, backend: str | None = "cpu") -> subprocess.CompletedProcess[str]:
+    """The CLI in a fresh process; the CPU backend unless ``backend`` is None (auto)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+    if backend is not None:
+        env["PYGPUKIT_BACKEND"] = backend
     return subprocess.run(
         [sys.executable, "-m", "pygpukit.benchmark", *args],
         capture_output=True,
@@ -44,7 +47,7 @@ def _run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One `--quick --save` run shared by the tests that read its output."""
+    """One `--quick --save` run on the CPU backend, shared by the tests that read its output."""
     path = tmp_path_factory.mktemp("bench") / "run.json"
     proc = _run_cli("--quick", "--save", str(path))
     assert proc.returncode == 0, proc.stderr
@@ -60,7 +63,7 @@ def test_quick_run_exits_0_and_writes_valid_json(quick_run: tuple[Path, str]) ->
     doc = json.loads(path.read_text())
     assert doc["schema"] == 1
     env = doc["environment"]
-    assert env["backend"] in ("cpu", "cuda")
+    assert env["backend"] == "cpu"
     assert env["versions"]["pygpukit"] == pygpukit.__version__
     assert env["versions"]["numpy"] == np.__version__
     assert "device" in env and "git" in env and env["timestamp"]
@@ -77,6 +80,17 @@ def test_quick_run_exits_0_and_writes_valid_json(quick_run: tuple[Path, str]) ->
     assert _ok_keys(doc), "the quick run measured nothing"
     assert RunResult.load(path).to_dict()["results"] == doc["results"]  # round trip
     assert "== memory ==" in stdout
+
+
+@pytest.mark.gpu
+def test_quick_run_on_the_gpu(tmp_path: Path) -> None:
+    """Every measurement of a GPU --quick run gives a correct result (peers when installed)."""
+    path = tmp_path / "gpu.json"
+    proc = _run_cli("--quick", "--save", str(path), backend=None)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(path.read_text())
+    assert doc["environment"]["backend"] == "cuda"
+    assert doc["environment"]["device"]["sm"]
 
 
 def _faster(doc: dict[str, Any], factor: float) -> dict[str, Any]:

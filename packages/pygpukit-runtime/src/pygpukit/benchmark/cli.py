@@ -280,6 +280,20 @@ def measure_run(
     return RunResult(environment, dict(ceilings.values), rows, options)
 
 
+def _warn_if_other_device(baseline: dict[str, Any], run: RunResult, log: Any) -> None:
+    """Say so when the baseline ran on another device or backend: its times do not transfer."""
+
+    def where(env: dict[str, Any]) -> tuple[Any, Any]:
+        return env.get("backend"), (env.get("device") or {}).get("name")
+
+    theirs, ours = where(baseline.get("environment") or {}), where(run.environment)
+    if theirs != ours:
+        log(
+            f"warning: the baseline ran on {theirs[1]} ({theirs[0]}), this run on "
+            f"{ours[1]} ({ours[0]}); compare runs of one machine"
+        )
+
+
 def _report_outcome(run: RunResult, comparison: Comparison | None, gate: float | None) -> int:
     status = EXIT_OK
     for row, lib in run.failures:
@@ -337,7 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         comparison = None
         if args.compare:
             threshold = opts.gate_pct if opts.gate_pct is not None else args.threshold
-            comparison = compare_runs(load_json(args.compare), run.to_dict(), threshold)
+            baseline = load_json(args.compare)
+            comparison = compare_runs(baseline, run.to_dict(), threshold)
+            _warn_if_other_device(baseline, run, log)
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
