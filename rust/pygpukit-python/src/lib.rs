@@ -4,6 +4,7 @@
 mod capi;
 mod memory;
 mod runtime;
+mod scheduler;
 
 use pyo3::exceptions::PyUserWarning;
 use pyo3::prelude::*;
@@ -58,6 +59,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::host_block, m)?)?;
     m.add_class::<memory::Block>()?;
     m.add_class::<memory::MemoryPool>()?;
+    scheduler::register(m)?;
     apply_env_limit(py)?;
     Ok(())
 }
