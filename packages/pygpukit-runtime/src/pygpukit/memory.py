@@ -1,0 +1,186 @@
+"""``gp.memory``: the caching memory pool's statistics, limits and caches.
+
+Every array's memory comes from a pool in ``pygpukit._rust``: one per GPU, and
+a host pool (device ``-1``) that the CPU backend allocates from, so limits and
+statistics behave the same without a GPU.
+
+Limits cap the bytes a pool holds (cached or in use). They are bytes, a
+fraction of the device's memory (a float in ``(0, 1]``), a size string such as
+``"8GiB"``, or ``None`` for no limit. ``PYGPUKIT_MEMORY_LIMIT`` sets one for
+every pool when ``pygpukit._rust`` loads (same forms: ``1073741824``, ``0.5``,
+``8GiB``, ``512MiB``, ``2GB``); an unreadable value is ignored with a warning.
+
+An allocation that does not fit raises
+:class:`~pygpukit.errors.OutOfMemoryError` with the bytes requested, in use,
+the limit and the partition; the pool stays usable and the next allocation
+that fits succeeds.
+
+Importing this module is cheap: ``pygpukit._rust`` loads on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = [
+    "HOST_DEVICE",
+    "MemoryPool",
+    "empty_cache",
+    "get_limit",
+    "host_buffer",
+    "set_limit",
+    "snapshot",
+    "stats",
+]
+
+HOST_DEVICE = -1
+"""Device number of the host pool (the CPU backend's memory)."""
+
+
+@functools.cache
+def _rust() -> ModuleType:
+    # Loaded on first use, not at import: `import pygpukit` stays cheap.
+    return importlib.import_module("pygpukit._rust")
+
+
+def stats(device: int | None = None) -> dict[str, int]:
+    """Return the pool's counters as a flat dict.
+
+    Keys: ``allocated_bytes`` (live blocks), ``requested_bytes``, ``reserved_bytes``
+    (held from the device, live or cached), ``cached_bytes``, ``peak_allocated_bytes``,
+    ``peak_reserved_bytes``, ``active_blocks``, ``alloc_count``, ``free_count``,
+    ``segment_alloc_count``, ``segment_free_count``, ``evictions``, ``restores``,
+    ``spilled_bytes``, ``oom_count``, ``pinned_reserved_bytes``, ``limit_bytes``
+    (only when a limit is set) and ``partition.<id>.allocated_bytes`` /
+    ``.peak_allocated_bytes`` / ``.limit_bytes`` per partition.
+
+    ``device`` defaults to GPU 0, or the host pool on the CPU backend.
+    """
+    return dict(_rust().pool_stats(device))
+
+
+def snapshot(device: int | None = None) -> list[dict[str, Any]]:
+    """Return every live block and cached free range of the pool, for debugging.
+
+    Each entry has ``id`` (0 for free ranges), ``device``, ``address``, ``size``,
+    ``requested``, ``stream``, ``state`` (``"allocated"``, ``"evicted"`` or
+    ``"free"``), ``partition``, ``evictable``, ``graph_pool`` and ``age_s``.
+    """
+    return list(_rust().pool_snapshot(device))
+
+
+def set_limit(limit: int | float | str | None, device: int | None = None) -> None:
+    """Cap the bytes a pool may hold; cached memory above the cap is released.
+
+    ``limit`` is bytes (``int``), a fraction of the device's memory (``float`` in
+    ``(0, 1]``), a size string (``"8GiB"``, ``"512MiB"``, ``"2GB"``), or ``None``
+    to remove the limit. With ``device=None`` the limit applies to every pool,
+    including those of GPUs initialised later.
+    """
+    if isinstance(limit, str):
+        limit = _rust().parse_limit(limit)
+    _rust().set_limit(limit, device)
+
+
+def get_limit(device: int | None = None) -> int | None:
+    """Return the pool's limit in bytes, or ``None`` when it has none."""
+    limit: int | None = _rust().get_limit(device)
+    return limit
+
+
+def empty_cache(device: int | None = None) -> int:
+    """Return cached, unused memory to the device (every pool with ``device=None``).
+
+    Returns the bytes released. Blocks in use are not affected.
+    """
+    released: int = _rust().empty_cache(device)
+    return released
+
+
+def host_buffer(nbytes: int) -> np.ndarray:
+    """Allocate a writable flat ``uint8`` NumPy array of ``nbytes`` from the host pool.
+
+    The memory is accounted, limited and reported like device memory. The
+    array's ``base`` is the pool block, which returns to the pool when the
+    last array viewing it is garbage-collected.
+    """
+    import numpy as np  # only the CPU path needs NumPy here
+
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    return np.asarray(_rust().host_block(nbytes))
+
+
+class MemoryPool:
+    """A pool with its own quota, sharing the device's cache.
+
+    ``MemoryPool(quota=100 * 1024 * 1024, enable_eviction=True)`` creates a
+    partition of the device pool: its blocks come from the common cache, but
+    its bytes are counted and limited separately, and an allocation past
+    ``quota`` raises :class:`~pygpukit.errors.OutOfMemoryError` naming the
+    pool. With ``enable_eviction`` its blocks may be spilled to pinned host
+    memory under pressure and are restored by ``block.touch()``.
+    """
+
+    def __init__(
+        self,
+        quota: int | None = None,
+        enable_eviction: bool = False,
+        name: str | None = None,
+        device: int | None = None,
+    ) -> None:
+        """Create the pool; ``device`` defaults to GPU 0, or the host pool on the CPU backend."""
+        if quota is not None and quota < 0:
+            raise ValueError(f"quota must be >= 0 bytes or None, got {quota}")
+        self._pool = _rust().MemoryPool(quota, enable_eviction, name, device)
+
+    @property
+    def quota(self) -> int | None:
+        """The pool's quota in bytes, or ``None``."""
+        quota: int | None = self._pool.quota
+        return quota
+
+    @property
+    def enable_eviction(self) -> bool:
+        """Whether blocks of this pool may be spilled to host memory."""
+        return bool(self._pool.enable_eviction)
+
+    @property
+    def device(self) -> int:
+        """The device the pool allocates on (``-1``: the host pool)."""
+        return int(self._pool.device)
+
+    @property
+    def name(self) -> str:
+        """The pool's name, as error messages show it."""
+        return str(self._pool.name)
+
+    @property
+    def partition(self) -> int:
+        """The partition id the pool's bytes are charged to."""
+        return int(self._pool.partition)
+
+    def allocate(self, nbytes: int, stream: int = 0) -> Any:
+        """Return a block of at least ``nbytes`` usable on ``stream`` (a raw stream handle).
+
+        The block has ``id``, ``size``, ``nbytes``, ``address``, ``free()`` and
+        ``touch()``; it returns to the pool when freed or garbage-collected.
+        Host blocks convert to NumPy with ``numpy.asarray(block)``.
+        """
+        if nbytes < 0:
+            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        return self._pool.allocate(nbytes, stream)
+
+    def stats(self) -> dict[str, int]:
+        """Return ``allocated_bytes``, ``peak_allocated_bytes`` and ``quota_bytes`` (if any)."""
+        return dict(self._pool.stats())
+
+    def __repr__(self) -> str:
+        """Show the pool's name, quota, eviction setting and device."""
+        return repr(self._pool)

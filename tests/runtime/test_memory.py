@@ -1,0 +1,186 @@
+"""gp.memory on the host pool (the CPU path).
+
+Limits, OOM then recovery, stats, snapshot, MemoryPool quotas and eviction.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from pygpukit import memory
+from pygpukit.errors import OutOfMemoryError
+
+HOST = memory.HOST_DEVICE
+MIB = 1 << 20
+
+
+@pytest.fixture(autouse=True)
+def no_limit() -> Iterator[None]:
+    """Each test starts and ends without a host limit and with an empty cache."""
+    memory.set_limit(None, device=HOST)
+    gc.collect()
+    memory.empty_cache(HOST)
+    yield
+    memory.set_limit(None, device=HOST)
+    gc.collect()
+    memory.empty_cache(HOST)
+
+
+def test_host_buffer_is_pool_memory_holding_data() -> None:
+    rng = np.random.default_rng()
+    before = memory.stats(HOST)
+    data = rng.standard_normal(100_000).astype(np.float32)
+    buf = memory.host_buffer(data.nbytes)
+    assert buf.dtype == np.uint8 and buf.shape == (data.nbytes,) and buf.flags.writeable
+    view = buf.view(np.float32)
+    view[:] = data
+    np.testing.assert_array_equal(view, data)
+    during = memory.stats(HOST)
+    assert during["allocated_bytes"] - before["allocated_bytes"] >= data.nbytes
+    assert during["alloc_count"] == before["alloc_count"] + 1
+    del buf, view
+    gc.collect()
+    after = memory.stats(HOST)
+    assert after["allocated_bytes"] == before["allocated_bytes"]
+    assert after["free_count"] == before["free_count"] + 1
+
+
+def test_limit_raises_out_of_memory_then_recovers() -> None:
+    memory.set_limit(8 * MIB, device=HOST)
+    assert memory.get_limit(HOST) == 8 * MIB
+    held = memory.host_buffer(6 * MIB)
+    held[:] = np.random.default_rng().integers(0, 256, held.size, dtype=np.uint8)
+    with pytest.raises(OutOfMemoryError) as info:
+        memory.host_buffer(4 * MIB)
+    err = info.value
+    assert err.requested == 4 * MIB
+    assert err.limit == 8 * MIB
+    assert err.in_use >= 6 * MIB
+    assert memory.stats(HOST)["oom_count"] >= 1
+    small = memory.host_buffer(MIB)  # under the limit: succeeds right after the failure
+    assert small.size == MIB
+    assert memory.stats(HOST)["reserved_bytes"] <= 8 * MIB
+    del held
+    gc.collect()
+    again = memory.host_buffer(4 * MIB)  # fits once the 6 MiB block is back in the pool
+    assert again.size == 4 * MIB
+
+
+def test_limit_forms_and_invalid_values() -> None:
+    memory.set_limit(0.25, device=HOST)
+    quarter = memory.get_limit(HOST)
+    memory.set_limit(0.5, device=HOST)
+    half = memory.get_limit(HOST)
+    assert quarter is not None and half is not None and quarter > 0
+    assert abs(half - 2 * quarter) <= 2
+    memory.set_limit("8MiB", device=HOST)
+    assert memory.get_limit(HOST) == 8 * MIB
+    for bad in (1.5, 0.0, -1):
+        with pytest.raises(ValueError):
+            memory.set_limit(bad, device=HOST)
+    with pytest.raises(TypeError):
+        memory.set_limit(True, device=HOST)
+    with pytest.raises(ValueError):
+        memory.set_limit("lots", device=HOST)
+    memory.set_limit(None, device=HOST)
+    assert memory.get_limit(HOST) is None
+    assert "limit_bytes" not in memory.stats(HOST)
+
+
+def test_stats_track_peaks_and_empty_cache_releases_segments() -> None:
+    rng = np.random.default_rng()
+    sizes = rng.integers(1, 3 * MIB, 20)
+    bufs = [memory.host_buffer(int(n)) for n in sizes]
+    s = memory.stats(HOST)
+    assert s["peak_allocated_bytes"] >= int(sizes.sum())
+    assert s["reserved_bytes"] >= s["allocated_bytes"] >= int(sizes.sum())
+    assert s["cached_bytes"] == s["reserved_bytes"] - s["allocated_bytes"]
+    del bufs
+    gc.collect()
+    assert memory.stats(HOST)["allocated_bytes"] == 0
+    released = memory.empty_cache(HOST)
+    assert released > 0
+    s = memory.stats(HOST)
+    assert s["reserved_bytes"] == 0 and s["segment_free_count"] >= 1
+
+
+def test_snapshot_lists_live_blocks_and_free_ranges() -> None:
+    buf = memory.host_buffer(5000)
+    address = buf.__array_interface__["data"][0]
+    entries = memory.snapshot(HOST)
+    mine = [e for e in entries if e["address"] == address and e["state"] == "allocated"]
+    assert len(mine) == 1
+    entry = mine[0]
+    assert entry["size"] >= 5000 and entry["requested"] == 5000 and entry["age_s"] >= 0
+    assert entry["device"] == HOST and entry["id"] != 0
+    assert any(e["state"] == "free" for e in entries), "the rest of the segment is cached"
+
+
+def test_memory_pool_quota_names_the_pool() -> None:
+    pool = memory.MemoryPool(quota=4 * MIB, name="decoder", device=HOST)
+    assert (pool.quota, pool.enable_eviction, pool.name) == (4 * MIB, False, "decoder")
+    block = pool.allocate(3 * MIB)
+    assert block.size >= 3 * MIB and block.id != 0
+    arr = np.asarray(block)
+    payload = np.random.default_rng().integers(0, 256, arr.size, dtype=np.uint8)
+    arr[:] = payload
+    assert pool.stats()["allocated_bytes"] == block.size
+    assert pool.stats()["quota_bytes"] == 4 * MIB
+    with pytest.raises(OutOfMemoryError) as info:
+        pool.allocate(2 * MIB)
+    assert info.value.partition == "decoder"
+    assert info.value.limit == 4 * MIB
+    other = memory.host_buffer(2 * MIB)  # other allocations are not held to the pool's quota
+    assert other.size == 2 * MIB
+    np.testing.assert_array_equal(np.asarray(block), payload)
+    del arr
+    block.free()
+    with pytest.raises(ValueError):
+        block.free()
+    assert pool.stats()["allocated_bytes"] == 0
+    assert pool.allocate(2 * MIB).size >= 2 * MIB
+    assert pool.stats()["peak_allocated_bytes"] >= 3 * MIB
+
+
+def test_evictable_pool_spills_least_recently_used_and_restores_data() -> None:
+    pool = memory.MemoryPool(quota=4 * MIB, enable_eviction=True, device=HOST)
+    rng = np.random.default_rng()
+    blocks, payloads = [], []
+    for _ in range(3):  # three 2 MiB blocks under a 4 MiB quota
+        block = pool.allocate(2 * MIB)
+        payload = rng.integers(0, 256, 2 * MIB, dtype=np.uint8)
+        np.asarray(block)[:] = payload  # views are short-lived: a spill moves the block
+        blocks.append(block)
+        payloads.append(payload)
+        assert pool.stats()["allocated_bytes"] <= 4 * MIB
+    before = memory.stats(HOST)
+    assert before["evictions"] >= 1 and before["spilled_bytes"] >= 2 * MIB
+    spilled = {e["id"] for e in memory.snapshot(HOST) if e["state"] == "evicted"}
+    assert spilled == {blocks[0].id}, "the least recently used block went first"
+    for _ in range(2):
+        for block, payload in zip(blocks, payloads, strict=True):
+            np.testing.assert_array_equal(np.asarray(block), payload)  # touch restores it
+            assert pool.stats()["allocated_bytes"] <= 4 * MIB
+    assert memory.stats(HOST)["restores"] > before["restores"]
+
+
+def _run_with_env(value: str, code: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYGPUKIT_MEMORY_LIMIT=value, PYTHONPATH=os.pathsep.join(sys.path))
+    command = [sys.executable, "-W", "always", "-c", code]
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+
+
+def test_environment_limit_is_honoured() -> None:
+    code = "from pygpukit import memory; print(memory.get_limit(-1))"
+    assert _run_with_env("8GiB", code).stdout.strip() == str(8 << 30)
+    assert _run_with_env("12345678", code).stdout.strip() == "12345678"
+    bad = _run_with_env("lots", code)
+    assert bad.stdout.strip() == "None"
+    assert "PYGPUKIT_MEMORY_LIMIT ignored" in bad.stderr
