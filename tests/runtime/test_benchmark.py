@@ -18,7 +18,15 @@ import numpy as np
 import pytest
 
 import pygpukit
-from pygpukit.benchmark import Case, Suite, Timed, check_close, compare_runs, registry
+from pygpukit.benchmark import (
+    Case,
+    Suite,
+    Timed,
+    check_close,
+    compare_runs,
+    register_suite,
+    registry,
+)
 from pygpukit.benchmark.cli import main
 from pygpukit.benchmark.data import parse_dtype
 from pygpukit.benchmark.harness import HarnessConfig, copies_for, measure
@@ -178,8 +186,8 @@ def test_wrong_result_fails_the_run(
     def cases(ctx: registry.SuiteContext) -> list[Case]:
         return [Case("broken", "double", {"n": 256}, {"pygpukit": setup})]
 
-    registry.registered_suites()
-    monkeypatch.setitem(registry._SUITES, "broken", Suite("broken", "test only", cases))
+    monkeypatch.setattr(registry, "_SUITES", dict(registry.registered_suites()))
+    register_suite(Suite("broken", "test only", cases))
     assert main(["--suite", "broken", "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "FAILED broken/double[n=256] [pygpukit]: wrong result" in err

@@ -146,8 +146,8 @@ def run_case(
             row.libs[lib.name] = peer_cache[cache_key]
             continue
         result = measure(case, lib, cfg)
-        gc.collect()  # inputs of this case go back to the pools before the next one
         row.libs[lib.name] = result
         if cache_key and lib.name != "pygpukit":
             peer_cache[cache_key] = result
+    gc.collect()  # this case's inputs go back to the pools before the next case
     return row

@@ -144,11 +144,8 @@ def format_table(run: RunResult, comparison: Comparison | None = None) -> str:
     peers = _peers(run)
     headers = _headers(peers, comparison)
     lines = _environment_lines(run)
-    lines += [
-        "ceilings: " + "; ".join(_ceiling_text(c) for c in run.ceilings.values())
-        if run.ceilings
-        else "ceilings: none needed"
-    ]
+    lines += ["ceilings:" if run.ceilings else "ceilings: none needed"]
+    lines += [f"  {_ceiling_text(c)}" for c in run.ceilings.values()]
     for suite in dict.fromkeys(row.suite for row in run.rows):
         rows = [r for r in run.rows if r.suite == suite]
         table = [headers] + [_cells(r, run, peers, comparison) for r in rows]

@@ -3,7 +3,8 @@
 Rows (the ``scale`` kernel; time from ``jit`` to the first launch's completion):
 
 - ``compile_cold``: a source no cache has seen (NVRTC compile, module load,
-  launch), timed inside a fresh process with an empty cache directory;
+  launch), timed inside a fresh process with an empty cache directory, after
+  a warm-up compile of another source (NVRTC already loaded);
 - ``load_disk_cache``: the same source again from a fresh process: the
   library finds the compiled kernel in its disk cache;
 - ``load_memory_cache``: ``jit`` of an already compiled source in the same
