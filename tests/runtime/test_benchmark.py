@@ -142,6 +142,14 @@ def test_markdown_report(quick_run: tuple[Path, str], capsys: pytest.CaptureFixt
     assert "### memory" in out and "| case | PyGPUkit | rate | SoL |" in out
 
 
+def test_plot(quick_run: tuple[Path, str], tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path, _ = quick_run
+    png = tmp_path / "run.png"
+    assert main(["--load", str(path), "--plot", str(png), "--quiet"]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def _doc(times: dict[str, float | None]) -> dict[str, Any]:
     results = []
     for key, ms in times.items():

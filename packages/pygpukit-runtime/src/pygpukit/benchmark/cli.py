@@ -3,7 +3,8 @@
 Exit status: 0 when every measurement that ran was correct (and, with
 ``--fail-on-regression``, none regressed); 1 when a result was wrong or a
 measurement crashed; 2 for a usage error (bad option, unknown suite, missing
-matplotlib for ``--plot``); 3 when the regression gate tripped.
+matplotlib for ``--plot``); 3 when the regression gate tripped; 130 when the run
+was interrupted (Ctrl-C: the rows measured so far are still reported and saved).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .units import format_rate, parse_size
 
 __all__ = ["build_parser", "main"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REGRESSION = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 #: Suite shortcuts users know from the original project's CLI.
 SHORTCUTS = ("gemm", "gemv", "attention")
@@ -253,6 +254,7 @@ def measure_run(
         log(f"peer {name}: {reason}")
     rows: list[Row] = []
     peer_cache: dict[tuple[str, str], LibResult] = {}
+    interrupted = False
     for suite in suites:
         try:
             for case in suite.cases(ctx):
@@ -263,10 +265,15 @@ def measure_run(
                 log(progress_line(len(rows), row, time.perf_counter() - started))
         except Skip as exc:
             rows.append(_error_row(suite, libs, LibResult("skipped", str(exc))))
+        except KeyboardInterrupt:
+            log("interrupted: reporting the rows measured so far")
+            interrupted = True
         except Exception as exc:
             rows.append(_error_row(suite, libs, LibResult("failed", f"suite crashed: {exc!r}")))
             log(f"suite {suite.name} crashed: {exc!r}")
         ctx.data.clear()
+        if interrupted:
+            break
     options = {
         "command": shlex.join(["python", "-m", "pygpukit.benchmark", *(args.argv or [])]),
         "quick": args.quick,
@@ -276,6 +283,7 @@ def measure_run(
         "seq_lens": opts.seq_lens,
         "seed": seed,
         "duration_s": round(time.perf_counter() - started, 1),
+        "interrupted": interrupted,
     }
     return RunResult(environment, dict(ceilings.values), rows, options)
 
@@ -364,4 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot:
         write_plot(run, args.plot)
         log(f"plot written to {args.plot}")
-    return _report_outcome(run, comparison, opts.gate_pct)
+    status = _report_outcome(run, comparison, opts.gate_pct)
+    if run.options.get("interrupted") and status == EXIT_OK:
+        status = EXIT_INTERRUPTED
+    return status

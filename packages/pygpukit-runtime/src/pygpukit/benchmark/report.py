@@ -223,7 +223,7 @@ def write_plot(run: RunResult, path: str) -> None:
     fig, ax = plt.subplots(figsize=(10, 1.5 + 0.3 * max(1, len(rows))))
     height = 0.8 / max(1, len(peers))
     for j, peer in enumerate(peers):
-        values: list[Any] = [r.speedup("pygpukit", peer) or 0.0 for r in rows]
+        values: list[Any] = [r.speedup("pygpukit", peer) or float("nan") for r in rows]
         ax.barh([i + j * height for i in range(len(rows))], values, height=height, label=peer)
     ax.set_yticks([i + 0.4 - height / 2 for i in range(len(rows))])
     ax.set_yticklabels([f"{r.suite}: {_case_label(r)}" for r in rows], fontsize=7)
