@@ -17,3 +17,4 @@ pub mod pool;
 pub mod runtime;
 pub mod scheduler;
 pub mod stats;
+pub mod transfer;

@@ -196,13 +196,62 @@ impl PartitionManager {
         self.config
     }
 
-    /// Admits a partition, reserving its memory request and compute share.
+    /// Admits a partition, reserving its memory request and compute share, under
+    /// an id of the manager's own numbering.
     pub fn create(
         &mut self,
         key: &str,
         name: &str,
         spec: PartitionSpec,
     ) -> Result<&Partition, PartitionError> {
+        self.check_create(key, &spec)?;
+        let id = self.next_id;
+        self.create_with_id(id, key, name, spec)
+    }
+
+    /// Admits a partition under `id`: the id the memory pool already gave it
+    /// (`Runtime::create_partition`), so that the pool's accounting and the
+    /// scheduler's books name the same partition.
+    pub fn create_with_id(
+        &mut self,
+        id: PartitionId,
+        key: &str,
+        name: &str,
+        spec: PartitionSpec,
+    ) -> Result<&Partition, PartitionError> {
+        if self.partitions.contains_key(&id) {
+            return Err(PartitionError::InvalidSpec(format!(
+                "partition id {id} is already in use"
+            )));
+        }
+        let (request, limit, compute_units) = self.check_create(key, &spec)?;
+        self.admission
+            .add_owner(id, request, Some(limit))
+            .map_err(|source| PartitionError::Admission {
+                partition: key.to_owned(),
+                source,
+            })?;
+        self.next_id = self.next_id.max(id + 1);
+        let qos = QosClass::derive(spec.memory_request, spec.memory_limit, compute_units);
+        let p = Partition {
+            id,
+            key: key.to_owned(),
+            name: name.to_owned(),
+            spec,
+            qos,
+            compute_units,
+        };
+        self.by_key.insert(key.to_owned(), id);
+        Ok(self.partitions.entry(id).or_insert(p))
+    }
+
+    /// Would a partition `key` with `spec` be admitted now? Changes nothing.
+    /// Returns its reservation, its limit and its compute in [`ComputeUnits`].
+    pub fn check_create(
+        &self,
+        key: &str,
+        spec: &PartitionSpec,
+    ) -> Result<(Amounts, Amounts, ComputeUnits), PartitionError> {
         if key.is_empty() {
             return Err(PartitionError::InvalidSpec(
                 "a partition needs a non-empty name".to_owned(),
@@ -226,25 +275,14 @@ impl PartitionManager {
             spec.memory_limit.unwrap_or(self.config.total_memory),
             limit_compute,
         );
-        let id = self.next_id;
+        // Any free id will do for the check: admission does not depend on it.
         self.admission
-            .add_owner(id, request, Some(limit))
+            .check_owner(self.next_id, request, Some(limit))
             .map_err(|source| PartitionError::Admission {
                 partition: key.to_owned(),
                 source,
             })?;
-        self.next_id += 1;
-        let qos = QosClass::derive(spec.memory_request, spec.memory_limit, compute_units);
-        let p = Partition {
-            id,
-            key: key.to_owned(),
-            name: name.to_owned(),
-            spec,
-            qos,
-            compute_units,
-        };
-        self.by_key.insert(key.to_owned(), id);
-        Ok(self.partitions.entry(id).or_insert(p))
+        Ok((request, limit, compute_units))
     }
 
     /// Deletes a partition that holds nothing, giving its reservation back.
@@ -430,6 +468,28 @@ mod tests {
             m.create("inference", "", PartitionSpec::default()),
             Err(PartitionError::DuplicateKey(_))
         ));
+    }
+
+    #[test]
+    fn ids_given_by_the_memory_pool_are_kept() {
+        let mut m = manager();
+        assert_eq!(
+            m.create_with_id(7, "pooled", "P", PartitionSpec::default())
+                .unwrap()
+                .id,
+            7
+        );
+        assert!(matches!(
+            m.create_with_id(7, "again", "A", PartitionSpec::default()),
+            Err(PartitionError::InvalidSpec(_))
+        ));
+        assert_eq!(
+            m.create("next", "N", PartitionSpec::default()).unwrap().id,
+            8
+        );
+        let too_big = spec(9 * GIB, None, ComputeShare::None);
+        assert!(m.check_create("big", &too_big).is_err());
+        assert!(m.get("big").is_none());
     }
 
     #[test]
