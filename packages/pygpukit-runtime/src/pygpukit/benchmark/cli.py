@@ -15,7 +15,7 @@ import secrets
 import shlex
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name in SHORTCUTS:
         sel.add_argument(f"--{name}", action="store_true", help=f"same as --suite {name}")
-    sel.add_argument("--all", action="store_true", help="every registered suite (the default)")
+    sel.add_argument(
+        "--all", action="store_true", help="every registered suite (the default; overrides --suite)"
+    )
     sel.add_argument("--list", action="store_true", help="list the registered suites and exit")
     sel.add_argument(
         "--quick",
@@ -179,7 +181,8 @@ def resolve(args: argparse.Namespace) -> Options:
         raise ValueError("--iterations must be at least 1")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise ValueError("--plot needs matplotlib (pip install matplotlib)")
-    return Options(list(dict.fromkeys(suites)) or None, sizes, dtypes, seq_lens, peers, gate)
+    selected = None if args.all else list(dict.fromkeys(suites)) or None
+    return Options(selected, sizes, dtypes, seq_lens, peers, gate)
 
 
 def _select(names: list[str] | None) -> list[Suite]:
@@ -219,7 +222,7 @@ def _error_row(suite: Suite, libs: Sequence[Library], result: LibResult) -> Row:
 
 
 def measure_run(
-    args: argparse.Namespace, opts: Options, suites: list[Suite], log: Any
+    args: argparse.Namespace, opts: Options, suites: list[Suite], log: Callable[[str], None]
 ) -> RunResult:
     """Run every case of ``suites`` and collect the results."""
     started = time.perf_counter()
@@ -288,7 +291,9 @@ def measure_run(
     return RunResult(environment, dict(ceilings.values), rows, options)
 
 
-def _warn_if_other_device(baseline: dict[str, Any], run: RunResult, log: Any) -> None:
+def _warn_if_other_device(
+    baseline: dict[str, Any], run: RunResult, log: Callable[[str], None]
+) -> None:
     """Say so when the baseline ran on another device or backend: its times do not transfer."""
 
     def where(env: dict[str, Any]) -> tuple[Any, Any]:

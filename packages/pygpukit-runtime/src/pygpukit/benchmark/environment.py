@@ -67,6 +67,9 @@ def _device_from_pygpukit(gp: Any) -> dict[str, Any] | None:
     sm = device.get("sm")
     if isinstance(sm, (tuple, list)) and len(sm) == 2:
         device["sm"] = f"{sm[0]}.{sm[1]}"
+    version = device.get("driver_version")
+    if isinstance(version, int) and version > 0:  # cuDriverGetVersion: 12080 -> CUDA 12.8
+        device["cuda_version"] = f"{version // 1000}.{version % 1000 // 10}"
     return device
 
 

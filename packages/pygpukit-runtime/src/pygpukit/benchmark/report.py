@@ -102,6 +102,8 @@ def _environment_lines(run: RunResult) -> list[str]:
     gpu = device.get("name") or "unknown device"
     sm = f" (SM {device['sm']})" if device.get("sm") else ""
     driver = f", driver {env['driver']}" if env.get("driver") else ""
+    if device.get("cuda_version"):
+        driver += f", CUDA {device['cuda_version']}"
     libs = ", ".join(f"{k} {v}" for k, v in versions.items() if v)
     commit = "unknown"
     if git:
