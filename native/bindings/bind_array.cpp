@@ -125,7 +125,8 @@ void bind_array(py::module_& m) {
     m.def(
         "set_kernel_dir",
         [](const std::string& path, const std::string& manifest_json,
-           const std::vector<std::string>& include_dirs) {
+           const std::vector<std::string>& include_dirs,
+           const std::vector<std::string>& nvrtc_candidates) {
             py::dict manifest = py::module_::import("json").attr("loads")(manifest_json);
             const int abi = manifest["kernel_abi"].cast<int>();
             constexpr int kKernelAbi = 1;  // tools/build_kernels.py KERNEL_ABI_VERSION
@@ -134,11 +135,13 @@ void bind_array(py::module_& m) {
                                          std::to_string(abi) + ", this _native expects " +
                                          std::to_string(kKernelAbi) + "; rebuild the package");
             }
-            set_kernel_dir(path, manifest["options"].cast<std::vector<std::string>>(),
-                           include_dirs);
+            set_kernel_dir(path, manifest["options"].cast<std::vector<std::string>>(), include_dirs,
+                           nvrtc_candidates);
         },
         py::arg("path"), py::arg("manifest_json"), py::arg("include_dirs"),
-        "Where the built-in kernels are (pygpukit/_kernels) and the manifest written with them.");
+        py::arg("nvrtc_candidates") = std::vector<std::string>{},
+        "Where the built-in kernels are (pygpukit/_kernels) and the manifest written with them; "
+        "NVRTC is loaded from nvrtc_candidates only if a kernel must be JIT-compiled.");
     m.def("choose_cubin_arch", &choose_cubin_arch, py::arg("major"), py::arg("minor"),
           py::arg("available"));
 }

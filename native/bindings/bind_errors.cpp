@@ -28,16 +28,18 @@ void raise_instance(PyObject* cls, const py::tuple& args, PyObject* fallback, co
     Py_DECREF(exc);
 }
 
-// (in_use, limit) of the Rust pool for an OutOfMemoryError; (0, None) when unavailable.
-std::pair<py::object, py::object> pool_usage() {
+// The OutOfMemoryError arguments of this thread's last refused allocation, as the Rust pool
+// recorded it (requested, in_use, limit, partition); `requested` alone when unavailable.
+py::tuple oom_arguments(uint64_t requested) {
     try {
-        py::dict stats = py::module_::import("pygpukit._rust").attr("pool_stats")();
-        py::object in_use = stats.contains("in_use") ? stats["in_use"] : py::int_(0);
-        py::object limit = stats.contains("limit") ? stats["limit"] : py::none();
-        return {in_use, limit};
+        py::object last = py::module_::import("pygpukit._rust").attr("last_alloc_error")();
+        if (!last.is_none()) {
+            return py::make_tuple(last["requested"], last["in_use"], last["limit"],
+                                  last["partition"]);
+        }
     } catch (const py::error_already_set&) {
-        return {py::int_(0), py::none()};
     }
+    return py::make_tuple(requested, 0, py::none(), py::none());
 }
 
 }  // namespace
@@ -61,9 +63,7 @@ void bind_errors(py::module_& m) {
         } catch (const CompileError& e) {
             raise_instance(g_compile_error, py::make_tuple(e.log()), PyExc_RuntimeError, e.what());
         } catch (const OutOfMemoryError& e) {
-            auto [in_use, limit] = pool_usage();
-            raise_instance(g_oom_error, py::make_tuple(e.requested(), in_use, limit, py::none()),
-                           PyExc_MemoryError, e.what());
+            raise_instance(g_oom_error, oom_arguments(e.requested()), PyExc_MemoryError, e.what());
         } catch (const MissingComponentError& e) {
             PyErr_SetString(PyExc_ImportError, e.what());
         }

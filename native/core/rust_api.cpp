@@ -173,7 +173,11 @@ std::string python_error_text() {
 
 const pgk_api* import_api() {
     PyGILState_STATE gil = PyGILState_Ensure();
-    void* capsule = PyCapsule_Import(PGK_CAPI_CAPSULE_NAME, 0);
+    // PyCapsule_Import reaches "_rust" as an attribute of the package, which exists only once
+    // the submodule was imported: import it first.
+    PyObject* module = PyImport_ImportModule("pygpukit._rust");
+    Py_XDECREF(module);
+    void* capsule = module ? PyCapsule_Import(PGK_CAPI_CAPSULE_NAME, 0) : nullptr;
     std::string error = capsule == nullptr ? python_error_text() : "";
     PyGILState_Release(gil);
     if (capsule == nullptr) {

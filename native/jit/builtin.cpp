@@ -21,6 +21,7 @@ std::mutex g_mutex;
 std::string g_kernel_dir;
 std::vector<std::string> g_options;
 std::vector<std::string> g_include_dirs;
+std::vector<std::string> g_nvrtc_candidates;
 std::map<std::pair<int, std::string>, std::shared_ptr<Module>> g_modules;  // (device, file)
 
 struct Arch {
@@ -65,6 +66,7 @@ std::shared_ptr<Module> load_module(int device, const std::string& file) {
             read_file(fs::path(g_kernel_dir) / arch / (file + ".cubin")), device);
     }
     const std::string sm = "sm_" + std::to_string(major) + std::to_string(minor);
+    if (!nvrtc_loaded() && !g_nvrtc_candidates.empty()) load_nvrtc(g_nvrtc_candidates);
     if (!nvrtc_loaded()) {
         throw std::runtime_error("no built-in '" + file + "' kernels for " + sm +
                                  " in this wheel, and NVRTC is not available to compile them: "
@@ -100,11 +102,13 @@ std::string choose_cubin_arch(int major, int minor, const std::vector<std::strin
 }
 
 void set_kernel_dir(const std::string& path, const std::vector<std::string>& options,
-                    const std::vector<std::string>& include_dirs) {
+                    const std::vector<std::string>& include_dirs,
+                    const std::vector<std::string>& nvrtc_candidates) {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_kernel_dir = path;
     g_options = options;
     g_include_dirs = include_dirs;
+    g_nvrtc_candidates = nvrtc_candidates;
 }
 
 CUfunction BuiltinKernel::load(int device) const {

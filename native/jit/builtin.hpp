@@ -14,9 +14,11 @@
 
 namespace pgk {
 
-// Where the built-in kernels live (pygpukit/_kernels) and how they were compiled.
+// Where the built-in kernels live (pygpukit/_kernels) and how they were compiled. NVRTC is
+// loaded from `nvrtc_candidates` only when a device has no fitting cubin.
 void set_kernel_dir(const std::string& path, const std::vector<std::string>& options,
-                    const std::vector<std::string>& include_dirs);
+                    const std::vector<std::string>& include_dirs,
+                    const std::vector<std::string>& nvrtc_candidates);
 
 // One entry point of one kernel file, e.g. BuiltinKernel("fill", "fill_u32"). Define them as
 // statics next to the op that launches them; get() is a relaxed atomic load after the first call.

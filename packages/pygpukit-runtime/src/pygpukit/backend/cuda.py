@@ -1,0 +1,252 @@
+"""The CUDA backend: the backend protocol (:mod:`.base`) over ``pygpukit._native``.
+
+Deliberately thin: every function forwards to one ``_native`` call, which does
+the CUDA work in C++ (allocations through the Rust pool, launches through its
+dispatch controller). An array impl is a ``_native.Array``; streams, events,
+graphs, modules and functions are the ``_native`` classes themselves. Nothing
+here runs per element.
+
+Importing this module (done by :mod:`.select` once the driver loaded and a
+device was found) tells ``_native`` where the built-in kernels are.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes as _dtypes
+from .._environment import include_dirs, library_candidates
+from .select import native
+
+_native: Any = native()
+if _native is None:  # select imports this module only after _native loaded
+    raise ImportError("pygpukit._native is not available")
+
+name = "cuda"
+
+_KERNEL_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_kernels")
+
+
+def _register_kernels() -> None:
+    """Point ``_native`` at the shipped cubins (NVRTC is loaded only if one must be compiled)."""
+    manifest = os.path.join(_KERNEL_DIR, "manifest.json")
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ImportError(
+            f"the built-in kernels of pygpukit-runtime are missing ({manifest}): {exc}; "
+            "reinstall pygpukit-runtime (or rebuild with tools/dev_build.py)"
+        ) from exc
+    _native.set_kernel_dir(
+        _KERNEL_DIR,
+        text,
+        [c.path for c in include_dirs()],
+        [c.path for c in library_candidates("nvrtc")],
+    )
+
+
+_register_kernels()
+
+# --- devices ---------------------------------------------------------------------------
+
+device_count = _native.device_count
+device_info = _native.device_info
+get_device = _native.get_device
+set_device = _native.set_device
+synchronize = _native.synchronize
+arch = _native.target_arch
+
+# --- streams, events, graphs -----------------------------------------------------------
+
+Stream = _native.Stream
+Event = _native.Event
+priority_range = _native.priority_range
+begin_capture = _native.begin_capture
+end_capture = _native.end_capture
+
+
+def current_stream() -> Any:
+    """The calling thread's current stream on its current device."""
+    return _native.current_stream()
+
+
+def set_current_stream(stream: Any) -> None:
+    """Make ``stream`` current for its device (``None``: the current device's default)."""
+    _native.set_current_stream(stream)
+
+
+# --- array creation and transfer -------------------------------------------------------
+
+
+def empty(shape: tuple[int, ...], dtype: str, device: int, stream: Any) -> Any:
+    """An uninitialised C-contiguous array (memory from the Rust pool)."""
+    return _native.Array.empty(shape, dtype, device, stream)
+
+
+def full(shape: tuple[int, ...], dtype: str, value: Any, device: int, stream: Any) -> Any:
+    """A C-contiguous array filled with ``value``."""
+    out = _native.Array.empty(shape, dtype, device, stream)
+    out.fill(value, stream)
+    return out
+
+
+def arange(start: Any, step: Any, n: int, dtype: str, device: int, stream: Any) -> Any:
+    """``start + i * step``: float64 math for floating dtypes, int64 for integer ones."""
+    if not _dtypes.is_floating(_dtypes.normalize(dtype)) and not (
+        float(start).is_integer() and float(step).is_integer()
+    ):
+        # Fractional start/step into an integer dtype: compute in float64, truncate like NumPy.
+        values = _native.arange(float(start), float(step), n, "float64", device, stream)
+        return values.astype(dtype, stream)
+    return _native.arange(start, step, n, dtype, device, stream)
+
+
+def from_numpy(array: np.ndarray, device: int, stream: Any, blocking: bool) -> Any:
+    """A new C-contiguous device copy of ``array`` (pinned staging when not blocking)."""
+    out = _native.Array.empty(array.shape, array.dtype.name, device, stream)
+    out.copy_from_host(array, stream, blocking)
+    return out
+
+
+def to_numpy(impl: Any, stream: Any) -> np.ndarray:
+    """A new host array with the impl's values; waits for the copy (GIL released)."""
+    host = np.empty(impl.shape, dtype=_dtypes.normalize(impl.dtype))
+    impl.copy_to_host(host, stream)
+    return host
+
+
+# --- metadata --------------------------------------------------------------------------
+
+
+def dtype(impl: Any) -> np.dtype[Any]:
+    """The impl's element type as a NumPy dtype (ml_dtypes for bfloat16)."""
+    return _dtypes.normalize(impl.dtype)
+
+
+def offset(impl: Any) -> int:
+    """Byte offset of element 0 from the start of the buffer."""
+    return impl.offset
+
+
+def buffer_nbytes(impl: Any) -> int:
+    """Size of the buffer the impl views."""
+    return impl.buffer_nbytes
+
+
+def device_of(impl: Any) -> int:
+    """The device holding the impl's buffer."""
+    return impl.device
+
+
+def data_ptr(impl: Any) -> int:
+    """Device address of element 0."""
+    return impl.data_ptr
+
+
+def is_c_contiguous(impl: Any) -> bool:
+    """Whether the impl is C-contiguous."""
+    return impl.is_c_contiguous
+
+
+# --- views and copies ------------------------------------------------------------------
+
+
+def view(impl: Any, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> Any:
+    """Another view of the impl's buffer (bounds checked in C++)."""
+    return impl.view(shape, strides, offset)
+
+
+def view_dtype(impl: Any, dtype: str) -> Any:
+    """The same bytes as another dtype of the same itemsize."""
+    return impl.view_dtype(dtype)
+
+
+def copy(impl: Any) -> Any:
+    """A new C-contiguous array with the impl's values."""
+    out = _native.Array.empty(impl.shape, impl.dtype, impl.device, None)
+    out.copy_from(impl)
+    return out
+
+
+def astype(impl: Any, dtype: str) -> Any:
+    """A new C-contiguous array converted to ``dtype`` (one cast kernel)."""
+    return impl.astype(dtype)
+
+
+def copy_into(dst: Any, src: Any) -> None:
+    """Copy ``src`` into ``dst`` (same shape, any strides and devices), casting like astype."""
+    if src.dtype != dst.dtype:
+        src = src.astype(dst.dtype)
+    dst.copy_from(src)
+
+
+def fill(impl: Any, value: Any) -> None:
+    """Set every element of the (possibly strided) impl to ``value``."""
+    impl.fill(value)
+
+
+# --- interop ---------------------------------------------------------------------------
+
+
+def dlpack(impl: Any, stream: int | None) -> Any:
+    """A 'dltensor' capsule over the impl; the consumer's ``stream`` waits for pending work."""
+    return _native.to_dlpack(impl, stream)
+
+
+def dlpack_device(impl: Any) -> tuple[int, int]:
+    """``(2, device)``: kDLCUDA."""
+    return (2, impl.device)
+
+
+def from_dlpack(obj: Any) -> Any:
+    """An impl sharing memory with a CUDA DLPack producer (zero-copy).
+
+    Our current stream is passed as the consumer stream, so the producer orders
+    its pending work before anything we enqueue.
+    """
+    device_type, device_id = obj.__dlpack_device__()
+    if int(device_type) != 2:
+        raise BufferError(
+            f"from_dlpack on the CUDA backend needs CUDA device memory (DLPack device type 2), "
+            f"got device type {int(device_type)}; use gp.asarray to copy host data"
+        )
+    stream = _native.current_stream(int(device_id))
+    try:
+        capsule = obj.__dlpack__(stream=stream.handle)
+    except TypeError:  # producers predating the stream keyword
+        capsule = obj.__dlpack__()
+    return _native.from_dlpack(capsule)
+
+
+def cuda_array_interface(impl: Any) -> dict[str, Any]:
+    """``__cuda_array_interface__`` v3 of the impl (strides None when C-contiguous)."""
+    np_dtype = _dtypes.normalize(impl.dtype)
+    return {
+        "shape": impl.shape,
+        "typestr": np_dtype.str,
+        "descr": [("", np_dtype.str)],
+        "data": (impl.data_ptr, False),
+        "strides": None if impl.is_c_contiguous else impl.strides,
+        "version": 3,
+        "stream": impl.stream.handle,
+    }
+
+
+# --- JIT -------------------------------------------------------------------------------
+
+
+def compile(
+    source: str, name: str, options: Sequence[str], name_expressions: Sequence[str]
+) -> tuple[bytes, str, dict[str, str]]:
+    """NVRTC to a cubin for the current device's exact architecture unless options name one."""
+    return _native.compile(source, name, list(options), list(name_expressions))
+
+
+def load_module(cubin: bytes, device: int) -> Any:
+    """Load a cubin on ``device``."""
+    return _native.Module(cubin, device)

@@ -1,0 +1,107 @@
+"""Streams, events and CUDA graphs on the GPU."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+
+pytestmark = pytest.mark.gpu
+
+AFFINE = """
+extern "C" __global__ void affine(float* x, float a, float b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * a + b;
+}
+"""
+
+
+def _chain(kernel, x, steps):
+    for i in range(steps):
+        kernel(x, 1.0 + 0.001 * (i % 7), 0.01 * (i % 5) - 0.02, x.size)
+
+
+def test_graph_of_100_ops_equals_eager(make):
+    host = make((1 << 16,), "float32")
+    kernel = gp.jit(AFFINE, func="affine")
+    eager = gp.from_numpy(host)
+    _chain(kernel, eager, 100)
+    expected = eager.to_numpy()
+
+    captured = gp.from_numpy(host)
+    stream = gp.Stream()
+    with stream:
+        with gp.graph_capture() as graph:
+            _chain(kernel, captured, 100)
+            scratch = gp.empty((1024,), dtype="float32")  # allocated in the graph's pool region
+            scratch.fill(1.0)
+    stream.synchronize()
+    np.testing.assert_array_equal(captured.to_numpy(), host)  # capture runs nothing
+    graph.replay(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(captured.to_numpy(), expected)
+    np.testing.assert_array_equal(scratch.to_numpy(), np.ones(1024, np.float32))
+
+
+def test_sync_inside_capture_raises_and_capture_survives(make):
+    kernel = gp.jit(AFFINE, func="affine")
+    host = make((4096,), "float32")
+    x = gp.from_numpy(host)
+    stream = gp.Stream()
+    with stream:
+        with gp.graph_capture() as graph:
+            kernel(x, 2.0, 0.0, x.size)
+            with pytest.raises(gp.CudaError, match="captur"):
+                x.to_numpy()
+            with pytest.raises(gp.CudaError, match="captur"):
+                gp.synchronize()
+            kernel(x, 1.0, 1.0, x.size)
+    graph.replay(stream)
+    stream.synchronize()
+    np.testing.assert_allclose(x.to_numpy(), host * 2 + 1, rtol=1e-6)
+
+
+def test_eight_threads_each_with_its_own_stream(make):
+    kernel = gp.jit(AFFINE, func="affine")
+    hosts = [make((100_000,), "float32") for _ in range(8)]
+    results: list[np.ndarray | None] = [None] * 8
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            with gp.Stream():
+                x = gp.from_numpy(hosts[i])
+                for _ in range(20):
+                    kernel(x, 1.0, float(i), x.size)
+                results[i] = x.to_numpy()
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i in range(8):
+        np.testing.assert_allclose(results[i], hosts[i] + 20.0 * i, rtol=1e-5, atol=1e-4)
+
+
+def test_events_time_and_order_streams(make):
+    kernel = gp.jit(AFFINE, func="affine")
+    x = gp.from_numpy(make((1 << 20,), "float32"))
+    producer, consumer = gp.Stream(), gp.Stream()
+    start, end = gp.Event(timing=True), gp.Event(timing=True)
+    start.record(producer)
+    for _ in range(10):
+        kernel(x, 1.0, 1.0, x.size, stream=producer)
+    end.record(producer)
+    consumer.wait_event(end)
+    end.synchronize()
+    assert end.query()
+    assert start.elapsed_time(end) > 0
+    low, high = gp.Stream.priority_range()
+    assert gp.Stream(priority=high).priority == high
