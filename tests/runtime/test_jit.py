@@ -149,6 +149,7 @@ def _kernel(source: str = README_KERNEL, name: str = "scale", max_threads: int =
 def test_kernel_sets_signature_and_attributes() -> None:
     k, fn = _kernel()
     assert fn.codes == ["ptr", "f32", "i32"]
+    assert k.attributes()["num_regs"] == 12
     assert k.num_regs == 12 and k.max_threads_per_block == 1024 and k.shared_size_bytes == 64
     assert k.signature() == "scale(float * x, float factor, int n)"
     assert "scale(" in repr(k)

@@ -243,6 +243,8 @@ def from_numpy(array: np.ndarray, device: int | None = None, stream: Any = None)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("="))
     normalize(array.dtype)  # TypeError for unsupported dtypes
+    if not array.flags.c_contiguous:  # backends copy C-contiguous host memory only
+        array = array.copy(order="C")
     b = _backend()
     impl = b.from_numpy(array, _target(b, device), _stream_impl(stream), stream is None)
     return _wrap(impl, b)

@@ -342,10 +342,9 @@ class Kernel:
         self._index = {p.name: i for i, p in enumerate(self.params)}
         self._sizes = [i for i, p in enumerate(self.params) if p.name in SIZE_PARAM_NAMES]
         function.set_signature([p.code for p in self.params])
-        max_threads = int(self.attributes.get("max_threads_per_block", DEFAULT_BLOCK))
+        max_threads = int(self.attributes().get("max_threads_per_block", DEFAULT_BLOCK))
         self._default_block = max(1, min(DEFAULT_BLOCK, max_threads))
 
-    @property
     def attributes(self) -> dict[str, int]:
         """Function attributes: ``num_regs``, ``max_threads_per_block``, ``shared_size_bytes``..."""
         return dict(self._function.attributes())
@@ -353,17 +352,17 @@ class Kernel:
     @property
     def num_regs(self) -> int:
         """Registers per thread."""
-        return int(self.attributes["num_regs"])
+        return int(self.attributes()["num_regs"])
 
     @property
     def max_threads_per_block(self) -> int:
         """The largest block this kernel can be launched with."""
-        return int(self.attributes["max_threads_per_block"])
+        return int(self.attributes()["max_threads_per_block"])
 
     @property
     def shared_size_bytes(self) -> int:
         """Static shared memory per block."""
-        return int(self.attributes["shared_size_bytes"])
+        return int(self.attributes()["shared_size_bytes"])
 
     def signature(self) -> str:
         """Return the parsed signature, e.g. ``scale(float* x, float factor, int n)``."""
@@ -573,8 +572,8 @@ def jit(source: str, func: str, options: Sequence[str] = ()) -> Kernel:
     bad source, ``ValueError`` when ``func`` is not a kernel of ``source``.
     """
     _require_gpu(_backend())
+    module, _ = _load(source, f"{func}.cu", (), options)  # NVRTC reports broken source first
     params = parse_signature(source, func)
-    module, _ = _load(source, f"{func}.cu", (), options)
     return Kernel(module.function(func), func, params)
 
 
@@ -595,10 +594,10 @@ def jit_module(
         raise TypeError("names and name_expressions are sequences of strings, not one string")
     if not names and not name_expressions:
         raise ValueError("jit_module() needs at least one kernel name or name expression")
+    module, lowered = _load(source, "module.cu", list(name_expressions), options)
     signatures = {n: parse_signature(source, n) for n in names}
     for expr in name_expressions:
         signatures[expr] = parse_signature(source, expr.split("<")[0].strip(), expr)
-    module, lowered = _load(source, "module.cu", list(name_expressions), options)
     kernels = {}
     for key, params in signatures.items():
         symbol = lowered.get(key, key)

@@ -241,7 +241,7 @@ class Backend(Protocol):
     def from_numpy(
         self, array: np.ndarray, device: int, stream: StreamImpl | None, blocking: bool
     ) -> Any:
-        """A new C-contiguous copy of ``array`` (any strides, a supported dtype)."""
+        """A new C-contiguous copy of ``array`` (C-contiguous, native byte order, supported)."""
         ...
 
     def to_numpy(self, impl: Any, stream: StreamImpl | None) -> np.ndarray:
