@@ -8,6 +8,8 @@
 //! for the mutex would then hold the GIL forever). Every method computes a plain
 //! Rust result under the lock and converts it to Python objects after.
 
+use crate::capi::describe;
+use crate::runtime::runtime;
 use pygpukit_core::scheduler::{
     self as core, AdmissionError, ComputeShare, Outcome, PacingConfig, PartitionError,
     PartitionSpec, SchedulerError, TaskRequest, WHOLE_DEVICE,
@@ -76,6 +78,53 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic inside a core call leaves consistent books (every mutation is
     // checked before it is made), so a poisoned lock is safe to keep using.
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Why creating or deleting a partition failed: the scheduler's books refused,
+/// or the memory pool could not apply the partition's quota.
+enum PooledError {
+    Partition(PartitionError),
+    Scheduler(SchedulerError),
+    Pool(String),
+}
+
+impl PooledError {
+    fn into_py(self, py: Python<'_>) -> PyErr {
+        match self {
+            PooledError::Partition(e) => partition_error(py, e),
+            PooledError::Scheduler(e) => scheduler_error(py, e),
+            PooledError::Pool(why) => PyRuntimeError::new_err(format!(
+                "the memory pool could not set the partition's quota: {why}"
+            )),
+        }
+    }
+}
+
+/// Admits a partition in `m` under an id from the process's memory runtime, which
+/// then charges allocations made inside the partition to it and enforces its
+/// memory limit as a quota. The runtime is asked only once admission is certain.
+fn create_pooled(
+    m: &mut core::PartitionManager,
+    key: &str,
+    name: &str,
+    spec: PartitionSpec,
+) -> Result<PyPartition, PooledError> {
+    m.check_create(key, &spec).map_err(PooledError::Partition)?;
+    let id = runtime()
+        .create_partition(key, spec.memory_limit)
+        .map_err(|e| PooledError::Pool(describe(&e)))?;
+    let sms = m.config().total_sms;
+    let p = m
+        .create_with_id(id, key, name, spec)
+        .map_err(PooledError::Partition)?;
+    Ok(PyPartition::from_core(p, sms))
+}
+
+/// Lifts the quota of a deleted partition (the runtime never reuses its id).
+fn unpool(p: &core::Partition) -> Result<(), PooledError> {
+    runtime()
+        .set_partition_limit(p.id, None)
+        .map_err(|e| PooledError::Pool(describe(&e)))
 }
 
 /// What a partition asks for, built by chaining:
@@ -337,13 +386,8 @@ impl PyPartitionManager {
         name: &str,
         limits: PyPartitionLimits,
     ) -> PyResult<PyPartition> {
-        let result = {
-            let mut m = lock(&self.inner);
-            let sms = m.config().total_sms;
-            m.create(id, name, limits.spec)
-                .map(|p| PyPartition::from_core(p, sms))
-        };
-        result.map_err(|e| partition_error(py, e))
+        let result = create_pooled(&mut lock(&self.inner), id, name, limits.spec);
+        result.map_err(|e| e.into_py(py))
     }
 
     /// Deletes a partition, giving its reservation back.
@@ -351,9 +395,12 @@ impl PyPartitionManager {
         let result = {
             let mut m = lock(&self.inner);
             let sms = m.config().total_sms;
-            m.delete(id).map(|p| PyPartition::from_core(&p, sms))
+            m.delete(id).map_err(PooledError::Partition).and_then(|p| {
+                unpool(&p)?;
+                Ok(PyPartition::from_core(&p, sms))
+            })
         };
-        result.map_err(|e| partition_error(py, e))
+        result.map_err(|e| e.into_py(py))
     }
 
     /// The partition `id`, or `None`.
@@ -624,20 +671,23 @@ impl PySchedulerCore {
         name: &str,
         limits: PyPartitionLimits,
     ) -> PyResult<PyPartition> {
-        self.run(py, |s, _| {
-            let sms = s.partitions().config().total_sms;
-            let p = s.partitions_mut().create(id, name, limits.spec)?;
-            Ok(PyPartition::from_core(p, sms))
-        })
+        let result = create_pooled(lock(&self.inner).partitions_mut(), id, name, limits.spec);
+        result.map_err(|e| e.into_py(py))
     }
 
     /// Deletes a partition with no unfinished tasks.
     fn delete_partition(&self, py: Python<'_>, id: &str) -> PyResult<PyPartition> {
-        self.run(py, |s, _| {
+        let result = {
+            let mut s = lock(&self.inner);
             let sms = s.partitions().config().total_sms;
             s.delete_partition(id)
-                .map(|p| PyPartition::from_core(&p, sms))
-        })
+                .map_err(PooledError::Scheduler)
+                .and_then(|p| {
+                    unpool(&p)?;
+                    Ok(PyPartition::from_core(&p, sms))
+                })
+        };
+        result.map_err(|e| e.into_py(py))
     }
 
     /// The partition `id`, or `None`.
@@ -683,14 +733,13 @@ impl PySchedulerCore {
         })
     }
 
-    /// Admits and returns the next task to run, or `None`. Times out overdue tasks first.
-    fn dispatch(&self, py: Python<'_>) -> PyResult<Option<u64>> {
-        self.run(py, |s, now| s.dispatch(now))
-    }
-
-    /// Times out tasks whose deadline passed before they started; returns their ids.
-    fn expire(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
-        self.run(py, |s, now| s.expire(now))
+    /// Times out tasks whose deadline passed before they started, then admits
+    /// the next task to run: `(task id or None, ids of the tasks timed out)`.
+    fn dispatch(&self, py: Python<'_>) -> PyResult<(Option<u64>, Vec<u64>)> {
+        self.run(py, |s, now| {
+            let expired = s.expire(now)?;
+            Ok((s.dispatch(now)?, expired))
+        })
     }
 
     /// Seconds until the earliest deadline of a task not yet started (`None`: none).
