@@ -5,6 +5,7 @@ Limits, OOM then recovery, stats, snapshot, MemoryPool quotas and eviction.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import subprocess
@@ -184,3 +185,92 @@ def test_environment_limit_is_honoured() -> None:
     bad = _run_with_env("lots", code)
     assert bad.stdout.strip() == "None"
     assert "PYGPUKIT_MEMORY_LIMIT ignored" in bad.stderr
+
+
+class _Block(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("ptr", ctypes.c_uint64), ("size", ctypes.c_uint64)]
+
+
+_u64, _i32, _u32, _int = ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint32, ctypes.c_int
+_P = ctypes.POINTER
+
+
+class _Api(ctypes.Structure):
+    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 2)."""
+
+    _fields_ = [
+        ("version", ctypes.c_uint32),
+        ("struct_size", ctypes.c_uint32),
+        ("register_backend", ctypes.c_void_p),
+        ("pool_alloc", ctypes.CFUNCTYPE(_int, _i32, _u64, _u64, _u32, _P(_Block))),
+        ("pool_free", ctypes.CFUNCTYPE(None, _u64, _u64)),
+        ("pool_touch", ctypes.CFUNCTYPE(_int, _u64, _u64, _P(_Block))),
+        ("pool_graph_begin", ctypes.CFUNCTYPE(_int, _i32, _u64, _P(_u64))),
+        ("pool_graph_end", ctypes.CFUNCTYPE(_int, _u64)),
+        ("pool_graph_release", ctypes.CFUNCTYPE(None, _u64)),
+        ("dispatch_begin", ctypes.CFUNCTYPE(_int, _i32, _u64, _P(_u64))),
+        ("dispatch_end", ctypes.CFUNCTYPE(None, _u64, _int)),
+        ("last_error", ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)),
+        ("transfer_configure", ctypes.CFUNCTYPE(_int, _i32, _u64, _u64, _u64, _u32)),
+        ("transfer_submit", ctypes.CFUNCTYPE(_int, _i32, _i32, _u64, _u64, _u64, _i32, _P(_u64))),
+        ("transfer_stream_wait", ctypes.CFUNCTYPE(_int, _u64, _u64)),
+        ("transfer_wait", ctypes.CFUNCTYPE(_int, _u64)),
+        ("transfer_release", ctypes.CFUNCTYPE(None, _u64)),
+    ]
+
+
+def _c_api() -> _Api:
+    from pygpukit import _rust
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    address = get(_rust._C_API, b"pygpukit._rust._C_API")
+    return _Api.from_address(address)
+
+
+def _last_error(api: _Api) -> str:
+    buf = ctypes.create_string_buffer(512)
+    api.last_error(buf, len(buf))
+    return buf.value.decode()
+
+
+def test_c_api_capsule_allocates_dispatches_and_transfers_on_the_host() -> None:
+    api = _c_api()
+    assert api.version == 2 and api.struct_size == ctypes.sizeof(_Api)
+    block = _Block()
+    assert api.pool_alloc(HOST, 1000, 0, 0, ctypes.byref(block)) == 0
+    assert block.id != 0 and block.size >= 1000
+    assert any(e["id"] == block.id for e in memory.snapshot(HOST))
+    touched = _Block()
+    assert api.pool_touch(block.id, 0, ctypes.byref(touched)) == 0 and touched.ptr == block.ptr
+    assert api.pool_alloc(5, 1000, 0, 0, ctypes.byref(_Block())) == 5  # PGK_NO_BACKEND
+    memory.set_limit(4 * MIB, device=HOST)
+    assert api.pool_alloc(HOST, 8 * MIB, 0, 0, ctypes.byref(_Block())) == 2  # LIMIT_EXCEEDED
+    assert "requested 8388608 bytes" in _last_error(api)
+    memory.set_limit(None, device=HOST)
+
+    ticket = ctypes.c_uint64()
+    assert api.dispatch_begin(HOST, 0, ctypes.byref(ticket)) == 0
+    api.dispatch_end(ticket.value, 1)
+
+    data = np.random.default_rng().integers(0, 256, 300_000, dtype=np.uint8)
+    dev = _Block()
+    assert api.pool_alloc(HOST, data.nbytes, 0, 0, ctypes.byref(dev)) == 0
+    status = api.transfer_configure(HOST, 1, 2, 64 << 10, 2)
+    assert status == 0 or "already configured" in _last_error(api)
+    h2d = ctypes.c_uint64()
+    assert api.transfer_submit(HOST, 0, data.ctypes.data, dev.ptr, data.nbytes, 0, h2d) == 0
+    assert api.transfer_stream_wait(h2d.value, 3) == 0
+    assert api.transfer_wait(h2d.value) == 0
+    back = np.zeros_like(data)
+    d2h = ctypes.c_uint64()
+    assert api.transfer_submit(HOST, 1, back.ctypes.data, dev.ptr, data.nbytes, 0, d2h) == 0
+    np.testing.assert_array_equal(back, data)
+    api.transfer_release(d2h.value)
+    assert api.transfer_wait(d2h.value) == 4  # released: INVALID_ARGUMENT
+
+    api.pool_free(dev.id, 0)
+    api.pool_free(block.id, 0)
+    api.pool_free(block.id, 0)
+    assert "already freed" in _last_error(api)

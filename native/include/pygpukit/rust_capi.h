@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define PGK_CAPI_CAPSULE_NAME "pygpukit._rust._C_API"
-#define PGK_CAPI_VERSION 1u
+#define PGK_CAPI_VERSION 2u /* 2: transfer engine functions appended */
 
 typedef uint64_t pgk_stream; /* CUstream as an integer; 0 is the legacy default stream */
 typedef uint64_t pgk_event;  /* CUevent as an integer */
@@ -36,6 +36,10 @@ typedef enum pgk_status {
     PGK_INVALID_ARGUMENT = 4, /* e.g. an unknown block id */
     PGK_NO_BACKEND = 5        /* no device backend registered for this device */
 } pgk_status;
+
+/* transfer_submit directions */
+#define PGK_HOST_TO_DEVICE 0
+#define PGK_DEVICE_TO_HOST 1
 
 /* pool_alloc flags */
 #define PGK_ALLOC_EVICTABLE 0x1u /* may be spilled to pinned host memory under pressure */
@@ -105,6 +109,25 @@ typedef struct pgk_api {
     /* Text of the last non-OK status on this thread (NUL-terminated, truncated to cap).
        Returns the full length. */
     size_t (*last_error)(char* buf, size_t cap);
+
+    /* ---- transfer engine (version 2): pageable host <-> device copies chunked through
+       pinned staging buffers on dedicated copy streams, higher priority first ---- */
+    /* Once per device before transfer_submit: the copy streams (made by _native), the staging
+       chunk size and how many chunks may be in flight (2 = double buffering). */
+    pgk_status (*transfer_configure)(int32_t device, pgk_stream h2d_stream, pgk_stream d2h_stream,
+                                     uint64_t chunk_bytes, uint32_t slots);
+    /* Copies nbytes between pageable `host` memory and `dev` (direction PGK_HOST_TO_DEVICE or
+       PGK_DEVICE_TO_HOST). Returns once every chunk is enqueued (host-to-device) or has landed in
+       `host` (device-to-host), waiting on the host for staging buffers: call without the GIL.
+       Both ranges stay valid until the ticket completes. *ticket is for the calls below. */
+    pgk_status (*transfer_submit)(int32_t device, int32_t direction, uint64_t host, pgk_devptr dev,
+                                  uint64_t nbytes, int32_t priority, uint64_t* ticket);
+    /* Work enqueued on `stream` after this call waits for the copy (no host wait). */
+    pgk_status (*transfer_stream_wait)(uint64_t ticket, pgk_stream stream);
+    /* Waits on the host until the copy is complete (call without the GIL); releases the ticket. */
+    pgk_status (*transfer_wait)(uint64_t ticket);
+    /* Forgets a ticket that will not be waited on. */
+    void (*transfer_release)(uint64_t ticket);
 } pgk_api;
 
 #ifdef __cplusplus

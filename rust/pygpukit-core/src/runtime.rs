@@ -12,6 +12,7 @@ use crate::limits::{current_partition, LimitSpec, PartitionId};
 use crate::pool::{
     AllocError, AllocOptions, BlockRef, DevicePool, GraphPoolId, PoolError, ID_BITS,
 };
+use crate::transfer::{Direction, ProcessMemory, TransferEngine, TransferRequest, TransferState};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -25,6 +26,9 @@ pub enum RuntimeError {
     NoBackend(i32),
     AlreadyRegistered,
     Pool(PoolError),
+    TransferNotConfigured(i32),
+    TransferAlreadyConfigured(i32),
+    UnknownTransfer(u64),
 }
 
 impl From<PoolError> for RuntimeError {
@@ -59,6 +63,7 @@ pub struct Runtime {
     devices: OnceLock<Devices>,
     dispatch: DispatchController,
     settings: Mutex<Settings>,
+    transfers: Mutex<HashMap<i32, TransferEngine>>,
 }
 
 impl Default for Runtime {
@@ -83,11 +88,16 @@ impl Runtime {
             )),
             devices: OnceLock::new(),
             dispatch: DispatchController::new(),
+            transfers: Mutex::new(HashMap::new()),
             settings: Mutex::new(Settings {
                 next_partition: 1,
                 ..Settings::default()
             }),
         }
+    }
+
+    fn transfers(&self) -> MutexGuard<'_, HashMap<i32, TransferEngine>> {
+        self.transfers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn settings(&self) -> MutexGuard<'_, Settings> {
@@ -311,6 +321,107 @@ impl Runtime {
         let backend = self.backend(device)?;
         Ok(self.dispatch.end(&*backend, ticket, ok)?)
     }
+
+    /// Sets up the transfer engine of `device` (once): copy streams, staging
+    /// chunk size and chunks in flight.
+    pub fn transfer_configure(
+        &self,
+        device: i32,
+        h2d_stream: Stream,
+        d2h_stream: Stream,
+        chunk: u64,
+        slots: usize,
+    ) -> Result<(), RuntimeError> {
+        self.backend(device)?;
+        let mut engines = self.transfers();
+        if engines.contains_key(&device) {
+            return Err(RuntimeError::TransferAlreadyConfigured(device));
+        }
+        let engine = TransferEngine::new(device, h2d_stream, d2h_stream, chunk, slots);
+        engines.insert(device, engine);
+        Ok(())
+    }
+
+    /// Submits a copy of pageable host memory on `device`'s transfer engine
+    /// and drives it until every chunk is enqueued (host-to-device) or has
+    /// landed in host memory (device-to-host). The engine's lock is taken per
+    /// chunk, so copies submitted by other threads interleave by priority.
+    /// Returns a ticket naming its device in the high bits.
+    ///
+    /// # Safety
+    /// `request.host` must be valid host memory of `request.nbytes` bytes (read
+    /// for host-to-device, written for device-to-host) until the ticket completes.
+    pub unsafe fn transfer_submit(
+        &self,
+        device: i32,
+        request: TransferRequest,
+    ) -> Result<u64, RuntimeError> {
+        let backend = self.backend(device)?;
+        let local = self
+            .transfers()
+            .get_mut(&device)
+            .ok_or(RuntimeError::TransferNotConfigured(device))?
+            .submit(request);
+        loop {
+            let mut engines = self.transfers();
+            let engine = engines.get_mut(&device).expect("engines are never removed");
+            match engine.state(local) {
+                Some(TransferState::Queued) => {
+                    engine.pump(&*backend, &ProcessMemory, 1)?;
+                }
+                Some(TransferState::InFlight) if request.direction == Direction::DeviceToHost => {
+                    engine.finish(&*backend, &ProcessMemory, local)?;
+                }
+                _ => break,
+            }
+        }
+        Ok(((device + 2) as u64) << ID_BITS | local)
+    }
+
+    fn with_transfer<T>(
+        &self,
+        ticket: u64,
+        f: impl FnOnce(&mut TransferEngine, &dyn DeviceBackend, u64) -> Result<T, RuntimeError>,
+    ) -> Result<T, RuntimeError> {
+        let device = (ticket >> ID_BITS) as i32 - 2;
+        let local = ticket & ((1 << ID_BITS) - 1);
+        let backend = self
+            .backend(device)
+            .map_err(|_| RuntimeError::UnknownTransfer(ticket))?;
+        let mut engines = self.transfers();
+        let engine = engines
+            .get_mut(&device)
+            .ok_or(RuntimeError::UnknownTransfer(ticket))?;
+        if engine.state(local).is_none() {
+            return Err(RuntimeError::UnknownTransfer(ticket));
+        }
+        f(engine, &*backend, local)
+    }
+
+    /// Makes work enqueued on `stream` from now on wait for the copy of `ticket`.
+    pub fn transfer_stream_wait(&self, ticket: u64, stream: Stream) -> Result<(), RuntimeError> {
+        self.with_transfer(ticket, |engine, backend, local| {
+            if let Some(ev) = engine.completion_event(local) {
+                backend.stream_wait_event(stream, ev)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Waits on the host for the copy of `ticket`, then forgets the ticket.
+    pub fn transfer_wait(&self, ticket: u64) -> Result<(), RuntimeError> {
+        self.with_transfer(ticket, |engine, backend, local| {
+            Ok(engine.wait(backend, &ProcessMemory, local)?)
+        })
+    }
+
+    /// Forgets a ticket that will not be waited on.
+    pub fn transfer_release(&self, ticket: u64) -> Result<(), RuntimeError> {
+        self.with_transfer(ticket, |engine, _, local| {
+            engine.release(local);
+            Ok(())
+        })
+    }
 }
 
 fn resolve(pool: &DevicePool, spec: Option<LimitSpec>) -> Result<Option<u64>, BackendError> {
@@ -371,6 +482,43 @@ mod tests {
             4 << 20,
             "one small segment on the host, one on device 1"
         );
+    }
+
+    #[test]
+    fn host_transfers_copy_pageable_memory_through_staging() {
+        let rt = Runtime::new();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        let dev = rt
+            .alloc(HOST_DEVICE, data.len() as u64, 0, AllocOptions::default())
+            .unwrap();
+        let request = |direction, host: u64| TransferRequest {
+            direction,
+            host,
+            device: dev.ptr,
+            nbytes: data.len() as u64,
+            priority: 0,
+        };
+        let h2d = request(Direction::HostToDevice, data.as_ptr() as u64);
+        // SAFETY: `data` outlives the ticket, which is waited for below.
+        let unconfigured = unsafe { rt.transfer_submit(HOST_DEVICE, h2d) };
+        assert_eq!(
+            unconfigured,
+            Err(RuntimeError::TransferNotConfigured(HOST_DEVICE))
+        );
+        rt.transfer_configure(HOST_DEVICE, 1, 2, 64 << 10, 2)
+            .unwrap();
+        // SAFETY: as above.
+        let t = unsafe { rt.transfer_submit(HOST_DEVICE, h2d) }.unwrap();
+        rt.transfer_stream_wait(t, 3).unwrap();
+        rt.transfer_wait(t).unwrap();
+        assert_eq!(rt.transfer_wait(t), Err(RuntimeError::UnknownTransfer(t)));
+        let mut back = vec![0u8; data.len()];
+        let d2h = request(Direction::DeviceToHost, back.as_mut_ptr() as u64);
+        // SAFETY: `back` outlives the ticket, which is complete when submit returns.
+        let t = unsafe { rt.transfer_submit(HOST_DEVICE, d2h) }.unwrap();
+        assert_eq!(back, data);
+        rt.transfer_release(t).unwrap();
+        rt.free(dev.id, 0).unwrap();
     }
 
     #[test]

@@ -212,8 +212,9 @@ impl TransferEngine {
         Ok(moved)
     }
 
-    /// Pumps until `ticket` completes, waits for it on the host and releases it.
-    pub fn wait(
+    /// Pumps until `ticket` is complete and waits for its copy on the host;
+    /// the ticket stays known until released.
+    pub fn finish(
         &mut self,
         backend: &dyn DeviceBackend,
         host: &dyn HostMemory,
@@ -226,7 +227,6 @@ impl TransferEngine {
                     if let Some(ev) = ev {
                         backend.event_synchronize(ev)?;
                     }
-                    self.release(ticket);
                     return Ok(());
                 }
                 Some(TransferState::Queued) => {
@@ -235,6 +235,18 @@ impl TransferEngine {
                 Some(TransferState::InFlight) => self.retire_oldest(backend, host)?,
             }
         }
+    }
+
+    /// [`TransferEngine::finish`], then releases the ticket.
+    pub fn wait(
+        &mut self,
+        backend: &dyn DeviceBackend,
+        host: &dyn HostMemory,
+        ticket: Ticket,
+    ) -> BackendResult<()> {
+        self.finish(backend, host, ticket)?;
+        self.release(ticket);
+        Ok(())
     }
 
     /// Forgets a complete ticket (its event returns to the engine's pool).

@@ -1,5 +1,5 @@
 //! The C API capsule `pygpukit._rust._C_API`: `#[repr(C)]` mirrors of
-//! `native/include/pygpukit/rust_capi.h` (version 1) and the `extern "C"`
+//! `native/include/pygpukit/rust_capi.h` (version 2) and the `extern "C"`
 //! functions behind it, plus the adapter that turns the C++ device backend's
 //! function pointers into a [`DeviceBackend`].
 //!
@@ -12,12 +12,13 @@ use pygpukit_core::backend::{
 };
 use pygpukit_core::pool::{AllocError, AllocErrorKind, AllocOptions, BlockRef, PoolError};
 use pygpukit_core::runtime::RuntimeError;
+use pygpukit_core::transfer::{Direction, TransferRequest};
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
 pub const CAPSULE_NAME: &CStr = c"pygpukit._rust._C_API";
-pub const PGK_CAPI_VERSION: u32 = 1;
+pub const PGK_CAPI_VERSION: u32 = 2;
 
 pub type PgkStatus = c_int;
 pub const PGK_OK: PgkStatus = 0;
@@ -28,6 +29,9 @@ pub const PGK_INVALID_ARGUMENT: PgkStatus = 4;
 pub const PGK_NO_BACKEND: PgkStatus = 5;
 
 pub const PGK_ALLOC_EVICTABLE: u32 = 0x1;
+
+pub const PGK_HOST_TO_DEVICE: i32 = 0;
+pub const PGK_DEVICE_TO_HOST: i32 = 1;
 
 type Ctx = *mut c_void;
 
@@ -75,6 +79,11 @@ pub struct PgkApi {
     pub dispatch_begin: unsafe extern "C" fn(i32, u64, *mut u64) -> PgkStatus,
     pub dispatch_end: unsafe extern "C" fn(u64, c_int),
     pub last_error: unsafe extern "C" fn(*mut u8, usize) -> usize,
+    pub transfer_configure: unsafe extern "C" fn(i32, u64, u64, u64, u32) -> PgkStatus,
+    pub transfer_submit: unsafe extern "C" fn(i32, i32, u64, u64, u64, i32, *mut u64) -> PgkStatus,
+    pub transfer_stream_wait: unsafe extern "C" fn(u64, u64) -> PgkStatus,
+    pub transfer_wait: unsafe extern "C" fn(u64) -> PgkStatus,
+    pub transfer_release: unsafe extern "C" fn(u64),
 }
 
 /// The table the capsule points to; it lives as long as the process.
@@ -91,6 +100,11 @@ pub static API: PgkApi = PgkApi {
     dispatch_begin,
     dispatch_end,
     last_error,
+    transfer_configure,
+    transfer_submit,
+    transfer_stream_wait,
+    transfer_wait,
+    transfer_release,
 };
 
 thread_local! {
@@ -122,7 +136,10 @@ pub fn status_of(err: &RuntimeError) -> PgkStatus {
             AllocErrorKind::Backend(_) => PGK_BACKEND_ERROR,
         },
         RuntimeError::Pool(PoolError::Backend(_)) => PGK_BACKEND_ERROR,
-        RuntimeError::Pool(_) => PGK_INVALID_ARGUMENT,
+        RuntimeError::Pool(_)
+        | RuntimeError::TransferNotConfigured(_)
+        | RuntimeError::TransferAlreadyConfigured(_)
+        | RuntimeError::UnknownTransfer(_) => PGK_INVALID_ARGUMENT,
     };
     fail(status, describe(err))
 }
@@ -144,6 +161,13 @@ pub fn describe(err: &RuntimeError) -> String {
             )
         }
         RuntimeError::Pool(PoolError::Backend(e)) => e.to_string(),
+        RuntimeError::TransferNotConfigured(d) => {
+            format!("no transfer engine on device {d}: call transfer_configure first")
+        }
+        RuntimeError::TransferAlreadyConfigured(d) => {
+            format!("the transfer engine of device {d} is already configured")
+        }
+        RuntimeError::UnknownTransfer(t) => format!("unknown or released transfer ticket {t}"),
         RuntimeError::Pool(PoolError::Alloc(a)) => {
             let limit = a.limit.map_or("none".to_string(), |l| format!("{l} bytes"));
             let what = match &a.kind {
@@ -416,6 +440,89 @@ unsafe extern "C" fn last_error(buf: *mut u8, cap: usize) -> usize {
         }
         text.len()
     })
+}
+
+unsafe extern "C" fn transfer_configure(
+    device: i32,
+    h2d_stream: u64,
+    d2h_stream: u64,
+    chunk_bytes: u64,
+    slots: u32,
+) -> PgkStatus {
+    if chunk_bytes == 0 || slots == 0 {
+        return fail(
+            PGK_INVALID_ARGUMENT,
+            "transfer_configure: chunk_bytes and slots must be > 0".to_string(),
+        );
+    }
+    match runtime().transfer_configure(device, h2d_stream, d2h_stream, chunk_bytes, slots as usize)
+    {
+        Ok(()) => PGK_OK,
+        Err(e) => status_of(&e),
+    }
+}
+
+unsafe extern "C" fn transfer_submit(
+    device: i32,
+    direction: i32,
+    host: u64,
+    dev: u64,
+    nbytes: u64,
+    priority: i32,
+    ticket: *mut u64,
+) -> PgkStatus {
+    let direction = match direction {
+        PGK_HOST_TO_DEVICE => Direction::HostToDevice,
+        PGK_DEVICE_TO_HOST => Direction::DeviceToHost,
+        other => {
+            return fail(
+                PGK_INVALID_ARGUMENT,
+                format!("transfer_submit: unknown direction {other}"),
+            )
+        }
+    };
+    if ticket.is_null() || (host == 0 && nbytes > 0) {
+        return fail(
+            PGK_INVALID_ARGUMENT,
+            "transfer_submit: ticket or host is NULL".to_string(),
+        );
+    }
+    let request = TransferRequest {
+        direction,
+        host,
+        device: dev,
+        nbytes,
+        priority,
+    };
+    // SAFETY: the contract makes the caller keep `host` valid until the ticket completes.
+    match unsafe { runtime().transfer_submit(device, request) } {
+        Ok(t) => {
+            // SAFETY: checked non-null; caller-owned storage.
+            unsafe { *ticket = t };
+            PGK_OK
+        }
+        Err(e) => status_of(&e),
+    }
+}
+
+unsafe extern "C" fn transfer_stream_wait(ticket: u64, stream: u64) -> PgkStatus {
+    match runtime().transfer_stream_wait(ticket, stream) {
+        Ok(()) => PGK_OK,
+        Err(e) => status_of(&e),
+    }
+}
+
+unsafe extern "C" fn transfer_wait(ticket: u64) -> PgkStatus {
+    match runtime().transfer_wait(ticket) {
+        Ok(()) => PGK_OK,
+        Err(e) => status_of(&e),
+    }
+}
+
+unsafe extern "C" fn transfer_release(ticket: u64) {
+    if let Err(e) = runtime().transfer_release(ticket) {
+        status_of(&e);
+    }
 }
 
 /// Keeps `AllocError` construction in one place for the Python side.
