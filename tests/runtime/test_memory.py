@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib
 import os
 import subprocess
 import sys
@@ -220,12 +221,11 @@ class _Api(ctypes.Structure):
 
 
 def _c_api() -> _Api:
-    from pygpukit import _rust
-
+    rust = importlib.import_module("pygpukit._rust")
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype = ctypes.c_void_p
     get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    address = get(_rust._C_API, b"pygpukit._rust._C_API")
+    address = get(rust._C_API, b"pygpukit._rust._C_API")
     return _Api.from_address(address)
 
 
