@@ -21,28 +21,25 @@ DriverTable g_table;
 using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
                                     CUdriverProcAddressQueryResult*);
 
-// Resolve every table entry through cuGetProcAddress. We ask for the API version of the older
-// of (our cuda.h, the installed driver): the pointer types come from our header, so a newer
-// driver must not hand us a later revision of a function, and an older one cannot.
+// Resolve every table entry through cuGetProcAddress at the ABI version it is typed with (a
+// driver older than that version lacks the symbol: reported as such).
 bool resolve_table(void* handle, int driver_version, std::string* error) {
     auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(handle, "cuGetProcAddress_v2"));
     if (get_proc == nullptr) {
         *error = "cuGetProcAddress_v2 missing (driver older than CUDA 12)";
         return false;
     }
-    const int api_version = std::min(driver_version, CUDA_VERSION);
     DriverTable table;
-#define PGK_RESOLVE(name)                                                              \
-    {                                                                                  \
-        void* fn = nullptr;                                                            \
-        CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;  \
-        if (get_proc(#name, &fn, api_version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != \
-                CUDA_SUCCESS ||                                                        \
-            fn == nullptr) {                                                           \
-            *error = "driver lacks " #name;                                            \
-            return false;                                                              \
-        }                                                                              \
-        table.name = reinterpret_cast<decltype(table.name)>(fn);                       \
+#define PGK_RESOLVE(name, version)                                                                 \
+    {                                                                                              \
+        void* fn = nullptr;                                                                        \
+        CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;              \
+        if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || \
+            fn == nullptr) {                                                                       \
+            *error = "driver " + std::to_string(driver_version) + " lacks " #name;                 \
+            return false;                                                                          \
+        }                                                                                          \
+        table.name = reinterpret_cast<decltype(table.name)>(fn);                                   \
     }
     PGK_DRIVER_FUNCTIONS(PGK_RESOLVE)
 #undef PGK_RESOLVE

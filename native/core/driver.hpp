@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <string>
 #include <utility>
@@ -11,64 +12,67 @@
 
 namespace pgk {
 
-// Every driver function the runtime calls. The pointer types come from cuda.h through decltype,
-// so versioned macros (cuMemAlloc -> cuMemAlloc_v2) give the right signature; the name passed to
-// cuGetProcAddress is the unversioned one, which the driver maps to the version we ask for.
-#define PGK_DRIVER_FUNCTIONS(X)          \
-    X(cuInit)                            \
-    X(cuDriverGetVersion)                \
-    X(cuGetErrorName)                    \
-    X(cuGetErrorString)                  \
-    X(cuDeviceGet)                       \
-    X(cuDeviceGetCount)                  \
-    X(cuDeviceGetName)                   \
-    X(cuDeviceGetAttribute)              \
-    X(cuDeviceTotalMem)                  \
-    X(cuDeviceGetPCIBusId)               \
-    X(cuDeviceCanAccessPeer)             \
-    X(cuDevicePrimaryCtxRetain)          \
-    X(cuCtxSetCurrent)                   \
-    X(cuCtxGetCurrent)                   \
-    X(cuCtxSynchronize)                  \
-    X(cuCtxGetStreamPriorityRange)       \
-    X(cuMemAlloc)                        \
-    X(cuMemFree)                         \
-    X(cuMemGetInfo)                      \
-    X(cuMemHostAlloc)                    \
-    X(cuMemFreeHost)                     \
-    X(cuMemcpyAsync)                     \
-    X(cuMemcpyHtoDAsync)                 \
-    X(cuMemcpyDtoHAsync)                 \
-    X(cuMemcpyPeerAsync)                 \
-    X(cuStreamCreateWithPriority)        \
-    X(cuStreamDestroy)                   \
-    X(cuStreamSynchronize)               \
-    X(cuStreamQuery)                     \
-    X(cuStreamWaitEvent)                 \
-    X(cuStreamIsCapturing)               \
-    X(cuStreamBeginCapture)              \
-    X(cuStreamEndCapture)                \
-    X(cuStreamGetPriority)               \
-    X(cuThreadExchangeStreamCaptureMode) \
-    X(cuEventCreate)                     \
-    X(cuEventDestroy)                    \
-    X(cuEventRecord)                     \
-    X(cuEventQuery)                      \
-    X(cuEventSynchronize)                \
-    X(cuEventElapsedTime)                \
-    X(cuModuleLoadData)                  \
-    X(cuModuleUnload)                    \
-    X(cuModuleGetFunction)               \
-    X(cuFuncGetAttribute)                \
-    X(cuFuncSetAttribute)                \
-    X(cuLaunchKernel)                    \
-    X(cuGraphInstantiateWithFlags)       \
-    X(cuGraphLaunch)                     \
-    X(cuGraphExecDestroy)                \
-    X(cuGraphDestroy)
+// Every driver function the runtime calls, with the CUDA version of the ABI we call it with.
+// Each pointer is typed PFN_<name>_v<version> (cudaTypedefs.h) and resolved through
+// cuGetProcAddress at that same version, so a driver whose newest revision of a function changed
+// its signature (cuCtxSynchronize takes a context from 13.0 on) still hands us the one we call.
+// Call sites spell the plain name: drv().cuMemAlloc(...) (cuda.h's macros rename both the member
+// and the call the same way).
+#define PGK_DRIVER_FUNCTIONS(X)                 \
+    X(cuInit, 2000)                             \
+    X(cuDriverGetVersion, 2020)                 \
+    X(cuGetErrorName, 6000)                     \
+    X(cuGetErrorString, 6000)                   \
+    X(cuDeviceGet, 2000)                        \
+    X(cuDeviceGetCount, 2000)                   \
+    X(cuDeviceGetName, 2000)                    \
+    X(cuDeviceGetAttribute, 2000)               \
+    X(cuDeviceTotalMem, 3020)                   \
+    X(cuDeviceGetPCIBusId, 4010)                \
+    X(cuDeviceCanAccessPeer, 4000)              \
+    X(cuDevicePrimaryCtxRetain, 7000)           \
+    X(cuCtxSetCurrent, 4000)                    \
+    X(cuCtxGetCurrent, 4000)                    \
+    X(cuCtxSynchronize, 2000)                   \
+    X(cuCtxGetStreamPriorityRange, 5050)        \
+    X(cuMemAlloc, 3020)                         \
+    X(cuMemFree, 3020)                          \
+    X(cuMemGetInfo, 3020)                       \
+    X(cuMemHostAlloc, 2020)                     \
+    X(cuMemFreeHost, 2000)                      \
+    X(cuMemcpyAsync, 4000)                      \
+    X(cuMemcpyHtoDAsync, 3020)                  \
+    X(cuMemcpyDtoHAsync, 3020)                  \
+    X(cuMemcpyPeerAsync, 4000)                  \
+    X(cuStreamCreateWithPriority, 5050)         \
+    X(cuStreamDestroy, 4000)                    \
+    X(cuStreamSynchronize, 2000)                \
+    X(cuStreamQuery, 2000)                      \
+    X(cuStreamWaitEvent, 3020)                  \
+    X(cuStreamIsCapturing, 10000)               \
+    X(cuStreamBeginCapture, 10010)              \
+    X(cuStreamEndCapture, 10000)                \
+    X(cuStreamGetPriority, 5050)                \
+    X(cuThreadExchangeStreamCaptureMode, 10010) \
+    X(cuEventCreate, 2000)                      \
+    X(cuEventDestroy, 4000)                     \
+    X(cuEventRecord, 2000)                      \
+    X(cuEventQuery, 2000)                       \
+    X(cuEventSynchronize, 2000)                 \
+    X(cuEventElapsedTime, 2000)                 \
+    X(cuModuleLoadData, 2000)                   \
+    X(cuModuleUnload, 2000)                     \
+    X(cuModuleGetFunction, 2000)                \
+    X(cuFuncGetAttribute, 2020)                 \
+    X(cuFuncSetAttribute, 9000)                 \
+    X(cuLaunchKernel, 4000)                     \
+    X(cuGraphInstantiateWithFlags, 11040)       \
+    X(cuGraphLaunch, 10000)                     \
+    X(cuGraphExecDestroy, 10000)                \
+    X(cuGraphDestroy, 10000)
 
 struct DriverTable {
-#define PGK_DECLARE_DRIVER_POINTER(name) decltype(&::name) name = nullptr;
+#define PGK_DECLARE_DRIVER_POINTER(name, version) PFN_##name##_v##version name = nullptr;
     PGK_DRIVER_FUNCTIONS(PGK_DECLARE_DRIVER_POINTER)
 #undef PGK_DECLARE_DRIVER_POINTER
 };

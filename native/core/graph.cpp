@@ -44,16 +44,18 @@ void begin_capture(const StreamPtr& stream) {
         }
     }
     const pgk_api& api = rust_api();
+    check(drv().cuStreamBeginCapture(stream->handle(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+          "cuStreamBeginCapture");
+    // The pool checks that the stream is capturing, so its graph region opens second.
     uint64_t pool_id = 0;
     if (api.pool_graph_begin(stream->device(), stream->id(), &pool_id) != PGK_OK) {
-        throw CudaError(CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN",
-                        "pool_graph_begin: " + rust_last_error());
-    }
-    CUresult r = drv().cuStreamBeginCapture(stream->handle(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-    if (r != CUDA_SUCCESS) {
-        api.pool_graph_end(pool_id);
-        api.pool_graph_release(pool_id);
-        throw_cuda_error(r, "cuStreamBeginCapture");
+        const std::string reason = rust_last_error();
+        CUgraph discarded = nullptr;
+        if (drv().cuStreamEndCapture(stream->handle(), &discarded) == CUDA_SUCCESS &&
+            discarded != nullptr) {
+            drv().cuGraphDestroy(discarded);
+        }
+        throw CudaError(CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "pool_graph_begin: " + reason);
     }
     std::lock_guard<std::mutex> lock(g_capture_mutex);
     g_capture_pools[stream->handle()] = pool_id;

@@ -75,7 +75,9 @@ void copy_from_host(const Array& dst, py::array host, const StreamPtr& stream, b
     py::array src = checked_host(host, dst, "copy_from_host", false);
     const uint64_t nbytes = static_cast<uint64_t>(dst.nbytes());
     if (nbytes == 0) return;
-    if (blocking) ensure_not_capturing(stream->handle(), "copy_from_host(blocking=True)");
+    // Refused in capture in both modes: a captured copy would re-read the host (or staging)
+    // memory at every replay. Graph inputs belong in device buffers written before replay.
+    ensure_not_capturing(stream->handle(), "copy_from_host");
     // A strided destination receives the bytes in a contiguous temporary first.
     const Array target =
         dst.is_c_contiguous() ? dst : Array::empty(dst.shape(), dst.dtype(), stream);
