@@ -293,10 +293,28 @@ fn op() -> impl Strategy<Value = Op> {
 /// A freed range that another stream may not reuse before `stream` completes
 /// work recorded after the free (`epoch` is the stream's completion count then).
 struct Dirty {
-    ptr: u64,
-    size: u64,
+    range: BlockRef,
     stream: u64,
     epoch: u64,
+}
+
+/// A range handed to `stream` overlaps no range freed on another stream whose work may still run.
+fn check_stream_order(
+    dirty: &[Dirty],
+    fake: &FakeBackend,
+    b: &BlockRef,
+    stream: u64,
+) -> Result<(), TestCaseError> {
+    for d in dirty {
+        let pending = d.stream != stream && fake.completions(d.stream) <= d.epoch;
+        prop_assert!(
+            !(pending && overlaps(b, &d.range)),
+            "reused on stream {} before stream {}'s work completed",
+            stream,
+            d.stream
+        );
+    }
+    Ok(())
 }
 
 struct Live {
@@ -324,13 +342,9 @@ proptest! {
                         for l in &live {
                             prop_assert!(!overlaps(&b, &l.block) || is_evicted(&p, l.block.id), "handed out twice");
                         }
-                        for d in &dirty {
-                            let hit = b.ptr < d.ptr + d.size && d.ptr < b.ptr + b.size;
-                            prop_assert!(!(hit && d.stream != stream && fake.completions(d.stream) <= d.epoch),
-                                "reused on stream {} before stream {}'s work completed", stream, d.stream);
-                        }
+                        check_stream_order(&dirty, &fake, &b, stream)?;
                         // The new owner's stream now orders every later use of these bytes.
-                        dirty.retain(|d| !(b.ptr < d.ptr + d.size && d.ptr < b.ptr + b.size));
+                        dirty.retain(|d| !overlaps(&b, &d.range));
                         live.push(Live { block: b, stream });
                     }
                 }
@@ -339,7 +353,7 @@ proptest! {
                     let was_resident = !is_evicted(&p, l.block.id);
                     p.free(l.block.id, stream).unwrap();
                     if was_resident {
-                        dirty.push(Dirty { ptr: l.block.ptr, size: l.block.size, stream, epoch: fake.completions(stream) });
+                        dirty.push(Dirty { range: l.block, stream, epoch: fake.completions(stream) });
                     }
                 }
                 Op::Touch { pick, stream } if !live.is_empty() => {
@@ -347,6 +361,10 @@ proptest! {
                     if let Ok(b) = p.touch(live[i].block.id, stream) {
                         for (j, l) in live.iter().enumerate() {
                             prop_assert!(j == i || !overlaps(&b, &l.block) || is_evicted(&p, l.block.id), "restored over a live block");
+                        }
+                        if b.ptr != live[i].block.ptr {
+                            check_stream_order(&dirty, &fake, &b, stream)?;
+                            dirty.retain(|d| !overlaps(&b, &d.range));
                         }
                         live[i].block = b;
                     }
