@@ -28,17 +28,23 @@ const Array* as_array(py::handle obj) {
     return nullptr;
 }
 
-uint64_t pack_one(py::handle obj, ArgCode code, size_t index, const Function& f,
-                  const StreamPtr& stream) {
-    const std::string what = "kernel '" + f.name() + "' parameter " + std::to_string(index) + " (" +
-                             kCodeNames[static_cast<int>(code)] + ")";
+std::string describe(const Function& f, size_t index, ArgCode code) {
+    return "kernel '" + f.name() + "' parameter " + std::to_string(index) + " (" +
+           kCodeNames[static_cast<int>(code)] + ")";
+}
+
+// The value of one argument in the low bytes of a 64-bit slot. Error messages are built only on
+// the error path: nothing is allocated per argument on a good launch.
+uint64_t pack_value(py::handle obj, ArgCode code, size_t index, const Function& f,
+                    const StreamPtr& stream) {
     switch (code) {
         case ArgCode::ptr: {
             if (const Array* a = as_array(obj)) {
                 if (a->device() != f.device()) {
-                    throw std::invalid_argument(
-                        what + ": array on device " + std::to_string(a->device()) +
-                        ", kernel loaded on device " + std::to_string(f.device()));
+                    throw std::invalid_argument(describe(f, index, code) + ": array on device " +
+                                                std::to_string(a->device()) +
+                                                ", kernel loaded on device " +
+                                                std::to_string(f.device()));
                 }
                 a->buffer()->used_on(stream);
                 return a->data_ptr();
@@ -46,30 +52,39 @@ uint64_t pack_one(py::handle obj, ArgCode code, size_t index, const Function& f,
             if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
                 return PyLong_AsUnsignedLongLongMask(obj.ptr());  // a raw device address
             }
-            throw py::type_error(what + ": expected a GPUArray or an int address, got " +
+            throw py::type_error(": expected a GPUArray or an int address, got " +
                                  std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
         }
         case ArgCode::i8:
         case ArgCode::i16:
         case ArgCode::i32:
         case ArgCode::i64:
-            return scalar_bits(obj, ScalarKind::signed_int, arg_code_size(code), what.c_str());
+            return scalar_bits(obj, ScalarKind::signed_int, arg_code_size(code), "");
         case ArgCode::u8:
         case ArgCode::u16:
         case ArgCode::u32:
         case ArgCode::u64:
-            return scalar_bits(obj, ScalarKind::unsigned_int, arg_code_size(code), what.c_str());
+            return scalar_bits(obj, ScalarKind::unsigned_int, arg_code_size(code), "");
         case ArgCode::f16:
-            return scalar_bits(obj, ScalarKind::half, 2, what.c_str());
+            return scalar_bits(obj, ScalarKind::half, 2, "");
         case ArgCode::bf16:
-            return scalar_bits(obj, ScalarKind::bfloat16, 2, what.c_str());
+            return scalar_bits(obj, ScalarKind::bfloat16, 2, "");
         case ArgCode::f32:
         case ArgCode::f64:
-            return scalar_bits(obj, ScalarKind::floating, arg_code_size(code), what.c_str());
+            return scalar_bits(obj, ScalarKind::floating, arg_code_size(code), "");
         case ArgCode::b1:
-            return scalar_bits(obj, ScalarKind::boolean, 1, what.c_str());
+            return scalar_bits(obj, ScalarKind::boolean, 1, "");
     }
     return 0;
+}
+
+uint64_t pack_one(py::handle obj, ArgCode code, size_t index, const Function& f,
+                  const StreamPtr& stream) {
+    try {
+        return pack_value(obj, code, index, f, stream);
+    } catch (const py::type_error& e) {
+        throw py::type_error(describe(f, index, code) + e.what());
+    }
 }
 
 }  // namespace

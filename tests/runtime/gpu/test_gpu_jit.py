@@ -97,3 +97,35 @@ def test_disk_cache_hit_in_second_process(tmp_path):
     assert any(tmp_path.rglob("*")), "the first process wrote no cache entry"
     print(f"\nJIT compile {runs[0] * 1e3:.1f} ms, cache load {runs[1] * 1e3:.1f} ms")
     assert runs[1] < runs[0]
+
+
+_FALLBACK_PROBE = """
+import json, os, shutil, sys, tempfile
+import numpy as np
+import pygpukit as gp
+from pygpukit._environment import include_dirs, library_candidates
+from pygpukit.backend import cuda
+native = cuda._native
+kernels = tempfile.mkdtemp()
+shutil.copytree(os.path.join(cuda._KERNEL_DIR, "src"), os.path.join(kernels, "src"))
+manifest = open(os.path.join(cuda._KERNEL_DIR, "manifest.json")).read()
+nvrtc = [c.path for c in library_candidates("nvrtc")] if sys.argv[1] == "jit" else []
+# Only sources, no cubins: the built-in kernels must be compiled (or refused) on first use.
+native.set_kernel_dir(kernels, manifest, [c.path for c in include_dirs()], nvrtc)
+try:
+    x = gp.full((1000,), 3.0, dtype="float32")
+    print(json.dumps({"ok": bool((x.to_numpy() == 3).all())}))
+except RuntimeError as exc:
+    print(json.dumps({"error": str(exc)}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["jit", "no-nvrtc"])
+def test_builtin_kernels_without_cubins(mode):
+    out = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE, mode], capture_output=True,
+                         text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    if mode == "jit":
+        assert result == {"ok": True}
+    else:
+        assert "sm_" in result["error"] and "pygpukit-runtime[jit]" in result["error"]
