@@ -160,6 +160,10 @@ pub fn describe(err: &RuntimeError) -> String {
                 "stream {s:#x} is not capturing: call pool_graph_begin after cuStreamBeginCapture"
             )
         }
+        RuntimeError::Pool(PoolError::RestoreDuringCapture(id)) => format!(
+            "block {id} is spilled to host memory and cannot be restored while its stream is \
+             captured: touch it before beginning the capture"
+        ),
         RuntimeError::Pool(PoolError::Backend(e)) => e.to_string(),
         RuntimeError::TransferNotConfigured(d) => {
             format!("no transfer engine on device {d}: call transfer_configure first")

@@ -58,6 +58,8 @@ pub enum PoolError {
     UnknownBlock(u64),
     UnknownGraphPool(u64),
     NotCapturing(Stream),
+    /// A spilled block was touched on a stream being captured.
+    RestoreDuringCapture(u64),
     Alloc(AllocError),
     Backend(BackendError),
 }
@@ -106,6 +108,8 @@ struct Allocation {
 
 struct GraphRegion {
     stream: Stream,
+    /// Ranges of blocks from outside the graph freed during its capture.
+    deferred_frees: Vec<DevPtr>,
 }
 
 /// See the module documentation.
@@ -378,8 +382,10 @@ impl DevicePool {
         }
         if self.order.has_pending() {
             self.clear_completed()?;
+            let capturing = &self.capturing;
+            let skip = |s: Stream| s == stream || capturing.contains_key(&s);
             self.order
-                .fence_others(stream, &*self.backend, self.device, &mut self.events)?;
+                .fence_others(skip, &*self.backend, self.device, &mut self.events)?;
         }
         Ok(self.arena.best_fit(graph, kind, Owner::Cleared, size))
     }
@@ -400,7 +406,12 @@ impl DevicePool {
             if need.is_some_and(|n| released >= n) {
                 break;
             }
-            for stream in self.arena.pending_owners(base) {
+            let owners = self.arena.pending_owners(base);
+            if owners.iter().any(|s| self.capturing.contains_key(s)) {
+                // Waiting on a capturing stream is not allowed; the segment stays cached.
+                continue;
+            }
+            for stream in owners {
                 for (s, seq, ptr) in
                     self.order
                         .wait_stream(stream, &*self.backend, self.device, &mut self.events)?
@@ -424,6 +435,10 @@ impl DevicePool {
     }
 
     /// Gives block `id` back; its last use was enqueued on `stream`.
+    ///
+    /// A block from outside the graph freed on a stream being captured was last
+    /// used by the graph, which runs at each replay: its range is reused only
+    /// after `graph_release` (no replay pending then).
     pub fn free(&mut self, id: u64, stream: Stream) -> Result<(), PoolError> {
         let a = self
             .allocations
@@ -434,7 +449,16 @@ impl DevicePool {
         self.stats.active_blocks -= 1;
         match a.place {
             Place::Device(ptr) => {
-                self.release_range(ptr, stream);
+                match self.capturing.get(&stream) {
+                    Some(g) if a.graph != Some(*g) => {
+                        let region = self
+                            .graphs
+                            .get_mut(g)
+                            .expect("capturing graph has a region");
+                        region.deferred_frees.push(ptr);
+                    }
+                    _ => self.release_range(ptr, stream),
+                }
                 self.partitions.release(a.partition, a.size);
                 self.stats.note_released(a.size, a.requested);
             }
@@ -473,6 +497,10 @@ impl DevicePool {
                 ptr,
                 size: a.size,
             }),
+            // A restore copy captured into a graph would replay from a host buffer since reused.
+            Place::Host(..) if self.capturing.contains_key(&stream) => {
+                Err(PoolError::RestoreDuringCapture(id))
+            }
             Place::Host(buf, spill_stream) => self.restore(id, a, buf, spill_stream, stream),
         }
     }
@@ -536,6 +564,7 @@ impl DevicePool {
             .filter(|(id, a)| {
                 a.evictable
                     && matches!(a.place, Place::Device(_))
+                    && !self.capturing.contains_key(&a.last_stream)
                     && Some(**id) != exclude
                     && partition.is_none_or(|p| a.partition == p)
             })
@@ -582,7 +611,13 @@ impl DevicePool {
             return Err(PoolError::NotCapturing(stream));
         }
         let id = self.new_id();
-        self.graphs.insert(id, GraphRegion { stream });
+        self.graphs.insert(
+            id,
+            GraphRegion {
+                stream,
+                deferred_frees: Vec::new(),
+            },
+        );
         self.capturing.insert(stream, id);
         Ok(id)
     }
@@ -603,8 +638,14 @@ impl DevicePool {
     /// the general pool; its live blocks do when they are freed.
     pub fn graph_release(&mut self, graph: GraphPoolId) -> Result<(), PoolError> {
         self.graph_end(graph)?;
-        self.graphs.remove(&graph);
+        let region = self
+            .graphs
+            .remove(&graph)
+            .expect("graph_end checked the region");
         self.arena.ungraph(graph);
+        for ptr in region.deferred_frees {
+            self.release_range(ptr, region.stream);
+        }
         for a in self.allocations.values_mut() {
             if a.graph == Some(graph) {
                 a.graph = None;

@@ -55,16 +55,18 @@ impl StreamOrder {
             .push_back((seq, ptr));
     }
 
-    /// Records a fence on every stream except `except` that has frees not covered by one.
+    /// Records a fence on every stream not `skip`ped that has frees not covered by one.
+    /// (The pool skips the allocating stream and streams being captured: an event
+    /// recorded on a capturing stream would become part of the graph.)
     pub fn fence_others(
         &mut self,
-        except: Stream,
+        skip: impl Fn(Stream) -> bool,
         backend: &dyn DeviceBackend,
         device: i32,
         events: &mut EventPool,
     ) -> BackendResult<()> {
         for (&stream, s) in self.streams.iter_mut() {
-            if stream != except && s.fenced < s.last_seq && !s.frees.is_empty() {
+            if !skip(stream) && s.fenced < s.last_seq && !s.frees.is_empty() {
                 let ev = events.record(backend, device, stream)?;
                 s.fences.push_back((s.last_seq, ev));
                 s.fenced = s.last_seq;
@@ -158,12 +160,16 @@ mod tests {
         let mut order = StreamOrder::default();
         let seq = order.next_seq(1);
         order.note_free(1, seq, 100);
-        order.fence_others(1, &fake, 0, &mut events).unwrap();
+        order
+            .fence_others(|s| s == 1, &fake, 0, &mut events)
+            .unwrap();
         assert!(
             fake.live_events() == 0,
             "no fence on the freeing stream's own behalf"
         );
-        order.fence_others(2, &fake, 0, &mut events).unwrap();
+        order
+            .fence_others(|s| s == 2, &fake, 0, &mut events)
+            .unwrap();
         assert!(order.poll(&fake, &mut events).unwrap().is_empty());
         let seq2 = order.next_seq(1);
         order.note_free(1, seq2, 200);

@@ -214,6 +214,52 @@ fn graph_blocks_come_from_a_private_region() {
 }
 
 #[test]
+fn capture_never_fences_the_capturing_stream_and_defers_outside_frees() {
+    let (fake, mut p) = pool(1 << 30);
+    let outside = p.alloc(4096, 9, plain(), 0).unwrap();
+    let other = p.alloc(4096, 1, plain(), 0).unwrap();
+    p.free(other.id, 9).unwrap(); // freed on stream 9 before the capture
+    fake.set_capturing(9, true);
+    let g = p.graph_begin(9).unwrap();
+    let events_before = fake.live_events();
+    // A miss on stream 2 would fence stream 9; it must not while 9 is captured.
+    p.alloc(4096, 2, plain(), 0).unwrap();
+    assert_eq!(
+        fake.live_events(),
+        events_before,
+        "no event recorded on the capturing stream"
+    );
+    p.free(outside.id, 9).unwrap(); // last used by the graph
+    p.graph_end(g).unwrap();
+    fake.set_capturing(9, false);
+    fake.complete_all();
+    let again = p.alloc(4096, 9, plain(), 0).unwrap();
+    assert_ne!(
+        again.ptr, outside.ptr,
+        "not reused while the graph may replay"
+    );
+    p.graph_release(g).unwrap();
+    let after = p.alloc(4096, 9, plain(), 0).unwrap();
+    assert_eq!(
+        after.ptr, outside.ptr,
+        "reusable on its stream once the graph is released"
+    );
+}
+
+#[test]
+fn a_spilled_block_is_not_restored_inside_a_capture() {
+    let (fake, mut p) = pool(1 << 30);
+    fake.set_auto_complete(true);
+    p.set_limit(Some(4 * MIB)).unwrap();
+    let a = p.alloc(4 * MIB, 1, evictable(), 0).unwrap();
+    let b = p.alloc(4 * MIB, 1, plain(), 0).unwrap();
+    fake.set_capturing(1, true);
+    p.graph_begin(1).unwrap();
+    assert_eq!(p.touch(a.id, 1), Err(PoolError::RestoreDuringCapture(a.id)));
+    p.free(b.id, 2).unwrap();
+}
+
+#[test]
 fn unknown_blocks_are_reported() {
     let (_fake, mut p) = pool(1 << 30);
     assert_eq!(p.free(42, 0), Err(PoolError::UnknownBlock(42)));
