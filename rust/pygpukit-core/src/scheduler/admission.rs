@@ -507,40 +507,65 @@ mod tests {
         ]
     }
 
-    proptest! {
-        /// Whatever is asked, committed memory and compute never exceed capacity,
-        /// no owner holds more than its limit, and every owner can always still
-        /// claim up to its full request.
-        #[test]
-        fn admission_never_exceeds_capacity(ops in proptest::collection::vec(op(), 1..80)) {
-            let cap = Amounts::new(10_000, 1_000);
-            let mut a = AdmissionController::new(cap);
-            for op in ops {
-                match op {
-                    Op::Add { id, request, limit } => {
-                        let _ = a.add_owner(id, Amounts::new(request.0, request.1), limit.map(|l| Amounts::new(l.0, l.1)));
-                    }
-                    Op::Remove { id } => { let _ = a.remove_owner(id); }
-                    Op::Claim { id, amount } => {
-                        let before = a.clone();
-                        let claimed = Amounts::new(amount.0, amount.1);
-                        if a.claim(id, claimed).is_err() {
-                            prop_assert_eq!(a.committed(), before.committed());
+    /// Runs one random sequence; see the property below.
+    fn run_admission(ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let cap = Amounts::new(10_000, 1_000);
+        let mut a = AdmissionController::new(cap);
+        let pair = |(memory, compute): (u64, u64)| Amounts::new(memory, compute);
+        for op in ops {
+            match op {
+                Op::Add { id, request, limit } => {
+                    let _ = a.add_owner(id, pair(request), limit.map(pair));
+                }
+                Op::Remove { id } => {
+                    let _ = a.remove_owner(id);
+                }
+                Op::Claim { id, amount } => {
+                    let before = a.clone();
+                    if a.claim(id, pair(amount)).is_err() {
+                        prop_assert_eq!(a.committed(), before.committed());
+                        // A refusal is justified: forcing the claim through would
+                        // break a limit or the capacity.
+                        if let Some(o) = before.owners.get(&id) {
+                            let mut forced = before.clone();
+                            let f = forced.owners.get_mut(&id).unwrap();
+                            f.held.memory += amount.0;
+                            f.held.compute += amount.1;
+                            let c = forced.committed();
+                            let over_limit = o.held.memory + amount.0
+                                > o.limit.memory.min(cap.memory)
+                                || o.held.compute + amount.1 > o.limit.compute.min(cap.compute);
+                            prop_assert!(
+                                over_limit || c.memory > cap.memory || c.compute > cap.compute
+                            );
                         }
                     }
-                    Op::Release { id, amount } => { let _ = a.release(id, Amounts::new(amount.0, amount.1)); }
                 }
-                let committed = a.committed();
-                prop_assert!(committed.memory <= cap.memory && committed.compute <= cap.compute);
-                for (id, o) in a.owners.clone() {
-                    prop_assert!(o.held.memory <= o.limit.memory && o.held.compute <= o.limit.compute);
-                    for r in RESOURCES {
-                        let (room, _) = a.headroom(id, r).unwrap();
-                        let reserved_left = o.request.get(r).saturating_sub(o.held.get(r));
-                        prop_assert!(room >= reserved_left.min(o.limit.get(r).saturating_sub(o.held.get(r))));
-                    }
+                Op::Release { id, amount } => {
+                    let _ = a.release(id, pair(amount));
                 }
             }
+            let committed = a.committed();
+            prop_assert!(committed.memory <= cap.memory && committed.compute <= cap.compute);
+            for (id, o) in a.owners.clone() {
+                prop_assert!(o.held.memory <= o.limit.memory && o.held.compute <= o.limit.compute);
+                for r in RESOURCES {
+                    // The rest of its reservation is always there for it.
+                    let (room, _) = a.headroom(id, r).unwrap();
+                    prop_assert!(room >= o.request.get(r).saturating_sub(o.held.get(r)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        /// Whatever is asked, committed memory and compute never exceed capacity,
+        /// no owner holds more than its limit, every refusal is justified, and
+        /// every owner can always still claim the rest of its request.
+        #[test]
+        fn admission_never_exceeds_capacity(ops in proptest::collection::vec(op(), 1..80)) {
+            run_admission(ops)?;
         }
     }
 }

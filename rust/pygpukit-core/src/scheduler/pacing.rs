@@ -384,6 +384,43 @@ mod tests {
         assert_eq!(p.pending(2), None);
     }
 
+    /// Runs one random sequence; see the property below.
+    fn run_bucket(
+        rate_ppm: u64,
+        burst_ns: Nanos,
+        steps: Vec<(Nanos, Nanos, u64, Nanos)>,
+    ) -> Result<(), TestCaseError> {
+        let cfg = PacingConfig {
+            rate: rate_ppm as f64 / 1e6,
+            burst_ns,
+            yield_to_higher: false,
+        };
+        let rate = cfg.rate_units();
+        let mut b = TokenBucket::new(cfg, 0);
+        let mut now = 0;
+        let mut grants: Vec<(Nanos, Nanos)> = Vec::new();
+        for (dt, estimate, settle, measured) in steps {
+            now += dt;
+            if let Ok(granted) = b.try_acquire(estimate, now) {
+                prop_assert!(granted <= estimate.min(burst_ns));
+                grants.push((now, granted));
+                if settle == 0 {
+                    b.settle(granted, measured, now);
+                }
+            }
+        }
+        for (i, first) in grants.iter().enumerate() {
+            let mut total: u128 = 0;
+            for g in &grants[i..] {
+                total += u128::from(g.1) * SCALE;
+                let window = u128::from(g.0 - first.0);
+                let allowed = u128::from(burst_ns) * SCALE + rate * window;
+                prop_assert!(total <= allowed, "granted {} units in {} ns", total, window);
+            }
+        }
+        Ok(())
+    }
+
     proptest! {
         /// Over every window of a random run, the grants never add up to more than
         /// the burst plus the rate times the window, overruns charged or not.
@@ -393,28 +430,7 @@ mod tests {
             burst_ns in 1u64..10_000,
             steps in proptest::collection::vec((0u64..5_000, 0u64..12_000, 0u64..3, 0u64..20_000), 1..120),
         ) {
-            let cfg = PacingConfig { rate: rate_ppm as f64 / 1e6, burst_ns, yield_to_higher: false };
-            let rate = cfg.rate_units();
-            let mut b = TokenBucket::new(cfg, 0);
-            let mut now = 0;
-            let mut grants: Vec<(Nanos, Nanos)> = Vec::new();
-            for (dt, estimate, settle, measured) in steps {
-                now += dt;
-                if let Ok(granted) = b.try_acquire(estimate, now) {
-                    prop_assert!(granted <= estimate.min(burst_ns));
-                    grants.push((now, granted));
-                    if settle == 0 { b.settle(granted, measured, now); }
-                }
-            }
-            for i in 0..grants.len() {
-                let mut total: u128 = 0;
-                for g in &grants[i..] {
-                    total += u128::from(g.1) * SCALE;
-                    let window = u128::from(g.0 - grants[i].0);
-                    prop_assert!(total <= u128::from(burst_ns) * SCALE + rate * window,
-                        "granted {} ns-units in {} ns", total, window);
-                }
-            }
+            run_bucket(rate_ppm, burst_ns, steps)?;
         }
     }
 }

@@ -32,8 +32,8 @@ impl ComputeShare {
             ))),
             ComputeShare::Sms(n) => match total_sms {
                 None => Err(PartitionError::InvalidSpec(format!(
-                    "a share of {n} SMs needs the device's SM count; give PartitionConfig a total_sms \
-                     or ask for a fraction"
+                    "a share of {n} SMs needs the device's SM count; give PartitionConfig a \
+                     total_sms or ask for a fraction"
                 ))),
                 Some(total) if n == 0 || n > total => Err(PartitionError::InvalidSpec(format!(
                     "a share of {n} SMs is outside 1..={total}, the device's SM count"
@@ -500,10 +500,12 @@ mod tests {
         let err = m
             .create("b", "B", spec(3 * GIB, None, ComputeShare::None))
             .unwrap_err();
+        let PartitionError::Admission { source, .. } = &err else {
+            panic!("expected an admission refusal, got {err:?}");
+        };
         assert!(matches!(
-            &err,
-            PartitionError::Admission { source: AdmissionError::Short { resource: Resource::Memory, available, .. }, .. }
-                if *available == 2 * GIB
+            source,
+            AdmissionError::Short { resource: Resource::Memory, available, .. } if *available == 2 * GIB
         ));
         assert!(
             err.to_string().starts_with("partition \"b\": memory short"),
@@ -563,47 +565,74 @@ mod tests {
         m.delete("burst").unwrap();
     }
 
+    type PartitionOp = (u8, usize, u64, u64, u32);
+
+    /// Runs one random sequence; see the property below.
+    fn run_partitions(ops: Vec<PartitionOp>) -> Result<(), TestCaseError> {
+        let total = 10_000;
+        let config = PartitionConfig {
+            total_memory: total,
+            total_sms: Some(64),
+        };
+        let mut m = PartitionManager::new(config);
+        let keys = ["p0", "p1", "p2", "p3", "p4"];
+        let mut claims: Vec<(PartitionId, Amounts)> = Vec::new();
+        for (kind, k, a, b, sms) in ops {
+            match kind {
+                0 => {
+                    let compute = match sms % 3 {
+                        0 => ComputeShare::None,
+                        _ => ComputeShare::Sms(sms % 64 + 1),
+                    };
+                    let limit = if b % 2 == 0 { None } else { Some(a.max(b)) };
+                    let _ = m.create(keys[k], keys[k], spec(a.min(b), limit, compute));
+                }
+                1 => {
+                    let _ = m.delete(keys[k]);
+                }
+                2 => {
+                    if let Some(id) = m.get(keys[k]).map(|p| p.id) {
+                        let c = Amounts::new(a / 4, 0);
+                        if m.claim(id, c).is_ok() {
+                            claims.push((id, c));
+                        }
+                    }
+                }
+                _ => {
+                    if !claims.is_empty() {
+                        let (id, c) = claims.swap_remove(k % claims.len());
+                        m.release(id, c).unwrap();
+                    }
+                }
+            }
+            let committed = m.committed();
+            prop_assert!(
+                committed.memory <= total,
+                "memory {} > {}",
+                committed.memory,
+                total
+            );
+            prop_assert!(committed.compute <= WHOLE_DEVICE);
+            for p in m.list() {
+                let held = m.held(p.id);
+                prop_assert!(held.memory <= p.spec.memory_limit.unwrap_or(total));
+                // The rest of its memory request is still there for it alone.
+                let rest = p.spec.memory_request.saturating_sub(held.memory);
+                prop_assert!(m.admission.check_claim(p.id, Amounts::new(rest, 0)).is_ok());
+            }
+        }
+        Ok(())
+    }
+
     proptest! {
         /// Random create/delete/claim/release sequences never commit more memory or
-        /// compute than the device has, and never let a partition claim past its limit.
+        /// compute than the device has, never let a partition claim past its limit,
+        /// and never take the unused part of a partition's request from it.
         #[test]
         fn partitions_never_overcommit_the_device(
             ops in proptest::collection::vec((0u8..4, 0usize..5, 0u64..5_000, 0u64..5_000, 0u32..80), 1..60)
         ) {
-            let total = 10_000;
-            let mut m = PartitionManager::new(PartitionConfig { total_memory: total, total_sms: Some(64) });
-            let keys = ["p0", "p1", "p2", "p3", "p4"];
-            let mut claims: Vec<(PartitionId, Amounts)> = Vec::new();
-            for (kind, k, a, b, sms) in ops {
-                match kind {
-                    0 => {
-                        let compute = if sms % 3 == 0 { ComputeShare::None } else { ComputeShare::Sms(sms % 64 + 1) };
-                        let limit = if b % 2 == 0 { None } else { Some(a.max(b)) };
-                        let _ = m.create(keys[k], keys[k], spec(a.min(b), limit, compute));
-                    }
-                    1 => { let _ = m.delete(keys[k]); }
-                    2 => {
-                        if let Some(p) = m.get(keys[k]) {
-                            let id = p.id;
-                            let c = Amounts::new(a / 4, 0);
-                            if m.claim(id, c).is_ok() { claims.push((id, c)); }
-                        }
-                    }
-                    _ => {
-                        if !claims.is_empty() {
-                            let (id, c) = claims.swap_remove(k % claims.len());
-                            m.release(id, c).unwrap();
-                        }
-                    }
-                }
-                let committed = m.committed();
-                prop_assert!(committed.memory <= total, "memory {} > {}", committed.memory, total);
-                prop_assert!(committed.compute <= WHOLE_DEVICE);
-                for p in m.list() {
-                    let held = m.held(p.id);
-                    prop_assert!(held.memory <= p.spec.memory_limit.unwrap_or(total));
-                }
-            }
+            run_partitions(ops)?;
         }
     }
 }

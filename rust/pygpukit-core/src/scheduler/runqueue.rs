@@ -451,34 +451,73 @@ mod tests {
         assert_eq!(s.counts(s.partitions().id_of("e").unwrap()), (0, 1, 0));
     }
 
+    /// Is `from -> to` an edge of the task state machine?
+    fn edge(from: TaskState, to: TaskState) -> bool {
+        use TaskEvent::*;
+        [Admit, Start, Complete, Fail, Cancel, TimeOut]
+            .into_iter()
+            .any(|e| from.apply(e) == Ok(to))
+    }
+
+    /// Runs one random sequence; see the property below.
+    fn run_scheduler(ops: Vec<(u8, usize, u64, usize)>) -> Result<(), TestCaseError> {
+        let mut s = scheduler();
+        let keys = ["g", "b", "e"];
+        let outcomes = [Outcome::Completed, Outcome::Failed, Outcome::TimedOut];
+        for (now, (op, k, amount, pick)) in (1..).zip(ops) {
+            let ids: Vec<TaskId> = s.tasks().map(|t| t.id).collect();
+            let target = if ids.is_empty() {
+                0
+            } else {
+                ids[pick % ids.len()]
+            };
+            let _ = match op {
+                0 => {
+                    let deadline = (amount % 3 == 0).then_some(now + amount / 10);
+                    let request = req(keys[k], (amount % 5) as i32, amount);
+                    s.submit(
+                        TaskRequest {
+                            deadline,
+                            ..request
+                        },
+                        now,
+                    )
+                    .map(drop)
+                }
+                1 => s.dispatch(now).map(drop),
+                2 => s.start(target, now),
+                3 => s.finish(target, outcomes[k], now),
+                4 => s.cancel(target, now),
+                _ => s.expire(now).map(drop),
+            };
+            for p in s.partitions().list() {
+                let claimed: u64 = s
+                    .tasks()
+                    .filter(|t| t.partition == p.id && t.state().holds_resources())
+                    .map(|t| t.memory)
+                    .sum();
+                prop_assert_eq!(s.partitions().held(p.id).memory, claimed);
+                prop_assert!(claimed <= p.spec.memory_limit.unwrap_or(1000));
+            }
+            prop_assert!(s.partitions().committed().memory <= 1000);
+        }
+        for t in s.tasks() {
+            for w in t.history().windows(2) {
+                prop_assert!(edge(w[0].0, w[1].0), "task {}: {:?}", t.id, t.history());
+            }
+        }
+        Ok(())
+    }
+
     proptest! {
         /// Random submit/dispatch/start/finish/cancel/expire sequences: every task's
         /// history is a legal walk, and held memory equals the sum of the claims of
         /// admitted and running tasks, never above a partition's limit.
         #[test]
-        fn scheduler_books_match_task_states(ops in proptest::collection::vec((0u8..6, 0usize..3, 0u64..300, 0usize..16), 1..80)) {
-            let mut s = scheduler();
-            let keys = ["g", "b", "e"];
-            let mut now = 0;
-            for (op, k, amount, pick) in ops {
-                now += 1;
-                let ids: Vec<TaskId> = s.tasks().map(|t| t.id).collect();
-                let target = if ids.is_empty() { 0 } else { ids[pick % ids.len()] };
-                let _ = match op {
-                    0 => s.submit(TaskRequest { deadline: (amount % 3 == 0).then_some(now + amount / 10), ..req(keys[k], (amount % 5) as i32, amount) }, now).map(drop),
-                    1 => s.dispatch(now).map(drop),
-                    2 => s.start(target, now),
-                    3 => s.finish(target, [Outcome::Completed, Outcome::Failed, Outcome::TimedOut][k], now),
-                    4 => s.cancel(target, now),
-                    _ => s.expire(now).map(drop),
-                };
-                for p in s.partitions().list() {
-                    let claimed: u64 = s.tasks().filter(|t| t.partition == p.id && t.state().holds_resources()).map(|t| t.memory).sum();
-                    prop_assert_eq!(s.partitions().held(p.id).memory, claimed);
-                    prop_assert!(claimed <= p.spec.memory_limit.unwrap_or(1000));
-                }
-                prop_assert!(s.partitions().committed().memory <= 1000);
-            }
+        fn scheduler_books_match_task_states(
+            ops in proptest::collection::vec((0u8..6, 0usize..3, 0u64..300, 0usize..16), 1..80)
+        ) {
+            run_scheduler(ops)?;
         }
     }
 }
