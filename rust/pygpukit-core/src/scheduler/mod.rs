@@ -26,7 +26,8 @@ pub use partition::{
     ComputeShare, Partition, PartitionConfig, PartitionError, PartitionManager, PartitionSpec,
 };
 pub use pressure::{
-    plan_reclaim, PartitionMemory, ReclaimKind, ReclaimPlan, ReclaimStep, Requester,
+    plan_reclaim, reservation_shortfall, PartitionMemory, ReclaimKind, ReclaimPlan, ReclaimStep,
+    Requester,
 };
 pub use qos::QosClass;
 pub use runqueue::{Outcome, Scheduler, SchedulerError, TaskRequest};
