@@ -243,6 +243,9 @@ pub fn dispatch_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// A block of a pool. Freed by `free()` or when garbage-collected.
+///
+/// An evictable block may be spilled by later allocations and moves when
+/// restored: read `address` (or build the NumPy view) right before each use.
 #[pyclass(module = "pygpukit._rust")]
 pub struct Block {
     #[pyo3(get)]

@@ -125,7 +125,9 @@ class MemoryPool:
     its bytes are counted and limited separately, and an allocation past
     ``quota`` raises :class:`~pygpukit.errors.OutOfMemoryError` naming the
     pool. With ``enable_eviction`` its blocks may be spilled to pinned host
-    memory under pressure and are restored by ``block.touch()``.
+    memory under pressure and are restored by ``block.touch()`` (which may
+    move them): take ``block.address`` or ``numpy.asarray(block)`` right
+    before each use, and do not keep them across later allocations.
     """
 
     def __init__(
