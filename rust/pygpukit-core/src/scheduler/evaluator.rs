@@ -24,7 +24,6 @@ pub struct QosTaskMeta {
     pub memory_limit: Option<u64>,
     /// Share of the evaluator's total bandwidth to reserve.
     pub bandwidth: f64,
-    pub priority: i32,
 }
 
 impl QosTaskMeta {
@@ -78,7 +77,6 @@ impl QosTaskMeta {
             memory_request: request,
             memory_limit: limit,
             bandwidth,
-            priority: 0,
         }
     }
 }

@@ -3,11 +3,33 @@
 //! the task state machine.
 //!
 //! Everything here is a pure decision over numbers the caller supplies (usage,
-//! measured kernel time, the clock), so it is tested without a device. The memory
-//! pool calls [`pressure::plan_reclaim`] when the device runs short and charges
-//! allocations to [`crate::limits::current_partition`]; the dispatch controller
-//! calls the [`pacing::Pacer`]; Python's `gp.scheduler` drives the
-//! [`runqueue::Scheduler`].
+//! measured kernel time, the clock), so it is tested without a device.
+//!
+//! # How the memory pool and the dispatch controller join it
+//!
+//! - **Partition ids.** A partition is created in the runtime first
+//!   (`Runtime::create_partition(key, memory_limit)`, which also sets the pool's
+//!   per-partition quota) and then admitted here under that id with
+//!   [`PartitionManager::create_with_id`]; `pygpukit._rust` does both. Threads
+//!   inside `with partition:` have it as [`crate::limits::current_partition`].
+//! - **Reservations, per allocation.** Before the pool takes `bytes` for partition
+//!   `p` beyond what its cache can serve, it describes every partition as a
+//!   [`PartitionMemory`] (request and class from here; allocated from its
+//!   partition table; cached 0 and the pool's whole cache as `unowned_cache`
+//!   while the cache is shared; evictable = evictable blocks whose last-use event
+//!   has completed) and calls [`reservation_shortfall`]. If that is non-zero, or
+//!   the backend itself runs out, it calls [`plan_reclaim`] with
+//!   [`Requester::allocating`] and carries the steps out in order (release cached
+//!   segments LRU-first; spill the named partition's LRU evictable buffers) when
+//!   the plan covers the need; otherwise `OutOfMemoryError` goes to `p` alone.
+//! - **Pacing, per launch.** [`pacing::Pacer::register`] each partition with its
+//!   class and [`Partition::pacing`]. For a launch in partition `p` the dispatch
+//!   controller calls `enqueue(p)`, then `try_launch(p, now)` until it returns a
+//!   ticket (on `Hold::RateLimited { ready_at }` wait until then; on
+//!   `Hold::HigherClassPending` wait for the next completion), launches, and on
+//!   the completion event calls `complete(ticket, measured_ns, now)`.
+//! - **Tasks.** `gp.scheduler` drives [`runqueue::Scheduler`] through
+//!   `pygpukit._rust.SchedulerCore`.
 
 pub mod admission;
 pub mod evaluator;

@@ -56,13 +56,6 @@ impl QosClass {
             QosClass::BestEffort => "best_effort",
         }
     }
-
-    /// Every class, most protected first.
-    pub const ALL: [QosClass; 3] = [
-        QosClass::Guaranteed,
-        QosClass::Burstable,
-        QosClass::BestEffort,
-    ];
 }
 
 impl Ord for QosClass {
@@ -118,6 +111,13 @@ mod tests {
             QosClass::Burstable,
         ];
         v.sort_by(|a, b| b.cmp(a));
-        assert_eq!(v, QosClass::ALL.to_vec());
+        assert_eq!(
+            v,
+            [
+                QosClass::Guaranteed,
+                QosClass::Burstable,
+                QosClass::BestEffort
+            ]
+        );
     }
 }

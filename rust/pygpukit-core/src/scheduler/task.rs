@@ -43,16 +43,6 @@ pub enum TaskEvent {
 }
 
 impl TaskState {
-    pub const ALL: [TaskState; 7] = [
-        TaskState::Pending,
-        TaskState::Admitted,
-        TaskState::Running,
-        TaskState::Completed,
-        TaskState::Failed,
-        TaskState::Cancelled,
-        TaskState::TimedOut,
-    ];
-
     /// No event leads out of a terminal state.
     pub fn is_terminal(self) -> bool {
         matches!(
