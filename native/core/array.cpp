@@ -53,6 +53,10 @@ int64_t Array::checked_size(const Dims& shape) {
             throw std::invalid_argument("negative dimension " + std::to_string(extent) +
                                         " in shape");
         }
+        // 2^62 bytes bounds every real allocation and keeps byte arithmetic far from overflow.
+        if (extent != 0 && size > (int64_t{1} << 62) / extent) {
+            throw std::invalid_argument("shape too large: more than 2^62 elements");
+        }
         size *= extent;
     }
     return size;
@@ -71,6 +75,9 @@ Dims Array::contiguous_strides(const Dims& shape, int itemsize) {
 Array Array::empty(const Dims& shape, DType dtype, const StreamPtr& stream) {
     const int64_t size = checked_size(shape);
     const int item = pgk::itemsize(dtype);
+    if (size > (int64_t{1} << 62) / item) {
+        throw std::invalid_argument("array too large: more than 2^62 bytes");
+    }
     BufferPtr buffer =
         Buffer::allocate(stream->device(), static_cast<uint64_t>(size) * item, stream);
     return Array(std::move(buffer), shape, contiguous_strides(shape, item), 0, dtype);

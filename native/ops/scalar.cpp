@@ -83,17 +83,17 @@ uint64_t scalar_bits(py::handle value, DType dtype, const char* what) {
             return scalar_bits(value, ScalarKind::bfloat16, 2, what);
         case DType::b1:
             return scalar_bits(value, ScalarKind::boolean, 1, what);
-        case DType::u8:
-            return scalar_bits(value, ScalarKind::unsigned_int, 1, what);
         default: {
-            // Integer arrays take floats too (truncated, as NumPy's fill does).
-            if (!PyIndex_Check(value.ptr()) && PyFloat_Check(value.ptr())) {
-                const long long v = static_cast<long long>(PyFloat_AS_DOUBLE(value.ptr()));
-                const int size = itemsize(dtype);
-                const uint64_t u = static_cast<uint64_t>(v);
+            // Integer arrays take any real number; non-integers truncate, as NumPy's fill does.
+            const int size = itemsize(dtype);
+            if (!PyIndex_Check(value.ptr())) {
+                const uint64_t u =
+                    static_cast<uint64_t>(static_cast<long long>(as_floating(value, what)));
                 return size == 8 ? u : (u & ((1ULL << (8 * size)) - 1));
             }
-            return scalar_bits(value, ScalarKind::signed_int, itemsize(dtype), what);
+            return scalar_bits(
+                value, dtype == DType::u8 ? ScalarKind::unsigned_int : ScalarKind::signed_int, size,
+                what);
         }
     }
 }
