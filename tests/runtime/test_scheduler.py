@@ -316,6 +316,19 @@ def test_with_partition_makes_it_current_and_nests(sched):
             assert _rust.current_partition() == b.numeric_id
         assert S.current_partition() is a
     assert _rust.current_partition() == before and S.current_partition() is None
+    assert [p.id for p in sched.partitions()] == ["default", "a", "b"]
+    assert sched.get_partition("default").qos_class is S.QosClass.BEST_EFFORT
+
+
+def test_caller_mistakes_are_plain_errors(sched):
+    with pytest.raises(TypeError, match="limits third"):
+        sched.create_partition("x", S.PartitionLimits())
+    with pytest.raises(ValueError, match="total_memory"):
+        S.Scheduler(0)
+    with pytest.raises(ValueError, match="workers"):
+        S.Scheduler(GIB, workers=0)
+    with pytest.raises(ValueError, match="non-empty"):
+        sched.create_partition("")
 
 
 def test_only_the_offending_partition_runs_out_of_memory(sched):
