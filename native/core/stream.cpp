@@ -1,8 +1,10 @@
 #include "core/stream.hpp"
 
 #include <array>
+#include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "core/device.hpp"
 #include "core/driver.hpp"
@@ -14,6 +16,14 @@ namespace pgk {
 namespace {
 
 std::mutex g_default_mutex;
+// Owned CUstreams are recycled, never destroyed: the Rust pool keeps the handle of the stream a
+// block was freed on and may record fence events on it later (pool_alloc on another stream), so a
+// handle must stay valid for the life of the process. Idle handles, keyed by (device, priority),
+// are handed to the next Stream created with that key; the set only grows to the largest number
+// of streams alive at once.
+// Leaked on purpose: streams may be recycled from destructors that run during interpreter exit.
+std::mutex& idle_mutex = *new std::mutex;
+auto& idle_streams = *new std::map<std::pair<int, int>, std::vector<CUstream>>;
 // Owned by the runtime for the life of the process (deliberately never destroyed: streams must
 // not be torn down after the driver at interpreter exit).
 std::array<StreamPtr*, kMaxDevices> g_default_streams{};
@@ -24,19 +34,30 @@ thread_local int t_active_captures = 0;
 
 StreamPtr Stream::create(int device, int priority) {
     bind_device(device);
+    {
+        std::lock_guard<std::mutex> lock(idle_mutex);
+        std::vector<CUstream>& idle = idle_streams[{device, priority}];
+        if (!idle.empty()) {
+            CUstream handle = idle.back();
+            idle.pop_back();
+            return StreamPtr(new Stream(handle, device, priority, true));
+        }
+    }
     CUstream handle = nullptr;
     check(drv().cuStreamCreateWithPriority(&handle, CU_STREAM_NON_BLOCKING, priority),
           "cuStreamCreateWithPriority");
-    return StreamPtr(new Stream(handle, device, true));
+    return StreamPtr(new Stream(handle, device, priority, true));
 }
 
 StreamPtr Stream::wrap(CUstream handle, int device) {
     check_device_ordinal(device);
-    return StreamPtr(new Stream(handle, device, false));
+    return StreamPtr(new Stream(handle, device, 0, false));
 }
 
 Stream::~Stream() {
-    if (owned_ && driver_loaded()) drv().cuStreamDestroy(handle_);  // no throw from a destructor
+    if (!owned_) return;
+    std::lock_guard<std::mutex> lock(idle_mutex);
+    idle_streams[{device_, requested_priority_}].push_back(handle_);
 }
 
 int Stream::priority() const {

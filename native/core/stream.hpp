@@ -12,7 +12,9 @@ class Event;
 
 class Stream {
   public:
-    // A new non-blocking stream on `device` (lower numbers are higher priority, as in CUDA).
+    // A non-blocking stream on `device` (lower numbers are higher priority, as in CUDA): a recycled
+    // idle one of that priority, else a new one. Owned streams are recycled when the last
+    // reference goes, never destroyed (see stream.cpp).
     static std::shared_ptr<Stream> create(int device, int priority);
     // A stream someone else owns; never destroyed here.
     static std::shared_ptr<Stream> wrap(CUstream handle, int device);
@@ -30,10 +32,14 @@ class Stream {
     void wait_event(const Event& event) const;
 
   private:
-    Stream(CUstream handle, int device, bool owned)
-        : handle_(handle), device_(device), owned_(owned) {}
+    Stream(CUstream handle, int device, int requested_priority, bool owned)
+        : handle_(handle),
+          device_(device),
+          requested_priority_(requested_priority),
+          owned_(owned) {}
     CUstream handle_;
     int device_;
+    int requested_priority_;  // the recycling key of an owned stream
     bool owned_;
 };
 

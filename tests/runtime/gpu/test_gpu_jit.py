@@ -68,7 +68,7 @@ def test_templates_through_name_expressions(make):
 
 
 def test_kernel_attributes():
-    attrs = gp.jit(SCALE, func="scale").attributes
+    attrs = gp.jit(SCALE, func="scale").attributes()
     assert attrs["num_regs"] > 0
     assert attrs["max_threads_per_block"] >= 256
 
