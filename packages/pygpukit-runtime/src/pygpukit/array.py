@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from . import _indexing
-from .dtypes import normalize
+from .dtypes import NAMES, normalize
 
 __all__ = [
     "GPUArray",
@@ -253,7 +253,7 @@ class GPUArray:
                 f"view() changes the dtype only between types of one itemsize "
                 f"({self.dtype.name} is {self.itemsize} bytes, {dt.name} is {dt.itemsize})"
             )
-        return _wrap(self._backend.view_dtype(self._impl, dt.name), self._backend)
+        return _wrap(self._backend.view_dtype(self._impl, NAMES[dt]), self._backend)
 
     # --- copies and conversions ---------------------------------------------------------
     def copy(self) -> GPUArray:
@@ -271,7 +271,7 @@ class GPUArray:
         dt = normalize(dtype)
         if not copy and dt == self.dtype:
             return self
-        return _wrap(self._backend.astype(self._impl, dt.name), self._backend)
+        return _wrap(self._backend.astype(self._impl, NAMES[dt]), self._backend)
 
     def to_numpy(self, stream: Any = None) -> np.ndarray:
         """Copy to a new NumPy array (waits for the data; a sync point)."""
@@ -296,7 +296,7 @@ class GPUArray:
         target = _check_ordinal(device)
         if backend.device_of(self._impl) == target:
             return self
-        out = backend.empty(tuple(self._impl.shape), self.dtype.name, target, None)
+        out = backend.empty(tuple(self._impl.shape), NAMES[self.dtype], target, None)
         backend.copy_into(out, self._impl)
         return _wrap(out, backend)
 

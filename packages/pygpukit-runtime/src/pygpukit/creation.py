@@ -21,7 +21,7 @@ import numpy as np
 from . import _indexing
 from .array import GPUArray, _wrap
 from .backend.select import backend as _backend
-from .dtypes import SUPPORTED, float32, normalize
+from .dtypes import NAMES, SUPPORTED, float32, normalize
 
 __all__ = [
     "arange",
@@ -84,7 +84,7 @@ def empty(shape: Any, dtype: Any = None, device: int | None = None, stream: Any 
     dims = _indexing.normalize_shape(shape)
     dt = _dtype_for(dtype, float32)
     b = _backend()
-    return _wrap(b.empty(dims, dt.name, _target(b, device), _stream_impl(stream)), b)
+    return _wrap(b.empty(dims, NAMES[dt], _target(b, device), _stream_impl(stream)), b)
 
 
 def full(
@@ -95,7 +95,7 @@ def full(
     dt = _infer_scalar_dtype(fill_value) if dtype is None else normalize(dtype)
     value = _scalar(fill_value, dt)
     b = _backend()
-    return _wrap(b.full(dims, dt.name, value, _target(b, device), _stream_impl(stream)), b)
+    return _wrap(b.full(dims, NAMES[dt], value, _target(b, device), _stream_impl(stream)), b)
 
 
 def zeros(shape: Any, dtype: Any = None, device: int | None = None, stream: Any = None) -> GPUArray:
@@ -183,7 +183,7 @@ def arange(
     else:
         dt = normalize(dtype)
     b = _backend()
-    impl = b.arange(start, step, n, dt.name, _target(b, device), _stream_impl(stream))
+    impl = b.arange(start, step, n, NAMES[dt], _target(b, device), _stream_impl(stream))
     return _wrap(impl, b)
 
 

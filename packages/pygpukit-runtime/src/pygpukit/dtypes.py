@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = [
+    "NAMES",
     "SUPPORTED",
     "bfloat16",
     "bool_",
@@ -46,6 +47,9 @@ SUPPORTED: dict[str, np.dtype[Any]] = {
     d.name: d
     for d in (float64, float32, float16, bfloat16, int8, int16, int32, int64, uint8, bool_)
 }
+
+#: dtype -> canonical name, a dict lookup (``np.dtype.name`` is a slow Python property).
+NAMES: dict[np.dtype[Any], str] = {d: name for name, d in SUPPORTED.items()}
 
 _ALIASES = {
     "bf16": "bfloat16",
