@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 
 #include "core/device.hpp"
@@ -15,7 +16,11 @@ namespace pgk {
 namespace {
 
 std::mutex g_capture_mutex;
-std::unordered_map<CUstream, uint64_t> g_capture_pools;  // capturing stream -> graph pool id
+struct ActiveCapture {
+    uint64_t pool_id;        // the Rust pool's graph region
+    std::thread::id thread;  // thread-local capture mode: begin and end on this thread
+};
+std::unordered_map<CUstream, ActiveCapture> g_captures;  // by capturing stream
 
 }  // namespace
 
@@ -39,7 +44,7 @@ void begin_capture(const StreamPtr& stream) {
     bind_device(stream->device());
     {
         std::lock_guard<std::mutex> lock(g_capture_mutex);
-        if (g_capture_pools.count(stream->handle()) != 0) {
+        if (g_captures.count(stream->handle()) != 0) {
             throw std::invalid_argument("begin_capture: this stream is already being captured");
         }
     }
@@ -58,7 +63,7 @@ void begin_capture(const StreamPtr& stream) {
         throw CudaError(CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "pool_graph_begin: " + reason);
     }
     std::lock_guard<std::mutex> lock(g_capture_mutex);
-    g_capture_pools[stream->handle()] = pool_id;
+    g_captures[stream->handle()] = ActiveCapture{pool_id, std::this_thread::get_id()};
     note_capture_started();
 }
 
@@ -66,12 +71,16 @@ std::shared_ptr<Graph> end_capture(const StreamPtr& stream) {
     uint64_t pool_id = 0;
     {
         std::lock_guard<std::mutex> lock(g_capture_mutex);
-        auto it = g_capture_pools.find(stream->handle());
-        if (it == g_capture_pools.end()) {
+        auto it = g_captures.find(stream->handle());
+        if (it == g_captures.end()) {
             throw std::invalid_argument("end_capture: this stream is not being captured");
         }
-        pool_id = it->second;
-        g_capture_pools.erase(it);
+        if (it->second.thread != std::this_thread::get_id()) {
+            throw std::invalid_argument(
+                "end_capture: the capture was begun on another thread and must end there");
+        }
+        pool_id = it->second.pool_id;
+        g_captures.erase(it);
     }
     note_capture_ended();
     bind_device(stream->device());
