@@ -49,6 +49,12 @@ def test_usage_and_unknown_command() -> None:
     assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr
 
 
+def test_bench_forwards_its_arguments() -> None:
+    out = _run(["-m", "pygpukit", "bench", "--help"])
+    assert out.returncode == 0, out.stderr
+    assert "usage: python -m pygpukit.benchmark" in out.stdout
+
+
 def test_import_selects_no_backend() -> None:
     code = (
         "import sys, pygpukit\n"

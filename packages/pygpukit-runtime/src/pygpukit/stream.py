@@ -102,10 +102,10 @@ class Stream:
         _backend().set_current_stream(self._previous.pop())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Stream) and other._impl is self._impl
+        return isinstance(other, Stream) and bool(other._impl == self._impl)
 
     def __hash__(self) -> int:
-        return id(self._impl)
+        return hash(self._impl)
 
     def __repr__(self) -> str:
         return f"Stream(device={self.device}, priority={self.priority}, handle={self.handle:#x})"
