@@ -52,6 +52,24 @@ def test_bfloat16_cannot_cross_numpy_dlpack() -> None:
         np.from_dlpack(a)
 
 
+@cpu_only
+def test_asarray_copies_host_producers_and_routes_cuda_ones_to_dlpack(rand) -> None:
+    host = rand((4,))
+    a = gp.asarray(host)
+    host[0] = 1234.0
+    assert a[0].item() != 1234.0  # host data is copied, never aliased
+
+    class CudaTensor:
+        def __dlpack__(self, stream=None):
+            raise AssertionError("the CPU backend must not import CUDA memory")
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(BufferError, match="cannot share"):
+        gp.asarray(CudaTensor())
+
+
 def test_from_dlpack_refuses_other_devices() -> None:
     class Foreign:
         def __dlpack__(self, stream=None):

@@ -253,13 +253,30 @@ def from_numpy(array: np.ndarray, device: int | None = None, stream: Any = None)
 def asarray(obj: Any, dtype: Any = None, device: int | None = None, stream: Any = None) -> GPUArray:
     """Return ``obj`` as a GPUArray (itself when it already is one, converted as asked).
 
-    Anything else is copied from ``numpy.asarray(obj)``.
+    CUDA-resident DLPack producers (PyTorch, CuPy, JAX arrays on the GPU) are
+    shared without a copy (:func:`pygpukit.from_dlpack`); anything else is copied
+    from ``numpy.asarray(obj)``.
     """
+    if not isinstance(obj, GPUArray) and _on_cuda_device(obj):
+        from .interop import from_dlpack
+
+        obj = from_dlpack(obj)
     if isinstance(obj, GPUArray):
         out = obj if dtype is None else obj.astype(dtype, copy=False)
         return out if device is None else out.to_device(device)
     host = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=normalize(dtype))
     return from_numpy(host, device=device, stream=stream)
+
+
+def _on_cuda_device(obj: Any) -> bool:
+    """Whether ``obj`` is a DLPack producer holding CUDA device memory (kDLCUDA)."""
+    device = getattr(obj, "__dlpack_device__", None)
+    if device is None or not hasattr(obj, "__dlpack__"):
+        return False
+    try:
+        return int(device()[0]) == 2
+    except (TypeError, ValueError, IndexError, BufferError):
+        return False
 
 
 def to_numpy(a: GPUArray) -> np.ndarray:
