@@ -29,7 +29,7 @@ def test_info_reports_backend_device_and_libraries() -> None:
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert f"backend: {gp.backend_name()}" in text
-    for library in ("libcuda:", "NVRTC:", "cuBLASLt:"):
+    for library in ("libcuda:", "NVRTC:", "cuBLASLt:", "kernel cache:"):
         assert library in text
     if not ON_GPU:
         assert "(" in text.splitlines()[1]  # the reason for the CPU backend is given

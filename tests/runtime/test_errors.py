@@ -194,6 +194,15 @@ def test_cuda_error_fields_and_message() -> None:
     assert "CUDA_ERROR_ILLEGAL_ADDRESS (700)" in str(err) and "out of bounds" in str(err)
 
 
+def test_cuda_error_capture_hint_only_when_the_message_lacks_it() -> None:
+    bare = CudaError(900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted")
+    assert "while a stream is being captured" in str(bare)
+    explained = CudaError(900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "sync while captured")
+    assert str(explained).count("captur") == 1
+    other = CudaError(1, "CUDA_ERROR_INVALID_VALUE", "invalid argument")
+    assert str(other) == "CUDA_ERROR_INVALID_VALUE (1): invalid argument."
+
+
 def test_out_of_memory_message_says_what_to_do() -> None:
     err = OutOfMemoryError(3 * 2**30, 2**30, 2 * 2**30, "inference")
     text = str(err)

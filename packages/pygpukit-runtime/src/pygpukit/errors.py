@@ -49,7 +49,7 @@ class CudaError(PyGPUkitError):
                 " The context is now unusable: a kernel read or wrote out of bounds;"
                 " check its indexing and restart the process."
             )
-        elif name == "CUDA_ERROR_NOT_PERMITTED" or "capture" in message.lower():
+        elif name.startswith("CUDA_ERROR_STREAM_CAPTURE") and "captur" not in message.lower():
             hint = " A synchronizing call is not allowed while a stream is being captured."
         super().__init__(f"{name} ({code}): {message}.{hint}")
 

@@ -30,7 +30,7 @@ def collect() -> dict[str, Any]:
     from . import __version__
     from ._environment import library_candidates
     from .backend.select import native_error, status
-    from .jit import nvrtc_status
+    from .jit import get_jit_cache_dir, nvrtc_status
 
     state = status()
     report: dict[str, Any] = {
@@ -44,6 +44,7 @@ def collect() -> dict[str, Any]:
         "nvrtc": nvrtc_status(),
         "cublasLt": _probe_library("cublasLt"),
         "cuda_candidates": [(c.path, c.source) for c in library_candidates("cuda")],
+        "kernel_cache": get_jit_cache_dir(),
     }
     return report
 
@@ -99,6 +100,8 @@ def render(report: dict[str, Any], out: TextIO) -> None:
             w(f"    {path}: {why}\n")
         if nvrtc["error"]:
             w(f"    ({nvrtc['error']})\n")
+    cache = report["kernel_cache"]
+    w(f"kernel cache: {cache if cache else 'in memory only (PYGPUKIT_CACHE_DIR is empty)'}\n")
     cublas = report["cublasLt"]
     w("cuBLASLt: ")
     if cublas["loaded"]:
