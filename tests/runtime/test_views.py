@@ -199,3 +199,31 @@ def test_is_c_contiguous_matches_numpy(rand) -> None:
     host = rand((3, 1, 4))
     for view in (host, host[:, :, ::2], host.transpose(1, 0, 2), host[:, 0:1], host[::-1]):
         assert _indexing.is_c_contiguous(view.shape, view.strides, 4) == view.flags.c_contiguous
+
+
+@st.composite
+def broadcastable(draw: st.DrawFn) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    target = tuple(draw(st.lists(st.integers(0, 4), min_size=0, max_size=4)))
+    keep = draw(st.integers(0, len(target)))
+    source = tuple(d if draw(st.booleans()) else 1 for d in target[len(target) - keep :])
+    return source, target
+
+
+@SETTINGS
+@given(broadcastable(), st.integers(0, 2**32 - 1), st.data())
+def test_broadcast_squeeze_expand_dims_match_numpy(case, seed, data) -> None:
+    source, target = case
+    host = _values(source, seed)
+    arr = gp.from_numpy(host)
+    out = arr.broadcast_to(target)
+    expected = np.broadcast_to(host, target)
+    assert out.shape == expected.shape
+    if expected.size:  # NumPy's strides for empty results are arbitrary
+        assert out.strides == expected.strides
+    np.testing.assert_array_equal(out.to_numpy(), expected)
+    ones = [i for i, d in enumerate(source) if d == 1]
+    if ones:
+        axis = data.draw(st.sampled_from(ones))
+        np.testing.assert_array_equal(arr.squeeze(axis).to_numpy(), host.squeeze(axis))
+    axis = data.draw(st.integers(-len(source) - 1, len(source)))
+    np.testing.assert_array_equal(arr.expand_dims(axis).to_numpy(), np.expand_dims(host, axis))
