@@ -11,6 +11,8 @@ __path__ = __import__("pkgutil").extend_path(__path__, __name__)
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING, Any
+
 from .array import (
     GPUArray,
     broadcast_to,
@@ -83,6 +85,21 @@ from .jit import (
 )
 from .stream import Event, Stream, current_stream
 
+if TYPE_CHECKING:
+    from . import benchmark, memory, scheduler
+
+# Sub-modules loaded on first use, so `import pygpukit` stays cheap.
+_LAZY_SUBMODULES = ("benchmark", "memory", "scheduler")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'pygpukit' has no attribute {name!r}")
+
+
 __all__ = [
     "AdmissionError",
     "BackendFallbackWarning",
@@ -104,6 +121,7 @@ __all__ = [
     "asarray",
     "asnumpy",
     "backend_name",
+    "benchmark",
     "bfloat16",
     "bool_",
     "broadcast_to",
@@ -135,9 +153,11 @@ __all__ = [
     "jit",
     "jit_module",
     "linspace",
+    "memory",
     "ones",
     "ones_like",
     "reshape",
+    "scheduler",
     "set_device",
     "set_jit_cache_dir",
     "squeeze",

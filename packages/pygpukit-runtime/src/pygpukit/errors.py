@@ -116,7 +116,17 @@ def _line_number(diagnostic: str) -> int | None:
 
 
 class AdmissionError(PyGPUkitError):
-    """The scheduler refused a task: its memory or compute request does not fit its quota."""
+    """The scheduler refused a partition or task: what it requests does not fit.
+
+    ``resource`` is ``"memory"`` or ``"compute"``; ``requested`` and ``available``
+    are in bytes (memory) or millionths of the device (compute); ``partition``
+    names the partition refused, when there is one. The Rust scheduler sets them.
+    """
+
+    resource: str | None = None
+    requested: int | None = None
+    available: int | None = None
+    partition: str | None = None
 
 
 class DeviceNotSupportedError(PyGPUkitError):

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import memory as _memory
 from ..errors import DeviceNotSupportedError
 
 name = "cpu"
@@ -30,8 +31,12 @@ _NEEDS_GPU = (
 
 
 def _host_buffer(nbytes: int) -> np.ndarray:
-    """Allocate the flat ``uint8`` buffer behind one array (every CPU array comes from here)."""
-    return np.empty(nbytes, dtype=np.uint8)
+    """Allocate the flat ``uint8`` buffer behind one array (every CPU array comes from here).
+
+    The bytes come from the Rust host pool, so ``gp.memory`` limits, stats and
+    ``OutOfMemoryError`` behave as they do on a GPU.
+    """
+    return _memory.host_buffer(nbytes)
 
 
 def _new(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
