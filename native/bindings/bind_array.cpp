@@ -3,9 +3,12 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+
 #include "bindings/bindings.hpp"
 #include "core/array.hpp"
 #include "core/device.hpp"
+#include "core/residency.hpp"
 #include "jit/builtin.hpp"
 #include "ops/cast.hpp"
 #include "ops/copy.hpp"
@@ -47,11 +50,13 @@ void bind_array(py::module_& m) {
     py::class_<Array>(m, "Array")
         .def_static(
             "empty",
-            [](const Dims& shape, const std::string& dtype, int device, StreamPtr stream) {
+            [](const Dims& shape, const std::string& dtype, int device, StreamPtr stream,
+               bool evictable) {
                 const DType t = dtype_arg(dtype);
-                return Array::empty(shape, t, stream_for(stream, device));
+                return Array::empty(shape, t, stream_for(stream, device), evictable);
             },
-            py::arg("shape"), py::arg("dtype"), py::arg("device") = 0, py::arg("stream") = nullptr)
+            py::arg("shape"), py::arg("dtype"), py::arg("device") = 0, py::arg("stream") = nullptr,
+            py::arg("evictable") = false)
         .def_property_readonly("shape", [](const Array& a) { return to_tuple(a.shape()); })
         .def_property_readonly("strides", [](const Array& a) { return to_tuple(a.strides()); })
         .def_property_readonly("dtype", [](const Array& a) { return dtype_name(a.dtype()); })
@@ -60,7 +65,16 @@ void bind_array(py::module_& m) {
         .def_property_readonly("nbytes", &Array::nbytes)
         .def_property_readonly("ndim", &Array::ndim)
         .def_property_readonly("device", &Array::device)
-        .def_property_readonly("data_ptr", &Array::data_ptr)
+        .def_property_readonly("data_ptr",
+                               [](const Array& a) {
+                                   // An evictable array is restored on the current stream first;
+                                   // the address is valid until the pool next needs room.
+                                   if (a.buffer()->evictable()) {
+                                       make_resident(current_stream(a.device()), {&a});
+                                   }
+                                   return a.data_ptr();
+                               })
+        .def_property_readonly("evictable", [](const Array& a) { return a.buffer()->evictable(); })
         .def_property_readonly("offset", &Array::offset)
         .def_property_readonly("buffer_nbytes", [](const Array& a) { return a.buffer()->nbytes(); })
         .def_property_readonly("is_c_contiguous", &Array::is_c_contiguous)
@@ -82,6 +96,14 @@ void bind_array(py::module_& m) {
                 copy_to_host(a, host, stream_for(stream, a.device()));
             },
             py::arg("host"), py::arg("stream") = nullptr)
+        .def(
+            "download",
+            [](const Array& a, py::array host, StreamPtr stream) {
+                return std::make_unique<HostDownload>(a, host, stream_for(stream, a.device()));
+            },
+            py::arg("host"), py::arg("stream") = nullptr,
+            "Start copying into `host` (C-contiguous, writeable): ordered after the work on "
+            "`stream` so far; HostDownload.run() (any thread, GIL released) finishes it.")
         .def(
             "copy_from",
             [](const Array& dst, const Array& src, StreamPtr stream) {
@@ -111,6 +133,11 @@ void bind_array(py::module_& m) {
             return "<_native.Array shape=" + shape + " dtype=" + dtype_name(a.dtype()) +
                    " device=" + std::to_string(a.device()) + ">";
         });
+
+    py::class_<HostDownload>(m, "HostDownload")
+        .def("run", &HostDownload::run, py::call_guard<py::gil_scoped_release>(),
+             "Copy through the transfer engine; returns once the bytes are in the host array.")
+        .def_property_readonly("host", &HostDownload::host);
 
     m.def(
         "arange",

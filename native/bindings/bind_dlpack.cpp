@@ -120,6 +120,9 @@ void bind_dlpack(py::module_& m) {
         [](const Array& a, py::object stream) {
             bool skip = false;
             CUstream consumer = consumer_stream(stream, &skip);
+            // A spilled evictable array comes back first (on its last stream, which the consumer
+            // then waits for). The address handed out stays valid until the pool next needs room.
+            if (a.buffer()->evictable()) a.buffer()->touch(a.buffer()->last_stream());
             const StreamPtr& producer = a.buffer()->last_stream();
             if (!skip && producer && producer->handle() != consumer) {
                 // The consumer's stream waits for the work already enqueued on the array.

@@ -72,14 +72,14 @@ Dims Array::contiguous_strides(const Dims& shape, int itemsize) {
     return strides;
 }
 
-Array Array::empty(const Dims& shape, DType dtype, const StreamPtr& stream) {
+Array Array::empty(const Dims& shape, DType dtype, const StreamPtr& stream, bool evictable) {
     const int64_t size = checked_size(shape);
     const int item = pgk::itemsize(dtype);
     if (size > (int64_t{1} << 62) / item) {
         throw std::invalid_argument("array too large: more than 2^62 bytes");
     }
     BufferPtr buffer =
-        Buffer::allocate(stream->device(), static_cast<uint64_t>(size) * item, stream);
+        Buffer::allocate(stream->device(), static_cast<uint64_t>(size) * item, stream, evictable);
     return Array(std::move(buffer), shape, contiguous_strides(shape, item), 0, dtype);
 }
 

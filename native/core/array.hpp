@@ -18,7 +18,9 @@ class Array {
     Array(BufferPtr buffer, Dims shape, Dims strides, int64_t offset, DType dtype);
 
     // Uninitialized C-contiguous array; every byte from the Rust pool, usable on `stream`.
-    static Array empty(const Dims& shape, DType dtype, const StreamPtr& stream);
+    // Evictable arrays may be spilled to host memory under pressure (core/residency.hpp).
+    static Array empty(const Dims& shape, DType dtype, const StreamPtr& stream,
+                       bool evictable = false);
     static Dims contiguous_strides(const Dims& shape, int itemsize);
     // Throws std::invalid_argument for a negative extent; returns the element count.
     static int64_t checked_size(const Dims& shape);
@@ -32,6 +34,7 @@ class Array {
     int64_t nbytes() const { return size_ * itemsize(); }
     int ndim() const { return static_cast<int>(shape_.size()); }
     int device() const { return buffer_->device(); }
+    // For an evictable buffer, valid only after make_resident on the stream of the work using it.
     uint64_t data_ptr() const { return buffer_->ptr() + offset_; }
     bool is_c_contiguous() const;
     const BufferPtr& buffer() const { return buffer_; }

@@ -4,12 +4,15 @@
 
 namespace pgk {
 
-BufferPtr Buffer::allocate(int device, uint64_t nbytes, const StreamPtr& stream) {
+BufferPtr Buffer::allocate(int device, uint64_t nbytes, const StreamPtr& stream, bool evictable) {
     BufferPtr buffer(new Buffer());
     buffer->device_ = device;
     buffer->last_stream_ = stream;
     if (nbytes > 0) {
-        PoolBlock block = pool_alloc(device, nbytes, stream->id());
+        // An empty buffer has no block to spill: it is never evictable.
+        buffer->evictable_ = evictable;
+        PoolBlock block =
+            pool_alloc(device, nbytes, stream->id(), evictable ? PGK_ALLOC_EVICTABLE : 0u);
         buffer->block_id_ = block.id;
         buffer->ptr_ = block.ptr;
         buffer->nbytes_ = nbytes;
@@ -27,6 +30,14 @@ BufferPtr Buffer::external(int device, uint64_t ptr, uint64_t nbytes, PyObject* 
     Py_INCREF(owner);
     buffer->owner_ = owner;
     return buffer;
+}
+
+bool Buffer::touch(const StreamPtr& stream) {
+    const PoolBlock block = pool_touch(block_id_, nbytes_, stream->id());
+    used_on(stream);
+    const bool moved = block.ptr != ptr_;
+    ptr_ = block.ptr;
+    return moved;
 }
 
 Buffer::~Buffer() {

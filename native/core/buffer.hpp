@@ -2,6 +2,10 @@
 // Rust pool on the last reference, on the stream of their last use (so the pool can reuse them on
 // that stream at once and on others only after that work completes). External buffers (DLPack
 // imports) keep their producer's Python object alive instead.
+//
+// An evictable buffer (PGK_ALLOC_EVICTABLE) may be spilled to pinned host memory by the pool under
+// pressure and comes back at another address: before work on a stream reads its address, that
+// work calls make_resident (core/residency.hpp), which touches it on that stream.
 #pragma once
 
 #include <Python.h>
@@ -16,7 +20,8 @@ namespace pgk {
 class Buffer {
   public:
     // nbytes bytes from the Rust pool, usable on `stream` (no allocation for nbytes == 0).
-    static std::shared_ptr<Buffer> allocate(int device, uint64_t nbytes, const StreamPtr& stream);
+    static std::shared_ptr<Buffer> allocate(int device, uint64_t nbytes, const StreamPtr& stream,
+                                            bool evictable = false);
     // Memory owned by `owner` (a new reference is taken; released with the GIL on destruction).
     static std::shared_ptr<Buffer> external(int device, uint64_t ptr, uint64_t nbytes,
                                             PyObject* owner, const StreamPtr& stream);
@@ -28,6 +33,7 @@ class Buffer {
     uint64_t nbytes() const { return nbytes_; }
     int device() const { return device_; }
     bool is_external() const { return owner_ != nullptr; }
+    bool evictable() const { return evictable_; }
     const StreamPtr& last_stream() const { return last_stream_; }
 
     // Record that work using this buffer was enqueued on `stream` (called with the GIL held,
@@ -35,6 +41,10 @@ class Buffer {
     void used_on(const StreamPtr& stream) {
         if (last_stream_.get() != stream.get()) last_stream_ = stream;
     }
+    // Evictable buffers only: makes the buffer resident for work about to be enqueued on
+    // `stream` (pool_touch; may restore it at a new address, read ptr() after) and records the
+    // use. Returns whether the address changed.
+    bool touch(const StreamPtr& stream);
 
   private:
     Buffer() = default;
@@ -42,6 +52,7 @@ class Buffer {
     uint64_t ptr_ = 0;
     uint64_t nbytes_ = 0;
     int device_ = 0;
+    bool evictable_ = false;
     PyObject* owner_ = nullptr;
     StreamPtr last_stream_;
 };

@@ -1,29 +1,16 @@
 #include "core/launch.hpp"
 
-#include <Python.h>
-
 #include <algorithm>
 
 #include "core/device.hpp"
 #include "core/driver.hpp"
+#include "core/gil.hpp"
 #include "core/rust_api.hpp"
 #include "core/stream.hpp"
 
 namespace pgk {
 
 namespace {
-
-// Releases the GIL for its scope when the calling thread holds it.
-class GilRelease {
-  public:
-    GilRelease() : state_(PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
-    ~GilRelease() {
-        if (state_ != nullptr) PyEval_RestoreThread(state_);
-    }
-
-  private:
-    PyThreadState* state_;
-};
 
 template <typename Enqueue>
 void dispatch(const Stream& stream, const char* what, Enqueue&& enqueue) {

@@ -8,6 +8,7 @@
 #include "core/device.hpp"
 #include "core/driver.hpp"
 #include "core/errors.hpp"
+#include "core/gil.hpp"
 
 namespace pgk {
 
@@ -230,24 +231,49 @@ const pgk_api& rust_api() {
 
 std::string rust_last_error() { return g_api ? rust_last_error_of(g_api) : std::string(); }
 
-PoolBlock pool_alloc(int device, uint64_t nbytes, uint64_t stream) {
-    const pgk_api& api = rust_api();
-    pgk_block block{};
-    t_backend_error = CUDA_SUCCESS;
-    pgk_status status = api.pool_alloc(device, nbytes, stream, 0, &block);
+namespace {
+
+// A refused pool call as the exception the caller sees; `nbytes` is what was asked for.
+[[noreturn]] void throw_pool_error(pgk_status status, uint64_t nbytes, const char* what) {
     switch (status) {
-        case PGK_OK:
-            return PoolBlock{block.id, block.ptr, block.size};
         case PGK_OUT_OF_MEMORY:
         case PGK_LIMIT_EXCEEDED:
             throw OutOfMemoryError(nbytes, rust_last_error());
         case PGK_BACKEND_ERROR:
-            if (t_backend_error != CUDA_SUCCESS) throw_cuda_error(t_backend_error, "pool_alloc");
+            if (t_backend_error != CUDA_SUCCESS) throw_cuda_error(t_backend_error, what);
             [[fallthrough]];
         default:
             throw CudaError(CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN",
-                            "pool_alloc: " + rust_last_error());
+                            std::string(what) + ": " + rust_last_error());
     }
+}
+
+}  // namespace
+
+PoolBlock pool_alloc(int device, uint64_t nbytes, uint64_t stream, uint32_t flags) {
+    const pgk_api& api = rust_api();
+    pgk_block block{};
+    pgk_status status;
+    {
+        GilRelease nogil;
+        t_backend_error = CUDA_SUCCESS;
+        status = api.pool_alloc(device, nbytes, stream, flags, &block);
+    }
+    if (status != PGK_OK) throw_pool_error(status, nbytes, "pool_alloc");
+    return PoolBlock{block.id, block.ptr, block.size};
+}
+
+PoolBlock pool_touch(uint64_t block_id, uint64_t nbytes, uint64_t stream) {
+    const pgk_api& api = rust_api();
+    pgk_block block{};
+    pgk_status status;
+    {
+        GilRelease nogil;
+        t_backend_error = CUDA_SUCCESS;
+        status = api.pool_touch(block_id, stream, &block);
+    }
+    if (status != PGK_OK) throw_pool_error(status, nbytes, "pool_touch");
+    return PoolBlock{block.id, block.ptr, block.size};
 }
 
 DispatchTicket::DispatchTicket(const pgk_api& api, int device, uint64_t stream) : api_(api) {

@@ -22,8 +22,12 @@ struct PoolBlock {
     uint64_t size = 0;
 };
 
-// pool_alloc, raising OutOfMemoryError / CudaError on refusal.
-PoolBlock pool_alloc(int device, uint64_t nbytes, uint64_t stream);
+// pool_alloc (flags: PGK_ALLOC_*), raising OutOfMemoryError / CudaError on refusal. The pool
+// may wait for fences or spill under pressure: runs with the GIL released.
+PoolBlock pool_alloc(int device, uint64_t nbytes, uint64_t stream, uint32_t flags);
+// pool_touch: the block resident for work on `stream` (restored if it was spilled, so its ptr may
+// differ from the last one). Same errors and GIL rule as pool_alloc.
+PoolBlock pool_touch(uint64_t block_id, uint64_t nbytes, uint64_t stream);
 
 // One dispatch ticket around an enqueue: begin() may block on the dispatch controller (pacing,
 // in-flight limits); the caller must not hold the GIL. end() reports whether the launch worked.

@@ -3,8 +3,11 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/array.hpp"
+#include "core/residency.hpp"
 #include "ops/scalar.hpp"
 
 namespace py = pybind11;
@@ -35,8 +38,10 @@ std::string describe(const Function& f, size_t index, ArgCode code) {
 
 // The value of one argument in the low bytes of a 64-bit slot. Error messages are built only on
 // the error path: nothing is allocated per argument on a good launch.
+// `evictable` receives the argument's Array when its buffer is evictable (its address is then
+// read again after make_resident).
 uint64_t pack_value(py::handle obj, ArgCode code, size_t index, const Function& f,
-                    const StreamPtr& stream) {
+                    const StreamPtr& stream, const Array*& evictable) {
     switch (code) {
         case ArgCode::ptr: {
             if (const Array* a = as_array(obj)) {
@@ -47,6 +52,7 @@ uint64_t pack_value(py::handle obj, ArgCode code, size_t index, const Function& 
                                                 std::to_string(f.device()));
                 }
                 a->buffer()->used_on(stream);
+                if (a->buffer()->evictable()) evictable = a;
                 return a->data_ptr();
             }
             if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {
@@ -79,9 +85,9 @@ uint64_t pack_value(py::handle obj, ArgCode code, size_t index, const Function& 
 }
 
 uint64_t pack_one(py::handle obj, ArgCode code, size_t index, const Function& f,
-                  const StreamPtr& stream) {
+                  const StreamPtr& stream, const Array*& evictable) {
     try {
-        return pack_value(obj, code, index, f, stream);
+        return pack_value(obj, code, index, f, stream, evictable);
     } catch (const py::type_error& e) {
         throw py::type_error(describe(f, index, code) + e.what());
     }
@@ -140,9 +146,19 @@ void launch_function(const Function& f, const LaunchConfig& config, const Stream
         values = heap_values.get();
         pointers = heap_pointers.get();
     }
+    // Evictable array arguments, by slot; empty (no allocation) unless the launch has some.
+    std::vector<std::pair<size_t, const Array*>> evictable;
     for (size_t i = 0; i < n; ++i) {
-        values[i] = pack_one(args[i], signature[i], i, f, stream);
+        const Array* spillable = nullptr;
+        values[i] = pack_one(args[i], signature[i], i, f, stream, spillable);
         pointers[i] = &values[i];
+        if (spillable != nullptr) evictable.emplace_back(i, spillable);
+    }
+    if (!evictable.empty()) {
+        std::vector<const Array*> arrays;
+        for (const auto& [slot, a] : evictable) arrays.push_back(a);
+        make_resident(stream, arrays);
+        for (const auto& [slot, a] : evictable) values[slot] = a->data_ptr();
     }
     launch_kernel(f.handle(), config, *stream, pointers);
 }

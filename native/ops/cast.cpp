@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/launch.hpp"
+#include "core/residency.hpp"
 #include "jit/builtin.hpp"
 #include "ops/copy.hpp"
 #include "ops/scalar.hpp"
@@ -41,6 +42,7 @@ Array astype(const Array& a, DType dtype, const StreamPtr& stream) {
         if (dtype == a.dtype()) {
             copy_device(out, src, stream);
         } else {
+            make_resident(stream, {&src});
             uint64_t in_ptr = src.data_ptr(), out_ptr = out.data_ptr();
             unsigned long long n = static_cast<unsigned long long>(a.size());
             void* args[] = {&in_ptr, &out_ptr, &n};

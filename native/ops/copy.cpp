@@ -1,13 +1,13 @@
 #include "ops/copy.hpp"
 
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "core/device.hpp"
 #include "core/driver.hpp"
 #include "core/event.hpp"
-#include "core/pinned_staging.hpp"
+#include "core/residency.hpp"
+#include "core/transfer.hpp"
 #include "ops/strided.hpp"
 
 namespace py = pybind11;
@@ -64,6 +64,7 @@ Array contiguous(const Array& a, const StreamPtr& stream) {
     if (a.is_c_contiguous()) return a;
     check_stream(*stream, a, "contiguous");
     Array out = Array::empty(a.shape(), a.dtype(), stream);
+    make_resident(stream, {&out, &a});
     strided_copy(out.data_ptr(), out.strides(), a.data_ptr(), a.strides(), a.shape(), a.itemsize(),
                  *stream);
     a.buffer()->used_on(stream);
@@ -81,20 +82,14 @@ void copy_from_host(const Array& dst, py::array host, const StreamPtr& stream, b
     // A strided destination receives the bytes in a contiguous temporary first.
     const Array target =
         dst.is_c_contiguous() ? dst : Array::empty(dst.shape(), dst.dtype(), stream);
+    make_resident(stream, {&dst, &target});
     bind_device(stream->device());
     if (blocking) {
         check(drv().cuMemcpyHtoDAsync(target.data_ptr(), src.data(), nbytes, stream->handle()),
               "cuMemcpyHtoDAsync");
     } else {
-        StagingLease lease = staging_acquire(nbytes);
-        {
-            py::gil_scoped_release nogil;  // `src` stays referenced; only its bytes are read
-            std::memcpy(lease.ptr, src.data(), nbytes);
-        }
-        CUresult r =
-            drv().cuMemcpyHtoDAsync(target.data_ptr(), lease.ptr, nbytes, stream->handle());
-        staging_release(lease, *stream);
-        check(r, "cuMemcpyHtoDAsync");
+        // `src` stays referenced here and the engine has read all of it when this returns.
+        transfer_to_device(target.data_ptr(), src.data(), nbytes, stream);
     }
     if (!dst.is_c_contiguous()) {
         strided_copy(dst.data_ptr(), dst.strides(), target.data_ptr(), target.strides(),
@@ -114,6 +109,7 @@ void copy_to_host(const Array& src, py::array host, const StreamPtr& stream) {
     if (nbytes == 0) return;
     ensure_not_capturing(stream->handle(), "copy_to_host");
     const Array packed = contiguous(src, stream);
+    make_resident(stream, {&packed});
     bind_device(stream->device());
     src.buffer()->used_on(stream);
     void* out = host.mutable_data();
@@ -121,6 +117,32 @@ void copy_to_host(const Array& src, py::array host, const StreamPtr& stream) {
     check(drv().cuMemcpyDtoHAsync(out, packed.data_ptr(), nbytes, stream->handle()),
           "cuMemcpyDtoHAsync");
     check(drv().cuStreamSynchronize(stream->handle()), "cuStreamSynchronize");
+}
+
+HostDownload::HostDownload(const Array& src, py::array host, const StreamPtr& stream)
+    : packed_(src), host_(host) {
+    check_stream(*stream, src, "copy_to_host");
+    checked_host(host, src, "copy_to_host", true);
+    ensure_not_capturing(stream->handle(), "copy_to_host");
+    if (src.nbytes() == 0) return;
+    if (src.buffer()->evictable()) {
+        // The pool could spill an evictable source while the copy stream still reads it (its
+        // idle fence knows only `stream`): download a private copy instead.
+        packed_ = Array::empty(src.shape(), src.dtype(), stream);
+        copy_device(packed_, src, stream);
+    } else {
+        packed_ = contiguous(src, stream);
+    }
+    src.buffer()->used_on(stream);
+    order_download_after(stream);
+    host_ptr_ = host.mutable_data();
+    nbytes_ = static_cast<uint64_t>(src.nbytes());
+}
+
+void HostDownload::run() {
+    if (done_ || nbytes_ == 0) return;
+    transfer_to_host(packed_.device(), host_ptr_, packed_.data_ptr(), nbytes_);
+    done_ = true;
 }
 
 void copy_device(const Array& dst, const Array& src, const StreamPtr& stream) {
@@ -132,6 +154,7 @@ void copy_device(const Array& dst, const Array& src, const StreamPtr& stream) {
     check_stream(*stream, dst, "copy_from");
     if (dst.size() == 0) return;
     if (src.device() == dst.device()) {
+        make_resident(stream, {&dst, &src});
         if (dst.is_c_contiguous() && src.is_c_contiguous()) {
             bind_device(stream->device());
             check(
@@ -146,11 +169,13 @@ void copy_device(const Array& dst, const Array& src, const StreamPtr& stream) {
         // that, copy peer-to-peer, then scatter on the destination device if it is strided.
         StreamPtr src_stream = current_stream(src.device());
         const Array packed = contiguous(src, src_stream);
+        make_resident(src_stream, {&packed});
         Event ready(src.device(), false);
         ready.record(*src_stream);
         stream->wait_event(ready);
         const Array target =
             dst.is_c_contiguous() ? dst : Array::empty(dst.shape(), dst.dtype(), stream);
+        make_resident(stream, {&dst, &target});
         bind_device(dst.device());
         CUcontext dst_ctx = nullptr, src_ctx = nullptr;
         check(drv().cuCtxGetCurrent(&dst_ctx), "cuCtxGetCurrent");

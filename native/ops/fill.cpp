@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/launch.hpp"
+#include "core/residency.hpp"
 #include "jit/builtin.hpp"
 #include "ops/scalar.hpp"
 #include "ops/strided.hpp"
@@ -64,11 +65,13 @@ void fill(const Array& a, pybind11::handle value, const StreamPtr& stream) {
     if (a.size() == 0) return;
     const int size = a.itemsize();
     if (a.is_c_contiguous()) {
+        make_resident(stream, {&a});
         fill_contiguous(a.data_ptr(), bits, size, static_cast<unsigned long long>(a.size()),
                         *stream);
     } else {
         // One element holding the value, broadcast through the strided copy (zero source strides).
         Array scalar = Array::empty({1}, a.dtype(), stream);
+        make_resident(stream, {&a});
         fill_elements(scalar.data_ptr(), bits, size, 1, *stream);
         strided_copy(a.data_ptr(), a.strides(), scalar.data_ptr(), Dims(a.ndim(), 0), a.shape(),
                      size, *stream);

@@ -1,0 +1,98 @@
+#include "core/transfer.hpp"
+
+#include <mutex>
+#include <string>
+
+#include "core/device.hpp"
+#include "core/driver.hpp"
+#include "core/errors.hpp"
+#include "core/event.hpp"
+#include "core/gil.hpp"
+#include "core/rust_api.hpp"
+
+namespace pgk {
+
+namespace {
+
+// 16 MiB chunks, 4 in flight: large enough that per-chunk costs (an event, a driver call) vanish
+// next to the copy, small enough that the CPU copy into staging overlaps the DMA of the chunks
+// before it. 64 MiB of pinned staging per direction at most.
+constexpr uint64_t kChunkBytes = 16ull << 20;
+constexpr uint32_t kSlots = 4;
+
+struct CopyStreams {
+    std::once_flag configured;
+    // Held for the life of the process: the Rust engine keeps their handles.
+    StreamPtr h2d;
+    StreamPtr d2h;
+};
+
+CopyStreams g_streams[kMaxDevices];
+
+[[noreturn]] void transfer_failed(const char* what) {
+    throw CudaError(CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN",
+                    std::string(what) + ": " + rust_last_error());
+}
+
+// The device's copy streams, and its transfer engine configured with them (once).
+CopyStreams& copy_streams(int device) {
+    CopyStreams& s = g_streams[device];
+    std::call_once(s.configured, [&] {
+        StreamPtr h2d = Stream::create(device, 0);
+        StreamPtr d2h = Stream::create(device, 0);
+        if (rust_api().transfer_configure(device, h2d->id(), d2h->id(), kChunkBytes, kSlots) !=
+            PGK_OK) {
+            transfer_failed("transfer_configure");
+        }
+        s.h2d = std::move(h2d);
+        s.d2h = std::move(d2h);
+    });
+    return s;
+}
+
+// `waiter` waits for the work enqueued on `producer` so far.
+void order_after(const Stream& waiter, const Stream& producer) {
+    Event ready(producer.device(), false);
+    ready.record(producer);
+    waiter.wait_event(ready);
+}
+
+}  // namespace
+
+void transfer_to_device(uint64_t dev, const void* host, uint64_t nbytes, const StreamPtr& stream) {
+    const int device = stream->device();
+    CopyStreams& copy = copy_streams(device);
+    // The destination may be a block the pool just handed out on `stream`, still read by work
+    // enqueued there before: the copy stream starts after it.
+    order_after(*copy.h2d, *stream);
+    const pgk_api& api = rust_api();
+    uint64_t ticket = 0;
+    pgk_status status;
+    {
+        GilRelease nogil;
+        status = api.transfer_submit(device, PGK_HOST_TO_DEVICE, reinterpret_cast<uint64_t>(host),
+                                     dev, nbytes, 0, &ticket);
+    }
+    if (status != PGK_OK) transfer_failed("transfer_submit");
+    status = api.transfer_stream_wait(ticket, stream->id());
+    api.transfer_release(ticket);
+    if (status != PGK_OK) transfer_failed("transfer_stream_wait");
+}
+
+void order_download_after(const StreamPtr& stream) {
+    order_after(*copy_streams(stream->device()).d2h, *stream);
+}
+
+void transfer_to_host(int device, void* host, uint64_t dev, uint64_t nbytes) {
+    copy_streams(device);
+    const pgk_api& api = rust_api();
+    uint64_t ticket = 0;
+    // Returns once every chunk has landed in `host`.
+    if (api.transfer_submit(device, PGK_DEVICE_TO_HOST, reinterpret_cast<uint64_t>(host), dev,
+                            nbytes, 0, &ticket) != PGK_OK) {
+        transfer_failed("transfer_submit");
+    }
+    api.transfer_release(ticket);
+}
+
+}  // namespace pgk
