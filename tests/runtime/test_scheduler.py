@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import pygpukit as gp
 from pygpukit import scheduler as S
 from pygpukit.errors import AdmissionError, OutOfMemoryError
 
@@ -338,14 +339,16 @@ def test_only_the_offending_partition_runs_out_of_memory(sched):
     best_effort = sched.create_partition(
         "batch", "Batch", S.PartitionLimits().memory_limit(32 * MIB)
     )
+    # Arrays, not raw host blocks: they come from the pool of the backend in use
+    # (the GPU's on CUDA, the host pool on CPU), which is the one the snapshot reports.
     hog: list[object] = []
     with best_effort, pytest.raises(OutOfMemoryError) as info:
         while True:  # allocates until its own limit stops it
-            hog.append(_rust.host_block(4 * MIB))
+            hog.append(gp.empty((4 * MIB,), dtype="uint8"))
     assert info.value.partition == "batch"
     assert len(hog) >= 7
     with guaranteed:
-        kept = [_rust.host_block(8 * MIB) for _ in range(8)]  # its whole request
+        kept = [gp.empty((8 * MIB,), dtype="uint8") for _ in range(8)]  # its whole request
     usage = {p["id"]: p["memory_allocated"] for p in sched.snapshot()["partitions"]}
     assert usage["serving"] >= 64 * MIB and 28 * MIB <= usage["batch"] <= 32 * MIB
     del kept, hog
