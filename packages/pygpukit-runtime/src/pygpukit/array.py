@@ -255,6 +255,109 @@ class GPUArray:
             )
         return _wrap(self._backend.view_dtype(self._impl, NAMES[dt]), self._backend)
 
+    # --- reductions and gathers (pygpukit.reductions / pygpukit.shape_ops) -------------
+    def sum(
+        self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False
+    ) -> GPUArray:
+        """Sum over ``axis``; see :func:`pygpukit.sum`."""
+        return _reductions().sum(self, axis, dtype, out, keepdims)
+
+    def prod(
+        self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False
+    ) -> GPUArray:
+        """Product over ``axis``; see :func:`pygpukit.prod`."""
+        return _reductions().prod(self, axis, dtype, out, keepdims)
+
+    def mean(
+        self, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False
+    ) -> GPUArray:
+        """Mean over ``axis``; see :func:`pygpukit.mean`."""
+        return _reductions().mean(self, axis, dtype, out, keepdims)
+
+    def var(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        out: Any = None,
+        ddof: int = 0,
+        keepdims: bool = False,
+    ) -> GPUArray:
+        """Variance over ``axis``; see :func:`pygpukit.var`."""
+        return _reductions().var(self, axis, dtype, out, ddof, keepdims)
+
+    def std(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        out: Any = None,
+        ddof: int = 0,
+        keepdims: bool = False,
+    ) -> GPUArray:
+        """Standard deviation over ``axis``; see :func:`pygpukit.std`."""
+        return _reductions().std(self, axis, dtype, out, ddof, keepdims)
+
+    def max(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> GPUArray:
+        """Maximum over ``axis``; see :func:`pygpukit.max`."""
+        return _reductions().max(self, axis, out, keepdims)
+
+    def min(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> GPUArray:
+        """Minimum over ``axis``; see :func:`pygpukit.min`."""
+        return _reductions().min(self, axis, out, keepdims)
+
+    def argmax(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> GPUArray:
+        """Index of the maximum; see :func:`pygpukit.argmax`."""
+        return _reductions().argmax(self, axis, out, keepdims)
+
+    def argmin(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> GPUArray:
+        """Index of the minimum; see :func:`pygpukit.argmin`."""
+        return _reductions().argmin(self, axis, out, keepdims)
+
+    def all(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> GPUArray:
+        """Whether every element is nonzero; see :func:`pygpukit.all`."""
+        return _reductions().all(self, axis, out, keepdims)
+
+    def any(self, axis: Any = None, out: Any = None, keepdims: bool = False) -> GPUArray:
+        """Whether some element is nonzero; see :func:`pygpukit.any`."""
+        return _reductions().any(self, axis, out, keepdims)
+
+    def cumsum(self, axis: Any = None, dtype: Any = None, out: Any = None) -> GPUArray:
+        """Inclusive prefix sum; see :func:`pygpukit.cumsum`."""
+        return _reductions().cumsum(self, axis, dtype, out)
+
+    def take(self, indices: Any, axis: Any = None, mode: str = "raise") -> GPUArray:
+        """Gather along ``axis``; see :func:`pygpukit.take`."""
+        from .shape_ops import take
+
+        return take(self, indices, axis, mode)
+
+    def repeat(self, repeats: Any, axis: Any = None) -> GPUArray:
+        """Repeat elements along ``axis``; see :func:`pygpukit.repeat`."""
+        from .shape_ops import repeat
+
+        return repeat(self, repeats, axis)
+
+    # --- matrix product (pygpukit.linalg) ----------------------------------------------
+    def __matmul__(self, other: Any) -> GPUArray:
+        from .linalg import matmul
+
+        if not isinstance(other, GPUArray):
+            return NotImplemented
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> GPUArray:
+        from .linalg import matmul
+
+        if not isinstance(other, GPUArray):
+            return NotImplemented
+        return matmul(other, self)
+
+    def __imatmul__(self, other: Any) -> GPUArray:
+        from .linalg import matmul
+
+        if not isinstance(other, GPUArray):
+            return NotImplemented
+        return matmul(self, other, out=self)
+
     # --- copies and conversions ---------------------------------------------------------
     def copy(self) -> GPUArray:
         """Return a C-contiguous copy."""
@@ -378,6 +481,13 @@ class GPUArray:
         if self.nbytes > REPR_MAX_BYTES:
             return repr(self)
         return str(self.to_numpy())
+
+
+def _reductions() -> Any:
+    """The reductions module (imported on first use: it imports this one)."""
+    from . import reductions
+
+    return reductions
 
 
 def _as_gpuarray(a: Any, name: str) -> GPUArray:
