@@ -23,6 +23,7 @@ that compiles the same source for the same GPU loads it from disk.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -505,6 +506,8 @@ class Module:
 # --- compile and load -----------------------------------------------------------------------
 
 _modules: dict[tuple[str, int], Any] = {}
+# (source, program, name expressions, options, device) -> (module, lowered names) of this process.
+_loaded: dict[tuple[Any, ...], tuple[Any, dict[str, str]]] = {}
 _modules_lock = threading.Lock()
 
 
@@ -526,14 +529,26 @@ def _require_nvrtc() -> tuple[int, int]:
     return status["version"]
 
 
-def _options(b: Any, device: int, options: Iterable[str]) -> list[str]:
+@functools.cache
+def _include_flags() -> tuple[str, ...]:
+    """``-I`` flags for the CUDA headers, searched once per process (a file-system scan)."""
     from ._environment import include_dirs
 
+    return tuple(f"-I{c.path}" for c in include_dirs())
+
+
+def _options(b: Any, device: int, options: Iterable[str]) -> list[str]:
     opts = [str(o) for o in options]
     if not any(o.startswith(("-arch", "--gpu-architecture")) for o in opts):
         opts.append(f"--gpu-architecture={b.arch(device)}")
-    opts.extend(f"-I{c.path}" for c in include_dirs())
+    opts.extend(_include_flags())
     return opts
+
+
+@functools.lru_cache(maxsize=256)
+def _signature(source: str, func: str, name_expression: str | None) -> tuple[Param, ...]:
+    """parse_signature, once per (source, kernel): gp.jit of a known kernel skips the parser."""
+    return tuple(parse_signature(source, func, name_expression))
 
 
 def _load(
@@ -542,8 +557,13 @@ def _load(
     """Compile (or fetch from the cache) and load on the current device."""
     b = _backend()
     _require_gpu(b)
-    version = _require_nvrtc()
     device = int(b.get_device())
+    # Loaded before in this process: no hashing, no disk, no option building.
+    call = (source, program, tuple(name_expressions), tuple(options), device)
+    hit = _loaded.get(call)
+    if hit is not None:
+        return hit
+    version = _require_nvrtc()
     opts = _options(b, device, options)
     key = _jit_cache.cache_key(source, name_expressions, opts, b.arch(device), version)
     entry = _jit_cache.load(key)
@@ -559,6 +579,7 @@ def _load(
         if module is None:
             module = b.load_module(entry.cubin, device)
             _modules[(key, device)] = module
+        _loaded[call] = (module, entry.lowered)
     return module, entry.lowered
 
 
@@ -573,7 +594,7 @@ def jit(source: str, func: str, options: Sequence[str] = ()) -> Kernel:
     """
     _require_gpu(_backend())
     module, _ = _load(source, f"{func}.cu", (), options)  # NVRTC reports broken source first
-    params = parse_signature(source, func)
+    params = _signature(source, func, None)
     return Kernel(module.function(func), func, params)
 
 
@@ -595,9 +616,9 @@ def jit_module(
     if not names and not name_expressions:
         raise ValueError("jit_module() needs at least one kernel name or name expression")
     module, lowered = _load(source, "module.cu", list(name_expressions), options)
-    signatures = {n: parse_signature(source, n) for n in names}
+    signatures = {n: _signature(source, n, None) for n in names}
     for expr in name_expressions:
-        signatures[expr] = parse_signature(source, expr.split("<")[0].strip(), expr)
+        signatures[expr] = _signature(source, expr.split("<")[0].strip(), expr)
     kernels = {}
     for key, params in signatures.items():
         symbol = lowered.get(key, key)
