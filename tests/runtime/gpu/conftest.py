@@ -9,6 +9,7 @@ import pytest
 
 import pygpukit as gp
 
+
 def _random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """Fresh non-zero random data of any runtime dtype (bfloat16 through ml_dtypes)."""
     dt = gp.dtypes.normalize(dtype)
@@ -19,8 +20,9 @@ def _random_array(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) 
         return out
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        out = rng.integers(max(int(info.min), -100), min(int(info.max), 100), size=shape,
-                           endpoint=True).astype(dt)
+        out = rng.integers(
+            max(int(info.min), -100), min(int(info.max), 100), size=shape, endpoint=True
+        ).astype(dt)
         out[out == 0] = 7
         return out
     return (rng.standard_normal(shape) * 3 + 0.5).astype(dt)

@@ -10,7 +10,16 @@ import pygpukit as gp
 pytestmark = pytest.mark.gpu
 
 DTYPES = [
-    "float64", "float32", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
 ]
 
 
@@ -55,7 +64,7 @@ def test_async_copy_with_pinned_staging(make):
         h[...] = 0  # the source may be reused as soon as from_numpy returns
         h[...] = h_copy
     stream.synchronize()
-    for h, a in zip(hosts, arrays):
+    for h, a in zip(hosts, arrays, strict=True):
         np.testing.assert_array_equal(a.to_numpy(), h)
 
 
@@ -113,12 +122,15 @@ def test_astype_all_pairs(make, src):
 def test_astype_strided(make):
     host = make((40, 40), "float32")
     x = gp.from_numpy(host)[::2, ::-3]
-    np.testing.assert_array_equal(x.astype("float16").to_numpy(),
-                                  host[::2, ::-3].astype(np.float16))
+    np.testing.assert_array_equal(
+        x.astype("float16").to_numpy(), host[::2, ::-3].astype(np.float16)
+    )
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16", "int32", "int64",
-                                   "int8", "uint8", "int16"])
+@pytest.mark.parametrize(
+    "dtype",
+    ["float64", "float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "int16"],
+)
 def test_arange(dtype):
     np_dt = gp.dtypes.normalize(dtype)
     got = gp.arange(0, 100, 3, dtype=dtype).to_numpy()
@@ -150,7 +162,16 @@ def test_cross_device_copy(make):
 
 def test_device_info_fields():
     info = gp.get_device_info()
-    for key in ("name", "sm", "sm_count", "total_memory", "l2_cache_bytes", "shared_mem_per_block",
-                "shared_mem_per_sm", "clock_khz", "driver_version"):
+    for key in (
+        "name",
+        "sm",
+        "sm_count",
+        "total_memory",
+        "l2_cache_bytes",
+        "shared_mem_per_block",
+        "shared_mem_per_sm",
+        "clock_khz",
+        "driver_version",
+    ):
         assert key in info
     assert tuple(info["sm"]) >= (8, 0)

@@ -43,7 +43,11 @@ CASES = [
     ("astype unknown", lambda: _x().astype("float8"), TypeError),
     ("arange zero step", lambda: gp.arange(0, 10, 0), ValueError),
     ("squeeze non-1 axis", lambda: _x().squeeze(0), ValueError),
-    ("from_numpy object dtype", lambda: gp.from_numpy(np.array(["a", "b"], dtype=object)), TypeError),
+    (
+        "from_numpy object dtype",
+        lambda: gp.from_numpy(np.array(["a", "b"], dtype=object)),
+        TypeError,
+    ),
     ("from_numpy complex", lambda: gp.from_numpy(np.ones(3, np.complex64)), TypeError),
     ("kernel too few args", lambda: _kernel()(_x(), 2.0), TypeError),
     ("kernel too many args", lambda: _kernel()(_x(), 2.0, 24, 5), TypeError),
@@ -54,15 +58,23 @@ CASES = [
     ("kernel unknown keyword", lambda: _kernel()(_x(), 2.0, 24, bogus=1), TypeError),
     ("kernel block too large", lambda: _kernel()(_x(), 2.0, 24, grid=1, block=4096), gp.CudaError),
     ("kernel zero grid", lambda: _kernel()(_x(), 2.0, 24, grid=0, block=32), ValueError),
-    ("broken CUDA source",
-     lambda: gp.jit('extern "C" __global__ void k(float* x) { x[0] = oops; }', func="k"),
-     gp.CompileError),
+    (
+        "broken CUDA source",
+        lambda: gp.jit('extern "C" __global__ void k(float* x) { x[0] = oops; }', func="k"),
+        gp.CompileError,
+    ),
     ("missing function", lambda: gp.jit(SCALE, func="nope"), ValueError),
-    ("allocation larger than device", lambda: gp.empty((1 << 50,), dtype="float32"),
-     gp.OutOfMemoryError),
+    (
+        "allocation larger than device",
+        lambda: gp.empty((1 << 50,), dtype="float32"),
+        gp.OutOfMemoryError,
+    ),
     ("bad device ordinal", lambda: gp.set_device(99), (ValueError, IndexError)),
-    ("event elapsed without timing",
-     lambda: gp.Event().record().elapsed_time(gp.Event().record()), (ValueError, RuntimeError)),
+    (
+        "event elapsed without timing",
+        lambda: gp.Event().record().elapsed_time(gp.Event().record()),
+        (ValueError, RuntimeError),
+    ),
     ("graph replay before capture", lambda: gp.Graph().replay(), (RuntimeError, ValueError)),
 ]
 

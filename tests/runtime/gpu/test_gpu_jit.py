@@ -91,8 +91,9 @@ def test_disk_cache_hit_in_second_process(tmp_path):
     env = dict(os.environ, PYGPUKIT_CACHE_DIR=str(tmp_path))
     runs = []
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
-                             text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1])["seconds"])
     assert any(tmp_path.rglob("*")), "the first process wrote no cache entry"
     print(f"\nJIT compile {runs[0] * 1e3:.1f} ms, cache load {runs[1] * 1e3:.1f} ms")
@@ -122,8 +123,9 @@ except RuntimeError as exc:
 
 @pytest.mark.parametrize("mode", ["jit", "no-nvrtc"])
 def test_builtin_kernels_without_cubins(mode):
-    out = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE, mode], capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _FALLBACK_PROBE, mode], capture_output=True, text=True, check=True
+    )
     result = json.loads(out.stdout.strip().splitlines()[-1])
     if mode == "jit":
         assert result == {"ok": True}

@@ -33,11 +33,10 @@ def test_graph_of_100_ops_equals_eager(make):
 
     captured = gp.from_numpy(host)
     stream = gp.Stream()
-    with stream:
-        with gp.graph_capture() as graph:
-            _chain(kernel, captured, 100)
-            scratch = gp.empty((1024,), dtype="float32")  # allocated in the graph's pool region
-            scratch.fill(1.0)
+    with stream, gp.graph_capture() as graph:
+        _chain(kernel, captured, 100)
+        scratch = gp.empty((1024,), dtype="float32")  # allocated in the graph's pool region
+        scratch.fill(1.0)
     stream.synchronize()
     np.testing.assert_array_equal(captured.to_numpy(), host)  # capture runs nothing
     graph.replay(stream)
@@ -51,14 +50,13 @@ def test_sync_inside_capture_raises_and_capture_survives(make):
     host = make((4096,), "float32")
     x = gp.from_numpy(host)
     stream = gp.Stream()
-    with stream:
-        with gp.graph_capture() as graph:
-            kernel(x, 2.0, 0.0, x.size)
-            with pytest.raises(gp.CudaError, match="captur"):
-                x.to_numpy()
-            with pytest.raises(gp.CudaError, match="captur"):
-                gp.synchronize()
-            kernel(x, 1.0, 1.0, x.size)
+    with stream, gp.graph_capture() as graph:
+        kernel(x, 2.0, 0.0, x.size)
+        with pytest.raises(gp.CudaError, match="captur"):
+            x.to_numpy()
+        with pytest.raises(gp.CudaError, match="captur"):
+            gp.synchronize()
+        kernel(x, 1.0, 1.0, x.size)
     graph.replay(stream)
     stream.synchronize()
     np.testing.assert_allclose(x.to_numpy(), host * 2 + 1, rtol=1e-6)
@@ -104,4 +102,5 @@ def test_events_time_and_order_streams(make):
     assert end.query()
     assert start.elapsed_time(end) > 0
     low, high = gp.Stream.priority_range()
+    assert gp.Stream(priority=low).priority == low
     assert gp.Stream(priority=high).priority == high
