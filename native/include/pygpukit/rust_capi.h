@@ -30,9 +30,9 @@ typedef uint64_t pgk_devptr; /* CUdeviceptr */
 
 typedef enum pgk_status {
     PGK_OK = 0,
-    PGK_OUT_OF_MEMORY = 1,    /* the device (or host) has no memory left, even after freeing caches */
-    PGK_LIMIT_EXCEEDED = 2,   /* a global or partition limit refused the request */
-    PGK_BACKEND_ERROR = 3,    /* a backend call failed; last_error() has the CUresult and text */
+    PGK_OUT_OF_MEMORY = 1,  /* the device (or host) has no memory left, even after freeing caches */
+    PGK_LIMIT_EXCEEDED = 2, /* a global or partition limit refused the request */
+    PGK_BACKEND_ERROR = 3,  /* a backend call failed; last_error() has the CUresult and text */
     PGK_INVALID_ARGUMENT = 4, /* e.g. an unknown block id */
     PGK_NO_BACKEND = 5        /* no device backend registered for this device */
 } pgk_status;
