@@ -1,0 +1,340 @@
+#include "core/cublaslt.hpp"
+
+#include <Python.h>
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/buffer.hpp"
+#include "core/device.hpp"
+#include "core/dynlib.hpp"
+#include "core/errors.hpp"
+#include "core/rust_api.hpp"
+
+namespace pgk {
+
+namespace {
+
+// The few cublasLt.h declarations we use (the header is not a build requirement; these values
+// are ABI-stable across CUDA 11-13).
+using cublasStatus_t = int;
+using cublasLtHandle_t = struct cublasLtContext*;
+using cublasLtMatmulDesc_t = struct cublasLtMatmulDescOpaque*;
+using cublasLtMatrixLayout_t = struct cublasLtMatrixLayoutOpaque*;
+using cublasLtMatmulPreference_t = struct cublasLtMatmulPreferenceOpaque*;
+struct cublasLtMatmulAlgo_t {
+    uint64_t data[8];
+};
+struct cublasLtMatmulHeuristicResult_t {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+};
+enum : int { CUDA_R_32F = 0, CUDA_R_64F = 1, CUDA_R_16F = 2, CUDA_R_16BF = 14 };
+enum : int { COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77, COMPUTE_64F = 70 };
+enum : int { OP_N = 0, OP_T = 1 };
+enum : int { DESC_TRANSA = 3, DESC_TRANSB = 4 };
+enum : int { LAYOUT_BATCH_COUNT = 5, LAYOUT_STRIDED_BATCH_OFFSET = 6 };
+enum : int {
+    PREF_MAX_WORKSPACE_BYTES = 1,
+    PREF_MIN_ALIGNMENT_A = 5,
+    PREF_MIN_ALIGNMENT_B = 6,
+    PREF_MIN_ALIGNMENT_C = 7,
+    PREF_MIN_ALIGNMENT_D = 8,
+};
+
+struct LtTable {
+    size_t (*cublasLtGetVersion)() = nullptr;
+    cublasStatus_t (*cublasLtCreate)(cublasLtHandle_t*) = nullptr;
+    cublasStatus_t (*cublasLtMatmulDescCreate)(cublasLtMatmulDesc_t*, int, int) = nullptr;
+    cublasStatus_t (*cublasLtMatmulDescSetAttribute)(cublasLtMatmulDesc_t, int, const void*,
+                                                     size_t) = nullptr;
+    cublasStatus_t (*cublasLtMatrixLayoutCreate)(cublasLtMatrixLayout_t*, int, uint64_t, uint64_t,
+                                                 int64_t) = nullptr;
+    cublasStatus_t (*cublasLtMatrixLayoutSetAttribute)(cublasLtMatrixLayout_t, int, const void*,
+                                                       size_t) = nullptr;
+    cublasStatus_t (*cublasLtMatmulPreferenceCreate)(cublasLtMatmulPreference_t*) = nullptr;
+    cublasStatus_t (*cublasLtMatmulPreferenceSetAttribute)(cublasLtMatmulPreference_t, int,
+                                                           const void*, size_t) = nullptr;
+    cublasStatus_t (*cublasLtMatmulPreferenceDestroy)(cublasLtMatmulPreference_t) = nullptr;
+    cublasStatus_t (*cublasLtMatmulAlgoGetHeuristic)(cublasLtHandle_t, cublasLtMatmulDesc_t,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                     cublasLtMatmulPreference_t, int,
+                                                     cublasLtMatmulHeuristicResult_t*,
+                                                     int*) = nullptr;
+    cublasStatus_t (*cublasLtMatmul)(cublasLtHandle_t, cublasLtMatmulDesc_t, const void*,
+                                     const void*, cublasLtMatrixLayout_t, const void*,
+                                     cublasLtMatrixLayout_t, const void*, const void*,
+                                     cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t,
+                                     const cublasLtMatmulAlgo_t*, void*, size_t,
+                                     CUstream) = nullptr;
+};
+
+constexpr uint64_t kWorkspaceBytes = 32ull << 20;
+
+std::mutex g_mutex;
+CublasLtLoadResult g_result;
+LtTable g_lt;
+bool g_loaded = false;
+
+const char* status_name(cublasStatus_t s) {
+    switch (s) {
+        case 1:
+            return "CUBLAS_STATUS_NOT_INITIALIZED";
+        case 3:
+            return "CUBLAS_STATUS_ALLOC_FAILED";
+        case 7:
+            return "CUBLAS_STATUS_INVALID_VALUE";
+        case 8:
+            return "CUBLAS_STATUS_ARCH_MISMATCH";
+        case 11:
+            return "CUBLAS_STATUS_MAPPING_ERROR";
+        case 13:
+            return "CUBLAS_STATUS_EXECUTION_FAILED";
+        case 14:
+            return "CUBLAS_STATUS_INTERNAL_ERROR";
+        case 15:
+            return "CUBLAS_STATUS_NOT_SUPPORTED";
+        default:
+            return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+void check_lt(cublasStatus_t s, const char* what) {
+    if (s != 0) throw CudaError(s, status_name(s), std::string(what) + " failed");
+}
+
+// Releases the GIL for its scope when the calling thread holds it.
+class GilRelease {
+  public:
+    GilRelease() : state_(PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+    ~GilRelease() {
+        if (state_ != nullptr) PyEval_RestoreThread(state_);
+    }
+
+  private:
+    PyThreadState* state_;
+};
+
+// Everything cuBLASLt needs for one problem shape, made once.
+struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool found = false;
+};
+
+struct DeviceState {
+    cublasLtHandle_t handle = nullptr;
+    std::unordered_map<std::string, Plan> plans;
+    std::unordered_map<uint64_t, BufferPtr> workspaces;  // per stream id, allocated once
+};
+
+// Never destroyed: plans and workspaces live for the process (static destruction would run after
+// the Rust pool and the driver are gone).
+DeviceState& device_state(int device) {
+    static auto* states = new std::unique_ptr<DeviceState>[kMaxDevices];
+    if (!states[device]) {
+        auto s = std::make_unique<DeviceState>();
+        bind_device(device);
+        check_lt(g_lt.cublasLtCreate(&s->handle), "cublasLtCreate");
+        states[device] = std::move(s);
+    }
+    return *states[device];
+}
+
+int lt_type(DType t) {
+    switch (t) {
+        case DType::f32:
+            return CUDA_R_32F;
+        case DType::f64:
+            return CUDA_R_64F;
+        case DType::f16:
+            return CUDA_R_16F;
+        default:
+            return CUDA_R_16BF;
+    }
+}
+
+// Largest power of two up to 16 dividing every value (cuBLASLt's alignment preference).
+uint32_t alignment(std::initializer_list<uint64_t> values) {
+    uint32_t a = 16;
+    for (uint64_t v : values) {
+        while (a > 1 && v % a != 0) a /= 2;
+    }
+    return a;
+}
+
+cublasLtMatrixLayout_t make_layout(int type, uint64_t rows, uint64_t cols, int64_t ld,
+                                   int64_t batch, int64_t batch_stride) {
+    cublasLtMatrixLayout_t l = nullptr;
+    check_lt(g_lt.cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld),
+             "cublasLtMatrixLayoutCreate");
+    if (batch > 1) {
+        const int32_t count = static_cast<int32_t>(batch);
+        check_lt(
+            g_lt.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_BATCH_COUNT, &count, sizeof(count)),
+            "cublasLtMatrixLayoutSetAttribute");
+        check_lt(g_lt.cublasLtMatrixLayoutSetAttribute(l, LAYOUT_STRIDED_BATCH_OFFSET,
+                                                       &batch_stride, sizeof(batch_stride)),
+                 "cublasLtMatrixLayoutSetAttribute");
+    }
+    return l;
+}
+
+}  // namespace
+
+CublasLtLoadResult load_cublaslt(const std::vector<std::string>& candidates) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_loaded) return g_result;
+    LoadAttempt attempt = open_first(candidates, "cublasLtMatmul");
+    CublasLtLoadResult result;
+    result.tried = attempt.tried;
+    if (attempt.handle != nullptr) {
+        LtTable t;
+        bool complete = true;
+#define PGK_RESOLVE_LT(name)                                                   \
+    t.name = reinterpret_cast<decltype(t.name)>(dlsym(attempt.handle, #name)); \
+    complete = complete && t.name != nullptr;
+        PGK_RESOLVE_LT(cublasLtGetVersion)
+        PGK_RESOLVE_LT(cublasLtCreate)
+        PGK_RESOLVE_LT(cublasLtMatmulDescCreate)
+        PGK_RESOLVE_LT(cublasLtMatmulDescSetAttribute)
+        PGK_RESOLVE_LT(cublasLtMatrixLayoutCreate)
+        PGK_RESOLVE_LT(cublasLtMatrixLayoutSetAttribute)
+        PGK_RESOLVE_LT(cublasLtMatmulPreferenceCreate)
+        PGK_RESOLVE_LT(cublasLtMatmulPreferenceSetAttribute)
+        PGK_RESOLVE_LT(cublasLtMatmulPreferenceDestroy)
+        PGK_RESOLVE_LT(cublasLtMatmulAlgoGetHeuristic)
+        PGK_RESOLVE_LT(cublasLtMatmul)
+#undef PGK_RESOLVE_LT
+        if (complete) {
+            g_lt = t;
+            g_loaded = true;
+            result.loaded = true;
+            result.path = attempt.path;
+            result.version = g_lt.cublasLtGetVersion();
+            g_result = result;
+        } else {
+            result.tried.emplace_back(attempt.path, "missing cublasLt entry points");
+            dlclose(attempt.handle);
+        }
+    }
+    return result;
+}
+
+bool cublaslt_loaded() {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    return g_loaded;
+}
+
+bool cublaslt_supports(DType dtype) {
+    return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 ||
+           dtype == DType::bf16;
+}
+
+bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
+                     const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
+                     int64_t batch_c, const StreamPtr& stream) {
+    if (!cublaslt_loaded()) throw std::runtime_error("cuBLASLt is not loaded");
+    const int device = stream->device();
+    const int item = itemsize(dtype);
+    // Row-major C = A @ B is column-major C^T = B^T @ A^T: cuBLASLt's first operand is our B,
+    // its second our A. A row-major operand read column-major is its transpose (OP_N here); a
+    // column-major one (a transposed view) needs OP_T.
+    const int trans_b = b.col_major ? OP_T : OP_N;  // cuBLASLt "A"
+    const int trans_a = a.col_major ? OP_T : OP_N;  // cuBLASLt "B"
+    const uint32_t align_b =
+        alignment({b.ptr, uint64_t(b.ld) * item, uint64_t(b.batch_stride) * item});
+    const uint32_t align_a =
+        alignment({a.ptr, uint64_t(a.ld) * item, uint64_t(a.batch_stride) * item});
+    const uint32_t align_c = alignment({c, uint64_t(ldc) * item, uint64_t(batch_c) * item});
+    char key[320];
+    std::snprintf(key, sizeof(key),
+                  "%d|%d|%lld|%lld|%lld|%lld|%d|%lld|%lld|%d|%lld|%lld|%lld|%lld|%u|%u|%u",
+                  static_cast<int>(dtype), tf32 ? 1 : 0, (long long)m, (long long)n, (long long)k,
+                  (long long)batch, trans_b, (long long)b.ld, (long long)b.batch_stride, trans_a,
+                  (long long)a.ld, (long long)a.batch_stride, (long long)ldc, (long long)batch_c,
+                  align_a, align_b, align_c);
+    bind_device(device);
+    DeviceState* state;
+    Plan* plan;
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        state = &device_state(device);
+        auto it = state->plans.find(key);
+        if (it == state->plans.end()) {
+            Plan p;
+            const int type = lt_type(dtype);
+            const int compute = dtype == DType::f64             ? COMPUTE_64F
+                                : (dtype == DType::f32 && tf32) ? COMPUTE_32F_FAST_TF32
+                                                                : COMPUTE_32F;
+            const int scale = dtype == DType::f64 ? CUDA_R_64F : CUDA_R_32F;
+            check_lt(g_lt.cublasLtMatmulDescCreate(&p.desc, compute, scale),
+                     "cublasLtMatmulDescCreate");
+            check_lt(
+                g_lt.cublasLtMatmulDescSetAttribute(p.desc, DESC_TRANSA, &trans_b, sizeof(int)),
+                "cublasLtMatmulDescSetAttribute");
+            check_lt(
+                g_lt.cublasLtMatmulDescSetAttribute(p.desc, DESC_TRANSB, &trans_a, sizeof(int)),
+                "cublasLtMatmulDescSetAttribute");
+            // cuBLASLt "A" = B^T (n x k): stored as (n x k) when row-major, (k x n) when not.
+            p.a = b.col_major ? make_layout(type, k, n, b.ld, batch, b.batch_stride)
+                              : make_layout(type, n, k, b.ld, batch, b.batch_stride);
+            p.b = a.col_major ? make_layout(type, m, k, a.ld, batch, a.batch_stride)
+                              : make_layout(type, k, m, a.ld, batch, a.batch_stride);
+            p.c = make_layout(type, n, m, ldc, batch, batch_c);
+            cublasLtMatmulPreference_t pref = nullptr;
+            check_lt(g_lt.cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+            const uint64_t ws = kWorkspaceBytes;
+            g_lt.cublasLtMatmulPreferenceSetAttribute(pref, PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                      sizeof(ws));
+            g_lt.cublasLtMatmulPreferenceSetAttribute(pref, PREF_MIN_ALIGNMENT_A, &align_b,
+                                                      sizeof(uint32_t));
+            g_lt.cublasLtMatmulPreferenceSetAttribute(pref, PREF_MIN_ALIGNMENT_B, &align_a,
+                                                      sizeof(uint32_t));
+            g_lt.cublasLtMatmulPreferenceSetAttribute(pref, PREF_MIN_ALIGNMENT_C, &align_c,
+                                                      sizeof(uint32_t));
+            g_lt.cublasLtMatmulPreferenceSetAttribute(pref, PREF_MIN_ALIGNMENT_D, &align_c,
+                                                      sizeof(uint32_t));
+            cublasLtMatmulHeuristicResult_t result{};
+            int found = 0;
+            const cublasStatus_t s = g_lt.cublasLtMatmulAlgoGetHeuristic(
+                state->handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+            g_lt.cublasLtMatmulPreferenceDestroy(pref);
+            p.found = s == 0 && found > 0;
+            if (p.found) p.algo = result.algo;
+            it = state->plans.emplace(key, p).first;
+        }
+        plan = &it->second;
+        if (!plan->found) return false;
+    }
+    BufferPtr& ws = state->workspaces[stream->id()];
+    if (!ws) ws = Buffer::allocate(device, kWorkspaceBytes, stream);
+    const float one32 = 1.0f, zero32 = 0.0f;
+    const double one64 = 1.0, zero64 = 0.0;
+    const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&one64) : &one32;
+    const void* beta = dtype == DType::f64 ? static_cast<const void*>(&zero64) : &zero32;
+    const pgk_api& api = rust_api();
+    cublasStatus_t s;
+    {
+        GilRelease nogil;
+        DispatchTicket ticket(api, device, stream->id());
+        s = g_lt.cublasLtMatmul(state->handle, plan->desc, alpha, reinterpret_cast<void*>(b.ptr),
+                                plan->a, reinterpret_cast<void*>(a.ptr), plan->b, beta,
+                                reinterpret_cast<void*>(c), plan->c, reinterpret_cast<void*>(c),
+                                plan->c, &plan->algo, reinterpret_cast<void*>(ws->ptr()),
+                                kWorkspaceBytes, stream->handle());
+        ticket.end(s == 0);
+    }
+    check_lt(s, "cublasLtMatmul");
+    return true;
+}
+
+}  // namespace pgk

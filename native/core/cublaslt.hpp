@@ -1,0 +1,48 @@
+// cuBLASLt, opened with dlopen from the candidates pygpukit._environment lists (the
+// nvidia-cublas wheel, CUDA_PATH, the system); never linked. Optional: without it matmul runs on
+// the runtime's own kernels. One handle per device; matmul descriptors, layouts and the
+// heuristic's algorithm cached per problem key; a 32 MiB workspace per stream from the Rust pool;
+// every cublasLtMatmul enqueued through the dispatch controller like a kernel launch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/dtype.hpp"
+#include "core/stream.hpp"
+
+namespace pgk {
+
+struct CublasLtLoadResult {
+    bool loaded = false;
+    std::string path;
+    std::vector<std::pair<std::string, std::string>> tried;
+    uint64_t version = 0;  // cublasLtGetVersion(), e.g. 130100
+};
+
+// dlopen the first candidate exporting cublasLtMatmul; never throws. Loads once per process.
+CublasLtLoadResult load_cublaslt(const std::vector<std::string>& candidates);
+bool cublaslt_loaded();
+
+// One operand of a row-major problem: element address, whether it is stored column-major (a
+// transposed view) instead of row-major, its leading dimension and batch stride in elements.
+struct LtOperand {
+    uint64_t ptr = 0;
+    bool col_major = false;
+    int64_t ld = 0;
+    int64_t batch_stride = 0;
+};
+
+// Whether cuBLASLt computes this dtype (float32, float16, bfloat16, float64).
+bool cublaslt_supports(DType dtype);
+
+// C[z] = A[z] @ B[z], z < batch: A (m x k), B (k x n), C row-major (m x n) with row stride ldc
+// and batch stride batch_c; fp32 accumulation for the half types, TF32 tensor cores for float32
+// only when tf32 is set. Returns false (nothing enqueued) when the heuristic finds no algorithm.
+bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
+                     const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
+                     int64_t batch_c, const StreamPtr& stream);
+
+}  // namespace pgk

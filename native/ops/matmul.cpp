@@ -1,0 +1,220 @@
+#include "ops/matmul.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "core/cublaslt.hpp"
+#include "core/launch.hpp"
+#include "jit/builtin.hpp"
+#include "ops/copy.hpp"
+#include "ops/fill.hpp"
+
+namespace pgk {
+
+namespace {
+
+// Mirrors GemmParams in native/kernels/gemm_*.cu.
+struct GemmParams {
+    uint64_t a, b, c;
+    int m, n, k, batch;
+    long long sam, sak, sbk, sbn;
+    long long batch_a, batch_b, ldc;
+    long long batch_c;
+};
+
+constexpr int kTile = 128;
+constexpr long long kMaxGridZ = 65535;
+
+// How cuBLASLt can read a (rows x cols) operand with element strides (srow, scol): row-major
+// (cols contiguous), column-major (rows contiguous), or neither (false: copy it first).
+bool lt_operand(const Array& x, int item, LtOperand& op) {
+    const int64_t rows = x.shape()[1], cols = x.shape()[2];
+    const int64_t srow = x.strides()[1] / item, scol = x.strides()[2] / item;
+    op.ptr = x.data_ptr();
+    op.batch_stride = x.strides()[0] / item;
+    if ((cols == 1 || scol == 1) && (rows == 1 || srow >= cols)) {
+        op.col_major = false;
+        op.ld = rows == 1 ? cols : srow;
+    } else if ((rows == 1 || srow == 1) && (cols == 1 || scol >= rows)) {
+        op.col_major = true;
+        op.ld = cols == 1 ? rows : scol;
+    } else {
+        return false;
+    }
+    op.ld = std::max<int64_t>(op.ld, 1);
+    // A broadcast batch (stride 0) or a negative stride is not something cuBLASLt promises to
+    // read: such operands are made contiguous.
+    return x.shape()[0] == 1 || op.batch_stride > 0;
+}
+
+bool run_cublaslt(const Array& a, const Array& b, const Array& out, bool tf32,
+                  const StreamPtr& stream) {
+    const int item = a.itemsize();
+    const int64_t batch = a.shape()[0], m = a.shape()[1], k = a.shape()[2], n = b.shape()[2];
+    LtOperand la, lb;
+    Array ac = a, bc = b;
+    if (!lt_operand(ac, item, la)) {
+        ac = contiguous(a, stream);
+        lt_operand(ac, item, la);
+    }
+    if (!lt_operand(bc, item, lb)) {
+        bc = contiguous(b, stream);
+        lt_operand(bc, item, lb);
+    }
+    if (batch == 1) la.batch_stride = lb.batch_stride = 0;
+    const bool ok =
+        cublaslt_matmul(a.dtype(), tf32, m, n, k, batch, la, lb, out.data_ptr(), n, m * n, stream);
+    ac.buffer()->used_on(stream);
+    bc.buffer()->used_on(stream);
+    return ok;
+}
+
+const BuiltinKernel& own_kernel(DType dtype, bool tf32, bool fast) {
+    static const BuiltinKernel simt_f32("gemm_simt", "gemm_simt_f32");
+    static const BuiltinKernel mma[3][2] = {
+        {{"gemm_mma", "gemm_mma_tf32_generic"}, {"gemm_mma", "gemm_mma_tf32_fast"}},
+        {{"gemm_mma", "gemm_mma_f16_generic"}, {"gemm_mma", "gemm_mma_f16_fast"}},
+        {{"gemm_mma", "gemm_mma_bf16_generic"}, {"gemm_mma", "gemm_mma_bf16_fast"}},
+    };
+    static const BuiltinKernel naive[] = {
+        {"gemm_simt", "gemm_naive_f64"}, {"gemm_simt", "gemm_naive_i8"},
+        {"gemm_simt", "gemm_naive_i16"}, {"gemm_simt", "gemm_naive_i32"},
+        {"gemm_simt", "gemm_naive_i64"}, {"gemm_simt", "gemm_naive_u8"},
+        {"gemm_simt", "gemm_naive_b1"},
+    };
+    switch (dtype) {
+        case DType::f32:
+            return tf32 ? mma[0][fast] : simt_f32;
+        case DType::f16:
+            return mma[1][fast];
+        case DType::bf16:
+            return mma[2][fast];
+        case DType::f64:
+            return naive[0];
+        case DType::i8:
+            return naive[1];
+        case DType::i16:
+            return naive[2];
+        case DType::i32:
+            return naive[3];
+        case DType::i64:
+            return naive[4];
+        case DType::u8:
+            return naive[5];
+        case DType::b1:
+            return naive[6];
+    }
+    throw std::invalid_argument("matmul: unsupported dtype");
+}
+
+void run_own(const Array& a, const Array& b, const Array& out, bool tf32, const StreamPtr& stream) {
+    const int item = a.itemsize();
+    GemmParams p{};
+    p.a = a.data_ptr();
+    p.b = b.data_ptr();
+    p.c = out.data_ptr();
+    p.batch = static_cast<int>(a.shape()[0]);
+    p.m = static_cast<int>(a.shape()[1]);
+    p.k = static_cast<int>(a.shape()[2]);
+    p.n = static_cast<int>(b.shape()[2]);
+    p.batch_a = a.shape()[0] == 1 ? 0 : a.strides()[0] / item;
+    p.sam = a.strides()[1] / item;
+    p.sak = a.strides()[2] / item;
+    p.batch_b = b.shape()[0] == 1 ? 0 : b.strides()[0] / item;
+    p.sbk = b.strides()[1] / item;
+    p.sbn = b.strides()[2] / item;
+    p.ldc = p.n;
+    p.batch_c = static_cast<long long>(p.m) * p.n;
+    const DType dtype = a.dtype();
+    const bool mma = dtype == DType::f16 || dtype == DType::bf16 || (dtype == DType::f32 && tf32);
+    LaunchConfig c;
+    const unsigned gz = static_cast<unsigned>(std::min<long long>(p.batch, kMaxGridZ));
+    bool fast = false;
+    if (mma || dtype == DType::f32) {
+        if (mma) {
+            // cp.async copies 16 bytes along K of A and along N of B.
+            const long long chunk = 16 / item;
+            auto aligned = [&](long long elems) { return (elems * item) % 16 == 0; };
+            fast = p.sak == 1 && p.sbn == 1 && p.k % chunk == 0 && p.n % chunk == 0 &&
+                   p.a % 16 == 0 && p.b % 16 == 0 && aligned(p.sam) && aligned(p.sbk) &&
+                   aligned(p.batch_a) && aligned(p.batch_b);
+        }
+        c.block[0] = 256;
+        c.grid[0] = static_cast<unsigned>((p.n + kTile - 1) / kTile);
+        c.grid[1] = static_cast<unsigned>((p.m + kTile - 1) / kTile);
+    } else {
+        c.block[0] = 16;
+        c.block[1] = 16;
+        c.grid[0] = static_cast<unsigned>((p.n + 15) / 16);
+        c.grid[1] = static_cast<unsigned>((p.m + 15) / 16);
+    }
+    c.grid[2] = gz;
+    if (c.grid[1] > 65535) throw std::invalid_argument("matmul: too many rows for one launch");
+    void* args[] = {&p};
+    launch_kernel(own_kernel(dtype, tf32, fast).get(stream->device()), c, *stream, args);
+}
+
+}  // namespace
+
+void matmul(const Array& a, const Array& b, const Array& out, bool allow_tf32, GemmBackend backend,
+            const StreamPtr& stream) {
+    if (a.ndim() != 3 || b.ndim() != 3 || out.ndim() != 3) {
+        throw std::invalid_argument("matmul: the native call takes (batch, m, k) @ (batch, k, n)");
+    }
+    const int64_t batch = a.shape()[0], m = a.shape()[1], k = a.shape()[2], n = b.shape()[2];
+    if (b.shape()[0] != batch || b.shape()[1] != k || out.shape()[0] != batch ||
+        out.shape()[1] != m || out.shape()[2] != n) {
+        throw std::invalid_argument("matmul: shapes do not match");
+    }
+    if (a.dtype() != b.dtype() || a.dtype() != out.dtype()) {
+        throw std::invalid_argument(std::string("matmul: operands must share one dtype, got ") +
+                                    dtype_name(a.dtype()) + ", " + dtype_name(b.dtype()) + " -> " +
+                                    dtype_name(out.dtype()));
+    }
+    if (a.device() != stream->device() || b.device() != stream->device() ||
+        out.device() != stream->device()) {
+        throw std::invalid_argument("matmul: operands and stream must be on one device");
+    }
+    if (!out.is_c_contiguous()) throw std::invalid_argument("matmul: out must be C-contiguous");
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || batch > INT32_MAX) {
+        throw std::invalid_argument("matmul: dimensions above 2^31 - 1 are not supported");
+    }
+    if (out.size() == 0) return;
+    const bool tf32 = allow_tf32 && a.dtype() == DType::f32;
+    if (k == 0) {
+        // Sum over nothing: zeros (fill takes a Python number; the caller holds the GIL).
+        fill(out, pybind11::int_(0), stream);
+        return;
+    }
+    const bool lt = backend == GemmBackend::cublaslt ||
+                    (backend == GemmBackend::automatic && cublaslt_loaded());
+    bool done = false;
+    if (lt && cublaslt_supports(a.dtype())) {
+        if (backend == GemmBackend::cublaslt && !cublaslt_loaded()) {
+            throw std::runtime_error("matmul: cuBLASLt was requested but is not loaded");
+        }
+        done = run_cublaslt(a, b, out, tf32, stream);
+        if (!done && backend == GemmBackend::cublaslt) {
+            throw std::runtime_error(
+                "matmul: cuBLASLt found no algorithm for this problem (dtype " +
+                std::string(dtype_name(a.dtype())) + ")");
+        }
+    }
+    if (!done) run_own(a, b, out, tf32, stream);
+    a.buffer()->used_on(stream);
+    b.buffer()->used_on(stream);
+    out.buffer()->used_on(stream);
+}
+
+const char* matmul_backend_name(DType dtype, bool allow_tf32, GemmBackend backend) {
+    const bool lt = backend == GemmBackend::cublaslt ||
+                    (backend == GemmBackend::automatic && cublaslt_loaded());
+    if (lt && cublaslt_supports(dtype)) return "cublaslt";
+    if (dtype == DType::f16 || dtype == DType::bf16 || (dtype == DType::f32 && allow_tf32)) {
+        return "mma";
+    }
+    return dtype == DType::f32 ? "simt" : "naive";
+}
+
+}  // namespace pgk

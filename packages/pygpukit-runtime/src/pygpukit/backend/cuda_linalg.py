@@ -1,0 +1,55 @@
+"""The CUDA backend's matmul (issue 6): one ``_native.matmul`` call.
+
+cuBLASLt is loaded on the first matmul from ``_environment.library_candidates("cublasLt")``
+(never linked). ``PYGPUKIT_GEMM_BACKEND`` is read on every call: unset or ``auto`` uses
+cuBLASLt where it loaded (else the own kernels), ``own`` the runtime's kernels, ``cublaslt``
+cuBLASLt or a ``LibraryNotFoundError``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .._environment import library_candidates
+from ..errors import LibraryNotFoundError
+from .select import native
+
+_native: Any = native()
+_cublaslt: dict[str, Any] | None = None
+
+_BACKENDS = ("auto", "own", "cublaslt")
+
+
+def cublaslt_status() -> dict[str, Any]:
+    """Load cuBLASLt once; ``{"loaded", "path", "tried", "version"}``."""
+    global _cublaslt
+    if _cublaslt is None:
+        _cublaslt = dict(_native.load_cublaslt([c.path for c in library_candidates("cublasLt")]))
+    return _cublaslt
+
+
+def gemm_backend() -> str:
+    """The GEMM backend ``PYGPUKIT_GEMM_BACKEND`` asks for now (``auto`` when unset)."""
+    choice = os.environ.get("PYGPUKIT_GEMM_BACKEND", "").strip().lower() or "auto"
+    if choice not in _BACKENDS:
+        raise ValueError(f"PYGPUKIT_GEMM_BACKEND must be one of {_BACKENDS}, got {choice!r}")
+    return choice
+
+
+def matmul(a: Any, b: Any, out: Any, allow_tf32: bool) -> None:
+    """``out[z] = a[z] @ b[z]`` for 3-D impls of one dtype; ``out`` is C-contiguous."""
+    choice = gemm_backend()
+    if choice != "own":
+        status = cublaslt_status()
+        if choice == "cublaslt" and not status["loaded"]:
+            raise LibraryNotFoundError("cublasLt", status["tried"])
+    _native.matmul(a, b, out, allow_tf32, choice, None)
+
+
+def matmul_implementation(dtype: str, allow_tf32: bool) -> str:
+    """Which implementation a matmul of ``dtype`` runs now: cublaslt, mma, simt or naive."""
+    choice = gemm_backend()
+    if choice != "own":
+        cublaslt_status()
+    return str(_native.matmul_backend(dtype, allow_tf32, choice))

@@ -1,0 +1,227 @@
+"""matmul / ``@`` against NumPy in float64, on every backend; on CUDA both GEMM backends.
+
+``PYGPUKIT_GEMM_BACKEND`` is set per test (``own``: the runtime's kernels; ``cublaslt``:
+cuBLASLt, skipped where it is not installed). Limits ``||out - ref|| / ||ref||``: fp32 1e-5,
+tf32 5e-4, fp16 3e-3, bf16 1e-2; integers exactly (wrapping as NumPy's do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.errors import LibraryNotFoundError
+
+FLOATS = ["float32", "float16", "bfloat16", "float64"]
+INTS = ["int8", "int16", "int32", "int64", "uint8", "bool"]
+TOL = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-4, "float16": 3e-3, "bfloat16": 1e-2}
+# (m, k, n): odd sizes on every axis, a tile-aligned case (the cp.async fast path) and K = 1000.
+SHAPES = [
+    (1, 1, 1),
+    (7, 33, 129),
+    (129, 1000, 7),
+    (33, 7, 1),
+    (128, 64, 256),
+    (1000, 129, 33),
+    (64, 1000, 136),
+]
+
+
+@pytest.fixture(params=["own", "cublaslt"])
+def gemm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The GEMM backend of the test (CPU backend: one NumPy path, run once)."""
+    monkeypatch.delenv("PYGPUKIT_ALLOW_TF32", raising=False)
+    if gp.backend_name() != "cuda":
+        if request.param == "cublaslt":
+            pytest.skip("the CPU backend has one matmul (NumPy)")
+    elif request.param == "cublaslt":
+        from pygpukit.backend import cuda_linalg
+
+        if not cuda_linalg.cublaslt_status()["loaded"]:
+            pytest.skip("cuBLASLt is not installed")
+    monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", request.param)
+    return str(request.param)
+
+
+def _ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        return np.matmul(a, b)  # exact, wrapping like the GPU kernel
+    return np.matmul(a.astype(np.float64), b.astype(np.float64))
+
+
+def _check(out: gp.GPUArray, ref: np.ndarray, tol_key: str) -> None:
+    host = out.to_numpy()
+    assert host.shape == ref.shape
+    if tol_key in TOL:
+        out64 = host.astype(np.float64)
+        ref64 = ref.astype(np.float64)
+        denom = np.linalg.norm(ref64.ravel()) or 1.0
+        err = np.linalg.norm((out64 - ref64).ravel()) / denom
+        assert err <= TOL[tol_key], f"relative error {err} > {TOL[tol_key]}"
+    else:
+        np.testing.assert_array_equal(host, ref.astype(host.dtype))
+
+
+def _tf32_exact(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to TF32's 10-bit mantissa, so a TF32 product differs from the float64
+    reference by fp32 accumulation only (TF32 input rounding alone is ~4e-4 of the result,
+    too close to the 5e-4 limit for random data to pass reliably)."""
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matmul_2d_floats(
+    gemm: str, rand: Callable[..., np.ndarray], dtype: str, shape: Any
+) -> None:
+    m, k, n = shape
+    a, b = rand((m, k), dtype), rand((k, n), dtype)
+    out = gp.from_numpy(a) @ gp.from_numpy(b)
+    assert out.dtype == a.dtype
+    _check(out, _ref(a, b), dtype)
+
+
+@pytest.mark.parametrize("dtype", INTS)
+def test_matmul_2d_integers(gemm: str, rand: Callable[..., np.ndarray], dtype: str) -> None:
+    a, b = rand((7, 33), dtype), rand((33, 129), dtype)
+    out = gp.matmul(gp.from_numpy(a), gp.from_numpy(b))
+    assert out.dtype == a.dtype
+    _check(out, np.matmul(a, b), dtype)
+
+
+@pytest.mark.parametrize("shape", [(7, 33, 129), (128, 64, 256), (129, 1000, 33)])
+def test_tf32_opt_in(
+    gemm: str, rand: Callable[..., np.ndarray], monkeypatch: pytest.MonkeyPatch, shape: Any
+) -> None:
+    m, k, n = shape
+    a, b = _tf32_exact(rand((m, k))), _tf32_exact(rand((k, n)))
+    ga, gb = gp.from_numpy(a), gp.from_numpy(b)
+    _check(gp.matmul(ga, gb, allow_tf32=True), _ref(a, b), "tf32")
+    monkeypatch.setenv("PYGPUKIT_ALLOW_TF32", "1")
+    _check(ga @ gb, _ref(a, b), "tf32")
+    # An explicit False wins over the variable: full fp32 on random (not TF32-exact) data.
+    x, y = rand((m, k)), rand((k, n))
+    _check(gp.matmul(gp.from_numpy(x), gp.from_numpy(y), allow_tf32=False), _ref(x, y), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize(
+    ("ashape", "bshape"),
+    [
+        ((5, 33, 17), (5, 17, 65)),
+        ((2, 3, 7, 33), (33, 9)),
+        ((7, 33), (4, 33, 9)),
+        ((3, 1, 7, 16), (1, 4, 16, 24)),
+        ((2, 1, 130, 64), (3, 64, 128)),
+    ],
+)
+def test_batched_broadcast(
+    gemm: str, rand: Callable[..., np.ndarray], dtype: str, ashape: Any, bshape: Any
+) -> None:
+    a, b = rand(ashape, dtype), rand(bshape, dtype)
+    out = gp.from_numpy(a) @ gp.from_numpy(b)
+    ref = _ref(a, b)
+    assert out.shape == ref.shape
+    _check(out, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64", "int32"])
+def test_transposed_and_strided_views(
+    gemm: str, rand: Callable[..., np.ndarray], dtype: str
+) -> None:
+    x, y = rand((65, 33), dtype), rand((129, 65), dtype)
+    gx, gy = gp.from_numpy(x), gp.from_numpy(y)
+    tol = dtype if dtype in TOL else "exact"
+    _check(gx.T @ gy.T, _ref(x.T, y.T), tol)  # both transposed
+    _check(gx.T @ gx, _ref(x.T, x), tol)
+    _check(gy @ gx, _ref(y, x), tol)
+    z = rand((3, 40, 66), dtype)
+    gz = gp.from_numpy(z)
+    _check(gz.swapaxes(1, 2) @ gz, _ref(z.swapaxes(1, 2), z), tol)  # batched transposed
+    _check(gz[:, ::2, 1::2] @ gx[:33:1, ::3], _ref(z[:, ::2, 1::2], x[:33, ::3]), tol)  # strided
+
+
+def test_vectors(gemm: str, rand: Callable[..., np.ndarray]) -> None:
+    a, v, w = rand((7, 33)), rand((33,)), rand((7,))
+    b3 = rand((2, 33, 5))
+    ga, gv, gw, gb3 = (gp.from_numpy(t) for t in (a, v, w, b3))
+    for left, right, hl, hr in [
+        (ga, gv, a, v),
+        (gw, ga, w, a),
+        (gv, gv, v, v),
+        (gv, gb3, v, b3),
+    ]:
+        out = left @ right
+        ref = _ref(hl, hr)
+        assert out.shape == ref.shape
+        _check(out, ref, "float32")
+
+
+def test_promotion_and_out(gemm: str, rand: Callable[..., np.ndarray]) -> None:
+    a16, bbf = rand((7, 33), "float16"), rand((33, 9), "bfloat16")
+    out = gp.from_numpy(a16) @ gp.from_numpy(bbf)
+    assert out.dtype == np.float32
+    _check(out, _ref(a16, bbf), "float32")
+    a8, b32 = rand((7, 33), "int8"), rand((33, 9), "float32")
+    assert (gp.from_numpy(a8) @ gp.from_numpy(b32)).dtype == np.float32
+    a, b = rand((7, 33)), rand((33, 9))
+    target = gp.from_numpy(rand((7, 9), "float64"))
+    got = gp.matmul(gp.from_numpy(a), gp.from_numpy(b), out=target)
+    assert got is target
+    _check(target, _ref(a, b), "float32")
+    sq, sq2 = rand((16, 16)), rand((16, 16))
+    gsq = gp.from_numpy(sq)
+    gsq @= gp.from_numpy(sq2)
+    _check(gsq, _ref(sq, sq2), "float32")
+    c = gp.from_numpy(rand((16, 16)))
+    ref = _ref(c.to_numpy(), c.to_numpy())
+    gp.matmul(c, c, out=c)  # out aliases both operands
+    _check(c, ref, "float32")
+
+
+def test_empty_and_zero_k(gemm: str, rand: Callable[..., np.ndarray]) -> None:
+    out = gp.from_numpy(rand((0, 5))) @ gp.from_numpy(rand((5, 3)))
+    assert out.shape == (0, 3)
+    z = gp.from_numpy(np.ones((4, 0), np.float32)) @ gp.from_numpy(np.ones((0, 3), np.float32))
+    np.testing.assert_array_equal(z.to_numpy(), np.zeros((4, 3), np.float32))
+
+
+def test_shape_errors(gemm: str, rand: Callable[..., np.ndarray]) -> None:
+    a, b = gp.from_numpy(rand((7, 33))), gp.from_numpy(rand((32, 9)))
+    with pytest.raises(ValueError, match="contracted"):
+        a @ b
+    with pytest.raises(ValueError, match="broadcast"):
+        gp.from_numpy(rand((2, 7, 33))) @ gp.from_numpy(rand((3, 33, 9)))
+    with pytest.raises(ValueError):
+        gp.from_numpy(np.float32(1.0).reshape(())) @ a
+    with pytest.raises(ValueError, match="out"):
+        gp.matmul(a, gp.from_numpy(rand((33, 9))), out=gp.empty((7, 8)))
+    with pytest.raises(TypeError):
+        gp.matmul(a, rand((33, 9)))
+
+
+@pytest.mark.gpu
+def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    if gp.backend_name() != "cuda":
+        pytest.skip("needs the CUDA backend")
+    from pygpukit.backend import cuda_linalg
+
+    monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", "own")
+    assert cuda_linalg.matmul_implementation("bfloat16", False) == "mma"
+    assert cuda_linalg.matmul_implementation("float32", False) == "simt"
+    assert cuda_linalg.matmul_implementation("float32", True) == "mma"
+    assert cuda_linalg.matmul_implementation("int32", False) == "naive"
+    monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", "cublaslt")
+    if cuda_linalg.cublaslt_status()["loaded"]:
+        assert cuda_linalg.matmul_implementation("bfloat16", False) == "cublaslt"
+    else:
+        with pytest.raises(LibraryNotFoundError):
+            gp.ones((2, 2)) @ gp.ones((2, 2))
+    monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", "fastest")
+    with pytest.raises(ValueError):
+        gp.ones((2, 2)) @ gp.ones((2, 2))
