@@ -9,6 +9,7 @@
 #include "core/array.hpp"
 #include "core/device.hpp"
 #include "core/residency.hpp"
+#include "core/rust_api.hpp"
 #include "jit/builtin.hpp"
 #include "ops/cast.hpp"
 #include "ops/copy.hpp"
@@ -169,6 +170,10 @@ void bind_array(py::module_& m) {
         py::arg("nvrtc_candidates") = std::vector<std::string>{},
         "Where the built-in kernels are (pygpukit/_kernels) and the manifest written with them; "
         "NVRTC is loaded from nvrtc_candidates only if a kernel must be JIT-compiled.");
+    m.def(
+        "connect_pool", [] { rust_api(); },
+        "Import pygpukit._rust's C API and register the CUDA backend with it (otherwise done by "
+        "the first allocation), so the device pools exist.");
     m.def("choose_cubin_arch", &choose_cubin_arch, py::arg("major"), py::arg("minor"),
           py::arg("available"));
 }

@@ -71,8 +71,8 @@ void bind_stream(py::module_& m) {
     py::class_<Graph, std::shared_ptr<Graph>>(m, "Graph")
         .def(
             "replay",
-            [](const Graph& g, StreamPtr stream) {
-                g.replay(stream ? *stream : *current_stream(g.device()));
+            [](Graph& g, StreamPtr stream) {
+                g.replay(stream ? stream : current_stream(g.device()));
             },
             py::arg("stream") = nullptr)
         .def_property_readonly("device", &Graph::device);

@@ -1,8 +1,52 @@
 #include "core/buffer.hpp"
 
+#include <mutex>
+
+#include "core/device.hpp"
+#include "core/driver.hpp"
+#include "core/event.hpp"
 #include "core/rust_api.hpp"
 
 namespace pgk {
+
+namespace {
+
+// A runtime-owned stream per device that only orders frees after foreign streams.
+const Stream& release_stream(int device) {
+    static std::once_flag once[kMaxDevices];
+    // Leaked like the default streams: frees may run during interpreter exit.
+    static StreamPtr* streams[kMaxDevices] = {};
+    std::call_once(once[device],
+                   [device] { streams[device] = new StreamPtr(Stream::create(device, 0)); });
+    return **streams[device];
+}
+
+// The stream to free a block on whose last use was on `last`. The pool keeps that handle and
+// records fences on it later, so a foreign stream (Stream.wrap), which its owner may destroy, never
+// reaches it: the block is freed on a runtime-owned stream that waits for the foreign stream's
+// work instead. A foreign stream being captured keeps the block (the pool defers frees made
+// during a capture to the graph's release, and a wait on a captured event would break the
+// capture).
+uint64_t free_stream(const StreamPtr& last) {
+    if (!last) return 0;
+    if (last->owned()) return last->id();
+    try {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        check(drv().cuStreamIsCapturing(last->handle(), &status), "cuStreamIsCapturing");
+        if (status != CU_STREAM_CAPTURE_STATUS_NONE) return last->id();
+        const Stream& release = release_stream(last->device());
+        Event done(last->device(), false);
+        done.record(*last);
+        release.wait_event(done);
+        return release.id();
+    } catch (const std::exception&) {
+        // Nothing could be ordered (the driver refused the event or the release stream): the
+        // foreign handle is all there is, and the rule in stream.hpp keeps it alive until here.
+        return last->id();
+    }
+}
+
+}  // namespace
 
 BufferPtr Buffer::allocate(int device, uint64_t nbytes, const StreamPtr& stream, bool evictable) {
     BufferPtr buffer(new Buffer());
@@ -42,7 +86,7 @@ bool Buffer::touch(const StreamPtr& stream) {
 
 Buffer::~Buffer() {
     if (block_id_ != 0 && rust_api_ready()) {
-        rust_api().pool_free(block_id_, last_stream_ ? last_stream_->id() : 0);
+        rust_api().pool_free(block_id_, free_stream(last_stream_));
     }
     if (owner_ != nullptr && Py_IsInitialized()) {
         PyGILState_STATE gil = PyGILState_Ensure();

@@ -8,6 +8,7 @@
 #include "core/device.hpp"
 #include "core/driver.hpp"
 #include "core/errors.hpp"
+#include "core/event.hpp"
 #include "core/launch.hpp"
 #include "core/rust_api.hpp"
 
@@ -28,16 +29,33 @@ Graph::~Graph() {
     if (!driver_loaded()) return;
     drv().cuGraphExecDestroy(exec_);
     drv().cuGraphDestroy(graph_);
-    if (pool_id_ != 0) rust_api().pool_graph_release(pool_id_);
+    if (pool_id_ == 0) return;
+    // The region's ranges are reused in the capture stream's order: make that order include the
+    // replays still pending elsewhere (no host wait).
+    for (const StreamPtr& other : replayed_on_) {
+        try {
+            Event done(device_, false);
+            done.record(*other);
+            capture_stream_->wait_event(done);
+        } catch (const std::exception&) {
+            // A foreign stream destroyed by its owner has no pending replay left to wait for.
+        }
+    }
+    rust_api().pool_graph_release(pool_id_);
 }
 
-void Graph::replay(const Stream& stream) const {
-    if (stream.device() != device_) {
+void Graph::replay(const StreamPtr& stream) {
+    if (stream->device() != device_) {
         throw std::invalid_argument("Graph.replay: the graph was captured on device " +
                                     std::to_string(device_) + ", the stream is on device " +
-                                    std::to_string(stream.device()));
+                                    std::to_string(stream->device()));
     }
-    launch_graph(exec_, stream);
+    if (stream->handle() != capture_stream_->handle()) {
+        bool known = false;
+        for (const StreamPtr& s : replayed_on_) known |= s->handle() == stream->handle();
+        if (!known) replayed_on_.push_back(stream);
+    }
+    launch_graph(exec_, *stream);
 }
 
 void begin_capture(const StreamPtr& stream) {
@@ -99,7 +117,7 @@ std::shared_ptr<Graph> end_capture(const StreamPtr& stream) {
         api.pool_graph_release(pool_id);
         throw_cuda_error(r, "cuGraphInstantiate");
     }
-    return std::make_shared<Graph>(graph, exec, pool_id, stream->device());
+    return std::make_shared<Graph>(graph, exec, pool_id, stream);
 }
 
 }  // namespace pgk

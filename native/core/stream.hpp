@@ -16,7 +16,9 @@ class Stream {
     // idle one of that priority, else a new one. Owned streams are recycled when the last
     // reference goes, never destroyed (see stream.cpp).
     static std::shared_ptr<Stream> create(int device, int priority);
-    // A stream someone else owns; never destroyed here.
+    // A stream someone else owns; never destroyed here. It must outlive the arrays whose last use
+    // was on it: when such an array's buffer goes, its block is handed to a runtime-owned stream
+    // ordered after this one (buffer.cpp), so the pool never keeps the foreign handle.
     static std::shared_ptr<Stream> wrap(CUstream handle, int device);
     ~Stream();
     Stream(const Stream&) = delete;
@@ -25,6 +27,7 @@ class Stream {
     CUstream handle() const { return handle_; }
     uint64_t id() const { return reinterpret_cast<uint64_t>(handle_); }
     int device() const { return device_; }
+    bool owned() const { return owned_; }  // false for Stream.wrap
     int priority() const;
 
     void synchronize() const;  // blocks; the caller releases the GIL

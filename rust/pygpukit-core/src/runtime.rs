@@ -415,6 +415,13 @@ impl Runtime {
         })
     }
 
+    /// Pinned staging bytes held by `device`'s transfer engine (0 before it is configured).
+    pub fn transfer_staging_reserved(&self, device: i32) -> u64 {
+        self.transfers()
+            .get(&device)
+            .map_or(0, TransferEngine::staging_reserved)
+    }
+
     /// Forgets a ticket that will not be waited on.
     pub fn transfer_release(&self, ticket: u64) -> Result<(), RuntimeError> {
         self.with_transfer(ticket, |engine, _, local| {

@@ -57,6 +57,8 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::set_stream_inflight_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::dispatch_stats, m)?)?;
     m.add_function(wrap_pyfunction!(memory::host_block, m)?)?;
+    m.add_function(wrap_pyfunction!(memory::pinned_block, m)?)?;
+    m.add_class::<memory::PinnedBlock>()?;
     m.add_class::<memory::Block>()?;
     m.add_class::<memory::MemoryPool>()?;
     scheduler::register(m)?;

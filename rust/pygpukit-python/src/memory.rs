@@ -13,6 +13,7 @@
 use crate::capi::{self, alloc_error_of, describe};
 use crate::runtime::runtime;
 use pygpukit_core::limits::{self, LimitSpec, PartitionId};
+use pygpukit_core::pinned::PinnedBuf;
 use pygpukit_core::pool::{AllocError, AllocOptions};
 use pygpukit_core::runtime::{RuntimeError, HOST_DEVICE};
 use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
@@ -78,14 +79,18 @@ pub fn to_py_err(py: Python<'_>, err: RuntimeError) -> PyErr {
 #[pyfunction]
 #[pyo3(signature = (device=None))]
 pub fn pool_stats<'py>(py: Python<'py>, device: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
-    let flat = runtime()
-        .pool(device_or_default(device))
-        .map_err(|e| to_py_err(py, e))?
-        .flat_stats();
+    let device = device_or_default(device);
+    let rt = runtime();
+    let flat = rt.pool(device).map_err(|e| to_py_err(py, e))?.flat_stats();
     let dict = PyDict::new(py);
     for (k, v) in flat {
         dict.set_item(k, v)?;
     }
+    // The transfer engine's staging buffers: the rest of the pinned memory the runtime holds.
+    dict.set_item(
+        "transfer_staging_bytes",
+        rt.transfer_staging_reserved(device),
+    )?;
     Ok(dict)
 }
 
@@ -386,6 +391,75 @@ pub fn host_block(py: Python<'_>, nbytes: u64) -> PyResult<Block> {
         false,
         limits::current_partition(),
     )
+}
+
+/// Page-locked host memory from a device pool's pinned cache (accounted in
+/// `pinned_reserved_bytes`), viewed by NumPy through `__array_interface__`.
+/// Goes back to the cache when garbage-collected; the owner must not drop it
+/// while an asynchronous copy still reads or writes it.
+#[pyclass(module = "pygpukit._rust")]
+pub struct PinnedBlock {
+    #[pyo3(get)]
+    device: i32,
+    #[pyo3(get)]
+    nbytes: u64,
+    buf: PinnedBuf,
+}
+
+#[pymethods]
+impl PinnedBlock {
+    /// Host address of the memory.
+    #[getter]
+    fn address(&self) -> u64 {
+        self.buf.ptr
+    }
+
+    /// NumPy's array interface: a writable uint8 view of `nbytes`.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("shape", (self.nbytes,))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (self.buf.ptr, false))?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "PinnedBlock(device={}, nbytes={}, address={:#x})",
+            self.device, self.nbytes, self.buf.ptr
+        )
+    }
+}
+
+impl Drop for PinnedBlock {
+    fn drop(&mut self) {
+        if let Ok(mut pool) = runtime().pool(self.device) {
+            // Nothing to report to at garbage collection; a failed release keeps the buffer out of reuse.
+            let _ = pool.pinned_release(self.buf, None);
+        }
+    }
+}
+
+/// `nbytes` of page-locked host memory from `device`'s pinned cache (the
+/// host pool's plain memory on the CPU backend).
+#[pyfunction]
+#[pyo3(signature = (nbytes, device=None))]
+pub fn pinned_block(py: Python<'_>, nbytes: u64, device: Option<i32>) -> PyResult<PinnedBlock> {
+    let device = device_or_default(device);
+    let buf = py
+        .detach(|| {
+            let rt = runtime();
+            let buf = rt.pool(device)?.pinned_acquire(nbytes.max(1))?;
+            Ok::<_, RuntimeError>(buf)
+        })
+        .map_err(|e| to_py_err(py, e))?;
+    Ok(PinnedBlock {
+        device,
+        nbytes,
+        buf,
+    })
 }
 
 /// A pool with its own quota: a partition of the device pool, so its blocks

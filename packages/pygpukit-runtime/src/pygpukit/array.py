@@ -14,7 +14,8 @@ Sync points (explicit, per ARCHITECTURE.md): ``to_numpy``, ``__array__``,
 from __future__ import annotations
 
 import operator
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -376,10 +377,30 @@ class GPUArray:
             return self
         return _wrap(self._backend.astype(self._impl, NAMES[dt]), self._backend)
 
-    def to_numpy(self, stream: Any = None) -> np.ndarray:
-        """Copy to a new NumPy array (waits for the data; a sync point)."""
+    @overload
+    def to_numpy(self, stream: Any = None, blocking: Literal[True] = True) -> np.ndarray: ...
+
+    @overload
+    def to_numpy(self, stream: Any = None, *, blocking: Literal[False]) -> Future[np.ndarray]: ...
+
+    def to_numpy(self, stream: Any = None, blocking: bool = True) -> Any:
+        """Copy to a new NumPy array (waits for the data; a sync point).
+
+        ``blocking=False`` returns a :class:`concurrent.futures.Future` at once
+        instead: the copy starts after the work enqueued on ``stream`` (default:
+        the current stream) so far, runs through the transfer engine's pinned
+        staging on a copy stream, and ``.result()`` returns the array when it
+        has landed. The future keeps this array's data alive until then.
+        """
         stream_impl = None if stream is None else stream._impl
-        return self._backend.to_numpy(self._impl, stream_impl)
+        if blocking:
+            return self._backend.to_numpy(self._impl, stream_impl)
+        return self._backend.to_numpy_async(self._impl, stream_impl)
+
+    @property
+    def evictable(self) -> bool:
+        """Whether the pool may spill this array's memory to host under pressure."""
+        return bool(self._backend.evictable(self._impl))
 
     def get(self) -> np.ndarray:
         """Copy to a new NumPy array (CuPy's name for ``to_numpy``)."""

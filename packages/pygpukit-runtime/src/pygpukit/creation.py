@@ -79,12 +79,27 @@ def _scalar(value: Any, dtype: np.dtype[Any]) -> Any:
     return converted.item()
 
 
-def empty(shape: Any, dtype: Any = None, device: int | None = None, stream: Any = None) -> GPUArray:
-    """Return a new uninitialised array of ``shape`` (dtype float32 by default)."""
+def empty(
+    shape: Any,
+    dtype: Any = None,
+    device: int | None = None,
+    stream: Any = None,
+    *,
+    evictable: bool = False,
+) -> GPUArray:
+    """Return a new uninitialised array of ``shape`` (dtype float32 by default).
+
+    ``evictable=True`` lets the memory pool spill the array to pinned host
+    memory when it needs room (a limit or a full device) and bring it back,
+    contents intact, before the next operation that uses it. Its address may
+    change then: ``data_ptr`` and DLPack exports are valid until the pool next
+    needs room. See :mod:`pygpukit.memory`.
+    """
     dims = _indexing.normalize_shape(shape)
     dt = _dtype_for(dtype, float32)
     b = _backend()
-    return _wrap(b.empty(dims, NAMES[dt], _target(b, device), _stream_impl(stream)), b)
+    impl = b.empty(dims, NAMES[dt], _target(b, device), _stream_impl(stream), bool(evictable))
+    return _wrap(impl, b)
 
 
 def full(
@@ -231,8 +246,21 @@ def eye(
     return out
 
 
-def from_numpy(array: np.ndarray, device: int | None = None, stream: Any = None) -> GPUArray:
-    """Copy a NumPy array or scalar (any strides, a supported dtype) to the device."""
+def from_numpy(
+    array: np.ndarray,
+    device: int | None = None,
+    stream: Any = None,
+    *,
+    evictable: bool = False,
+) -> GPUArray:
+    """Copy a NumPy array or scalar (any strides, a supported dtype) to the device.
+
+    Without ``stream`` the copy is done when this returns. With ``stream`` it is
+    asynchronous: the transfer engine stages ``array`` through pinned memory in
+    chunks on a copy stream, this returns once ``array`` has been read (it may
+    be modified then), and work enqueued on ``stream`` afterwards sees the data.
+    ``evictable``: as for :func:`empty`.
+    """
     if isinstance(array, np.generic):
         array = np.asarray(array)
     if not isinstance(array, np.ndarray):
@@ -246,7 +274,9 @@ def from_numpy(array: np.ndarray, device: int | None = None, stream: Any = None)
     if not array.flags.c_contiguous:  # backends copy C-contiguous host memory only
         array = array.copy(order="C")
     b = _backend()
-    impl = b.from_numpy(array, _target(b, device), _stream_impl(stream), stream is None)
+    impl = b.from_numpy(
+        array, _target(b, device), _stream_impl(stream), stream is None, bool(evictable)
+    )
     return _wrap(impl, b)
 
 

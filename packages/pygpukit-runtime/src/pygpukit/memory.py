@@ -15,6 +15,20 @@ An allocation that does not fit raises
 the limit and the partition; the pool stays usable and the next allocation
 that fits succeeds.
 
+Evictable arrays (``gp.empty(..., evictable=True)``,
+``gp.from_numpy(..., evictable=True)``; ``arr.evictable`` tells) let the pool
+make room past a limit or a full device: it copies the least recently used
+idle ones to pinned host memory (``evictions``, ``spilled_bytes``) and copies
+them back before the next operation that uses them (``restores``), possibly at
+another address, so ``arr.data_ptr`` and DLPack exports of an evictable array
+are valid only until the pool next needs room. The arrays one operation uses
+must fit in device memory together. Other arrays are never moved.
+
+Pinned host memory, for the transfer engine's staging (``from_numpy(...,
+stream=)``, ``to_numpy(blocking=False)``), spills and :func:`pinned_empty`
+arrays, comes from the Rust pinned pools too: ``pinned_reserved_bytes`` and
+``transfer_staging_bytes`` in :func:`stats`.
+
 Importing this module is cheap: ``pygpukit._rust`` loads on first use.
 """
 
@@ -34,6 +48,7 @@ __all__ = [
     "empty_cache",
     "get_limit",
     "host_buffer",
+    "pinned_empty",
     "set_limit",
     "snapshot",
     "stats",
@@ -56,7 +71,9 @@ def stats(device: int | None = None) -> dict[str, int]:
     (held from the device, live or cached), ``cached_bytes``, ``peak_allocated_bytes``,
     ``peak_reserved_bytes``, ``active_blocks``, ``alloc_count``, ``free_count``,
     ``segment_alloc_count``, ``segment_free_count``, ``evictions``, ``restores``,
-    ``spilled_bytes``, ``oom_count``, ``pinned_reserved_bytes``, ``limit_bytes``
+    ``spilled_bytes``, ``oom_count``, ``pinned_reserved_bytes`` (spills and
+    :func:`pinned_empty`), ``transfer_staging_bytes`` (the transfer engine's
+    pinned staging), ``limit_bytes``
     (only when a limit is set) and ``partition.<id>.allocated_bytes`` /
     ``.peak_allocated_bytes`` / ``.limit_bytes`` per partition.
 
@@ -115,6 +132,36 @@ def host_buffer(nbytes: int) -> np.ndarray:
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
     return np.asarray(_rust().host_block(nbytes))
+
+
+def pinned_empty(shape: Any, dtype: Any = None, device: int | None = None) -> np.ndarray:
+    """Return an uninitialised NumPy array in page-locked (pinned) host memory.
+
+    The memory comes from the device pool's pinned cache, the one spills use,
+    so it is counted in ``stats()["pinned_reserved_bytes"]``; it goes back to
+    that cache when the array (and every view of it) is garbage-collected.
+    Copies between pinned memory and the GPU run at full bus bandwidth and
+    need no staging: ``gp.from_numpy(pinned)`` and ``arr.to_numpy()`` into
+    it are the fastest host transfers. Keep the array alive while an
+    asynchronous copy (``from_numpy(..., stream=)``) may still read it.
+    ``dtype`` defaults to float32; on the CPU backend the memory is plain
+    host memory from the host pool.
+    """
+    import numpy as np
+
+    from . import _indexing
+    from .backend import select
+    from .dtypes import float32, normalize
+
+    backend = select.backend()
+    if backend.name == "cuda":
+        backend.connect_pool()  # the device pools exist only once the CUDA backend is registered
+
+    dims = _indexing.normalize_shape(shape)
+    dt = np.dtype(float32 if dtype is None else normalize(dtype))
+    nbytes = dt.itemsize * int(np.prod(dims, dtype=np.int64))
+    flat = np.asarray(_rust().pinned_block(nbytes, device))
+    return flat[:nbytes].view(dt).reshape(dims)
 
 
 class MemoryPool:

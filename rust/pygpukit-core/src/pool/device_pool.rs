@@ -427,6 +427,22 @@ impl DevicePool {
         Ok(released)
     }
 
+    /// A pinned host buffer of at least `nbytes` from this pool's pinned cache
+    /// (the one spills use), for host arrays the caller copies from or to.
+    pub fn pinned_acquire(&mut self, nbytes: u64) -> Result<PinnedBuf, BackendError> {
+        self.pinned.acquire(&*self.backend, nbytes)
+    }
+
+    /// Gives back a buffer from [`DevicePool::pinned_acquire`]; with `guard`,
+    /// reused only after the work enqueued on that stream so far.
+    pub fn pinned_release(
+        &mut self,
+        buf: PinnedBuf,
+        guard: Option<Stream>,
+    ) -> Result<(), BackendError> {
+        self.pinned.release(&*self.backend, buf, guard)
+    }
+
     /// Releases every cached segment and idle pinned buffer.
     pub fn empty_cache(&mut self) -> Result<u64, BackendError> {
         let released = self.release_cached(None)?;

@@ -29,6 +29,21 @@ fn overlaps(a: &BlockRef, b: &BlockRef) -> bool {
 }
 
 #[test]
+fn pinned_buffers_for_host_arrays_are_counted_and_reused() {
+    let (_fake, mut p) = pool(1 << 30);
+    let a = p.pinned_acquire(3 * MIB).unwrap();
+    assert!(a.size >= 3 * MIB);
+    assert_eq!(p.stats().pinned_reserved_bytes, a.size);
+    p.pinned_release(a, None).unwrap();
+    let b = p.pinned_acquire(3 * MIB).unwrap();
+    assert_eq!(b.ptr, a.ptr, "an unguarded buffer is reused at once");
+    assert_eq!(p.stats().pinned_reserved_bytes, a.size);
+    p.pinned_release(b, None).unwrap();
+    p.empty_cache().unwrap();
+    assert_eq!(p.stats().pinned_reserved_bytes, 0);
+}
+
+#[test]
 fn small_requests_share_one_segment() {
     let (fake, mut p) = pool(1 << 30);
     let blocks: Vec<_> = (0..8)

@@ -33,6 +33,7 @@ broadcasting and promotion decided before the call), ``unary(op, a, out)``,
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 import numpy as np
@@ -222,8 +223,15 @@ class Backend(Protocol):
         ...
 
     # --- array creation and transfer -------------------------------------------------
-    def empty(self, shape: Shape, dtype: str, device: int, stream: StreamImpl | None) -> Any:
-        """An uninitialised C-contiguous array."""
+    def empty(
+        self,
+        shape: Shape,
+        dtype: str,
+        device: int,
+        stream: StreamImpl | None,
+        evictable: bool = False,
+    ) -> Any:
+        """An uninitialised C-contiguous array; ``evictable``: the pool may spill it to host."""
         ...
 
     def full(
@@ -239,13 +247,26 @@ class Backend(Protocol):
         ...
 
     def from_numpy(
-        self, array: np.ndarray, device: int, stream: StreamImpl | None, blocking: bool
+        self,
+        array: np.ndarray,
+        device: int,
+        stream: StreamImpl | None,
+        blocking: bool,
+        evictable: bool = False,
     ) -> Any:
         """A new C-contiguous copy of ``array`` (C-contiguous, native byte order, supported)."""
         ...
 
     def to_numpy(self, impl: Any, stream: StreamImpl | None) -> np.ndarray:
         """A new host ``ndarray`` with the impl's data and shape (a sync point)."""
+        ...
+
+    def to_numpy_async(self, impl: Any, stream: StreamImpl | None) -> Future[np.ndarray]:
+        """Start copying the impl to a new host ``ndarray``, ordered after ``stream``'s work."""
+        ...
+
+    def evictable(self, impl: Any) -> bool:
+        """Whether the impl's buffer may be spilled to host memory under pressure."""
         ...
 
     # --- metadata --------------------------------------------------------------------

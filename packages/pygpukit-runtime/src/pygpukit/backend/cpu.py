@@ -14,7 +14,9 @@ import os
 import platform
 import threading
 import time
+import weakref
 from collections.abc import Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -39,12 +41,20 @@ def _host_buffer(nbytes: int) -> np.ndarray:
     return _memory.host_buffer(nbytes)
 
 
-def _new(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+# Buffers created evictable, by id (ndarrays are not hashable); entries go with their buffer. The
+# CPU backend's memory is host memory already, so the flag is kept for the API only.
+_EVICTABLE: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def _new(shape: tuple[int, ...], dtype: Any, evictable: bool = False) -> np.ndarray:
     dt = np.dtype(dtype)
     n = dt.itemsize
     for d in shape:
         n *= d
-    return np.ndarray(shape, dt, buffer=_host_buffer(n))
+    buffer = _host_buffer(n)
+    if evictable:
+        _EVICTABLE[id(buffer)] = buffer
+    return np.ndarray(shape, dt, buffer=buffer)
 
 
 def _buffer(impl: np.ndarray) -> np.ndarray:
@@ -197,9 +207,11 @@ def end_capture(stream: Any) -> Any:
 # --- creation and transfer ------------------------------------------------------------
 
 
-def empty(shape: tuple[int, ...], dtype: str, device: int, stream: Any) -> np.ndarray:
-    """Allocate an uninitialised C-contiguous array."""
-    return _new(shape, dtype)
+def empty(
+    shape: tuple[int, ...], dtype: str, device: int, stream: Any, evictable: bool = False
+) -> np.ndarray:
+    """Allocate an uninitialised C-contiguous array (``evictable`` is only recorded)."""
+    return _new(shape, dtype, evictable)
 
 
 def full(shape: tuple[int, ...], dtype: str, value: Any, device: int, stream: Any) -> np.ndarray:
@@ -218,9 +230,11 @@ def arange(start: Any, step: Any, n: int, dtype: str, device: int, stream: Any) 
     return out
 
 
-def from_numpy(array: np.ndarray, device: int, stream: Any, blocking: bool) -> np.ndarray:
+def from_numpy(
+    array: np.ndarray, device: int, stream: Any, blocking: bool, evictable: bool = False
+) -> np.ndarray:
     """Copy ``array`` into a new C-contiguous buffer."""
-    out = _new(array.shape, array.dtype)
+    out = _new(array.shape, array.dtype, evictable)
     np.copyto(out, array)
     return out
 
@@ -228,6 +242,19 @@ def from_numpy(array: np.ndarray, device: int, stream: Any, blocking: bool) -> n
 def to_numpy(impl: np.ndarray, stream: Any) -> np.ndarray:
     """Return a new C-contiguous NumPy copy."""
     return np.array(impl, copy=True, order="C")
+
+
+def to_numpy_async(impl: np.ndarray, stream: Any) -> Future[np.ndarray]:
+    """Return a completed future holding a NumPy copy (host memory needs no transfer)."""
+    done: Future[np.ndarray] = Future()
+    done.set_result(to_numpy(impl, stream))
+    return done
+
+
+def evictable(impl: np.ndarray) -> bool:
+    """Whether the array was created evictable (host memory is never spilled)."""
+    buffer = _buffer(impl)
+    return _EVICTABLE.get(id(buffer)) is buffer
 
 
 # --- metadata --------------------------------------------------------------------------

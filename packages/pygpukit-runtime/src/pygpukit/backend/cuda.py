@@ -12,8 +12,10 @@ device was found) tells ``_native`` where the built-in kernels are.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -83,9 +85,11 @@ def set_current_stream(stream: Any) -> None:
 # --- array creation and transfer -------------------------------------------------------
 
 
-def empty(shape: tuple[int, ...], dtype: str, device: int, stream: Any) -> Any:
-    """An uninitialised C-contiguous array (memory from the Rust pool)."""
-    return _native.Array.empty(shape, dtype, device, stream)
+def empty(
+    shape: tuple[int, ...], dtype: str, device: int, stream: Any, evictable: bool = False
+) -> Any:
+    """An uninitialised C-contiguous array (memory from the Rust pool; spillable if evictable)."""
+    return _native.Array.empty(shape, dtype, device, stream, evictable)
 
 
 def full(shape: tuple[int, ...], dtype: str, value: Any, device: int, stream: Any) -> Any:
@@ -106,9 +110,15 @@ def arange(start: Any, step: Any, n: int, dtype: str, device: int, stream: Any) 
     return _native.arange(start, step, n, dtype, device, stream)
 
 
-def from_numpy(array: np.ndarray, device: int, stream: Any, blocking: bool) -> Any:
-    """A new C-contiguous device copy of ``array`` (pinned staging when not blocking)."""
-    out = _native.Array.empty(array.shape, array.dtype.name, device, stream)
+def from_numpy(
+    array: np.ndarray, device: int, stream: Any, blocking: bool, evictable: bool = False
+) -> Any:
+    """A new C-contiguous device copy of ``array``.
+
+    Not blocking: through the Rust transfer engine (pinned staging, copy stream);
+    returns once ``array`` has been read, ``stream`` sees the data.
+    """
+    out = _native.Array.empty(array.shape, array.dtype.name, device, stream, evictable)
     out.copy_from_host(array, stream, blocking)
     return out
 
@@ -118,6 +128,39 @@ def to_numpy(impl: Any, stream: Any) -> np.ndarray:
     host = np.empty(impl.shape, dtype=_dtypes.normalize(impl.dtype))
     impl.copy_to_host(host, stream)
     return host
+
+
+@functools.cache
+def _download_worker() -> ThreadPoolExecutor:
+    # One thread: downloads run in submission order, each through the transfer engine with the
+    # GIL released; the caller's thread only orders the copy after its stream.
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="pygpukit-d2h")
+
+
+def to_numpy_async(impl: Any, stream: Any) -> Future[np.ndarray]:
+    """Start copying the impl to a new host array; the future's result is that array.
+
+    The copy is ordered after the work enqueued on ``stream`` so far; the
+    future keeps the device data and the host array alive until it is done.
+    """
+    download = impl.download(np.empty(impl.shape, dtype=_dtypes.normalize(impl.dtype)), stream)
+
+    def run() -> np.ndarray:
+        download.run()
+        host: np.ndarray = download.host
+        return host
+
+    return _download_worker().submit(run)
+
+
+def connect_pool() -> None:
+    """Register the CUDA backend with the Rust pools now (the first allocation does otherwise)."""
+    _native.connect_pool()
+
+
+def evictable(impl: Any) -> bool:
+    """Whether the impl's buffer may be spilled to host memory under pressure."""
+    return bool(impl.evictable)
 
 
 # --- metadata --------------------------------------------------------------------------
