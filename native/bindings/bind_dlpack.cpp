@@ -11,6 +11,7 @@
 #include "core/device.hpp"
 #include "core/driver.hpp"
 #include "core/event.hpp"
+#include "core/residency.hpp"
 
 namespace py = pybind11;
 
@@ -122,7 +123,7 @@ void bind_dlpack(py::module_& m) {
             CUstream consumer = consumer_stream(stream, &skip);
             // A spilled evictable array comes back first (on its last stream, which the consumer
             // then waits for). The address handed out stays valid until the pool next needs room.
-            if (a.buffer()->evictable()) a.buffer()->touch(a.buffer()->last_stream());
+            if (a.buffer()->evictable()) make_resident(a.buffer()->last_stream(), {&a});
             const StreamPtr& producer = a.buffer()->last_stream();
             if (!skip && producer && producer->handle() != consumer) {
                 // The consumer's stream waits for the work already enqueued on the array.

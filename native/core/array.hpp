@@ -34,8 +34,12 @@ class Array {
     int64_t nbytes() const { return size_ * itemsize(); }
     int ndim() const { return static_cast<int>(shape_.size()); }
     int device() const { return buffer_->device(); }
-    // For an evictable buffer, valid only after make_resident on the stream of the work using it.
-    uint64_t data_ptr() const { return buffer_->ptr() + offset_; }
+    // For an evictable buffer, valid only after make_resident on the stream of the work using it
+    // and before the next pool call (checked: std::logic_error otherwise).
+    uint64_t data_ptr() const {
+        if (buffer_->evictable()) buffer_->check_resident();
+        return buffer_->ptr() + offset_;
+    }
     bool is_c_contiguous() const;
     const BufferPtr& buffer() const { return buffer_; }
 

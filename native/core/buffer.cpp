@@ -1,6 +1,7 @@
 #include "core/buffer.hpp"
 
 #include <mutex>
+#include <stdexcept>
 
 #include "core/device.hpp"
 #include "core/driver.hpp"
@@ -58,6 +59,7 @@ BufferPtr Buffer::allocate(int device, uint64_t nbytes, const StreamPtr& stream,
         PoolBlock block =
             pool_alloc(device, nbytes, stream->id(), evictable ? PGK_ALLOC_EVICTABLE : 0u);
         buffer->block_id_ = block.id;
+        buffer->resident_epoch_ = pool_epoch(device);
         buffer->ptr_ = block.ptr;
         buffer->nbytes_ = nbytes;
     }
@@ -77,11 +79,22 @@ BufferPtr Buffer::external(int device, uint64_t ptr, uint64_t nbytes, PyObject* 
 }
 
 bool Buffer::touch(const StreamPtr& stream) {
-    const PoolBlock block = pool_touch(block_id_, nbytes_, stream->id());
+    const PoolBlock block = pool_touch(device_, block_id_, nbytes_, stream->id());
     used_on(stream);
     const bool moved = block.ptr != ptr_;
     ptr_ = block.ptr;
     return moved;
+}
+
+void Buffer::mark_resident() { resident_epoch_ = pool_epoch(device_); }
+
+void Buffer::check_resident() const {
+    if (resident_epoch_ != pool_epoch(device_)) {
+        throw std::logic_error(
+            "an evictable array's address was read without make_resident after a pool call that "
+            "may have moved it: this operation does not support evictable arrays yet "
+            "(native/core/residency.hpp)");
+    }
 }
 
 Buffer::~Buffer() {

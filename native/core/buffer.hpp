@@ -43,8 +43,14 @@ class Buffer {
     }
     // Evictable buffers only: makes the buffer resident for work about to be enqueued on
     // `stream` (pool_touch; may restore it at a new address, read ptr() after) and records the
-    // use. Returns whether the address changed.
+    // use. Returns whether the address changed. make_resident is the caller.
     bool touch(const StreamPtr& stream);
+    // make_resident's seal: no pool call since, so ptr() is current on this thread.
+    void mark_resident();
+    // Throws std::logic_error (Python RuntimeError) when an evictable buffer's address is read
+    // after a pool call that may have spilled it: an operation that skipped make_resident fails
+    // loudly instead of reading freed memory.
+    void check_resident() const;
 
   private:
     Buffer() = default;
@@ -53,6 +59,7 @@ class Buffer {
     uint64_t nbytes_ = 0;
     int device_ = 0;
     bool evictable_ = false;
+    uint64_t resident_epoch_ = 0;  // pool_epoch() when last known resident (evictable only)
     PyObject* owner_ = nullptr;
     StreamPtr last_stream_;
 };

@@ -22,7 +22,12 @@ void resident(const StreamPtr& stream, const Arrays& arrays) {
         for (const Array* a : arrays) {
             if (a->buffer()->evictable()) moved |= a->buffer()->touch(stream);
         }
-        if (!moved) return;
+        if (!moved) {
+            for (const Array* a : arrays) {
+                if (a->buffer()->evictable()) a->buffer()->mark_resident();
+            }
+            return;
+        }
     }
     uint64_t total = 0;
     for (const Array* a : arrays) total += a->buffer()->evictable() ? a->buffer()->nbytes() : 0;

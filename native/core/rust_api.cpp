@@ -20,6 +20,7 @@ const pgk_api* g_api = nullptr;
 // The last CUresult one of our backend callbacks returned on this thread: turns the pool's
 // PGK_BACKEND_ERROR back into the CudaError that caused it.
 thread_local CUresult t_backend_error = CUDA_SUCCESS;
+thread_local uint64_t t_pool_epoch[kMaxDevices] = {};
 
 // The pool may allocate or poll events while another stream of this thread is being captured
 // (thread-local capture mode forbids "unsafe" calls then): these calls are safe, so they run in
@@ -250,8 +251,11 @@ namespace {
 
 }  // namespace
 
+uint64_t pool_epoch(int device) { return t_pool_epoch[device]; }
+
 PoolBlock pool_alloc(int device, uint64_t nbytes, uint64_t stream, uint32_t flags) {
     const pgk_api& api = rust_api();
+    ++t_pool_epoch[device];
     pgk_block block{};
     pgk_status status;
     {
@@ -263,8 +267,9 @@ PoolBlock pool_alloc(int device, uint64_t nbytes, uint64_t stream, uint32_t flag
     return PoolBlock{block.id, block.ptr, block.size};
 }
 
-PoolBlock pool_touch(uint64_t block_id, uint64_t nbytes, uint64_t stream) {
+PoolBlock pool_touch(int device, uint64_t block_id, uint64_t nbytes, uint64_t stream) {
     const pgk_api& api = rust_api();
+    ++t_pool_epoch[device];
     pgk_block block{};
     pgk_status status;
     {

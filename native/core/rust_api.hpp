@@ -25,9 +25,13 @@ struct PoolBlock {
 // pool_alloc (flags: PGK_ALLOC_*), raising OutOfMemoryError / CudaError on refusal. The pool
 // may wait for fences or spill under pressure: runs with the GIL released.
 PoolBlock pool_alloc(int device, uint64_t nbytes, uint64_t stream, uint32_t flags);
+// How many pool_alloc / pool_touch calls this thread has made on `device`. Either may spill that
+// device's evictable blocks, so an evictable buffer's address is known current only if nothing was
+// called on its device since it was made resident (Buffer::check_resident).
+uint64_t pool_epoch(int device);
 // pool_touch: the block resident for work on `stream` (restored if it was spilled, so its ptr may
 // differ from the last one). Same errors and GIL rule as pool_alloc.
-PoolBlock pool_touch(uint64_t block_id, uint64_t nbytes, uint64_t stream);
+PoolBlock pool_touch(int device, uint64_t block_id, uint64_t nbytes, uint64_t stream);
 
 // One dispatch ticket around an enqueue: begin() may block on the dispatch controller (pacing,
 // in-flight limits); the caller must not hold the GIL. end() reports whether the launch worked.

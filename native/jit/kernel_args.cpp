@@ -52,7 +52,10 @@ uint64_t pack_value(py::handle obj, ArgCode code, size_t index, const Function& 
                                                 std::to_string(f.device()));
                 }
                 a->buffer()->used_on(stream);
-                if (a->buffer()->evictable()) evictable = a;
+                if (a->buffer()->evictable()) {
+                    evictable = a;
+                    return 0;  // its address is known after make_resident
+                }
                 return a->data_ptr();
             }
             if (PyLong_Check(obj.ptr()) && !PyBool_Check(obj.ptr())) {

@@ -169,13 +169,14 @@ void copy_device(const Array& dst, const Array& src, const StreamPtr& stream) {
         // that, copy peer-to-peer, then scatter on the destination device if it is strided.
         StreamPtr src_stream = current_stream(src.device());
         const Array packed = contiguous(src, src_stream);
+        const Array target =
+            dst.is_c_contiguous() ? dst : Array::empty(dst.shape(), dst.dtype(), stream);
+        // Per device: the destination's allocation cannot spill the source's blocks.
+        make_resident(stream, {&dst, &target});
         make_resident(src_stream, {&packed});
         Event ready(src.device(), false);
         ready.record(*src_stream);
         stream->wait_event(ready);
-        const Array target =
-            dst.is_c_contiguous() ? dst : Array::empty(dst.shape(), dst.dtype(), stream);
-        make_resident(stream, {&dst, &target});
         bind_device(dst.device());
         CUcontext dst_ctx = nullptr, src_ctx = nullptr;
         check(drv().cuCtxGetCurrent(&dst_ctx), "cuCtxGetCurrent");
