@@ -12,6 +12,7 @@ void bind_array(pybind11::module_& m);
 void bind_dlpack(pybind11::module_& m);
 void bind_jit(pybind11::module_& m);
 void bind_matmul(pybind11::module_& m);
+void bind_reduce(pybind11::module_& m);
 
 // The stream argument convention of every binding: a Stream, or None for the current stream of
 // `device`.

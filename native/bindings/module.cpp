@@ -14,4 +14,5 @@ PYBIND11_MODULE(_native, m) {
     pgk::bind_dlpack(m);
     pgk::bind_jit(m);
     pgk::bind_matmul(m);
+    pgk::bind_reduce(m);
 }

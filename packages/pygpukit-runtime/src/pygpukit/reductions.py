@@ -187,7 +187,10 @@ def var(
     ddof: int = 0,
     keepdims: bool = False,
 ) -> GPUArray:
-    """Variance over ``axis`` with ``ddof`` delta degrees of freedom (two passes: mean, then the sum of squared deviations)."""
+    """Variance over ``axis`` with ``ddof`` delta degrees of freedom.
+
+    Two passes: the mean, then the sum of squared deviations from it.
+    """
     return _reduce("var", a, axis, keepdims, out, dtype, ddof)
 
 
@@ -237,12 +240,18 @@ def _arg(op: str, a: Any, axis: Any, out: Any, keepdims: bool) -> GPUArray:
 
 
 def argmax(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> GPUArray:
-    """Index of the maximum along ``axis`` (of the flattened array when None); the first one on ties, the first NaN when there is one."""
+    """Index of the maximum along ``axis`` (of the flattened array when None).
+
+    The first one on ties; the first NaN when there is one.
+    """
     return _arg("argmax", a, axis, out, keepdims)
 
 
 def argmin(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> GPUArray:
-    """Index of the minimum along ``axis`` (of the flattened array when None); the first one on ties, the first NaN when there is one."""
+    """Index of the minimum along ``axis`` (of the flattened array when None).
+
+    The first one on ties; the first NaN when there is one.
+    """
     return _arg("argmin", a, axis, out, keepdims)
 
 
@@ -264,12 +273,20 @@ def _softmax(a: Any, axis: int, log: bool) -> GPUArray:
 
 
 def softmax(a: Any, axis: int = -1) -> GPUArray:
-    """``exp(x - max) / sum(exp(x - max))`` along ``axis``, accumulated in float32 (float64 for float64), returned in the input dtype (integers and bools give float64)."""
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (numerically stable).
+
+    Accumulated in float32 (float64 for float64), returned in the input dtype
+    (integers and bools give float64).
+    """
     return _softmax(a, axis, False)
 
 
 def log_softmax(a: Any, axis: int = -1) -> GPUArray:
-    """``x - max - log(sum(exp(x - max)))`` along ``axis`` (numerically stable), accumulated in float32 (float64 for float64), returned in the input dtype."""
+    """``x - max - log(sum(exp(x - max)))`` along ``axis`` (numerically stable).
+
+    Accumulated in float32 (float64 for float64), returned in the input dtype
+    (integers and bools give float64).
+    """
     return _softmax(a, axis, True)
 
 

@@ -160,7 +160,10 @@ def _split(a: Any, indices_or_sections: Any, axis: int, exact: bool, name: str) 
 
 
 def split(a: Any, indices_or_sections: Any, axis: int = 0) -> list[GPUArray]:
-    """Views of ``a`` cut along ``axis``: into N equal sections (``ValueError`` when it does not divide) or at the given indices."""
+    """Views of ``a`` cut along ``axis`` into N equal sections or at the given indices.
+
+    N sections that do not divide the axis are a ``ValueError``.
+    """
     return _split(a, indices_or_sections, axis, True, "split")
 
 
@@ -264,13 +267,13 @@ def take(a: Any, indices: Any, axis: int | None = None, mode: str = "raise") -> 
         from .creation import empty
 
         return empty(out_shape, dtype=a.dtype)
-    if idx_arr is None or idx_arr.dtype != SUPPORTED["int64"]:
+    if idx_arr is None:
         from .creation import from_numpy
 
-        src = host if host is not None else indices.to_numpy()
-        idx_arr = from_numpy(np.ascontiguousarray(src.reshape(-1), dtype=np.int64))
+        idx_arr = from_numpy(np.ascontiguousarray(host.reshape(-1), dtype=np.int64))
     else:
-        idx_arr = idx_arr.reshape(-1)
+        # stays on the device: a cast kernel when needed, no host round trip
+        idx_arr = idx_arr.astype(SUPPORTED["int64"], copy=False).reshape(-1)
     res = _wrap(a._backend.take(a._impl, idx_arr._impl, ax, mode), a._backend)
     return res.reshape(out_shape)
 
@@ -301,7 +304,7 @@ def tril(a: Any, k: int = 0) -> GPUArray:
 
 
 def flip(a: Any, axis: Any = None) -> GPUArray:
-    """Reverse the order of elements along ``axis`` (every axis when None); a view with negative strides."""
+    """Reverse the elements along ``axis`` (every axis when None); a view, negative strides."""
     from .reductions import normalize_axes
 
     a = _check(a, "flip")

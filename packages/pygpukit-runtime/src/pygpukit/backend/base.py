@@ -26,8 +26,9 @@ the two impl types spell it differently.
 Room for the core ops (issue 6), added as more functions of the same shape:
 ``binary(op, a, b, out) -> impl`` (``b`` an impl or a Python scalar, NumPy
 broadcasting and promotion decided before the call), ``unary(op, a, out)``,
-``reduce(op, a, axes, keepdims, out)``, ``matmul(a, b, out, allow_tf32)``,
-``where``, ``clip`` and the shape ops, each taking and returning impls.
+``reduce(op, a, axes, ddof)`` (keepdims and ``out=`` applied in Python),
+``softmax``, ``cumsum``, ``take``, ``tri``, ``matmul(a, b, out, allow_tf32)``,
+``where``, ``clip``; the other shape ops are views plus ``copy_into``.
 """
 
 from __future__ import annotations
@@ -317,6 +318,38 @@ class Backend(Protocol):
 
     def fill(self, impl: Any, value: Any) -> None:
         """Set every element of the (possibly strided) impl to ``value``."""
+        ...
+
+    # --- reductions, scans, gathers (issue 6; cpu_reduce.py / cuda_reduce.py) -------------
+    def reduce(self, op: str, a: Any, axes: Shape, ddof: int) -> Any:
+        """Reduce the non-empty ``a`` over ``axes`` with ``op``.
+
+        ``op`` is one of sum prod mean var std max min argmax argmin all any;
+        ``axes`` are sorted and distinct (exactly one for argmax/argmin).
+        Returns a new impl without the reduced axes, in the dtype of
+        :func:`pygpukit.reductions.result_dtype`; ``keepdims``, ``out=``, empty inputs
+        and argument checks are handled in Python before the call.
+        """
+        ...
+
+    def softmax(self, a: Any, axis: int, log: bool) -> Any:
+        """Softmax (log-softmax when ``log``) of the non-empty floating ``a`` along ``axis``."""
+        ...
+
+    def cumsum(self, a: Any, axis: int, out_dtype: str) -> Any:
+        """Inclusive prefix sum of ``a`` along ``axis`` into a new ``out_dtype`` impl."""
+        ...
+
+    def take(self, a: Any, indices: Any, axis: int, mode: str) -> Any:
+        """``a`` gathered along ``axis`` at the 1-D int64 impl ``indices``.
+
+        ``mode``: ``"raise"`` (range already checked; negatives from the end),
+        ``"wrap"``, ``"clip"``.
+        """
+        ...
+
+    def tri(self, a: Any, k: int, upper: bool) -> Any:
+        """``triu`` (``upper``) or ``tril`` of the last two axes of ``a`` (ndim >= 2)."""
         ...
 
     # --- interop -----------------------------------------------------------------------
