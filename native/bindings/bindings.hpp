@@ -11,6 +11,7 @@ void bind_stream(pybind11::module_& m);
 void bind_array(pybind11::module_& m);
 void bind_dlpack(pybind11::module_& m);
 void bind_jit(pybind11::module_& m);
+void bind_elementwise(pybind11::module_& m);
 void bind_matmul(pybind11::module_& m);
 void bind_reduce(pybind11::module_& m);
 

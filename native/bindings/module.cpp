@@ -13,6 +13,7 @@ PYBIND11_MODULE(_native, m) {
     pgk::bind_array(m);
     pgk::bind_dlpack(m);
     pgk::bind_jit(m);
+    pgk::bind_elementwise(m);
     pgk::bind_matmul(m);
     pgk::bind_reduce(m);
 }

@@ -20,6 +20,8 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from . import _indexing
+from ._elementwise_ops import BINARY as _EW
+from ._elementwise_ops import UNARY as _UN
 from .dtypes import NAMES, normalize
 
 __all__ = [
@@ -43,6 +45,53 @@ def _wrap(impl: Any, backend: Any) -> GPUArray:
     out._impl = impl
     out._backend = backend
     return out
+
+
+def _operand(x: Any, backend: Any, impl: Any) -> Any:
+    """Convert a non-GPUArray operand of an operator.
+
+    Scalars pass through, NumPy arrays and lists are uploaded (a blocking copy),
+    anything else is ``NotImplemented``.
+    """
+    if isinstance(x, (bool, int, float, np.generic)):
+        return x
+    if isinstance(x, (np.ndarray, list, tuple)):
+        host = np.asarray(x)
+        if host.ndim == 0:
+            return host[()]  # a NumPy scalar: a strong operand, as NumPy treats 0-d arrays
+        if host.dtype.name not in NAMES.values():
+            normalize(host.dtype)  # TypeError naming the supported dtypes
+        device = backend.device_of(impl)
+        return backend.from_numpy(np.ascontiguousarray(host), device, None, True)
+    return NotImplemented
+
+
+def _operators(code: int) -> tuple[Any, Any, Any]:
+    """``__op__``, ``__rop__`` and ``__iop__`` for binary op ``code`` (one backend call each)."""
+
+    def op(self: GPUArray, other: Any) -> Any:
+        backend = self._backend
+        o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
+        if o is NotImplemented:
+            return NotImplemented
+        return _wrap(backend.binary(code, self._impl, o, None), backend)
+
+    def rop(self: GPUArray, other: Any) -> Any:
+        backend = self._backend
+        o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
+        if o is NotImplemented:
+            return NotImplemented
+        return _wrap(backend.binary(code, o, self._impl, None), backend)
+
+    def iop(self: GPUArray, other: Any) -> Any:
+        backend = self._backend
+        o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
+        if o is NotImplemented:
+            return NotImplemented
+        backend.binary(code, self._impl, o, self._impl)
+        return self
+
+    return op, rop, iop
 
 
 class GPUArray:
@@ -336,6 +385,40 @@ class GPUArray:
         from .shape_ops import repeat
 
         return repeat(self, repeats, axis)
+
+    # --- elementwise operators (pygpukit.elementwise): one backend call each -----------
+    __array_ufunc__ = None  # NumPy operands defer to the reflected operators below
+    __add__, __radd__, __iadd__ = _operators(_EW["add"])
+    __sub__, __rsub__, __isub__ = _operators(_EW["subtract"])
+    __mul__, __rmul__, __imul__ = _operators(_EW["multiply"])
+    __truediv__, __rtruediv__, __itruediv__ = _operators(_EW["divide"])
+    __floordiv__, __rfloordiv__, __ifloordiv__ = _operators(_EW["floor_divide"])
+    __mod__, __rmod__, __imod__ = _operators(_EW["mod"])
+    __pow__, __rpow__, __ipow__ = _operators(_EW["power"])
+    __and__, __rand__, __iand__ = _operators(_EW["bitwise_and"])
+    __or__, __ror__, __ior__ = _operators(_EW["bitwise_or"])
+    __xor__, __rxor__, __ixor__ = _operators(_EW["bitwise_xor"])
+    __lshift__, __rlshift__, __ilshift__ = _operators(_EW["left_shift"])
+    __rshift__, __rrshift__, __irshift__ = _operators(_EW["right_shift"])
+    __eq__ = _operators(_EW["equal"])[0]
+    __ne__ = _operators(_EW["not_equal"])[0]
+    __lt__ = _operators(_EW["less"])[0]
+    __le__ = _operators(_EW["less_equal"])[0]
+    __gt__ = _operators(_EW["greater"])[0]
+    __ge__ = _operators(_EW["greater_equal"])[0]
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
+
+    def __neg__(self) -> GPUArray:
+        return _wrap(self._backend.unary(_UN["negative"], self._impl, None), self._backend)
+
+    def __pos__(self) -> GPUArray:
+        return _wrap(self._backend.unary(_UN["positive"], self._impl, None), self._backend)
+
+    def __abs__(self) -> GPUArray:
+        return _wrap(self._backend.unary(_UN["abs"], self._impl, None), self._backend)
+
+    def __invert__(self) -> GPUArray:
+        return _wrap(self._backend.unary(_UN["invert"], self._impl, None), self._backend)
 
     # --- matrix product (pygpukit.linalg) ----------------------------------------------
     def __matmul__(self, other: Any) -> GPUArray:

@@ -320,6 +320,33 @@ class Backend(Protocol):
         """Set every element of the (possibly strided) impl to ``value``."""
         ...
 
+    # --- elementwise (issue 6; cpu_elementwise.py, _native.binary/unary/where) -----------
+    def binary(self, op: int, a: Any, b: Any, out: Any) -> Any:
+        """``a <op> b`` (``op`` a code of ``_elementwise_ops.BINARY_OPS``).
+
+        ``a``/``b`` are impls or scalars (Python scalars weak, NumPy scalars strong; at least
+        one impl). Promotion, broadcasting and dtype checks happen here (``TypeError`` /
+        ``ValueError`` before any work); returns a new impl, or ``out`` written in place with
+        NumPy's ``same_kind`` casting.
+        """
+        ...
+
+    def unary(self, op: int, a: Any, out: Any) -> Any:
+        """``<op>(a)`` (``op`` a code of ``UNARY_OPS``).
+
+        Integer inputs of math functions promote as NumPy's do (int8 -> float16,
+        int16 -> float32, int32/int64 -> float64).
+        """
+        ...
+
+    def where(self, cond: Any, x: Any, y: Any, out: Any) -> Any:
+        """``x`` where ``cond`` (an impl, nonzero is true) else ``y``, broadcast together."""
+        ...
+
+    def clip(self, a: Any, lo: Any, hi: Any, out: Any) -> Any:
+        """``minimum(maximum(a, lo), hi)``; ``lo`` or ``hi`` may be ``None`` (not both)."""
+        ...
+
     # --- reductions, scans, gathers (issue 6; cpu_reduce.py / cuda_reduce.py) -------------
     def reduce(self, op: str, a: Any, axes: Shape, ddof: int) -> Any:
         """Reduce the non-empty ``a`` over ``axes`` with ``op``.

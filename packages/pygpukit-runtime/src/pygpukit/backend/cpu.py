@@ -377,3 +377,4 @@ def load_module(cubin: bytes, device: int) -> Any:
 
 from .cpu_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401  (issue 6 ops)
 from .cpu_linalg import matmul  # noqa: E402, F401  (issue 6: matmul)
+from .cpu_elementwise import binary, clip, unary, where  # noqa: E402, F401  (issue 6 ops)

@@ -297,3 +297,21 @@ def load_module(cubin: bytes, device: int) -> Any:
 
 from .cuda_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401  (issue 6 ops)
 from .cuda_linalg import matmul  # noqa: E402, F401  (issue 6: matmul)
+
+# --- elementwise (issue 6): one _native call each; see native/ops/elementwise.hpp ------------
+binary = _native.binary
+unary = _native.unary
+where = _native.where
+_MAXIMUM = 7  # _elementwise_ops.BINARY["maximum"]
+_MINIMUM = 8
+
+
+def clip(a: Any, lo: Any, hi: Any, out: Any) -> Any:
+    """``minimum(maximum(a, lo), hi)`` (either bound may be None): two launches."""
+    if lo is None and hi is None:
+        raise ValueError("clip: one of lo and hi must be given")
+    if lo is not None:
+        a = _native.binary(_MAXIMUM, a, lo, out if hi is None else None)
+    if hi is not None:
+        a = _native.binary(_MINIMUM, a, hi, out)
+    return a
