@@ -1,0 +1,212 @@
+"""The Rust memory pool under real CUDA: the acceptance checks of issue 5.
+
+Every array here is a GPUArray (``_native`` -> C API -> ``pygpukit._rust``
+pool -> the CUDA backend), so these exercise the path users take.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit import memory
+from pygpukit.backend import select
+
+pytestmark = pytest.mark.gpu
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+SCALE = """
+extern "C" __global__ void affine(float* x, float a, float b, unsigned long long n) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * a + b;
+}
+"""
+
+
+def _settle() -> None:
+    """Drop earlier tests' arrays and return cached memory: this test's numbers are its own."""
+    gc.collect()
+    gp.synchronize()
+    memory.set_limit(None, device=0)
+    memory.empty_cache(0)
+
+
+@pytest.fixture
+def fresh_pool() -> Iterator[None]:
+    _settle()
+    yield
+    _settle()
+
+
+def _in_use() -> tuple[int, int]:
+    s = memory.stats(0)
+    return s["allocated_bytes"], s["reserved_bytes"]
+
+
+def test_million_mixed_size_cycles_end_with_nothing_in_use(fresh_pool, rng) -> None:
+    """1,000,000 alloc/free cycles of GPUArrays (512 B to 17 MiB, up to 48 alive at once)."""
+    allocated_before, _ = _in_use()
+    sizes = [512, 3000, 65536, 300000, MIB, 3 * MIB, 17 * MIB]
+    cycles = 1_000_000
+    picks = rng.integers(0, 1 << 30, size=(2 * cycles, 2)).tolist()
+    live: list[gp.GPUArray] = []
+    allocs = frees = 0
+    for a, b in picks:
+        if frees == cycles:
+            break
+        if allocs < cycles and (not live or (len(live) < 48 and a % 3 != 0)):
+            live.append(gp.empty((sizes[b % len(sizes)],), dtype="uint8"))
+            allocs += 1
+        else:
+            live.pop(b % len(live))
+            frees += 1
+    live.clear()
+    assert (allocs, frees) == (cycles, cycles), f"ran {allocs} allocations and {frees} frees"
+    s = memory.stats(0)
+    assert s["allocated_bytes"] == allocated_before, (
+        f"{s['allocated_bytes'] - allocated_before} bytes still in use after every array was "
+        f"freed (active_blocks={s['active_blocks']})"
+    )
+    assert s["reserved_bytes"] <= 2 * s["peak_allocated_bytes"], (
+        f"reserved {s['reserved_bytes'] / MIB:.1f} MiB is more than twice the peak in use "
+        f"{s['peak_allocated_bytes'] / MIB:.1f} MiB: the pool fragments or leaks segments"
+    )
+
+
+def _check_under_limit(what: str) -> None:
+    allocated, reserved = _in_use()
+    assert allocated <= 2 * GIB and reserved <= 2 * GIB, (
+        f"{what}: {allocated / GIB:.3f} GiB in use, {reserved / GIB:.3f} GiB reserved under a "
+        "2 GiB limit"
+    )
+
+
+def _check_intact(arrays: list[gp.GPUArray], expected: list[np.ndarray], when: str) -> None:
+    for i, (arr, want) in enumerate(zip(arrays, expected, strict=True)):
+        got = arr.to_numpy()
+        _check_under_limit(f"{when}, reading array {i} back")
+        if not np.array_equal(got, want):
+            bad = np.flatnonzero(got != want)
+            pytest.fail(
+                f"{when}: evictable array {i} lost its data: {bad.size} of {want.size} elements "
+                f"differ, first at {bad[0]} (got {got[bad[0]]}, expected {want[bad[0]]}); "
+                f"stats {memory.stats(0)}"
+            )
+
+
+def test_three_evictable_gib_arrays_share_a_two_gib_limit(fresh_pool, rng) -> None:
+    """Each round gives every array fresh data (and a kernel with NVRTC), then checks all."""
+    assert _in_use()[0] < 64 * MIB, "earlier tests left more than 64 MiB of arrays alive"
+    memory.set_limit(2 * GIB, device=0)
+    n = GIB // 4
+    start = memory.stats(0)
+    kernel = gp.jit(SCALE, func="affine") if gp.is_nvrtc_available() else None
+
+    expected = [rng.random(n, dtype=np.float32) for _ in range(3)]
+    arrays = []
+    for i, host in enumerate(expected):
+        arrays.append(gp.from_numpy(host, evictable=True))
+        _check_under_limit(f"after creating evictable array {i}")
+    assert all(a.evictable for a in arrays)
+    _check_intact(arrays, expected, "after creation")
+
+    for round_ in range(2):
+        for i, arr in enumerate(arrays):
+            expected[i] = rng.random(n, dtype=np.float32)
+            # Straight into the (possibly spilled) array: GPUArray.__setitem__ would stage through
+            # a temporary 1 GiB device array, which does not fit beside it under the limit.
+            arr._impl.copy_from_host(expected[i])
+            _check_under_limit(f"round {round_}, uploading array {i}")
+            if kernel is not None:
+                # The launch restores the array when the next upload spilled it. x * 2 is exact,
+                # so the kernel's fused multiply-add rounds like NumPy's x * 2 + b.
+                b = np.float32(rng.standard_normal())
+                kernel(arr, 2.0, float(b), n)
+                expected[i] = expected[i] * np.float32(2) + b
+                _check_under_limit(f"round {round_}, kernel on array {i}")
+        _check_intact(arrays, expected, f"after round {round_}")
+
+    # Asynchronous download of an evictable array: a private copy (1 GiB more) under the limit.
+    future = arrays[0].to_numpy(stream=gp.Stream(), blocking=False)
+    assert np.array_equal(future.result(), expected[0]), "async to_numpy of an evictable array"
+    _check_under_limit("after the asynchronous download")
+
+    end = memory.stats(0)
+    assert end["evictions"] > start["evictions"] and end["restores"] > start["restores"], (
+        "three 1 GiB arrays under 2 GiB were all used without a spill: the limit was not applied "
+        f"(evictions {start['evictions']} -> {end['evictions']}, restores {start['restores']} -> "
+        f"{end['restores']})"
+    )
+
+
+def test_allocation_past_the_limit_raises_then_the_next_one_fits(fresh_pool) -> None:
+    memory.set_limit(256 * MIB, device=0)
+    held = gp.empty((200 * MIB,), dtype="uint8")
+    with pytest.raises(gp.OutOfMemoryError) as info:
+        gp.empty((100 * MIB,), dtype="uint8")
+    err = info.value
+    assert err.requested >= 100 * MIB, f"requested {err.requested}"
+    assert err.in_use >= 200 * MIB, f"in_use {err.in_use}"
+    assert err.limit == 256 * MIB, f"limit {err.limit}"
+    assert hasattr(err, "partition"), "OutOfMemoryError names the partition (None: the pool)"
+    nxt = gp.empty((40 * MIB,), dtype="uint8")
+    nxt.fill(7)
+    assert int(nxt[-1].item()) == 7
+    del held, nxt
+
+
+def test_async_upload_and_download_through_the_transfer_engine(fresh_pool, make) -> None:
+    """Pageable from_numpy(stream=) and to_numpy(blocking=False): chunked, several chunks long."""
+    host = make((40 * MIB // 4 + 3,), "float32")  # not a multiple of the 16 MiB chunk
+    stream = gp.Stream()
+    arr = gp.from_numpy(host, stream=stream)
+    host_copy = host.copy()
+    host[:] = 0  # the upload read the host array before from_numpy returned
+    future = arr.to_numpy(stream=stream, blocking=False)
+    assert np.array_equal(future.result(), host_copy)
+    assert memory.stats(0)["transfer_staging_bytes"] > 0, "the transfer engine staged nothing"
+
+
+def test_pinned_empty_is_pinned_pool_memory_and_round_trips(fresh_pool, make) -> None:
+    before = memory.stats(0)["pinned_reserved_bytes"]
+    pinned = memory.pinned_empty((1000, 250), "float32")
+    assert memory.stats(0)["pinned_reserved_bytes"] >= before + pinned.nbytes
+    pinned[...] = make((1000, 250), "float32")
+    arr = gp.from_numpy(pinned)
+    assert np.array_equal(arr.to_numpy(), pinned)
+
+
+def test_arrays_last_used_on_a_foreign_stream_outlive_the_stream(fresh_pool, make) -> None:
+    """A stream created and destroyed by someone else (as PyTorch would) never reaches the pool.
+
+    The array's block is freed onto a runtime stream ordered after the foreign one; were the
+    pool given the foreign handle, the allocations below would record fences on a destroyed
+    stream and fail.
+    """
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    native = select.native()
+    gp.empty((1,)).fill(0)  # binds the device's primary context to this thread
+    handle = ctypes.c_void_p()
+    assert libcuda.cuStreamCreate(ctypes.byref(handle), 1) == 0, "cuStreamCreate"
+    foreign = gp.Stream._from_impl(native.Stream.wrap(handle.value or 0, 0))
+    host = make((MIB,), "float32")
+    arr = gp.from_numpy(host, stream=foreign)
+    assert np.array_equal(arr.to_numpy(stream=foreign), host)
+    del arr
+    gc.collect()
+    assert libcuda.cuStreamSynchronize(handle) == 0, "cuStreamSynchronize"
+    assert libcuda.cuStreamDestroy_v2(handle) == 0, "cuStreamDestroy"
+    del foreign
+    # Same size class on other streams: the pool reuses the freed block after polling fences.
+    others = [gp.empty((MIB,), dtype="float32", stream=gp.Stream()) for _ in range(64)]
+    for o in others:
+        o.fill(2.0)
+    assert float(others[-1][0].item()) == 2.0
+    gp.synchronize()
