@@ -62,6 +62,7 @@ void order_after(const Stream& waiter, const Stream& producer) {
 void transfer_to_device(uint64_t dev, const void* host, uint64_t nbytes, const StreamPtr& stream) {
     const int device = stream->device();
     CopyStreams& copy = copy_streams(device);
+    bind_device(device);  // the engine's copies run on this thread, in the device's context
     // The destination may be a block the pool just handed out on `stream`, still read by work
     // enqueued there before: the copy stream starts after it.
     order_after(*copy.h2d, *stream);
@@ -85,6 +86,7 @@ void order_download_after(const StreamPtr& stream) {
 
 void transfer_to_host(int device, void* host, uint64_t dev, uint64_t nbytes) {
     copy_streams(device);
+    bind_device(device);  // as above; this may be a worker thread that never ran CUDA work
     const pgk_api& api = rust_api();
     uint64_t ticket = 0;
     // Returns once every chunk has landed in `host`.
