@@ -12,6 +12,7 @@ __device__ void take_impl(const T* __restrict__ in, const long long* __restrict_
                           T* __restrict__ out, long long O, long long N, long long K, long long I,
                           int mode) {
     const long long total = O * K * I;
+#pragma unroll 1
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
          e += (long long)gridDim.x * blockDim.x) {
         const long long i = e % I;
@@ -32,6 +33,7 @@ __device__ void take_impl(const T* __restrict__ in, const long long* __restrict_
 template <typename T>
 __device__ void tri_impl(T* data, long long B, long long M, long long N, long long k, int upper) {
     const long long total = B * M * N;
+#pragma unroll 1
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < total;
          e += (long long)gridDim.x * blockDim.x) {
         const long long col = e % N;

@@ -39,6 +39,7 @@ __device__ void cumsum_impl(const T* __restrict__ in, O* __restrict__ out, long 
                             long long R, long long I) {
     if (I > 1) {
         const long long total = rows * I;
+#pragma unroll 1
         for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < total;
              c += (long long)gridDim.x * blockDim.x) {
             const long long o = c / I, i = c % I;

@@ -387,3 +387,32 @@ def test_property_sum_max_mean(
         gp.sum(gp.from_numpy(ints), axis=axes, keepdims=keepdims).to_numpy(),
         ints.sum(axis=axes, keepdims=keepdims, dtype=np.int64),
     )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "float64", "uint8"])
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((5000, 7), 0), ((4, 65536), 1), ((3, 100_003), 1), ((2, 3000, 33), 1)]
+)
+def test_large_axes_split_paths(
+    rand: Callable[..., np.ndarray], dtype: str, shape: tuple[int, ...], axis: int
+) -> None:
+    """Shapes whose reductions are cut into per-block partials and combined (GPU: two passes)."""
+    host = rand(shape, dtype)
+    a = gp.from_numpy(host)
+    ref_in = host.astype(np.float32) if dtype == "float16" else host
+    _close(
+        gp.sum(a, axis=axis).to_numpy(),
+        _ref64(host).sum(axis=axis),
+        dtype if dtype in TOL else "int64",
+    )
+    np.testing.assert_array_equal(
+        gp.max(a, axis=axis).to_numpy().astype(np.float64), ref_in.max(axis=axis)
+    )
+    np.testing.assert_array_equal(gp.argmin(a, axis=axis).to_numpy(), ref_in.argmin(axis=axis))
+    np.testing.assert_array_equal(gp.any(a, axis=axis).to_numpy(), ref_in.any(axis=axis))
+    _close(
+        gp.std(a, axis=axis).to_numpy(),
+        _ref64(host).std(axis=axis),
+        dtype if dtype in TOL else "float64",
+        scale=3.0,
+    )
