@@ -7,9 +7,11 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "core/buffer.hpp"
 #include "core/device.hpp"
+#include "core/driver.hpp"
 #include "core/dynlib.hpp"
 #include "core/errors.hpp"
 #include "core/rust_api.hpp"
@@ -128,7 +130,16 @@ struct Plan {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
     bool found = false;
+    // The heuristic's best candidates; for large problems timed once on first use (outside
+    // graph capture) and the fastest kept in `algo`.
+    std::vector<cublasLtMatmulAlgo_t> candidates;
+    bool tuned = false;
 };
+
+constexpr int kCandidates = 8;
+// Problems of at least this many multiply-adds are worth one timed pass over the candidates
+// (a host wait, once per shape); smaller ones take the heuristic's first choice.
+constexpr double kTuneMacs = 1ull << 30;
 
 struct DeviceState {
     cublasLtHandle_t handle = nullptr;
@@ -186,6 +197,40 @@ cublasLtMatrixLayout_t make_layout(int type, uint64_t rows, uint64_t cols, int64
                  "cublasLtMatrixLayoutSetAttribute");
     }
     return l;
+}
+
+// Time each candidate (one warm-up, then two runs between events) on the caller's stream and
+// keep the fastest. Skipped while the stream is being captured (a host wait would break the
+// capture); the next uncaptured call tunes instead.
+template <typename Enqueue>
+void tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return;
+    CUevent start = nullptr, stop = nullptr;
+    check(drv().cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+    check(drv().cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+    float best = 0.0f;
+    for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
+        if (enqueue(algo) != 0) continue;  // a candidate that cannot run here
+        drv().cuEventRecord(start, stream->handle());
+        bool ok = enqueue(algo) == 0 && enqueue(algo) == 0;
+        drv().cuEventRecord(stop, stream->handle());
+        CUresult r;
+        {
+            GilRelease nogil;
+            r = drv().cuEventSynchronize(stop);
+        }
+        float ms = 0.0f;
+        ok = ok && r == CUDA_SUCCESS && drv().cuEventElapsedTime(&ms, start, stop) == CUDA_SUCCESS;
+        if (ok && (best == 0.0f || ms < best)) {
+            best = ms;
+            plan.algo = algo;
+        }
+    }
+    drv().cuEventDestroy(start);
+    drv().cuEventDestroy(stop);
+    plan.tuned = true;
 }
 
 }  // namespace
@@ -303,13 +348,20 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
                                                       sizeof(uint32_t));
             g_lt.cublasLtMatmulPreferenceSetAttribute(pref, PREF_MIN_ALIGNMENT_D, &align_c,
                                                       sizeof(uint32_t));
-            cublasLtMatmulHeuristicResult_t result{};
+            cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
             int found = 0;
             const cublasStatus_t s = g_lt.cublasLtMatmulAlgoGetHeuristic(
-                state->handle, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+                state->handle, p.desc, p.a, p.b, p.c, p.c, pref, kCandidates, results, &found);
             g_lt.cublasLtMatmulPreferenceDestroy(pref);
             p.found = s == 0 && found > 0;
-            if (p.found) p.algo = result.algo;
+            if (p.found) {
+                p.algo = results[0].algo;
+                for (int i = 0; i < found; ++i) {
+                    if (results[i].state == 0) p.candidates.push_back(results[i].algo);
+                }
+            }
+            p.tuned =
+                p.candidates.size() <= 1 || static_cast<double>(m) * n * k * batch < kTuneMacs;
             it = state->plans.emplace(key, p).first;
         }
         plan = &it->second;
@@ -322,18 +374,19 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
     const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&one64) : &one32;
     const void* beta = dtype == DType::f64 ? static_cast<const void*>(&zero64) : &zero32;
     const pgk_api& api = rust_api();
-    cublasStatus_t s;
-    {
+    auto enqueue = [&](const cublasLtMatmulAlgo_t& algo) {
         GilRelease nogil;
         DispatchTicket ticket(api, device, stream->id());
-        s = g_lt.cublasLtMatmul(state->handle, plan->desc, alpha, reinterpret_cast<void*>(b.ptr),
-                                plan->a, reinterpret_cast<void*>(a.ptr), plan->b, beta,
-                                reinterpret_cast<void*>(c), plan->c, reinterpret_cast<void*>(c),
-                                plan->c, &plan->algo, reinterpret_cast<void*>(ws->ptr()),
-                                kWorkspaceBytes, stream->handle());
+        const cublasStatus_t s = g_lt.cublasLtMatmul(
+            state->handle, plan->desc, alpha, reinterpret_cast<void*>(b.ptr), plan->a,
+            reinterpret_cast<void*>(a.ptr), plan->b, beta, reinterpret_cast<void*>(c), plan->c,
+            reinterpret_cast<void*>(c), plan->c, &algo, reinterpret_cast<void*>(ws->ptr()),
+            kWorkspaceBytes, stream->handle());
         ticket.end(s == 0);
-    }
-    check_lt(s, "cublasLtMatmul");
+        return s;
+    };
+    if (!plan->tuned) tune(*plan, stream, enqueue);
+    check_lt(enqueue(plan->algo), "cublasLtMatmul");
     return true;
 }
 

@@ -1,10 +1,14 @@
 #include "ops/matmul.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "core/cublaslt.hpp"
+#include "core/device.hpp"
+#include "core/driver.hpp"
 #include "core/launch.hpp"
 #include "jit/builtin.hpp"
 #include "ops/copy.hpp"
@@ -68,6 +72,30 @@ bool run_cublaslt(const Array& a, const Array& b, const Array& out, bool tf32,
     ac.buffer()->used_on(stream);
     bc.buffer()->used_on(stream);
     return ok;
+}
+
+// wgmma (sm_90a): bf16/f16 (4-stage cp.async ring) and tf32 (2 stages, B through registers),
+// for the operands the cp.async path takes, on SM 9.0 devices. Tiles 128 x 256.
+constexpr int kWgmmaBM = 128, kWgmmaBN = 256;
+constexpr unsigned kWgmmaSmem16 = 4 * 48 * 1024 + 1024;  // + 1 KiB to align the swizzle atoms
+constexpr unsigned kWgmmaSmemTf32 = 2 * 48 * 1024 + 1024;
+
+unsigned wgmma_smem(DType dtype) { return dtype == DType::f32 ? kWgmmaSmemTf32 : kWgmmaSmem16; }
+
+CUfunction wgmma_kernel(DType dtype, int device) {
+    static const BuiltinKernel kernels[3] = {{"gemm_wgmma", "gemm_wgmma_bf16"},
+                                             {"gemm_wgmma", "gemm_wgmma_f16"},
+                                             {"gemm_wgmma", "gemm_wgmma_tf32"}};
+    static std::atomic<bool> configured[3][kMaxDevices] = {};
+    const int which = dtype == DType::bf16 ? 0 : dtype == DType::f16 ? 1 : 2;
+    CUfunction f = kernels[which].get(device);
+    if (!configured[which][device].load(std::memory_order_acquire)) {
+        check(drv().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(wgmma_smem(dtype))),
+              "cuFuncSetAttribute");
+        configured[which][device].store(true, std::memory_order_release);
+    }
+    return f;
 }
 
 const BuiltinKernel& own_kernel(DType dtype, bool tf32, bool fast) {
@@ -150,8 +178,16 @@ void run_own(const Array& a, const Array& b, const Array& out, bool tf32, const 
         c.grid[1] = static_cast<unsigned>((p.m + 15) / 16);
     }
     c.grid[2] = gz;
-    if (c.grid[1] > 65535) throw std::invalid_argument("matmul: too many rows for one launch");
     void* args[] = {&p};
+    if (fast && compute_capability(stream->device()) == std::make_pair(9, 0)) {
+        c.grid[0] = static_cast<unsigned>((p.n + kWgmmaBN - 1) / kWgmmaBN);
+        c.grid[1] = static_cast<unsigned>((p.m + kWgmmaBM - 1) / kWgmmaBM);
+        c.shared_mem = wgmma_smem(dtype);
+        if (c.grid[1] > 65535) throw std::invalid_argument("matmul: too many rows for one launch");
+        launch_kernel(wgmma_kernel(dtype, stream->device()), c, *stream, args);
+        return;
+    }
+    if (c.grid[1] > 65535) throw std::invalid_argument("matmul: too many rows for one launch");
     launch_kernel(own_kernel(dtype, tf32, fast).get(stream->device()), c, *stream, args);
 }
 

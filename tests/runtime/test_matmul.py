@@ -19,7 +19,7 @@ from pygpukit.errors import LibraryNotFoundError
 FLOATS = ["float32", "float16", "bfloat16", "float64"]
 INTS = ["int8", "int16", "int32", "int64", "uint8", "bool"]
 TOL = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-4, "float16": 3e-3, "bfloat16": 1e-2}
-# (m, k, n): odd sizes on every axis, a tile-aligned case (the cp.async fast path) and K = 1000.
+# (m, k, n): odd sizes on every axis, tile-aligned cases (the cp.async / wgmma paths), K = 1000.
 SHAPES = [
     (1, 1, 1),
     (7, 33, 129),
@@ -28,6 +28,8 @@ SHAPES = [
     (128, 64, 256),
     (1000, 129, 33),
     (64, 1000, 136),
+    (300, 200, 264),  # wgmma edge tiles on Hopper: partial M, N and K tiles
+    (1024, 1024, 1024),  # large enough for cuBLASLt's one-time timing of its candidates
 ]
 
 
@@ -94,7 +96,9 @@ def test_matmul_2d_integers(gemm: str, rand: Callable[..., np.ndarray], dtype: s
     _check(out, np.matmul(a, b), dtype)
 
 
-@pytest.mark.parametrize("shape", [(7, 33, 129), (128, 64, 256), (129, 1000, 33)])
+@pytest.mark.parametrize(
+    "shape", [(7, 33, 129), (128, 64, 256), (129, 1000, 33), (300, 200, 264), (256, 512, 512)]
+)
 def test_tf32_opt_in(
     gemm: str, rand: Callable[..., np.ndarray], monkeypatch: pytest.MonkeyPatch, shape: Any
 ) -> None:

@@ -1,0 +1,423 @@
+// Matrix multiply on Hopper tensor cores with wgmma (built-in runtime kernels, sm_90a only):
+//   gemm_wgmma_bf16 / gemm_wgmma_f16: bf16 or f16 inputs, fp32 accumulation, same-dtype output.
+//   gemm_wgmma_tf32: float32 through TF32 tensor cores (only when the caller opted in); see below.
+// Block tile 128 (M) x 256 (N) x 64 (K); 2 warpgroups, each issuing wgmma.m64n256k16 on its 64
+// rows with both operands read from shared memory through matrix descriptors (128-byte
+// swizzle). Operands are fed by cp.async into a 4-stage ring: the tile two steps ahead is
+// loaded into a stage that no wgmma still reads (one wgmma group stays in flight), then made
+// visible to the async proxy (fence.proxy.async) before the barrier that releases it.
+//   A: row-major (K contiguous) = wgmma's K-major layout; a 128x64 tile is 128 rows of 128 bytes,
+//      16-byte chunk c of row r stored at chunk c ^ (r % 8) (Swizzle<3,4,3>).
+//   B: row-major (N contiguous) = wgmma's MN-major layout (imm-trans-b = 1); the 64x256 tile is
+//      four 64-column blocks (LBO apart), each 64 k-rows of 128 bytes swizzled the same way,
+//      8 k-rows per 1024-byte atom (SBO apart).
+// Needs A and B row-major with K and N multiples of 8 and 16-byte aligned rows (the host checks;
+// other layouts use gemm_mma). Edge tiles: cp.async zero-fills chunks outside M/N/K, the
+// epilogue stores only inside. On other architectures the entry points exist but trap: the
+// host launches them only on SM 9.0.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+struct GemmParams {
+    const void* a;
+    const void* b;
+    void* c;
+    int m, n, k, batch;
+    long long sam, sak, sbk, sbn;
+    long long batch_a, batch_b, ldc;
+    long long batch_c;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define PGK_HAS_WGMMA 1
+#endif
+
+namespace {
+
+constexpr int kThreads = 256;
+
+#ifdef PGK_HAS_WGMMA
+
+constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kPrefetch = 2;
+constexpr int kABytes = kBM * kBK * 2;          // 16 KiB
+constexpr int kBBytes = kBK * kBN * 2;          // 32 KiB
+constexpr int kStageBytes = kABytes + kBBytes;  // 48 KiB
+constexpr unsigned kBBlockBytes = kBK * 128;    // one 64-column block of B: LBO
+constexpr unsigned kAtomBytes = 1024;           // 8 rows x 128 bytes: SBO
+
+#define PGK_WGMMA_OUTS(d)                                                                          \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),    \
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), \
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), \
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), \
+        "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), \
+        "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), \
+        "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), \
+        "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), \
+        "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), \
+        "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),          \
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),        \
+        "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),        \
+        "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),        \
+        "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+#define PGK_WGMMA_BF16(d, da, db)                                                         \
+    asm volatile(                                                                         \
+        "{\n"                                                                             \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "                          \
+        "{"                                                                               \
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                          \
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                \
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                \
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"                \
+        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"                \
+        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"                \
+        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"    \
+        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
+        "}, %128, %129, 1, 1, 1, 0, 1;\n}\n"                                              \
+        : PGK_WGMMA_OUTS(d)                                                               \
+        : "l"(da), "l"(db))
+
+#define PGK_WGMMA_F16(d, da, db)                                                          \
+    asm volatile(                                                                         \
+        "{\n"                                                                             \
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "                            \
+        "{"                                                                               \
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                          \
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                \
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                \
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"                \
+        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"                \
+        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"                \
+        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"    \
+        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
+        "}, %128, %129, 1, 1, 1, 0, 1;\n}\n"                                              \
+        : PGK_WGMMA_OUTS(d)                                                               \
+        : "l"(da), "l"(db))
+
+#define PGK_WGMMA_TF32(d, da, db)                                                         \
+    asm volatile(                                                                         \
+        "{\n"                                                                             \
+        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "                           \
+        "{"                                                                               \
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                          \
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                \
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                \
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"                \
+        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"                \
+        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"                \
+        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"    \
+        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
+        "}, %128, %129, 1, 1, 1;\n}\n"                                                    \
+        : PGK_WGMMA_OUTS(d)                                                               \
+        : "l"(da), "l"(db))
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+// Shared-memory matrix descriptor: start, leading/stride byte offsets, 128-byte swizzle.
+__device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |
+           (static_cast<unsigned long long>(lbo >> 4) << 16) |
+           (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
+}
+
+template <typename T>
+__device__ __forceinline__ void load_stage(unsigned sa, const GemmParams& p, const T* a, const T* b,
+                                           int m0, int n0, int k0) {
+    const int tid = threadIdx.x;
+    const unsigned sb = sa + kABytes;
+#pragma unroll
+    for (int i = 0; i < kBM * 8 / kThreads; ++i) {  // A: 128 rows x 8 chunks
+        const int c = tid + i * kThreads;
+        const int row = c >> 3, ch = c & 7;
+        const int gm = m0 + row, gk = k0 + ch * 8;
+        const bool valid = gm < p.m && gk < p.k;
+        cp_async16(sa + row * 128 + ((ch ^ (row & 7)) << 4), valid ? a + gm * p.sam + gk : a,
+                   valid);
+    }
+#pragma unroll
+    for (int i = 0; i < kBK * 32 / kThreads; ++i) {  // B: 64 k-rows x 32 chunks
+        const int c = tid + i * kThreads;
+        const int row = c >> 5, nch = c & 31;
+        const int blk = nch >> 3, ch = nch & 7;
+        const int gk = k0 + row, gn = n0 + nch * 8;
+        const bool valid = gk < p.k && gn < p.n;
+        cp_async16(sb + blk * kBBlockBytes + row * 128 + ((ch ^ (row & 7)) << 4),
+                   valid ? b + gk * p.sbk + gn : b, valid);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void wgmma_step(float (&d)[128], unsigned long long da,
+                                           unsigned long long db);
+template <>
+__device__ __forceinline__ void wgmma_step<__nv_bfloat16>(float (&d)[128], unsigned long long da,
+                                                          unsigned long long db) {
+    PGK_WGMMA_BF16(d, da, db);
+}
+template <>
+__device__ __forceinline__ void wgmma_step<__half>(float (&d)[128], unsigned long long da,
+                                                   unsigned long long db) {
+    PGK_WGMMA_F16(d, da, db);
+}
+
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+    return __float2bfloat16_rn(x);
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) {
+    return __float2half_rn(x);
+}
+
+template <typename T>
+__device__ __forceinline__ void store_pair(T* c, float x, float y);
+template <>
+__device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* c, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(c) = __floats2bfloat162_rn(x, y);
+}
+template <>
+__device__ __forceinline__ void store_pair<__half>(__half* c, float x, float y) {
+    *reinterpret_cast<__half2*>(c) = __floats2half2_rn(x, y);
+}
+
+template <typename T>
+__device__ __forceinline__ void gemm_wgmma(const GemmParams& p) {
+    extern __shared__ unsigned char smem_raw[];
+    const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;  // swizzle atoms: 1 KiB aligned
+    const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+    const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+    const int ktiles = (p.k + kBK - 1) / kBK;
+    for (int z = blockIdx.z; z < p.batch; z += gridDim.z) {
+        const T* a = static_cast<const T*>(p.a) + z * p.batch_a;
+        const T* b = static_cast<const T*>(p.b) + z * p.batch_b;
+        float d[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kPrefetch; ++s) {
+            if (s < ktiles) load_stage<T>(base + s * kStageBytes, p, a, b, m0, n0, s * kBK);
+            asm volatile("cp.async.commit_group;\n" ::);
+        }
+        for (int kt = 0; kt < ktiles; ++kt) {
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(kPrefetch - 1));
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncthreads();
+            // The stage of tile kt + 2 was last read by the wgmma group of tile kt - 2, which
+            // every warpgroup waited for before this barrier.
+            const int next = kt + kPrefetch;
+            if (next < ktiles) {
+                load_stage<T>(base + (next % kStages) * kStageBytes, p, a, b, m0, n0, next * kBK);
+            }
+            asm volatile("cp.async.commit_group;\n" ::);
+            const unsigned sa = base + (kt % kStages) * kStageBytes + wg * 64 * 128;
+            const unsigned sb = base + (kt % kStages) * kStageBytes + kABytes;
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int s = 0; s < kBK / 16; ++s) {
+                wgmma_step<T>(d, desc(sa + s * 32, 16, kAtomBytes),
+                              desc(sb + s * 2 * kAtomBytes, kBBlockBytes, kAtomBytes));
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        T* c = static_cast<T*>(p.c) + z * p.batch_c;
+        const int row0 = m0 + wg * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            const int col = n0 + j * 8 + 2 * (lane % 4);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + 8 * h;
+                if (row >= p.m) continue;
+                T* dst = c + row * p.ldc + col;
+                if (col + 1 < p.n) {
+                    store_pair<T>(dst, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                } else if (col < p.n) {
+                    *dst = from_float<T>(d[4 * j + 2 * h]);
+                }
+            }
+        }
+        __syncthreads();  // the next batch item reuses the stages
+    }
+}
+
+// TF32: wgmma reads both operands K-major only, so B (row-major, N contiguous) cannot be copied
+// as is. Its tile is loaded through registers instead (8 threads along N per 32-byte sector, 4
+// along K; rounded to TF32 with cvt.rna) and stored transposed into a K-major 256 x 32 tile,
+// one tile ahead of the wgmma that reads it; A comes by cp.async and each thread rounds the
+// chunks it copied in place once they land. Tiles: 128 x 256 x 32 floats, two stages.
+constexpr int kTf32BK = 32;
+constexpr int kTf32ABytes = kBM * kTf32BK * 4;  // 16 KiB
+constexpr int kTf32BBytes = kBN * kTf32BK * 4;  // 32 KiB
+constexpr int kTf32StageBytes = kTf32ABytes + kTf32BBytes;
+
+__device__ __forceinline__ float round_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return __uint_as_float(r);
+}
+
+__device__ __forceinline__ void tf32_load_a(unsigned sa, const GemmParams& p, const float* a,
+                                            int m0, int k0) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kBM * 8 / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        const int row = c >> 3, ch = c & 7;
+        const int gm = m0 + row, gk = k0 + ch * 4;
+        const bool valid = gm < p.m && gk < p.k;
+        cp_async16(sa + row * 128 + ((ch ^ (row & 7)) << 4), valid ? a + gm * p.sam + gk : a,
+                   valid);
+    }
+}
+
+// Round the A chunks this thread copied (after they landed).
+__device__ __forceinline__ void tf32_round_a(unsigned sa) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kBM * 8 / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        const int row = c >> 3, ch = c & 7;
+        const unsigned addr = sa + row * 128 + ((ch ^ (row & 7)) << 4);
+        float4 v;
+        asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "r"(addr));
+        asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "f"(round_tf32(v.x)),
+                     "f"(round_tf32(v.y)), "f"(round_tf32(v.z)), "f"(round_tf32(v.w)));
+    }
+}
+
+__device__ __forceinline__ void tf32_fetch_b(float (&r)[32], const GemmParams& p, const float* b,
+                                             int n0, int k0) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tn = lane % 8, tk = lane / 8;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        const int q = i * 8 + warp;
+        const int k = (q / 32) * 4 + tk, n = (q % 32) * 8 + tn;
+        const int gk = k0 + k, gn = n0 + n;
+        r[i] = (gk < p.k && gn < p.n) ? round_tf32(b[gk * p.sbk + gn]) : 0.0f;
+    }
+}
+
+__device__ __forceinline__ void tf32_store_b(unsigned sb, const float (&r)[32]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tn = lane % 8, tk = lane / 8;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+        const int q = i * 8 + warp;
+        const int kq = q / 32, n = (q % 32) * 8 + tn;
+        const unsigned addr = sb + n * 128 + ((kq ^ (n & 7)) << 4) + tk * 4;
+        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(r[i]));
+    }
+}
+
+__device__ __forceinline__ void gemm_wgmma_tf32_impl(const GemmParams& p) {
+    extern __shared__ unsigned char smem_raw[];
+    const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+    const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+    const int ktiles = (p.k + kTf32BK - 1) / kTf32BK;
+    for (int z = blockIdx.z; z < p.batch; z += gridDim.z) {
+        const float* a = static_cast<const float*>(p.a) + z * p.batch_a;
+        const float* b = static_cast<const float*>(p.b) + z * p.batch_b;
+        float d[128];
+#pragma unroll
+        for (int i = 0; i < 128; ++i) d[i] = 0.0f;
+        float rb[32];
+        tf32_load_a(base, p, a, m0, 0);
+        asm volatile("cp.async.commit_group;\n" ::);
+        tf32_fetch_b(rb, p, b, n0, 0);
+        tf32_store_b(base + kTf32ABytes, rb);
+        for (int kt = 0; kt < ktiles; ++kt) {
+            const unsigned stage = base + (kt & 1) * kTf32StageBytes;
+            const unsigned next = base + ((kt + 1) & 1) * kTf32StageBytes;
+            const bool more = kt + 1 < ktiles;
+            // The other stage was last read by the wgmma of tile kt - 1, waited for below.
+            if (more) {
+                tf32_load_a(next, p, a, m0, (kt + 1) * kTf32BK);
+                tf32_fetch_b(rb, p, b, n0, (kt + 1) * kTf32BK);
+            }
+            asm volatile("cp.async.commit_group;\n" ::);
+            asm volatile("cp.async.wait_group 1;\n" ::);
+            tf32_round_a(stage);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            __syncthreads();
+            const unsigned sa = stage + wg * 64 * 128;
+            const unsigned sb = stage + kTf32ABytes;
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int s = 0; s < kTf32BK / 8; ++s) {
+                PGK_WGMMA_TF32(d, desc(sa + s * 32, 16, kAtomBytes),
+                               desc(sb + s * 32, 16, kAtomBytes));
+            }
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            if (more) tf32_store_b(next + kTf32ABytes, rb);
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            __syncthreads();
+        }
+        float* c = static_cast<float*>(p.c) + z * p.batch_c;
+        const int row0 = m0 + wg * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+            const int col = n0 + j * 8 + 2 * (lane % 4);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + 8 * h;
+                if (row >= p.m) continue;
+                float* dst = c + row * p.ldc + col;
+                if (col + 1 < p.n) {
+                    *reinterpret_cast<float2*>(dst) =
+                        make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                } else if (col < p.n) {
+                    *dst = d[4 * j + 2 * h];
+                }
+            }
+        }
+    }
+}
+
+#endif  // PGK_HAS_WGMMA
+
+}  // namespace
+
+extern "C" {
+__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_bf16(GemmParams p) {
+#ifdef PGK_HAS_WGMMA
+    gemm_wgmma<__nv_bfloat16>(p);
+#else
+    __trap();
+#endif
+}
+__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_f16(GemmParams p) {
+#ifdef PGK_HAS_WGMMA
+    gemm_wgmma<__half>(p);
+#else
+    __trap();
+#endif
+}
+__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_tf32(GemmParams p) {
+#ifdef PGK_HAS_WGMMA
+    gemm_wgmma_tf32_impl(p);
+#else
+    __trap();
+#endif
+}
+}
