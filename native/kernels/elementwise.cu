@@ -341,6 +341,13 @@ struct alignas((V * sizeof(R)) < 16 ? (V * sizeof(R)) : 16) OutVec {
     R v[V];
 };
 
+// The scalar flags are re-read opaquely inside each loop: otherwise the compiler unswitches every
+// loop into one copy per flag combination, doubling the code of ~300 kernels for no speed.
+__device__ __forceinline__ int opaque(int v) {
+    asm volatile("" : "+r"(v));
+    return v;
+}
+
 __device__ __forceinline__ bool aligned(const void* p, unsigned a) {
     return (reinterpret_cast<u64>(p) & (a - 1)) == 0;
 }
@@ -417,9 +424,11 @@ __device__ void binary_impl(R* out, const T* a, const T* b, u64 a_bits, u64 b_bi
                 splat_a.v[k] = av;
                 splat_b.v[k] = bv;
             }
+#pragma unroll 1  // Blackwell would unroll 4x: code size, no bandwidth gain
             for (u64 i = first; i < vectors; i += step) {
-                const Vec<T> x = sa ? splat_a : va[i];
-                const Vec<T> y = sb ? splat_b : vb[i];
+                const int m = opaque(mode);
+                const Vec<T> x = (m & kScalarA) ? splat_a : va[i];
+                const Vec<T> y = (m & kScalarB) ? splat_b : vb[i];
                 O o;
 #pragma unroll
                 for (int k = 0; k < V; ++k) o.v[k] = apply2<Op, T, R>(x.v[k], y.v[k]);
@@ -428,14 +437,17 @@ __device__ void binary_impl(R* out, const T* a, const T* b, u64 a_bits, u64 b_bi
             done = vectors * V;
         }
         for (u64 i = done + first; i < n; i += step) {
-            out[i] = apply2<Op, T, R>(sa ? av : a[i], sb ? bv : b[i]);
+            const int m = opaque(mode);
+            out[i] = apply2<Op, T, R>((m & kScalarA) ? av : a[i], (m & kScalarB) ? bv : b[i]);
         }
         return;
     }
     for (u64 i = first; i < n; i += step) {
         long long off[4];
         strided_offsets(l, static_cast<unsigned>(i), off);
-        out[off[0]] = apply2<Op, T, R>(sa ? av : a[off[1]], sb ? bv : b[off[2]]);
+        const int m = opaque(mode);
+        out[off[0]] =
+            apply2<Op, T, R>((m & kScalarA) ? av : a[off[1]], (m & kScalarB) ? bv : b[off[2]]);
     }
 }
 
@@ -451,6 +463,7 @@ __device__ void unary_impl(R* out, const T* a, const EwLayout& l, u64 n, int mod
             const u64 vectors = n / V;
             const Vec<T>* va = reinterpret_cast<const Vec<T>*>(a);
             O* vo = reinterpret_cast<O*>(out);
+#pragma unroll 1  // Blackwell would unroll 4x: code size, no bandwidth gain
             for (u64 i = first; i < vectors; i += step) {
                 const Vec<T> x = va[i];
                 O o;
@@ -477,13 +490,15 @@ __device__ void where_impl(T* out, const bool* c, const T* x, const T* y, u64 x_
                            const EwLayout& l, u64 n, int mode) {
     const u64 first = blockIdx.x * static_cast<u64>(blockDim.x) + threadIdx.x;
     const u64 step = static_cast<u64>(gridDim.x) * blockDim.x;
-    const bool sx = mode & kScalarA, sy = mode & kScalarB;
     const T xv = from_bits<T>(x_bits), yv = from_bits<T>(y_bits);
+#pragma unroll 1
     for (u64 i = first; i < n; i += step) {
+        const int m = opaque(mode);
         long long off[4] = {static_cast<long long>(i), static_cast<long long>(i),
                             static_cast<long long>(i), static_cast<long long>(i)};
-        if (!(mode & kContiguous)) strided_offsets(l, static_cast<unsigned>(i), off);
-        out[off[0]] = c[off[1]] ? (sx ? xv : x[off[2]]) : (sy ? yv : y[off[3]]);
+        if (!(m & kContiguous)) strided_offsets(l, static_cast<unsigned>(i), off);
+        out[off[0]] =
+            c[off[1]] ? ((m & kScalarA) ? xv : x[off[2]]) : ((m & kScalarB) ? yv : y[off[3]]);
     }
 }
 
@@ -625,28 +640,26 @@ PGK_BIN(bitwise_and, BitAnd, b1)
 PGK_INTS(PGK_BIN, bitwise_or, BitOr)
 PGK_BIN(bitwise_or, BitOr, b1)
 PGK_INTS(PGK_BIN, bitwise_xor, BitXor)
-PGK_BIN(bitwise_xor, BitXor, b1) PGK_INTS(PGK_BIN, left_shift, Shl) PGK_INTS(PGK_BIN, right_shift,
-                                                                             Shr)
+PGK_BIN(bitwise_xor, BitXor, b1)
+PGK_INTS(PGK_BIN, left_shift, Shl) PGK_INTS(PGK_BIN, right_shift, Shr)
 
     PGK_NUMERIC(PGK_UN, negative, Neg) PGK_NUMERIC(PGK_UN, abs, Abs) PGK_NUMERIC(
         PGK_UN, square, Square) PGK_NUMERIC(PGK_UN, sign, Sign) PGK_NUMERIC(PGK_UN, relu, Relu)
         PGK_INTS(PGK_UN, invert, Invert) PGK_UN(invert, Invert, b1) PGK_FLOATS(PGK_UN, exp, Exp)
             PGK_FLOATS(PGK_UN, exp2, Exp2) PGK_FLOATS(PGK_UN, log, Log) PGK_FLOATS(PGK_UN, log2,
                                                                                    Log2)
-                PGK_FLOATS(PGK_UN, log10, Log10) PGK_FLOATS(PGK_UN, log1p,
-                                                            Log1p) PGK_FLOATS(PGK_UN, expm1, Expm1)
-                    PGK_FLOATS(PGK_UN, sqrt, Sqrt) PGK_FLOATS(PGK_UN, rsqrt, Rsqrt)
-                        PGK_FLOATS(PGK_UN, reciprocal, Reciprocal) PGK_FLOATS(PGK_UN, sin, Sin)
-                            PGK_FLOATS(PGK_UN, cos, Cos) PGK_FLOATS(PGK_UN, tan, Tan)
-                                PGK_FLOATS(PGK_UN, tanh, Tanh) PGK_FLOATS(PGK_UN, sigmoid, Sigmoid)
-                                    PGK_FLOATS(PGK_UN, gelu_tanh,
-                                               GeluTanh) PGK_FLOATS(PGK_UN, gelu_erf,
-                                                                    GeluErf) PGK_FLOATS(PGK_UN,
-                                                                                        silu, Silu)
-                                        PGK_FLOATS(PGK_UN, floor,
-                                                   Floor) PGK_FLOATS(PGK_UN, ceil, Ceil)
-                                            PGK_FLOATS(PGK_UN, round,
-                                                       Round) PGK_FLOATS(PGK_UN, trunc, Trunc)
+                PGK_FLOATS(PGK_UN, log10, Log10) PGK_FLOATS(PGK_UN, log1p, Log1p) PGK_FLOATS(
+                    PGK_UN, expm1, Expm1) PGK_FLOATS(PGK_UN, sqrt, Sqrt) PGK_FLOATS(PGK_UN, rsqrt,
+                                                                                    Rsqrt)
+                    PGK_FLOATS(PGK_UN, reciprocal, Reciprocal) PGK_FLOATS(PGK_UN, sin, Sin)
+                        PGK_FLOATS(PGK_UN, cos, Cos) PGK_FLOATS(PGK_UN, tan, Tan)
+                            PGK_FLOATS(PGK_UN, tanh, Tanh) PGK_FLOATS(PGK_UN, sigmoid, Sigmoid)
+                                PGK_FLOATS(PGK_UN, gelu_tanh,
+                                           GeluTanh) PGK_FLOATS(PGK_UN, gelu_erf, GeluErf)
+                                    PGK_FLOATS(PGK_UN, silu, Silu) PGK_FLOATS(PGK_UN, floor, Floor)
+                                        PGK_FLOATS(PGK_UN, ceil,
+                                                   Ceil) PGK_FLOATS(PGK_UN, round, Round)
+                                            PGK_FLOATS(PGK_UN, trunc, Trunc)
 #define PGK_UN_B(op, Op, t) PGK_UN_R(op, Op, t, bool)
                                                 PGK_FLOATS(PGK_UN_B, isnan,
                                                            IsNan) PGK_FLOATS(PGK_UN_B, isinf, IsInf)
