@@ -238,7 +238,8 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
     l.tx = tx;
     l.vec = vec ? 1 : 0;
     Array out = Array::empty({p.O * p.I}, acc, stream);
-    Array out_idx = Array::empty({arg ? p.O * p.I : 0}, DType::i64, stream);
+    // Index outputs only for argmax/argmin (otherwise `out` stands in and is never written).
+    Array out_idx = arg ? Array::empty({p.O * p.I}, DType::i64, stream) : out;
     if (S == 1) {
         l.out = out.data_ptr();
         l.out_idx = arg ? out_idx.data_ptr() : 0;
@@ -247,7 +248,7 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
         launch_reduce(l, *stream);
     } else {
         Array part = Array::empty({p.O * S * p.I}, acc, stream);
-        Array part_idx = Array::empty({arg ? p.O * S * p.I : 0}, DType::i64, stream);
+        Array part_idx = arg ? Array::empty({p.O * S * p.I}, DType::i64, stream) : part;
         l.out = part.data_ptr();
         l.out_idx = arg ? part_idx.data_ptr() : 0;
         launch_reduce(l, *stream);
