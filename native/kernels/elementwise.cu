@@ -125,6 +125,16 @@ struct IsSigned {
     static constexpr bool value = T(-1) < T(0);
 };
 
+// -x with two's-complement wrap-around (NumPy's result for the most negative integer), without
+// the undefined behaviour of signed overflow.
+template <typename W>
+__device__ __forceinline__ W neg_wrap(W x) {
+    if constexpr (IsFloat<W>::value)
+        return -x;
+    else
+        return static_cast<W>(0ULL - static_cast<unsigned long long>(x));
+}
+
 // NumPy's npy_divmod for floats: floor division and the remainder with the divisor's sign.
 template <typename W>
 __device__ __forceinline__ W float_floordiv(W a, W b) {
@@ -200,7 +210,7 @@ struct FloorDiv {
         } else {
             if (b == W(0)) return W(0);
             if constexpr (IsSigned<W>::value) {
-                if (b == W(-1)) return static_cast<W>(W(0) - a);  // wraps like NumPy at the minimum
+                if (b == W(-1)) return neg_wrap(a);  // wraps like NumPy at the minimum
             }
             W q = a / b;
             if (IsSigned<W>::value && (a % b != W(0)) && ((a < W(0)) != (b < W(0)))) q -= W(1);
@@ -269,7 +279,7 @@ struct Shr {
             return expr;                                \
         }                                               \
     };
-PGK_UNOP(Neg, static_cast<W>(W(0) - x))
+PGK_UNOP(Neg, neg_wrap(x))
 PGK_UNOP(Exp, m_exp(x))
 PGK_UNOP(Exp2, m_exp2(x))
 PGK_UNOP(Log, m_log(x))
@@ -641,28 +651,27 @@ PGK_INTS(PGK_BIN, bitwise_or, BitOr)
 PGK_BIN(bitwise_or, BitOr, b1)
 PGK_INTS(PGK_BIN, bitwise_xor, BitXor)
 PGK_BIN(bitwise_xor, BitXor, b1)
-PGK_INTS(PGK_BIN, left_shift, Shl) PGK_INTS(PGK_BIN, right_shift, Shr)
+PGK_INTS(PGK_BIN, left_shift, Shl)
+PGK_INTS(PGK_BIN, right_shift, Shr)
 
-    PGK_NUMERIC(PGK_UN, negative, Neg) PGK_NUMERIC(PGK_UN, abs, Abs) PGK_NUMERIC(
-        PGK_UN, square, Square) PGK_NUMERIC(PGK_UN, sign, Sign) PGK_NUMERIC(PGK_UN, relu, Relu)
-        PGK_INTS(PGK_UN, invert, Invert) PGK_UN(invert, Invert, b1) PGK_FLOATS(PGK_UN, exp, Exp)
-            PGK_FLOATS(PGK_UN, exp2, Exp2) PGK_FLOATS(PGK_UN, log, Log) PGK_FLOATS(PGK_UN, log2,
-                                                                                   Log2)
-                PGK_FLOATS(PGK_UN, log10, Log10) PGK_FLOATS(PGK_UN, log1p, Log1p) PGK_FLOATS(
-                    PGK_UN, expm1, Expm1) PGK_FLOATS(PGK_UN, sqrt, Sqrt) PGK_FLOATS(PGK_UN, rsqrt,
-                                                                                    Rsqrt)
-                    PGK_FLOATS(PGK_UN, reciprocal, Reciprocal) PGK_FLOATS(PGK_UN, sin, Sin)
-                        PGK_FLOATS(PGK_UN, cos, Cos) PGK_FLOATS(PGK_UN, tan, Tan)
-                            PGK_FLOATS(PGK_UN, tanh, Tanh) PGK_FLOATS(PGK_UN, sigmoid, Sigmoid)
-                                PGK_FLOATS(PGK_UN, gelu_tanh,
-                                           GeluTanh) PGK_FLOATS(PGK_UN, gelu_erf, GeluErf)
-                                    PGK_FLOATS(PGK_UN, silu, Silu) PGK_FLOATS(PGK_UN, floor, Floor)
-                                        PGK_FLOATS(PGK_UN, ceil,
-                                                   Ceil) PGK_FLOATS(PGK_UN, round, Round)
-                                            PGK_FLOATS(PGK_UN, trunc, Trunc)
+PGK_NUMERIC(PGK_UN, negative, Neg)
+PGK_NUMERIC(PGK_UN, abs, Abs) PGK_NUMERIC(PGK_UN, square, Square) PGK_NUMERIC(PGK_UN, sign, Sign)
+    PGK_NUMERIC(PGK_UN, relu, Relu) PGK_INTS(PGK_UN, invert, Invert) PGK_UN(invert, Invert, b1)
+        PGK_FLOATS(PGK_UN, exp, Exp) PGK_FLOATS(PGK_UN, exp2, Exp2) PGK_FLOATS(PGK_UN, log, Log)
+            PGK_FLOATS(PGK_UN, log2, Log2) PGK_FLOATS(PGK_UN, log10, Log10)
+                PGK_FLOATS(PGK_UN, log1p, Log1p) PGK_FLOATS(PGK_UN, expm1,
+                                                            Expm1) PGK_FLOATS(PGK_UN, sqrt, Sqrt)
+                    PGK_FLOATS(PGK_UN, rsqrt, Rsqrt) PGK_FLOATS(PGK_UN, reciprocal, Reciprocal)
+                        PGK_FLOATS(PGK_UN, sin, Sin) PGK_FLOATS(PGK_UN, cos, Cos)
+                            PGK_FLOATS(PGK_UN, tan, Tan) PGK_FLOATS(PGK_UN, tanh, Tanh) PGK_FLOATS(
+                                PGK_UN, sigmoid, Sigmoid) PGK_FLOATS(PGK_UN, gelu_tanh, GeluTanh)
+                                PGK_FLOATS(PGK_UN, gelu_erf, GeluErf) PGK_FLOATS(PGK_UN, silu, Silu)
+                                    PGK_FLOATS(PGK_UN, floor, Floor) PGK_FLOATS(PGK_UN, ceil, Ceil)
+                                        PGK_FLOATS(PGK_UN, round, Round) PGK_FLOATS(PGK_UN, trunc,
+                                                                                    Trunc)
 #define PGK_UN_B(op, Op, t) PGK_UN_R(op, Op, t, bool)
-                                                PGK_FLOATS(PGK_UN_B, isnan,
-                                                           IsNan) PGK_FLOATS(PGK_UN_B, isinf, IsInf)
+                                            PGK_FLOATS(PGK_UN_B, isnan, IsNan)
+                                                PGK_FLOATS(PGK_UN_B, isinf, IsInf)
                                                     PGK_FLOATS(PGK_UN_B, isfinite, IsFinite)
 
 #define PGK_WHERE(t)                                                                     \
