@@ -314,7 +314,7 @@ struct Abs {
         if constexpr (IsFloat<W>::value)
             return m_fabs(x);
         else
-            return x < W(0) ? static_cast<W>(W(0) - x) : x;
+            return x < W(0) ? neg_wrap(x) : x;
     }
 };
 struct Relu {
@@ -655,12 +655,12 @@ PGK_INTS(PGK_BIN, left_shift, Shl)
 PGK_INTS(PGK_BIN, right_shift, Shr)
 
 PGK_NUMERIC(PGK_UN, negative, Neg)
-PGK_NUMERIC(PGK_UN, abs, Abs) PGK_NUMERIC(PGK_UN, square, Square) PGK_NUMERIC(PGK_UN, sign, Sign)
-    PGK_NUMERIC(PGK_UN, relu, Relu) PGK_INTS(PGK_UN, invert, Invert) PGK_UN(invert, Invert, b1)
-        PGK_FLOATS(PGK_UN, exp, Exp) PGK_FLOATS(PGK_UN, exp2, Exp2) PGK_FLOATS(PGK_UN, log, Log)
-            PGK_FLOATS(PGK_UN, log2, Log2) PGK_FLOATS(PGK_UN, log10, Log10)
-                PGK_FLOATS(PGK_UN, log1p, Log1p) PGK_FLOATS(PGK_UN, expm1,
-                                                            Expm1) PGK_FLOATS(PGK_UN, sqrt, Sqrt)
+PGK_NUMERIC(PGK_UN, abs, Abs)
+PGK_NUMERIC(PGK_UN, square, Square) PGK_NUMERIC(PGK_UN, sign, Sign) PGK_NUMERIC(PGK_UN, relu, Relu)
+    PGK_INTS(PGK_UN, invert, Invert) PGK_UN(invert, Invert, b1) PGK_FLOATS(PGK_UN, exp, Exp)
+        PGK_FLOATS(PGK_UN, exp2, Exp2) PGK_FLOATS(PGK_UN, log, Log) PGK_FLOATS(PGK_UN, log2, Log2)
+            PGK_FLOATS(PGK_UN, log10, Log10) PGK_FLOATS(PGK_UN, log1p, Log1p)
+                PGK_FLOATS(PGK_UN, expm1, Expm1) PGK_FLOATS(PGK_UN, sqrt, Sqrt)
                     PGK_FLOATS(PGK_UN, rsqrt, Rsqrt) PGK_FLOATS(PGK_UN, reciprocal, Reciprocal)
                         PGK_FLOATS(PGK_UN, sin, Sin) PGK_FLOATS(PGK_UN, cos, Cos)
                             PGK_FLOATS(PGK_UN, tan, Tan) PGK_FLOATS(PGK_UN, tanh, Tanh) PGK_FLOATS(
