@@ -606,3 +606,16 @@ def test_property_broadcast(shapes: Any, dtypes: Any, op: str, seed: int) -> Non
         _check_float(out.to_numpy(), getattr(np, op)(x64, y64), ref.dtype.name)
     else:
         assert np.array_equal(out.to_numpy(), ref)
+
+
+# --- sizes past one grid of threads (the grid-stride loops run several rounds on a GPU) ------
+def test_grid_stride_rounds(rng: np.random.Generator) -> None:
+    a = _data(rng, (2**23 + 5,), "float32")
+    b = _data(rng, (2**23 + 5,), "float32")
+    ga, gb = gp.from_numpy(a), gp.from_numpy(b)
+    _check(ga + gb, a.astype(np.float64) + b, "float32")
+    _check(ga[3:] * 2.0, a[3:].astype(np.float64) * 2, "float32")
+    i8 = _data(rng, (2**25 + 3,), "int8")
+    _check(gp.from_numpy(i8) + np.int8(1), i8 + np.int8(1))
+    m = _data(rng, (3001, 3003), "float32")
+    _check(gp.exp(gp.from_numpy(m).T), np.exp(m.T.astype(np.float64)), "float32")
