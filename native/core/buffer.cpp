@@ -78,12 +78,8 @@ BufferPtr Buffer::external(int device, uint64_t ptr, uint64_t nbytes, PyObject* 
     return buffer;
 }
 
-bool Buffer::touch(const StreamPtr& stream) {
-    const PoolBlock block = pool_touch(device_, block_id_, nbytes_, stream->id());
-    used_on(stream);
-    const bool moved = block.ptr != ptr_;
-    ptr_ = block.ptr;
-    return moved;
+void Buffer::touch(const StreamPtr& stream) {
+    restored(pool_touch(device_, block_id_, nbytes_, stream->id()).ptr, stream);
 }
 
 void Buffer::mark_resident() { resident_epoch_ = pool_epoch(device_); }

@@ -41,10 +41,16 @@ class Buffer {
     void used_on(const StreamPtr& stream) {
         if (last_stream_.get() != stream.get()) last_stream_ = stream;
     }
+    uint64_t block_id() const { return block_id_; }
     // Evictable buffers only: makes the buffer resident for work about to be enqueued on
     // `stream` (pool_touch; may restore it at a new address, read ptr() after) and records the
-    // use. Returns whether the address changed. make_resident is the caller.
-    bool touch(const StreamPtr& stream);
+    // use. make_resident is the caller.
+    void touch(const StreamPtr& stream);
+    // make_resident's pool_touch_all gave this buffer's block back at `ptr` for `stream`.
+    void restored(uint64_t ptr, const StreamPtr& stream) {
+        ptr_ = ptr;
+        used_on(stream);
+    }
     // make_resident's seal: no pool call since, so ptr() is current on this thread.
     void mark_resident();
     // Throws std::logic_error (Python RuntimeError) when an evictable buffer's address is read

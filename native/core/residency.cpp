@@ -1,8 +1,8 @@
 #include "core/residency.hpp"
 
-#include <string>
+#include <algorithm>
 
-#include "core/errors.hpp"
+#include "core/rust_api.hpp"
 
 namespace pgk {
 
@@ -10,30 +10,32 @@ namespace {
 
 template <typename Arrays>
 void resident(const StreamPtr& stream, const Arrays& arrays) {
-    size_t evictable = 0;
-    for (const Array* a : arrays) evictable += a->buffer()->evictable() ? 1 : 0;
-    if (evictable == 0) return;
-    // Restoring one buffer may spill another of the same set when the device is full (the pool
-    // prefers idle, older blocks, so this is rare). A pass that moved nothing restored nothing,
-    // hence spilled nothing: every address read after it is current. Each pass restores at least
-    // one buffer, so evictable + 1 passes settle any set that fits.
-    for (size_t pass = 0; pass <= evictable; ++pass) {
-        bool moved = false;
-        for (const Array* a : arrays) {
-            if (a->buffer()->evictable()) moved |= a->buffer()->touch(stream);
-        }
-        if (!moved) {
-            for (const Array* a : arrays) {
-                if (a->buffer()->evictable()) a->buffer()->mark_resident();
-            }
-            return;
+    bool any = false;
+    for (const Array* a : arrays) any |= a->buffer()->evictable();
+    if (!any) return;
+    // Distinct buffers: views of one array share it.
+    std::vector<Buffer*> buffers;
+    for (const Array* a : arrays) {
+        Buffer* b = a->buffer().get();
+        if (b->evictable() && std::find(buffers.begin(), buffers.end(), b) == buffers.end()) {
+            buffers.push_back(b);
         }
     }
-    uint64_t total = 0;
-    for (const Array* a : arrays) total += a->buffer()->evictable() ? a->buffer()->nbytes() : 0;
-    throw OutOfMemoryError(total, "the " + std::to_string(evictable) +
-                                      " evictable arrays of one operation do not fit in device "
-                                      "memory together");
+    if (buffers.size() == 1) {
+        buffers[0]->touch(stream);
+    } else {
+        // Together, so that restoring one cannot spill another of the same operation.
+        std::vector<uint64_t> ids;
+        uint64_t total = 0;
+        for (const Buffer* b : buffers) {
+            ids.push_back(b->block_id());
+            total += b->nbytes();
+        }
+        std::vector<PoolBlock> blocks;
+        pool_touch_all(stream->device(), ids, total, stream->id(), blocks);
+        for (size_t i = 0; i < buffers.size(); ++i) buffers[i]->restored(blocks[i].ptr, stream);
+    }
+    for (Buffer* b : buffers) b->mark_resident();
 }
 
 }  // namespace

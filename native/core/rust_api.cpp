@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/device.hpp"
 #include "core/driver.hpp"
@@ -279,6 +280,22 @@ PoolBlock pool_touch(int device, uint64_t block_id, uint64_t nbytes, uint64_t st
     }
     if (status != PGK_OK) throw_pool_error(status, nbytes, "pool_touch");
     return PoolBlock{block.id, block.ptr, block.size};
+}
+
+void pool_touch_all(int device, const std::vector<uint64_t>& ids, uint64_t nbytes, uint64_t stream,
+                    std::vector<PoolBlock>& out) {
+    const pgk_api& api = rust_api();
+    ++t_pool_epoch[device];
+    std::vector<pgk_block> blocks(ids.size());
+    pgk_status status;
+    {
+        GilRelease nogil;
+        t_backend_error = CUDA_SUCCESS;
+        status = api.pool_touch_all(ids.data(), ids.size(), stream, blocks.data());
+    }
+    if (status != PGK_OK) throw_pool_error(status, nbytes, "pool_touch_all");
+    out.clear();
+    for (const pgk_block& b : blocks) out.push_back(PoolBlock{b.id, b.ptr, b.size});
 }
 
 DispatchTicket::DispatchTicket(const pgk_api& api, int device, uint64_t stream) : api_(api) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "pygpukit/rust_capi.h"
 
@@ -32,6 +33,10 @@ uint64_t pool_epoch(int device);
 // pool_touch: the block resident for work on `stream` (restored if it was spilled, so its ptr may
 // differ from the last one). Same errors and GIL rule as pool_alloc.
 PoolBlock pool_touch(int device, uint64_t block_id, uint64_t nbytes, uint64_t stream);
+// pool_touch_all: the blocks resident together (none spilled for another); out[i] for ids[i].
+// `nbytes` (their total) is what an OutOfMemoryError reports.
+void pool_touch_all(int device, const std::vector<uint64_t>& ids, uint64_t nbytes, uint64_t stream,
+                    std::vector<PoolBlock>& out);
 
 // One dispatch ticket around an enqueue: begin() may block on the dispatch controller (pacing,
 // in-flight limits); the caller must not hold the GIL. end() reports whether the launch worked.

@@ -197,7 +197,7 @@ _P = ctypes.POINTER
 
 
 class _Api(ctypes.Structure):
-    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 2)."""
+    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 3)."""
 
     _fields_ = [
         ("version", ctypes.c_uint32),
@@ -217,6 +217,7 @@ class _Api(ctypes.Structure):
         ("transfer_stream_wait", ctypes.CFUNCTYPE(_int, _u64, _u64)),
         ("transfer_wait", ctypes.CFUNCTYPE(_int, _u64)),
         ("transfer_release", ctypes.CFUNCTYPE(None, _u64)),
+        ("pool_touch_all", ctypes.CFUNCTYPE(_int, _P(_u64), ctypes.c_size_t, _u64, _P(_Block))),
     ]
 
 
@@ -237,13 +238,20 @@ def _last_error(api: _Api) -> str:
 
 def test_c_api_capsule_allocates_dispatches_and_transfers_on_the_host() -> None:
     api = _c_api()
-    assert api.version == 2 and api.struct_size == ctypes.sizeof(_Api)
+    assert api.version == 3 and api.struct_size == ctypes.sizeof(_Api)
     block = _Block()
     assert api.pool_alloc(HOST, 1000, 0, 0, ctypes.byref(block)) == 0
     assert block.id != 0 and block.size >= 1000
     assert any(e["id"] == block.id for e in memory.snapshot(HOST))
     touched = _Block()
     assert api.pool_touch(block.id, 0, ctypes.byref(touched)) == 0 and touched.ptr == block.ptr
+    other = _Block()
+    assert api.pool_alloc(HOST, 3000, 0, 1, ctypes.byref(other)) == 0  # PGK_ALLOC_EVICTABLE
+    ids, both = (_u64 * 2)(block.id, other.id), (_Block * 2)()
+    assert api.pool_touch_all(ids, 2, 0, both) == 0
+    assert [(b.id, b.ptr) for b in both] == [(block.id, block.ptr), (other.id, other.ptr)]
+    assert api.pool_touch_all((_u64 * 1)(12345), 1, 0, both) == 4  # INVALID_ARGUMENT
+    api.pool_free(other.id, 0)
     assert api.pool_alloc(5, 1000, 0, 0, ctypes.byref(_Block())) == 5  # PGK_NO_BACKEND
     memory.set_limit(4 * MIB, device=HOST)
     assert api.pool_alloc(HOST, 8 * MIB, 0, 0, ctypes.byref(_Block())) == 2  # LIMIT_EXCEEDED

@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define PGK_CAPI_CAPSULE_NAME "pygpukit._rust._C_API"
-#define PGK_CAPI_VERSION 2u /* 2: transfer engine functions appended */
+#define PGK_CAPI_VERSION 3u /* 2: transfer engine functions appended; 3: pool_touch_all */
 
 typedef uint64_t pgk_stream; /* CUstream as an integer; 0 is the legacy default stream */
 typedef uint64_t pgk_event;  /* CUevent as an integer */
@@ -128,6 +128,13 @@ typedef struct pgk_api {
     pgk_status (*transfer_wait)(uint64_t ticket);
     /* Forgets a ticket that will not be waited on. */
     void (*transfer_release)(uint64_t ticket);
+
+    /* ---- version 3 ---- */
+    /* pool_touch of n evictable blocks of one device that one piece of work uses together:
+       restoring one never spills another of them, so every out[i].ptr is current at once.
+       PGK_LIMIT_EXCEEDED / PGK_OUT_OF_MEMORY when they do not fit together. */
+    pgk_status (*pool_touch_all)(const uint64_t* block_ids, size_t n, pgk_stream stream,
+                                 pgk_block* out);
 } pgk_api;
 
 #ifdef __cplusplus

@@ -211,6 +211,17 @@ impl Runtime {
         Ok(self.pool_of_id(id)?.touch(id, stream)?)
     }
 
+    /// Touches blocks of one pool together (see [`DevicePool::touch_all`]).
+    pub fn touch_all(&self, ids: &[u64], stream: Stream) -> Result<Vec<BlockRef>, RuntimeError> {
+        let Some(&first) = ids.first() else {
+            return Ok(Vec::new());
+        };
+        if let Some(&other) = ids.iter().find(|&&id| id >> ID_BITS != first >> ID_BITS) {
+            return Err(RuntimeError::Pool(PoolError::UnknownBlock(other)));
+        }
+        Ok(self.pool_of_id(first)?.touch_all(ids, stream)?)
+    }
+
     pub fn graph_begin(&self, device: i32, stream: Stream) -> Result<GraphPoolId, RuntimeError> {
         Ok(self.pool(device)?.graph_begin(stream)?)
     }

@@ -18,7 +18,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
 pub const CAPSULE_NAME: &CStr = c"pygpukit._rust._C_API";
-pub const PGK_CAPI_VERSION: u32 = 2;
+pub const PGK_CAPI_VERSION: u32 = 3;
 
 pub type PgkStatus = c_int;
 pub const PGK_OK: PgkStatus = 0;
@@ -84,6 +84,7 @@ pub struct PgkApi {
     pub transfer_stream_wait: unsafe extern "C" fn(u64, u64) -> PgkStatus,
     pub transfer_wait: unsafe extern "C" fn(u64) -> PgkStatus,
     pub transfer_release: unsafe extern "C" fn(u64),
+    pub pool_touch_all: unsafe extern "C" fn(*const u64, usize, u64, *mut PgkBlock) -> PgkStatus,
 }
 
 /// The table the capsule points to; it lives as long as the process.
@@ -105,6 +106,7 @@ pub static API: PgkApi = PgkApi {
     transfer_stream_wait,
     transfer_wait,
     transfer_release,
+    pool_touch_all,
 };
 
 thread_local! {
@@ -368,6 +370,36 @@ unsafe extern "C" fn pool_touch(block_id: u64, stream: u64, out: *mut PgkBlock) 
     match runtime().touch(block_id, stream) {
         Ok(b) => {
             write_block(out, b);
+            PGK_OK
+        }
+        Err(e) => status_of(&e),
+    }
+}
+
+unsafe extern "C" fn pool_touch_all(
+    block_ids: *const u64,
+    n: usize,
+    stream: u64,
+    out: *mut PgkBlock,
+) -> PgkStatus {
+    if n > 0 && (block_ids.is_null() || out.is_null()) {
+        return fail(
+            PGK_INVALID_ARGUMENT,
+            "pool_touch_all: block_ids or out is NULL".to_string(),
+        );
+    }
+    let ids: &[u64] = if n == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller passes n readable ids (checked non-null).
+        unsafe { std::slice::from_raw_parts(block_ids, n) }
+    };
+    match runtime().touch_all(ids, stream) {
+        Ok(blocks) => {
+            for (i, b) in blocks.into_iter().enumerate() {
+                // SAFETY: the caller passes room for n blocks (checked non-null).
+                write_block(unsafe { out.add(i) }, b);
+            }
             PGK_OK
         }
         Err(e) => status_of(&e),

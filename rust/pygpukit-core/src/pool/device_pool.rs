@@ -131,6 +131,8 @@ pub struct DevicePool {
     limit: Option<u64>,
     partitions: PartitionTable,
     stats: PoolStats,
+    /// Blocks [`DevicePool::touch_all`] is making resident together: never spilled meanwhile.
+    keep: Vec<u64>,
 }
 
 /// Bits of an id below the pool prefix.
@@ -156,6 +158,7 @@ impl DevicePool {
             limit: None,
             partitions: PartitionTable::default(),
             stats: PoolStats::default(),
+            keep: Vec::new(),
         }
     }
 
@@ -521,6 +524,16 @@ impl DevicePool {
         }
     }
 
+    /// [`DevicePool::touch`] of every block of `ids`, for one piece of work that
+    /// uses them all: restoring one never spills another of the set, so every
+    /// address returned is current at once. Fails when they do not fit together.
+    pub fn touch_all(&mut self, ids: &[u64], stream: Stream) -> Result<Vec<BlockRef>, PoolError> {
+        self.keep = ids.to_vec();
+        let touched = ids.iter().map(|&id| self.touch(id, stream)).collect();
+        self.keep.clear();
+        touched
+    }
+
     fn restore(
         &mut self,
         id: u64,
@@ -582,6 +595,7 @@ impl DevicePool {
                     && matches!(a.place, Place::Device(_))
                     && !self.capturing.contains_key(&a.last_stream)
                     && Some(**id) != exclude
+                    && !self.keep.contains(id)
                     && partition.is_none_or(|p| a.partition == p)
             })
             .map(|(id, a)| Candidate {

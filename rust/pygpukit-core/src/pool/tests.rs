@@ -151,6 +151,48 @@ fn evictable_blocks_spill_and_come_back_intact() {
 }
 
 #[test]
+fn touch_all_never_spills_a_member_of_the_set() {
+    let (fake, mut p) = pool(1 << 30);
+    fake.set_auto_complete(true);
+    p.set_limit(Some(8 * MIB)).unwrap();
+    let ids: Vec<u64> = (0..3u8)
+        .map(|i| {
+            let b = p.alloc(4 * MIB, 1, evictable(), 0).unwrap();
+            fake.write(b.ptr, &[i + 1; 64]);
+            b.id
+        })
+        .collect();
+    // Block 0 was spilled for block 2; block 1 is now the least recently used resident one, so a
+    // plain touch of block 0 would spill it. Together, block 2 must go instead.
+    let before = p.stats();
+    let both = p.touch_all(&ids[..2], 1).unwrap();
+    let after = p.stats();
+    assert_eq!(
+        (
+            after.evictions - before.evictions,
+            after.restores - before.restores
+        ),
+        (1, 1),
+        "one restore (block 0), one spill (block 2), and block 1 left alone"
+    );
+    let evicted: Vec<u64> = p
+        .snapshot()
+        .iter()
+        .filter(|b| b.state == BlockState::Evicted)
+        .map(|b| b.id)
+        .collect();
+    assert_eq!(evicted, vec![ids[2]]);
+    for (i, r) in both.iter().enumerate() {
+        assert_eq!(fake.read(r.ptr, 64), vec![i as u8 + 1; 64], "block {i}");
+    }
+    assert!(
+        matches!(p.touch_all(&ids, 1), Err(PoolError::Alloc(_))),
+        "12 MiB of blocks cannot be resident under 8 MiB"
+    );
+    assert!(p.touch_all(&ids[1..], 1).is_ok(), "the pool stays usable");
+}
+
+#[test]
 fn a_block_with_pending_work_is_not_spilled_while_an_idle_one_can_be() {
     let evicted = |p: &DevicePool| -> Vec<u64> {
         p.snapshot()
