@@ -36,7 +36,7 @@ pub struct ProcessMemory;
 /// least this size on up to [`MAX_COPY_THREADS`] threads. One core copies
 /// pageable memory far slower than a PCIe 5 link moves it, so the staging
 /// copy, not the DMA, would bound a large upload.
-const PARALLEL_COPY_PART: u64 = 2 << 20;
+const PARALLEL_COPY_PART: u64 = 4 << 20;
 const MAX_COPY_THREADS: u64 = 8;
 
 impl HostMemory for ProcessMemory {
@@ -441,7 +441,7 @@ mod tests {
 
     #[test]
     fn process_memory_copies_large_ranges_in_parallel_parts_exactly() {
-        for n in [0usize, 7, (4 << 20) + 3, (17 << 20) + 1] {
+        for n in [0usize, 7, (8 << 20) + 3, (33 << 20) + 1] {
             let src: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
             let mut dst = vec![0u8; n];
             ProcessMemory.copy(dst.as_mut_ptr() as u64, src.as_ptr() as u64, n as u64);

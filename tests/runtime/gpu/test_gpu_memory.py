@@ -164,7 +164,7 @@ def test_allocation_past_the_limit_raises_then_the_next_one_fits(fresh_pool) -> 
 
 def test_async_upload_and_download_through_the_transfer_engine(fresh_pool, make) -> None:
     """Pageable from_numpy(stream=) and to_numpy(blocking=False): chunked, several chunks long."""
-    host = make((40 * MIB // 4 + 3,), "float32")  # not a multiple of the 16 MiB chunk
+    host = make((80 * MIB // 4 + 3,), "float32")  # not a multiple of the 32 MiB chunk
     stream = gp.Stream()
     arr = gp.from_numpy(host, stream=stream)
     host_copy = host.copy()
