@@ -53,6 +53,8 @@ def test_async_upload_reads_the_host_array_before_returning(rng) -> None:
 
 
 def test_pinned_empty_is_a_writable_numpy_array_from_the_pool(rng) -> None:
+    memory.pinned_empty(1)  # the pools exist (on CUDA: the backend is registered) ...
+    memory.empty_cache()  # ... and hold no cached pinned buffer this request could reuse
     before = memory.stats()["pinned_reserved_bytes"]
     pinned = memory.pinned_empty((4, 300), "float64")
     assert isinstance(pinned, np.ndarray)
