@@ -467,7 +467,11 @@ py::object binary(int op, py::handle a_h, py::handle b_h, py::handle out) {
     const Operand* x = &a;
     const Operand* y = &b;
     if (r.swap) std::swap(x, y);
-    const Dims shape = broadcast_shapes(ops, 2);
+    // Same shapes (the common case) need no broadcasting work.
+    const Dims shape =
+        (a.kind == Operand::array && b.kind == Operand::array && a.arr->shape() == b.arr->shape())
+            ? a.arr->shape()
+            : broadcast_shapes(ops, 2);
     const Array* o = check_out(out, shape, r.result, kBinaryNames[op], device);
     const uint64_t x_bits = scalar_arg(*x, r.compute), y_bits = scalar_arg(*y, r.compute);
     StreamPtr stream = current_stream(device);
