@@ -1,6 +1,5 @@
 // Matrix multiply on Hopper tensor cores with wgmma (built-in runtime kernels, sm_90a only):
 //   gemm_wgmma_bf16 / gemm_wgmma_f16: bf16 or f16 inputs, fp32 accumulation, same-dtype output.
-//   gemm_wgmma_tf32: float32 through TF32 tensor cores (only when the caller opted in); see below.
 // Block tile 128 (M) x 256 (N) x 64 (K); 2 warpgroups, each issuing wgmma.m64n256k16 on its 64
 // rows with both operands read from shared memory through matrix descriptors (128-byte
 // swizzle). Operands are fed by cp.async into a 4-stage ring: the tile two steps ahead is
@@ -97,23 +96,6 @@ constexpr unsigned kAtomBytes = 1024;           // 8 rows x 128 bytes: SBO
         "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"    \
         "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
         "}, %128, %129, 1, 1, 1, 0, 1;\n}\n"                                              \
-        : PGK_WGMMA_OUTS(d)                                                               \
-        : "l"(da), "l"(db))
-
-#define PGK_WGMMA_TF32(d, da, db)                                                         \
-    asm volatile(                                                                         \
-        "{\n"                                                                             \
-        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "                           \
-        "{"                                                                               \
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                          \
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                \
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                \
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"                \
-        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"                \
-        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"                \
-        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"    \
-        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
-        "}, %128, %129, 1, 1, 1;\n}\n"                                                    \
         : PGK_WGMMA_OUTS(d)                                                               \
         : "l"(da), "l"(db))
 
@@ -257,143 +239,6 @@ __device__ __forceinline__ void gemm_wgmma(const GemmParams& p) {
     }
 }
 
-// TF32: wgmma reads both operands K-major only, so B (row-major, N contiguous) cannot be copied
-// as is. Its tile is loaded through registers instead (8 threads along N per 32-byte sector, 4
-// along K; rounded to TF32 with cvt.rna) and stored transposed into a K-major 256 x 32 tile,
-// one tile ahead of the wgmma that reads it; A comes by cp.async and each thread rounds the
-// chunks it copied in place once they land. Tiles: 128 x 256 x 32 floats, two stages.
-constexpr int kTf32BK = 32;
-constexpr int kTf32ABytes = kBM * kTf32BK * 4;  // 16 KiB
-constexpr int kTf32BBytes = kBN * kTf32BK * 4;  // 32 KiB
-constexpr int kTf32StageBytes = kTf32ABytes + kTf32BBytes;
-
-__device__ __forceinline__ float round_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return __uint_as_float(r);
-}
-
-__device__ __forceinline__ void tf32_load_a(unsigned sa, const GemmParams& p, const float* a,
-                                            int m0, int k0) {
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < kBM * 8 / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        const int row = c >> 3, ch = c & 7;
-        const int gm = m0 + row, gk = k0 + ch * 4;
-        const bool valid = gm < p.m && gk < p.k;
-        cp_async16(sa + row * 128 + ((ch ^ (row & 7)) << 4), valid ? a + gm * p.sam + gk : a,
-                   valid);
-    }
-}
-
-// Round the A chunks this thread copied (after they landed).
-__device__ __forceinline__ void tf32_round_a(unsigned sa) {
-    const int tid = threadIdx.x;
-#pragma unroll
-    for (int i = 0; i < kBM * 8 / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        const int row = c >> 3, ch = c & 7;
-        const unsigned addr = sa + row * 128 + ((ch ^ (row & 7)) << 4);
-        float4 v;
-        asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n"
-                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                     : "r"(addr));
-        asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "f"(round_tf32(v.x)),
-                     "f"(round_tf32(v.y)), "f"(round_tf32(v.z)), "f"(round_tf32(v.w)));
-    }
-}
-
-__device__ __forceinline__ void tf32_fetch_b(float (&r)[32], const GemmParams& p, const float* b,
-                                             int n0, int k0) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int tn = lane % 8, tk = lane / 8;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        const int q = i * 8 + warp;
-        const int k = (q / 32) * 4 + tk, n = (q % 32) * 8 + tn;
-        const int gk = k0 + k, gn = n0 + n;
-        r[i] = (gk < p.k && gn < p.n) ? round_tf32(b[gk * p.sbk + gn]) : 0.0f;
-    }
-}
-
-__device__ __forceinline__ void tf32_store_b(unsigned sb, const float (&r)[32]) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int tn = lane % 8, tk = lane / 8;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-        const int q = i * 8 + warp;
-        const int kq = q / 32, n = (q % 32) * 8 + tn;
-        const unsigned addr = sb + n * 128 + ((kq ^ (n & 7)) << 4) + tk * 4;
-        asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(addr), "f"(r[i]));
-    }
-}
-
-__device__ __forceinline__ void gemm_wgmma_tf32_impl(const GemmParams& p) {
-    extern __shared__ unsigned char smem_raw[];
-    const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
-    const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
-    const int ktiles = (p.k + kTf32BK - 1) / kTf32BK;
-    for (int z = blockIdx.z; z < p.batch; z += gridDim.z) {
-        const float* a = static_cast<const float*>(p.a) + z * p.batch_a;
-        const float* b = static_cast<const float*>(p.b) + z * p.batch_b;
-        float d[128];
-#pragma unroll
-        for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-        float rb[32];
-        tf32_load_a(base, p, a, m0, 0);
-        asm volatile("cp.async.commit_group;\n" ::);
-        tf32_fetch_b(rb, p, b, n0, 0);
-        tf32_store_b(base + kTf32ABytes, rb);
-        for (int kt = 0; kt < ktiles; ++kt) {
-            const unsigned stage = base + (kt & 1) * kTf32StageBytes;
-            const unsigned next = base + ((kt + 1) & 1) * kTf32StageBytes;
-            const bool more = kt + 1 < ktiles;
-            // The other stage was last read by the wgmma of tile kt - 1, waited for below.
-            if (more) {
-                tf32_load_a(next, p, a, m0, (kt + 1) * kTf32BK);
-                tf32_fetch_b(rb, p, b, n0, (kt + 1) * kTf32BK);
-            }
-            asm volatile("cp.async.commit_group;\n" ::);
-            asm volatile("cp.async.wait_group 1;\n" ::);
-            tf32_round_a(stage);
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            __syncthreads();
-            const unsigned sa = stage + wg * 64 * 128;
-            const unsigned sb = stage + kTf32ABytes;
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int s = 0; s < kTf32BK / 8; ++s) {
-                PGK_WGMMA_TF32(d, desc(sa + s * 32, 16, kAtomBytes),
-                               desc(sb + s * 32, 16, kAtomBytes));
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            if (more) tf32_store_b(next + kTf32ABytes, rb);
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            __syncthreads();
-        }
-        float* c = static_cast<float*>(p.c) + z * p.batch_c;
-        const int row0 = m0 + wg * 64 + warp * 16 + lane / 4;
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-            const int col = n0 + j * 8 + 2 * (lane % 4);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row0 + 8 * h;
-                if (row >= p.m) continue;
-                float* dst = c + row * p.ldc + col;
-                if (col + 1 < p.n) {
-                    *reinterpret_cast<float2*>(dst) =
-                        make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-                } else if (col < p.n) {
-                    *dst = d[4 * j + 2 * h];
-                }
-            }
-        }
-    }
-}
-
 #endif  // PGK_HAS_WGMMA
 
 }  // namespace
@@ -409,13 +254,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_bf16(GemmParams p) {
 __global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_f16(GemmParams p) {
 #ifdef PGK_HAS_WGMMA
     gemm_wgmma<__half>(p);
-#else
-    __trap();
-#endif
-}
-__global__ void __launch_bounds__(kThreads, 1) gemm_wgmma_tf32(GemmParams p) {
-#ifdef PGK_HAS_WGMMA
-    gemm_wgmma_tf32_impl(p);
 #else
     __trap();
 #endif

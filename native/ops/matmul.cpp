@@ -74,24 +74,21 @@ bool run_cublaslt(const Array& a, const Array& b, const Array& out, bool tf32,
     return ok;
 }
 
-// wgmma (sm_90a): bf16/f16 (4-stage cp.async ring) and tf32 (2 stages, B through registers),
-// for the operands the cp.async path takes, on SM 9.0 devices. Tiles 128 x 256.
+// wgmma (sm_90a): bf16/f16 with the operands the cp.async path takes, on SM 9.0 devices.
+// (TF32 stays on mma.sync: wgmma reads TF32 operands K-major only, so a row-major B would have
+// to be transposed on the way into shared memory.)
 constexpr int kWgmmaBM = 128, kWgmmaBN = 256;
-constexpr unsigned kWgmmaSmem16 = 4 * 48 * 1024 + 1024;  // + 1 KiB to align the swizzle atoms
-constexpr unsigned kWgmmaSmemTf32 = 2 * 48 * 1024 + 1024;
-
-unsigned wgmma_smem(DType dtype) { return dtype == DType::f32 ? kWgmmaSmemTf32 : kWgmmaSmem16; }
+constexpr unsigned kWgmmaSmem = 4 * 48 * 1024 + 1024;  // 4 stages + 1 KiB to align the atoms
 
 CUfunction wgmma_kernel(DType dtype, int device) {
-    static const BuiltinKernel kernels[3] = {{"gemm_wgmma", "gemm_wgmma_bf16"},
-                                             {"gemm_wgmma", "gemm_wgmma_f16"},
-                                             {"gemm_wgmma", "gemm_wgmma_tf32"}};
-    static std::atomic<bool> configured[3][kMaxDevices] = {};
-    const int which = dtype == DType::bf16 ? 0 : dtype == DType::f16 ? 1 : 2;
+    static const BuiltinKernel kernels[2] = {{"gemm_wgmma", "gemm_wgmma_bf16"},
+                                             {"gemm_wgmma", "gemm_wgmma_f16"}};
+    static std::atomic<bool> configured[2][kMaxDevices] = {};
+    const int which = dtype == DType::bf16 ? 0 : 1;
     CUfunction f = kernels[which].get(device);
     if (!configured[which][device].load(std::memory_order_acquire)) {
         check(drv().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       static_cast<int>(wgmma_smem(dtype))),
+                                       static_cast<int>(kWgmmaSmem)),
               "cuFuncSetAttribute");
         configured[which][device].store(true, std::memory_order_release);
     }
@@ -179,10 +176,11 @@ void run_own(const Array& a, const Array& b, const Array& out, bool tf32, const 
     }
     c.grid[2] = gz;
     void* args[] = {&p};
-    if (fast && compute_capability(stream->device()) == std::make_pair(9, 0)) {
+    if (fast && dtype != DType::f32 &&
+        compute_capability(stream->device()) == std::make_pair(9, 0)) {
         c.grid[0] = static_cast<unsigned>((p.n + kWgmmaBN - 1) / kWgmmaBN);
         c.grid[1] = static_cast<unsigned>((p.m + kWgmmaBM - 1) / kWgmmaBM);
-        c.shared_mem = wgmma_smem(dtype);
+        c.shared_mem = kWgmmaSmem;
         if (c.grid[1] > 65535) throw std::invalid_argument("matmul: too many rows for one launch");
         launch_kernel(wgmma_kernel(dtype, stream->device()), c, *stream, args);
         return;
