@@ -1,10 +1,11 @@
 // Reductions (built-in runtime kernel): reduce_<op>_<in>(...) over a C-contiguous [O, R, I]
 // layout, reducing R for every (o, i). Host side: native/ops/reduce.cpp.
 //
-// One block of 256 threads covers TX consecutive columns i (TX = 1 when I == 1, else up to 32)
-// of one o, with TY = 256 / TX threads walking R: when I == 1 consecutive threads read
-// consecutive elements of a row (16-byte vector loads on aligned rows), when I > 1 a warp reads
-// 32 consecutive columns of one r; both are coalesced, so a reduction over axis 0 of a 2-D
+// A group of TX * TY threads covers TX consecutive columns i (TX = 1 when I == 1, else up to 32)
+// of one o, with TY threads walking R (TY = 256 / TX when I > 1; 32..256 by row length when
+// I == 1, so a 256-thread block takes 8 short rows, a warp each): when I == 1 consecutive threads
+// read consecutive elements of a row (16-byte vector loads on aligned rows), when I > 1 a warp
+// reads 32 consecutive columns of one r; both are coalesced, so a reduction over axis 0 of a 2-D
 // array is column-parallel, not a transpose. gridDim.y splits R into S chunks; with S > 1 the
 // block writes a partial [O, S, I] and the host runs the combining kernel over it (R' = S).
 // The tree inside a block and the split points depend only on the shape and launch, never on
@@ -185,17 +186,20 @@ template <class Op, typename In, typename A>
 __device__ void reduce_impl(const In* __restrict__ in, const long long* __restrict__ in_idx,
                             const A* __restrict__ center, A* __restrict__ out,
                             long long* __restrict__ out_idx, long long O, long long R, long long I,
-                            long long chunk, int tx_count, int vec, double scale, int post) {
+                            long long chunk, int tx_count, int ty_count, int vec, double scale,
+                            int post) {
     __shared__ A s_val[kThreads];
     __shared__ long long s_idx[Op::kArg ? kThreads : 1];
 
     // 32-bit block arithmetic (grids stay below 2^31 blocks): 64-bit division is a subroutine.
+    // Threads form groups of tx_count * ty_count (several short rows per block when I == 1).
+    const int group_size = tx_count * ty_count;
+    const int lane = threadIdx.x % group_size;
     const unsigned tiles = static_cast<unsigned>((I + tx_count - 1) / tx_count);
-    const long long o = blockIdx.x / tiles;
-    const long long i =
-        static_cast<long long>(blockIdx.x % tiles) * tx_count + threadIdx.x % tx_count;
-    const int ty = threadIdx.x / tx_count;
-    const int ty_count = kThreads / tx_count;
+    const long long o = static_cast<long long>(blockIdx.x / tiles) * (kThreads / group_size) +
+                        threadIdx.x / group_size;
+    const long long i = static_cast<long long>(blockIdx.x % tiles) * tx_count + lane % tx_count;
+    const int ty = lane / tx_count;
     const long long S = gridDim.y;
     const long long s = blockIdx.y;
     const long long r_begin = s * chunk;
@@ -269,10 +273,10 @@ __device__ void reduce_impl(const In* __restrict__ in, const long long* __restri
 #define PGK_REDUCE(name, OpT, In, A)                                                             \
     extern "C" __global__ void __launch_bounds__(kThreads)                                       \
         name(const In* in, const long long* in_idx, const A* center, A* out, long long* out_idx, \
-             long long O, long long R, long long I, long long chunk, int tx_count, int vec,      \
-             double scale, int post) {                                                           \
-        reduce_impl<OpT, In, A>(in, in_idx, center, out, out_idx, O, R, I, chunk, tx_count, vec, \
-                                scale, post);                                                    \
+             long long O, long long R, long long I, long long chunk, int tx_count, int ty_count, \
+             int vec, double scale, int post) {                                                  \
+        reduce_impl<OpT, In, A>(in, in_idx, center, out, out_idx, O, R, I, chunk, tx_count,      \
+                                ty_count, vec, scale, post);                                     \
     }
 
 // Sum-like ops: float accumulators for float/half types, double for double, long long for ints.

@@ -2,10 +2,11 @@
 // log_softmax_<dtype> over a C-contiguous [O, R, I] layout, normalising R for every (o, i).
 // Host side: native/ops/reduce.cpp.
 //
-// Block layout as the reductions (reduce.cu): 256 threads, TX consecutive columns i, TY = 256/TX
-// threads along R. Pass 1 keeps an online (max, sum of exp(x - max)) per thread and merges them
-// in a fixed shared-memory tree (deterministic); pass 2 writes exp(x - m) / s or x - m - log(s).
-// Accumulation in float (double for double); the output keeps the input type.
+// Thread layout as the reductions (reduce.cu): groups of TX consecutive columns i and TY threads
+// along R (short rows share a 256-thread block, a warp or more each). Pass 1 keeps an online (max,
+// sum of exp(x - max)) per thread and merges them in a fixed shared-memory tree (deterministic);
+// pass 2 writes exp(x - m) / s or x - m - log(s). Accumulation in float (double for double); the
+// output keeps the input type.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -69,15 +70,17 @@ constexpr int kThreads = 256;
 
 template <typename T, typename A, bool kLog>
 __device__ void softmax_impl(const T* __restrict__ in, T* __restrict__ out, long long O,
-                             long long R, long long I, int tx_count) {
+                             long long R, long long I, int tx_count, int ty_count) {
     __shared__ A s_m[kThreads];
     __shared__ A s_s[kThreads];
+    // Groups of tx_count * ty_count threads, one per (o, column tile), as in reduce.cu.
+    const int group_size = tx_count * ty_count;
+    const int lane = threadIdx.x % group_size;
     const unsigned tiles = static_cast<unsigned>((I + tx_count - 1) / tx_count);
-    const long long o = blockIdx.x / tiles;
-    const long long i =
-        static_cast<long long>(blockIdx.x % tiles) * tx_count + threadIdx.x % tx_count;
-    const int ty = threadIdx.x / tx_count;
-    const int ty_count = kThreads / tx_count;
+    const long long o = static_cast<long long>(blockIdx.x / tiles) * (kThreads / group_size) +
+                        threadIdx.x / group_size;
+    const long long i = static_cast<long long>(blockIdx.x % tiles) * tx_count + lane % tx_count;
+    const int ty = lane / tx_count;
     const bool live = i < I && o < O;
     const T* src = in + o * R * I + i;
     T* dst = out + o * R * I + i;
@@ -99,9 +102,9 @@ __device__ void softmax_impl(const T* __restrict__ in, T* __restrict__ out, long
         }
         __syncthreads();
     }
-    const int col = threadIdx.x % tx_count;
-    m = s_m[col];
-    s = s_s[col];
+    const int first = threadIdx.x - ty * tx_count;  // the group's ty == 0 thread of this column
+    m = s_m[first];
+    s = s_s[first];
     if (!live) return;
     const A shift = kLog ? m + log(s) : m;
     const A inv = kLog ? A(1) : A(1) / s;
@@ -111,14 +114,14 @@ __device__ void softmax_impl(const T* __restrict__ in, T* __restrict__ out, long
     }
 }
 
-#define PGK_SOFTMAX(sfx, T, A)                                                                  \
-    extern "C" __global__ void __launch_bounds__(kThreads)                                      \
-        softmax_##sfx(const T* in, T* out, long long O, long long R, long long I, int tx) {     \
-        softmax_impl<T, A, false>(in, out, O, R, I, tx);                                        \
-    }                                                                                           \
-    extern "C" __global__ void __launch_bounds__(kThreads)                                      \
-        log_softmax_##sfx(const T* in, T* out, long long O, long long R, long long I, int tx) { \
-        softmax_impl<T, A, true>(in, out, O, R, I, tx);                                         \
+#define PGK_SOFTMAX(sfx, T, A)                                                        \
+    extern "C" __global__ void __launch_bounds__(kThreads) softmax_##sfx(             \
+        const T* in, T* out, long long O, long long R, long long I, int tx, int ty) { \
+        softmax_impl<T, A, false>(in, out, O, R, I, tx, ty);                          \
+    }                                                                                 \
+    extern "C" __global__ void __launch_bounds__(kThreads) log_softmax_##sfx(         \
+        const T* in, T* out, long long O, long long R, long long I, int tx, int ty) { \
+        softmax_impl<T, A, true>(in, out, O, R, I, tx, ty);                           \
     }
 
 PGK_SOFTMAX(f64, double, double)

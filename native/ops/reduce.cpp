@@ -45,6 +45,16 @@ int columns_per_block(long long I) {
     return tx;
 }
 
+// Threads along R per output: all the block's other threads when I > 1; for rows (I == 1)
+// about one per 8 elements, a warp to a block, so short rows share a block (a warp each).
+int threads_along(long long R, int tx) {
+    if (tx > 1) return static_cast<int>(kThreads) / tx;
+    const long long want = ceil_div(R, 8);
+    int ty = 32;
+    while (ty < static_cast<int>(kThreads) && ty < want) ty *= 2;
+    return ty;
+}
+
 unsigned grid_blocks(long long blocks, const char* what) {
     if (blocks > 0x7fffffffLL) {
         throw std::invalid_argument(std::string(what) + ": the array is too large for one launch");
@@ -170,7 +180,7 @@ struct Launch {
     DType acc;
     uint64_t out = 0, out_idx = 0;
     long long O = 1, R = 1, I = 1, S = 1, chunk = 1;
-    int tx = 1, vec = 0;
+    int tx = 1, ty = kThreads, vec = 0;
     double scale = 1.0;
     int post = 0;
 };
@@ -179,14 +189,15 @@ void launch_reduce(const Launch& l, const Stream& stream) {
     const BuiltinKernel& k = kernel("reduce", "reduce_" + l.op + "_" + kernel_suffix(l.in_type));
     LaunchConfig c;
     c.block[0] = kThreads;
-    c.grid[0] = grid_blocks(l.O * ceil_div(l.I, l.tx), "reduce");
+    const long long groups = kThreads / (l.tx * l.ty);
+    c.grid[0] = grid_blocks(ceil_div(l.O, groups) * ceil_div(l.I, l.tx), "reduce");
     c.grid[1] = static_cast<unsigned>(l.S);
     uint64_t in = l.in, in_idx = l.in_idx, center = l.center, out = l.out, out_idx = l.out_idx;
     long long O = l.O, R = l.R, I = l.I, chunk = l.chunk;
-    int tx = l.tx, vec = l.vec, post = l.post;
+    int tx = l.tx, ty = l.ty, vec = l.vec, post = l.post;
     double scale = l.scale;
-    void* args[] = {&in, &in_idx, &center, &out, &out_idx, &O,   &R,
-                    &I,  &chunk,  &tx,     &vec, &scale,   &post};
+    void* args[] = {&in, &in_idx, &center, &out, &out_idx, &O,     &R,
+                    &I,  &chunk,  &tx,     &ty,  &vec,     &scale, &post};
     launch_kernel(k.get(stream.device()), c, stream, args);
 }
 
@@ -210,13 +221,14 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
     const DType in_type = p.src.dtype();
     const int isz = p.src.itemsize();
     const int tx = columns_per_block(p.I);
-    const long long base = p.O * ceil_div(p.I, tx);
+    const int ty = threads_along(p.R, tx);
+    const long long base = ceil_div(p.O, kThreads / (tx * ty)) * ceil_div(p.I, tx);
     const bool vec =
         p.I == 1 && !arg && isz >= 2 && p.src.data_ptr() % 16 == 0 && (p.R * isz) % 16 == 0;
     const long long V = vec ? 16 / isz : 1;
     // Enough blocks for 8 per SM; each split keeps at least 16 steps of the block's threads.
     const long long target = static_cast<long long>(sm_count(stream->device())) * 8;
-    const long long min_chunk = (kThreads / tx) * 16 * V;
+    const long long min_chunk = ty * 16 * V;
     long long S = 1;
     if (base < target) S = std::min(ceil_div(target, base), std::max(1LL, p.R / min_chunk));
     S = std::min(S, 65535LL);
@@ -236,6 +248,7 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
     l.S = S;
     l.chunk = chunk;
     l.tx = tx;
+    l.ty = ty;
     l.vec = vec ? 1 : 0;
     Array out = Array::empty({p.O * p.I}, acc, stream);
     // Index outputs only for argmax/argmin (otherwise `out` stands in and is never written).
@@ -261,6 +274,7 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
         c.R = S;
         c.S = 1;
         c.chunk = S;
+        c.ty = threads_along(S, tx);
         c.vec = 0;
         c.out = out.data_ptr();
         c.out_idx = arg ? out_idx.data_ptr() : 0;
@@ -348,13 +362,14 @@ Array softmax(const Array& a, int axis, bool log, const StreamPtr& stream) {
         long long O, R, I;
         split_axis(a.shape(), axis, O, R, I);
         int tx = columns_per_block(I);
+        int ty = threads_along(R, tx);
         const BuiltinKernel& k = kernel(
             "softmax", std::string(log ? "log_softmax_" : "softmax_") + kernel_suffix(a.dtype()));
         LaunchConfig c;
         c.block[0] = kThreads;
-        c.grid[0] = grid_blocks(O * ceil_div(I, tx), "softmax");
+        c.grid[0] = grid_blocks(ceil_div(O, kThreads / (tx * ty)) * ceil_div(I, tx), "softmax");
         uint64_t in_ptr = src.data_ptr(), out_ptr = out.data_ptr();
-        void* args[] = {&in_ptr, &out_ptr, &O, &R, &I, &tx};
+        void* args[] = {&in_ptr, &out_ptr, &O, &R, &I, &tx, &ty};
         launch_kernel(k.get(stream->device()), c, *stream, args);
     }
     src.buffer()->used_on(stream);
