@@ -30,6 +30,7 @@ SHAPES_AXES = [
     ((2, 3, 4, 5), (1, 3)),
     ((2, 3, 4, 5), (0, 2, 3)),
     ((4, 1, 6), 1),
+    ((301, 37), 1),
 ]
 
 
@@ -288,7 +289,8 @@ def _softmax64(x: np.ndarray, axis: int, log: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", FLOATS)
 @pytest.mark.parametrize(
-    ("shape", "axis"), [((7, 1000), -1), ((7, 33), 0), ((3, 5, 17), 1), ((513,), 0), ((4, 1), 1)]
+    ("shape", "axis"),
+    [((7, 1000), -1), ((7, 33), 0), ((3, 5, 17), 1), ((513,), 0), ((4, 1), 1), ((301, 37), 1)],
 )
 @pytest.mark.parametrize("log", [False, True])
 def test_softmax(
