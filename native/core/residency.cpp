@@ -1,7 +1,9 @@
 #include "core/residency.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
+#include "core/driver.hpp"
 #include "core/rust_api.hpp"
 
 namespace pgk {
@@ -13,6 +15,14 @@ void resident(const StreamPtr& stream, const Arrays& arrays) {
     bool any = false;
     for (const Array* a : arrays) any |= a->buffer()->evictable();
     if (!any) return;
+    // A graph bakes the address in, and the pool may move the buffer between replays.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        throw std::invalid_argument(
+            "evictable arrays cannot be used in CUDA graph capture: a replay would read the "
+            "address the pool may since have moved; use a non-evictable array in the graph");
+    }
     // Distinct buffers: views of one array share it.
     std::vector<Buffer*> buffers;
     for (const Array* a : arrays) {

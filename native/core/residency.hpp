@@ -15,7 +15,8 @@ namespace pgk {
 
 // Touches every evictable buffer among `arrays` on `stream`, together (pool_touch_all: restoring
 // one never spills another), so all their addresses are current at once. Throws
-// OutOfMemoryError when they do not fit on the device together.
+// OutOfMemoryError when they do not fit on the device together, std::invalid_argument when
+// `stream` is being captured into a CUDA graph.
 void make_resident(const StreamPtr& stream, std::initializer_list<const Array*> arrays);
 void make_resident(const StreamPtr& stream, const std::vector<const Array*>& arrays);
 

@@ -210,3 +210,19 @@ def test_arrays_last_used_on_a_foreign_stream_outlive_the_stream(fresh_pool, mak
         o.fill(2.0)
     assert float(others[-1][0].item()) == 2.0
     gp.synchronize()
+
+
+def test_evictable_arrays_are_refused_in_graph_capture_which_survives(fresh_pool, make) -> None:
+    """A graph bakes addresses in; the pool may move an evictable array between replays."""
+    host = make((4096,), "float32")
+    spillable = gp.from_numpy(host, evictable=True)
+    plain = gp.from_numpy(host)
+    stream = gp.Stream()
+    with stream, gp.graph_capture() as graph:
+        with pytest.raises(ValueError, match="graph capture"):
+            spillable.fill(1.0)
+        plain.fill(2.0)
+    graph.replay(stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(plain.to_numpy(), np.full(4096, 2.0, np.float32))
+    np.testing.assert_array_equal(spillable.to_numpy(), host)
