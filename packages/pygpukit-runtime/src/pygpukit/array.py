@@ -74,14 +74,17 @@ def _operators(code: int) -> tuple[Any, Any, Any]:
         o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
         if o is NotImplemented:
             return NotImplemented
-        return _wrap(backend.binary(code, self._impl, o, None), backend)
+        out = _object_new(GPUArray)  # _wrap inlined: this is the hottest path of the runtime
+        out._impl = backend.binary(code, self._impl, o)
+        out._backend = backend
+        return out
 
     def rop(self: GPUArray, other: Any) -> Any:
         backend = self._backend
         o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
         if o is NotImplemented:
             return NotImplemented
-        return _wrap(backend.binary(code, o, self._impl, None), backend)
+        return _wrap(backend.binary(code, o, self._impl), backend)
 
     def iop(self: GPUArray, other: Any) -> Any:
         backend = self._backend

@@ -321,7 +321,7 @@ class Backend(Protocol):
         ...
 
     # --- elementwise (issue 6; cpu_elementwise.py, _native.binary/unary/where) -----------
-    def binary(self, op: int, a: Any, b: Any, out: Any) -> Any:
+    def binary(self, op: int, a: Any, b: Any, out: Any = None) -> Any:
         """``a <op> b`` (``op`` a code of ``_elementwise_ops.BINARY_OPS``).
 
         ``a``/``b`` are impls or scalars (Python scalars weak, NumPy scalars strong; at least
@@ -331,7 +331,7 @@ class Backend(Protocol):
         """
         ...
 
-    def unary(self, op: int, a: Any, out: Any) -> Any:
+    def unary(self, op: int, a: Any, out: Any = None) -> Any:
         """``<op>(a)`` (``op`` a code of ``UNARY_OPS``).
 
         Integer inputs of math functions promote as NumPy's do (int8 -> float16,

@@ -287,7 +287,7 @@ def _resolve_binary(name: str, c0: str) -> tuple[str, str]:
     return c0, c0
 
 
-def binary(op: int, a: Any, b: Any, out: Any) -> np.ndarray:
+def binary(op: int, a: Any, b: Any, out: Any = None) -> np.ndarray:
     """``a <op> b`` (op a code of ``BINARY_OPS``); see ``Backend.binary``."""
     name = BINARY_OPS[op]
     x, y = _Operand(a, name), _Operand(b, name)
@@ -355,7 +355,7 @@ _UNARY_FN: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def unary(op: int, a: Any, out: Any) -> np.ndarray:
+def unary(op: int, a: Any, out: Any = None) -> np.ndarray:
     """``<op>(a)`` (op a code of ``UNARY_OPS``); see ``Backend.unary``."""
     name = UNARY_OPS[op]
     if name == "logical_not":
