@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/device.hpp"
+#include "core/driver.hpp"
 #include "core/launch.hpp"
 #include "jit/builtin.hpp"
 #include "ops/copy.hpp"
@@ -34,6 +35,27 @@ int sm_count(int device) {
     static int counts[kMaxDevices] = {0};
     if (counts[device] == 0) counts[device] = device_info(device).sm_count;
     return counts[device];
+}
+
+// How many 256-thread blocks of `f` one SM holds at once (registers and threads; shared memory
+// is small): splits are sized to one full wave, so no SM idles through a tail.
+long long blocks_per_sm(CUfunction f, int device) {
+    static std::mutex mutex;
+    static std::unordered_map<CUfunction, long long> cache;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = cache.find(f);
+    if (it != cache.end()) return it->second;
+    int regs = 32;
+    bind_device(device);
+    check(drv().cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, f), "cuFuncGetAttribute");
+    const DeviceInfo info = device_info(device);
+    // SM 8.6/8.7/8.9 and 12.x hold 1536 threads, 8.0/9.0/10.x 2048.
+    const bool small_sm = (info.sm_major == 8 && info.sm_minor > 0) || info.sm_major == 12;
+    const long long by_threads = (small_sm ? 1536 : 2048) / kThreads;
+    const long long regs_per_block =
+        static_cast<long long>((std::max(regs, 1) + 7) / 8 * 8) * kThreads;
+    const long long by_regs = std::max(1LL, 65536 / regs_per_block);
+    return cache[f] = std::min(by_threads, by_regs);
 }
 
 long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
@@ -226,8 +248,11 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
     const bool vec =
         p.I == 1 && !arg && isz >= 2 && p.src.data_ptr() % 16 == 0 && (p.R * isz) % 16 == 0;
     const long long V = vec ? 16 / isz : 1;
-    // Enough blocks for 8 per SM; each split keeps at least 16 steps of the block's threads.
-    const long long target = static_cast<long long>(sm_count(stream->device())) * 8;
+    // One full wave of blocks; each split keeps at least 16 steps of the block's threads.
+    const int device = stream->device();
+    const CUfunction first =
+        kernel("reduce", "reduce_" + op + "_" + kernel_suffix(in_type)).get(device);
+    const long long target = sm_count(device) * blocks_per_sm(first, device);
     const long long min_chunk = ty * 16 * V;
     long long S = 1;
     if (base < target) S = std::min(ceil_div(target, base), std::max(1LL, p.R / min_chunk));
