@@ -367,8 +367,16 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
         plan = &it->second;
         if (!plan->found) return false;
     }
-    BufferPtr& ws = state->workspaces[stream->id()];
-    if (!ws) ws = Buffer::allocate(device, kWorkspaceBytes, stream);
+    // The stream's workspace, made on its first uncaptured matmul. A block allocated while the
+    // stream is captured belongs to that graph's pool region (released with the graph), so it is
+    // used for this call only and never cached.
+    BufferPtr ws = state->workspaces[stream->id()];
+    if (!ws) {
+        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+        check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
+        ws = Buffer::allocate(device, kWorkspaceBytes, stream);
+        if (capture == CU_STREAM_CAPTURE_STATUS_NONE) state->workspaces[stream->id()] = ws;
+    }
     const float one32 = 1.0f, zero32 = 0.0f;
     const double one64 = 1.0, zero64 = 0.0;
     const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&one64) : &one32;

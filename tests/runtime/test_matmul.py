@@ -210,6 +210,26 @@ def test_shape_errors(gemm: str, rand: Callable[..., np.ndarray]) -> None:
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(64, 96, 128), (1024, 1024, 1024)])
+def test_matmul_in_graph_capture(gemm: str, rand: Callable[..., np.ndarray], shape: Any) -> None:
+    """A matmul captured on a fresh stream (its cuBLASLt workspace and any timing pass cannot
+    happen inside the capture) replays correctly."""
+    if gp.backend_name() != "cuda":
+        pytest.skip("needs the CUDA backend")
+    m, k, n = shape
+    a, b = rand((m, k), "bfloat16"), rand((k, n), "bfloat16")
+    stream = gp.Stream()
+    with stream:
+        ga, gb = gp.from_numpy(a), gp.from_numpy(b)
+    stream.synchronize()
+    with stream, gp.graph_capture() as graph:
+        out = ga @ gb
+    graph.replay(stream)
+    stream.synchronize()
+    _check(out, _ref(a, b), "bfloat16")
+
+
+@pytest.mark.gpu
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     if gp.backend_name() != "cuda":
         pytest.skip("needs the CUDA backend")
