@@ -22,7 +22,10 @@ idle ones to pinned host memory (``evictions``, ``spilled_bytes``) and copies
 them back before the next operation that uses them (``restores``), possibly at
 another address, so ``arr.data_ptr`` and DLPack exports of an evictable array
 are valid only until the pool next needs room. The arrays one operation uses
-must fit in device memory together. Other arrays are never moved.
+must fit in device memory together, and evictable arrays cannot be captured
+into a CUDA graph (``ValueError``). An operation that does not handle evictable
+arrays yet raises ``RuntimeError`` rather than read memory the pool moved.
+Other arrays are never moved.
 
 Pinned host memory, for the transfer engine's staging (``from_numpy(...,
 stream=)``, ``to_numpy(blocking=False)``), spills and :func:`pinned_empty`
