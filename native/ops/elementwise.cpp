@@ -122,6 +122,12 @@ PyTypeObject* array_type() {
     return t;
 }
 
+// The Array inside a Python object whose exact type is array_type() (no type-caster lookup).
+const Array& array_of(PyObject* p) {
+    auto* inst = reinterpret_cast<py::detail::instance*>(p);
+    return *static_cast<const Array*>(inst->get_value_and_holder().value_ptr());
+}
+
 std::string shape_text(const Dims& shape) {
     std::string s = "(";
     for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -143,7 +149,7 @@ Operand parse(py::handle h, const char* what) {
     PyObject* p = h.ptr();
     if (Py_TYPE(p) == array_type()) {
         o.kind = Operand::array;
-        o.arr = &h.cast<const Array&>();
+        o.arr = &array_of(p);
         o.dtype = o.arr->dtype();
         return o;
     }
@@ -333,7 +339,7 @@ const Array* check_out(py::handle out, const Dims& shape, D result, const char* 
                        int device) {
     if (out.is_none()) return nullptr;
     if (Py_TYPE(out.ptr()) != array_type()) throw py::type_error("out must be a GPUArray");
-    const Array* o = &out.cast<const Array&>();
+    const Array* o = &array_of(out.ptr());
     Dims joint = o->shape();
     if (!broadcast_into(joint, shape) || joint != o->shape()) {
         throw py::value_error("non-broadcastable output operand with shape " +
