@@ -401,6 +401,28 @@ Array softmax(const Array& a, int axis, bool log, const StreamPtr& stream) {
     return out;
 }
 
+namespace {
+
+// One cumsum_<in> launch over [rows, R, I]: rows (I == 1) in segments of seg_len, each segment's
+// total into `totals` when it is not 0.
+void launch_cumsum(DType in_type, uint64_t in, uint64_t out, long long rows, long long R,
+                   long long I, long long seg_len, uint64_t totals, const StreamPtr& stream) {
+    const int device = stream->device();
+    LaunchConfig c;
+    if (I > 1) {
+        c = launch_config_1d(static_cast<unsigned long long>(rows * I), device);
+    } else {
+        c.block[0] = kThreads;
+        c.grid[0] = grid_blocks(
+            std::min<long long>(rows * ceil_div(R, seg_len), sm_count(device) * 8LL), "cumsum");
+    }
+    const BuiltinKernel& k = kernel("scan", std::string("cumsum_") + kernel_suffix(in_type));
+    void* args[] = {&in, &out, &rows, &R, &I, &seg_len, &totals};
+    launch_kernel(k.get(device), c, *stream, args);
+}
+
+}  // namespace
+
 Array cumsum(const Array& a, int axis, const StreamPtr& stream) {
     check_axis(axis, a, "cumsum");
     const Array in = a.dtype() == DType::b1 ? a.view_dtype(DType::u8) : a;
@@ -410,18 +432,34 @@ Array cumsum(const Array& a, int axis, const StreamPtr& stream) {
     if (a.size() > 0) {
         long long O, R, I;
         split_axis(a.shape(), axis, O, R, I);
-        LaunchConfig c;
-        if (I > 1) {
-            c = launch_config_1d(static_cast<unsigned long long>(O * I), stream->device());
-        } else {
-            c.block[0] = kThreads;
-            c.grid[0] = static_cast<unsigned>(
-                std::min<long long>(O, static_cast<long long>(sm_count(stream->device())) * 8));
+        const int device = stream->device();
+        // Few long rows: cut them into segments so every SM scans (a block per segment), then
+        // scan the segment totals and add them back (three launches, a fixed order).
+        constexpr long long kTile = 256 * 8;
+        long long segs = 1;
+        if (I == 1 && O < sm_count(device) * 4LL && R > 4 * kTile) {
+            segs = std::min(ceil_div(sm_count(device) * 8LL, O), ceil_div(R, 2 * kTile));
         }
-        const BuiltinKernel& k = kernel("scan", std::string("cumsum_") + kernel_suffix(in.dtype()));
-        uint64_t in_ptr = src.data_ptr(), out_ptr = out.data_ptr();
-        void* args[] = {&in_ptr, &out_ptr, &O, &R, &I};
-        launch_kernel(k.get(stream->device()), c, *stream, args);
+        const long long seg_len = ceil_div(ceil_div(R, segs), kTile) * kTile;
+        segs = ceil_div(R, seg_len);
+        if (segs == 1) {
+            launch_cumsum(in.dtype(), src.data_ptr(), out.data_ptr(), O, R, I, R, 0, stream);
+        } else {
+            const DType acc = sum_acc(in.dtype());
+            Array totals = Array::empty({O, segs}, acc, stream);
+            Array offsets = Array::empty({O, segs}, acc, stream);
+            launch_cumsum(in.dtype(), src.data_ptr(), out.data_ptr(), O, R, 1, seg_len,
+                          totals.data_ptr(), stream);
+            launch_cumsum(acc, totals.data_ptr(), offsets.data_ptr(), O, segs, 1, segs, 0, stream);
+            const BuiltinKernel& add =
+                kernel("scan", std::string("cumsum_add_") + kernel_suffix(out_type));
+            uint64_t out_ptr = out.data_ptr(), off_ptr = offsets.data_ptr();
+            long long rows = O, len = seg_len;
+            void* args[] = {&out_ptr, &off_ptr, &rows, &R, &len};
+            launch_kernel(add.get(device),
+                          launch_config_1d(static_cast<unsigned long long>(O * R), device), *stream,
+                          args);
+        }
     }
     src.buffer()->used_on(stream);
     return out;

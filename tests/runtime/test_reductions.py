@@ -320,7 +320,14 @@ def test_softmax_stable_and_views(rand: Callable[..., np.ndarray]) -> None:
 @pytest.mark.parametrize("dtype", ALL)
 @pytest.mark.parametrize(
     ("shape", "axis"),
-    [((1000,), None), ((5, 301), 1), ((301, 5), 0), ((3, 4, 5), 1), ((3, 4), None)],
+    [
+        ((1000,), None),
+        ((5, 301), 1),
+        ((301, 5), 0),
+        ((3, 4, 5), 1),
+        ((3, 4), None),
+        ((3, 50_000), 1),
+    ],
 )
 def test_cumsum(
     rand: Callable[..., np.ndarray], dtype: str, shape: tuple[int, ...], axis: Any
