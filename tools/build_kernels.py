@@ -32,7 +32,9 @@ from _env_loader import load_environment
 KERNEL_ABI_VERSION = 1
 
 # Options every built-in kernel is compiled with, here and by the runtime's JIT fallback.
-BUILTIN_OPTIONS = ["-std=c++17", "--device-as-default-execution-space", "-lineinfo"]
+# No -lineinfo: it tripled the cubins (82 MB for six archs), and the runtime wheel must stay
+# under 15 MB. Add it locally (PYGPUKIT_KERNEL_LINEINFO=1) when profiling with source lines.
+BUILTIN_OPTIONS = ["-std=c++17", "--device-as-default-execution-space"]
 
 
 class Nvrtc:
@@ -118,6 +120,8 @@ def main() -> int:
         shutil.copy2(src, args.out / "src" / src.name)
         for arch in archs:
             opts = [f"--gpu-architecture=sm_{arch}", *BUILTIN_OPTIONS]
+            if os.environ.get("PYGPUKIT_KERNEL_LINEINFO") == "1":
+                opts.append("-lineinfo")
             opts += [f"-I{inc}" for inc in includes] + [f"-I{src.parent}"]
             jobs.append((src, arch, opts))
 
