@@ -186,6 +186,11 @@ def test_take_modes_and_errors(rand: Callable[..., np.ndarray]) -> None:
         gp.take(a, [0], axis=2)
     assert gp.take(a, np.zeros((0,), dtype=np.int64), axis=1).shape == (4, 0)
     np.testing.assert_array_equal(gp.take(a, [3], axis=0).to_numpy(), host[[3]])
+    out = gp.empty((4, 2), dtype="float64")
+    assert gp.take(a, [4, 0], axis=1, out=out) is out
+    np.testing.assert_array_equal(out.to_numpy(), host[:, [4, 0]].astype(np.float64))
+    with pytest.raises(ValueError):
+        gp.take(a, [4, 0], axis=1, out=gp.empty((2, 4)))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "bool", "float64"])

@@ -377,11 +377,13 @@ class GPUArray:
         """Inclusive prefix sum; see :func:`pygpukit.cumsum`."""
         return _reductions().cumsum(self, axis, dtype, out)
 
-    def take(self, indices: Any, axis: Any = None, mode: str = "raise") -> GPUArray:
+    def take(
+        self, indices: Any, axis: Any = None, out: Any = None, mode: str = "raise"
+    ) -> GPUArray:
         """Gather along ``axis``; see :func:`pygpukit.take`."""
         from .shape_ops import take
 
-        return take(self, indices, axis, mode)
+        return take(self, indices, axis, out, mode)
 
     def repeat(self, repeats: Any, axis: Any = None) -> GPUArray:
         """Repeat elements along ``axis``; see :func:`pygpukit.repeat`."""

@@ -224,17 +224,30 @@ def repeat(a: Any, repeats: Any, axis: int | None = None) -> GPUArray:
     if counts.ndim != 1 or counts.size != n:
         raise ValueError(f"repeat: {counts.size} counts for an axis of size {n}")
     indices = np.repeat(np.arange(n, dtype=np.int64), counts.astype(np.int64))
-    return take(a, indices, axis=ax)
+    return _take(a, indices, ax, "raise")
 
 
-def take(a: Any, indices: Any, axis: int | None = None, mode: str = "raise") -> GPUArray:
+def take(
+    a: Any, indices: Any, axis: int | None = None, out: Any = None, mode: str = "raise"
+) -> GPUArray:
     """Elements of ``a`` at ``indices`` along ``axis`` (of the flattened array when None).
 
     The result's shape is ``a.shape[:axis] + indices.shape + a.shape[axis+1:]``.
     ``mode``: ``"raise"`` (out-of-range is an ``IndexError``; negatives count from
-    the end), ``"wrap"`` or ``"clip"`` as NumPy. See the module doc for where
-    indices are checked.
+    the end), ``"wrap"`` or ``"clip"`` as NumPy; ``out`` receives the result (cast
+    to its dtype). See the module doc for where indices are checked.
     """
+    res = _take(a, indices, axis, mode)
+    if out is None:
+        return res
+    out = _check(out, "take")
+    if out.shape != res.shape:
+        raise ValueError(f"out has shape {out.shape}, the result has shape {res.shape}")
+    out._backend.copy_into(out._impl, res._impl)
+    return out
+
+
+def _take(a: Any, indices: Any, axis: int | None, mode: str) -> GPUArray:
     a = _check(a, "take")
     if mode not in ("raise", "wrap", "clip"):
         raise ValueError(f"take: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
