@@ -629,6 +629,7 @@ typedef __nv_bfloat16 bf16;
 #define PGK_NUMERIC(M, op, Op) PGK_FLOATS(M, op, Op) PGK_INTS(M, op, Op)
 #define PGK_ALL(M, op, Op) PGK_NUMERIC(M, op, Op) M(op, Op, b1)
 
+// clang-format off
 PGK_ALL(PGK_BIN, add, Add)
 PGK_NUMERIC(PGK_BIN, subtract, Sub)
 PGK_ALL(PGK_BIN, multiply, Mul)
@@ -656,23 +657,38 @@ PGK_INTS(PGK_BIN, right_shift, Shr)
 
 PGK_NUMERIC(PGK_UN, negative, Neg)
 PGK_NUMERIC(PGK_UN, abs, Abs)
-PGK_NUMERIC(PGK_UN, square, Square) PGK_NUMERIC(PGK_UN, sign, Sign) PGK_NUMERIC(PGK_UN, relu, Relu)
-    PGK_INTS(PGK_UN, invert, Invert) PGK_UN(invert, Invert, b1) PGK_FLOATS(PGK_UN, exp, Exp)
-        PGK_FLOATS(PGK_UN, exp2, Exp2) PGK_FLOATS(PGK_UN, log, Log) PGK_FLOATS(PGK_UN, log2, Log2)
-            PGK_FLOATS(PGK_UN, log10, Log10) PGK_FLOATS(PGK_UN, log1p, Log1p)
-                PGK_FLOATS(PGK_UN, expm1, Expm1) PGK_FLOATS(PGK_UN, sqrt, Sqrt)
-                    PGK_FLOATS(PGK_UN, rsqrt, Rsqrt) PGK_FLOATS(PGK_UN, reciprocal, Reciprocal)
-                        PGK_FLOATS(PGK_UN, sin, Sin) PGK_FLOATS(PGK_UN, cos, Cos)
-                            PGK_FLOATS(PGK_UN, tan, Tan) PGK_FLOATS(PGK_UN, tanh, Tanh) PGK_FLOATS(
-                                PGK_UN, sigmoid, Sigmoid) PGK_FLOATS(PGK_UN, gelu_tanh, GeluTanh)
-                                PGK_FLOATS(PGK_UN, gelu_erf, GeluErf) PGK_FLOATS(PGK_UN, silu, Silu)
-                                    PGK_FLOATS(PGK_UN, floor, Floor) PGK_FLOATS(PGK_UN, ceil, Ceil)
-                                        PGK_FLOATS(PGK_UN, round, Round) PGK_FLOATS(PGK_UN, trunc,
-                                                                                    Trunc)
+PGK_NUMERIC(PGK_UN, square, Square)
+PGK_NUMERIC(PGK_UN, sign, Sign)
+PGK_NUMERIC(PGK_UN, relu, Relu)
+PGK_INTS(PGK_UN, invert, Invert)
+PGK_UN(invert, Invert, b1)
+PGK_FLOATS(PGK_UN, exp, Exp)
+PGK_FLOATS(PGK_UN, exp2, Exp2)
+PGK_FLOATS(PGK_UN, log, Log)
+PGK_FLOATS(PGK_UN, log2, Log2)
+PGK_FLOATS(PGK_UN, log10, Log10)
+PGK_FLOATS(PGK_UN, log1p, Log1p)
+PGK_FLOATS(PGK_UN, expm1, Expm1)
+PGK_FLOATS(PGK_UN, sqrt, Sqrt)
+PGK_FLOATS(PGK_UN, rsqrt, Rsqrt)
+PGK_FLOATS(PGK_UN, reciprocal, Reciprocal)
+PGK_FLOATS(PGK_UN, sin, Sin)
+PGK_FLOATS(PGK_UN, cos, Cos)
+PGK_FLOATS(PGK_UN, tan, Tan)
+PGK_FLOATS(PGK_UN, tanh, Tanh)
+PGK_FLOATS(PGK_UN, sigmoid, Sigmoid)
+PGK_FLOATS(PGK_UN, gelu_tanh, GeluTanh)
+PGK_FLOATS(PGK_UN, gelu_erf, GeluErf)
+PGK_FLOATS(PGK_UN, silu, Silu)
+PGK_FLOATS(PGK_UN, floor, Floor)
+PGK_FLOATS(PGK_UN, ceil, Ceil)
+PGK_FLOATS(PGK_UN, round, Round)
+PGK_FLOATS(PGK_UN, trunc, Trunc)
 #define PGK_UN_B(op, Op, t) PGK_UN_R(op, Op, t, bool)
-                                            PGK_FLOATS(PGK_UN_B, isnan, IsNan)
-                                                PGK_FLOATS(PGK_UN_B, isinf, IsInf)
-                                                    PGK_FLOATS(PGK_UN_B, isfinite, IsFinite)
+PGK_FLOATS(PGK_UN_B, isnan, IsNan)
+PGK_FLOATS(PGK_UN_B, isinf, IsInf)
+PGK_FLOATS(PGK_UN_B, isfinite, IsFinite)
+// clang-format on
 
 #define PGK_WHERE(t)                                                                     \
     extern "C" __global__ void __launch_bounds__(256)                                    \
@@ -680,8 +696,7 @@ PGK_NUMERIC(PGK_UN, square, Square) PGK_NUMERIC(PGK_UN, sign, Sign) PGK_NUMERIC(
                   const EwLayout l, u64 n, int mode) {                                   \
         where_impl<t>(out, c, x, y, x_bits, y_bits, l, n, mode);                         \
     }
-                                                        PGK_WHERE(f64) PGK_WHERE(f32) PGK_WHERE(f16)
-                                                            PGK_WHERE(bf16)
-                                                                PGK_WHERE(i8) PGK_WHERE(i16)
-                                                                    PGK_WHERE(i32) PGK_WHERE(i64)
-                                                                        PGK_WHERE(u8) PGK_WHERE(b1)
+// clang-format off
+PGK_WHERE(f64) PGK_WHERE(f32) PGK_WHERE(f16) PGK_WHERE(bf16) PGK_WHERE(i8)
+PGK_WHERE(i16) PGK_WHERE(i32) PGK_WHERE(i64) PGK_WHERE(u8) PGK_WHERE(b1)
+    // clang-format on
