@@ -283,6 +283,7 @@ def _take(a: Any, indices: Any, axis: int | None, mode: str) -> GPUArray:
     if idx_arr is None:
         from .creation import from_numpy
 
+        assert host is not None  # indices from the host
         idx_arr = from_numpy(np.ascontiguousarray(host.reshape(-1), dtype=np.int64))
     else:
         # stays on the device: a cast kernel when needed, no host round trip
