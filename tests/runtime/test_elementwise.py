@@ -619,3 +619,38 @@ def test_grid_stride_rounds(rng: np.random.Generator) -> None:
     _check(gp.from_numpy(i8) + np.int8(1), i8 + np.int8(1))
     m = _data(rng, (3001, 3003), "float32")
     _check(gp.exp(gp.from_numpy(m).T), np.exp(m.T.astype(np.float64)), "float32")
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=7),
+    dtype=st.sampled_from(FLOATS),
+    op=st.sampled_from(["exp", "tanh", "sigmoid", "abs", "square", "silu"]),
+    transpose=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_property_unary_views(shape: Any, dtype: str, op: str, transpose: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    host = _data(rng, shape, dtype, -2, 2)
+    g = gp.from_numpy(host)
+    if transpose:
+        host, g = host.T, g.T
+    fn = UNARY_REF[op][0] if op in UNARY_REF else (lambda x: x / (1 + np.exp(-x)))
+    _check(getattr(gp, op)(g), fn(host.astype(np.float64)), dtype)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shapes=hnp.mutually_broadcastable_shapes(num_shapes=3, min_dims=0, max_dims=4, max_side=5),
+    dtype=st.sampled_from(ALL),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_property_where(shapes: Any, dtype: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    (sc, sx, sy), _ = shapes
+    c = np.asarray(_data(rng, sc, "bool"))
+    x, y = np.asarray(_data(rng, sx, dtype)), np.asarray(_data(rng, sy, dtype))
+    out = gp.where(gp.from_numpy(c), gp.from_numpy(x), gp.from_numpy(y))
+    ref = np.where(c, x, y)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    assert np.array_equal(out.to_numpy(), ref)
