@@ -287,8 +287,60 @@ def _resolve_binary(name: str, c0: str) -> tuple[str, str]:
     return c0, c0
 
 
+# Same-shape, same-dtype arrays of NumPy's native types skip the general resolution (the
+# result dtype is the operands' or bool, exactly what the rules above give).
+_FAST_TYPES = frozenset(
+    np.dtype(t) for t in ("float64", "float32", "int8", "int16", "int32", "int64", "uint8")
+)
+_FAST_ARITH: dict[int, Any] = {
+    BINARY_OPS.index(n): f
+    for n, f in (
+        ("add", np.add),
+        ("subtract", np.subtract),
+        ("multiply", np.multiply),
+        ("maximum", np.maximum),
+        ("minimum", np.minimum),
+    )
+}
+_FAST_CMP: dict[int, Any] = {
+    BINARY_OPS.index(n): f
+    for n, f in (
+        ("equal", np.equal),
+        ("not_equal", np.not_equal),
+        ("less", np.less),
+        ("less_equal", np.less_equal),
+        ("greater", np.greater),
+        ("greater_equal", np.greater_equal),
+    )
+}
+_new: Any = None
+
+
+def _fast(op: int, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    global _new
+    dt = a.dtype
+    if dt != b.dtype or dt not in _FAST_TYPES or a.shape != b.shape:
+        return None
+    if _new is None:
+        from .cpu import _new
+    f = _FAST_ARITH.get(op)
+    if f is not None:
+        res = _new(a.shape, dt)
+    else:
+        f = _FAST_CMP.get(op)
+        if f is None:
+            return None
+        res = _new(a.shape, np.bool_)
+    f(a, b, out=res)
+    return res
+
+
 def binary(op: int, a: Any, b: Any, out: Any = None) -> np.ndarray:
     """``a <op> b`` (op a code of ``BINARY_OPS``); see ``Backend.binary``."""
+    if out is None and a.__class__ is np.ndarray and b.__class__ is np.ndarray:
+        res = _fast(op, a, b)
+        if res is not None:
+            return res
     name = BINARY_OPS[op]
     x, y = _Operand(a, name), _Operand(b, name)
     _device_check((x, y), name)
