@@ -362,6 +362,20 @@ py::object finish(py::handle out, const Array* o, Array r, const StreamPtr& stre
     return py::reinterpret_borrow<py::object>(out);
 }
 
+// Whether `out` can be written directly: an input viewing its buffer in another layout (a[1:] +=
+// a[:-1], a += a[0]) would be read after being overwritten, so such results go through a
+// temporary, as NumPy's overlap handling does.
+bool writable_in_place(const Array* o, const Array* const* in, int nin) {
+    for (int k = 0; k < nin; ++k) {
+        if (in[k] && in[k]->buffer() == o->buffer() &&
+            !(in[k]->offset() == o->offset() && in[k]->shape() == o->shape() &&
+              in[k]->strides() == o->strides())) {
+            return false;
+        }
+    }
+    return true;
+}
+
 struct Resolved {
     int op;
     D compute;
@@ -484,7 +498,9 @@ py::object binary(int op, py::handle a_h, py::handle b_h, py::handle out) {
     std::optional<Array> hx, hy;
     const Array* in[2] = {as_dtype(*x, r.compute, hx, stream), as_dtype(*y, r.compute, hy, stream)};
     const Dims& run_shape = o ? o->shape() : shape;
-    Array target = (o && o->dtype() == r.result) ? *o : Array::empty(run_shape, r.result, stream);
+    Array target = (o && o->dtype() == r.result && writable_in_place(o, in, 2))
+                       ? *o
+                       : Array::empty(run_shape, r.result, stream);
     if (target.size() > 0) {
         if (target.size() > kMaxStridedElements) {
             for (int k = 0; k < 2; ++k) {
@@ -584,13 +600,15 @@ py::object unary(int op, py::handle a_h, py::handle out) {
         if (o == nullptr) return py::cast(std::move(r));
         return finish(out, o, materialize(r, run_shape, stream), stream);
     }
-    Array target = (o && o->dtype() == result) ? *o : Array::empty(run_shape, result, stream);
+    std::optional<Array> h;
+    const Array* in[1] = {as_dtype(a, compute, h, stream)};  // no copy on the constant path
+    Array target = (o && o->dtype() == result && writable_in_place(o, in, 1))
+                       ? *o
+                       : Array::empty(run_shape, result, stream);
     if (how == constant) {
         fill(target, py::bool_(constant_value), stream);
         return finish(out, o, std::move(target), stream);
     }
-    std::optional<Array> h;
-    const Array* in[1] = {as_dtype(a, compute, h, stream)};
     if (target.size() > 0) {
         if (target.size() > kMaxStridedElements &&
             (!in[0]->is_c_contiguous() || in[0]->shape() != run_shape ||
@@ -628,7 +646,9 @@ py::object where(py::handle cond_h, py::handle x_h, py::handle y_h, py::handle o
     const Array* in[3] = {as_dtype(c, D::b1, hc, stream), as_dtype(x, t, hx, stream),
                           as_dtype(y, t, hy, stream)};
     const Dims& run_shape = o ? o->shape() : shape;
-    Array target = (o && o->dtype() == t) ? *o : Array::empty(run_shape, t, stream);
+    Array target = (o && o->dtype() == t && writable_in_place(o, in, 3))
+                       ? *o
+                       : Array::empty(run_shape, t, stream);
     if (target.size() > 0) {
         if (target.size() > kMaxStridedElements) {
             std::optional<Array>* holders[3] = {&hc, &hx, &hy};

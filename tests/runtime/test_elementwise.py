@@ -654,3 +654,21 @@ def test_property_where(shapes: Any, dtype: str, seed: int) -> None:
     ref = np.where(c, x, y)
     assert out.shape == ref.shape and out.dtype == ref.dtype
     assert np.array_equal(out.to_numpy(), ref)
+
+
+def test_out_overlapping_inputs(rng: np.random.Generator) -> None:
+    """Outputs that share memory with an input in another layout give NumPy's results."""
+    a = _data(rng, (5, 7), "float32")
+    g = gp.from_numpy(a)
+    g += g[0]
+    np.testing.assert_allclose(g.to_numpy(), a + a[0], rtol=1e-6)
+    v = _data(rng, (1025,), "float32")
+    gv = gp.from_numpy(v)
+    gv[1:] += gv[:-1]
+    ref = v.copy()
+    ref[1:] += v[:-1]
+    np.testing.assert_allclose(gv.to_numpy(), ref, rtol=1e-6)
+    t = _data(rng, (6, 6), "float32")
+    gt = gp.from_numpy(t)
+    gp.exp(gt.T, out=gt)
+    np.testing.assert_allclose(gt.to_numpy(), np.exp(t.T), rtol=1e-5)
