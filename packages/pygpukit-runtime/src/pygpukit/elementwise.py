@@ -142,6 +142,9 @@ def _make_binary(name: str, doc: str) -> Any:
     code = BINARY[name]
 
     def fn(a: ArrayLike, b: ArrayLike, out: GPUArray | None = None) -> GPUArray:
+        if out is None and a.__class__ is GPUArray and b.__class__ is GPUArray:
+            backend = a._backend
+            return _wrap(backend.binary(code, a._impl, b._impl), backend)
         return _binary(code, a, b, out)
 
     fn.__name__ = fn.__qualname__ = name
@@ -153,6 +156,9 @@ def _make_unary(name: str, doc: str) -> Any:
     code = UNARY[name]
 
     def fn(a: ArrayLike, out: GPUArray | None = None) -> GPUArray:
+        if out is None and a.__class__ is GPUArray:
+            backend = a._backend
+            return _wrap(backend.unary(code, a._impl), backend)
         return _unary(code, a, out)
 
     fn.__name__ = fn.__qualname__ = name
