@@ -656,7 +656,8 @@ PGK_INTS(PGK_BIN, left_shift, Shl)
 PGK_INTS(PGK_BIN, right_shift, Shr)
 
 PGK_NUMERIC(PGK_UN, negative, Neg)
-PGK_NUMERIC(PGK_UN, abs, Abs)
+PGK_FLOATS(PGK_UN, abs, Abs)  // uint8 and bool: a copy, no kernel
+PGK_UN(abs, Abs, i8) PGK_UN(abs, Abs, i16) PGK_UN(abs, Abs, i32) PGK_UN(abs, Abs, i64)
 PGK_NUMERIC(PGK_UN, square, Square)
 PGK_NUMERIC(PGK_UN, sign, Sign)
 PGK_NUMERIC(PGK_UN, relu, Relu)
