@@ -629,6 +629,14 @@ typedef __nv_bfloat16 bf16;
 #define PGK_NUMERIC(M, op, Op) PGK_FLOATS(M, op, Op) PGK_INTS(M, op, Op)
 #define PGK_ALL(M, op, Op) PGK_NUMERIC(M, op, Op) M(op, Op, b1)
 
+#define PGK_WHERE(t)                                                                     \
+    extern "C" __global__ void __launch_bounds__(256)                                    \
+        where_##t(t* out, const bool* c, const t* x, const t* y, u64 x_bits, u64 y_bits, \
+                  const EwLayout l, u64 n, int mode) {                                   \
+        where_impl<t>(out, c, x, y, x_bits, y_bits, l, n, mode);                         \
+    }
+
+// One entry-point list per line, unformatted to the end of the file.
 // clang-format off
 PGK_ALL(PGK_BIN, add, Add)
 PGK_NUMERIC(PGK_BIN, subtract, Sub)
@@ -689,15 +697,5 @@ PGK_FLOATS(PGK_UN, trunc, Trunc)
 PGK_FLOATS(PGK_UN_B, isnan, IsNan)
 PGK_FLOATS(PGK_UN_B, isinf, IsInf)
 PGK_FLOATS(PGK_UN_B, isfinite, IsFinite)
-// clang-format on
-
-#define PGK_WHERE(t)                                                                     \
-    extern "C" __global__ void __launch_bounds__(256)                                    \
-        where_##t(t* out, const bool* c, const t* x, const t* y, u64 x_bits, u64 y_bits, \
-                  const EwLayout l, u64 n, int mode) {                                   \
-        where_impl<t>(out, c, x, y, x_bits, y_bits, l, n, mode);                         \
-    }
-// clang-format off
 PGK_WHERE(f64) PGK_WHERE(f32) PGK_WHERE(f16) PGK_WHERE(bf16) PGK_WHERE(i8)
 PGK_WHERE(i16) PGK_WHERE(i32) PGK_WHERE(i64) PGK_WHERE(u8) PGK_WHERE(b1)
-    // clang-format on
