@@ -375,6 +375,7 @@ def load_module(cubin: bytes, device: int) -> Any:
     raise DeviceNotSupportedError(_NEEDS_GPU.format(what="Custom CUDA kernels (gp.jit)"))
 
 
-from .cpu_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401  (issue 6 ops)
-from .cpu_linalg import matmul  # noqa: E402, F401  (issue 6: matmul)
-from .cpu_elementwise import binary, clip, unary, where  # noqa: E402, F401  (issue 6 ops)
+# The array ops live in one module per family; imported last because they use the helpers above.
+from .cpu_elementwise import binary, clip, unary, where  # noqa: E402, F401
+from .cpu_linalg import matmul  # noqa: E402, F401
+from .cpu_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401

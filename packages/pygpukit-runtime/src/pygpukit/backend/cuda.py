@@ -295,8 +295,9 @@ def load_module(cubin: bytes, device: int) -> Any:
     return _native.Module(cubin, device)
 
 
-from .cuda_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401  (issue 6 ops)
-from .cuda_linalg import matmul  # noqa: E402, F401  (issue 6: matmul)
+# The array ops live in one module per family; imported last because they use the helpers above.
+from .cuda_linalg import matmul  # noqa: E402, F401
+from .cuda_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401
 
 # --- elementwise (issue 6): one _native call each; see native/ops/elementwise.hpp ------------
 binary = _native.binary
