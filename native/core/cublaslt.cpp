@@ -284,9 +284,32 @@ bool cublaslt_supports(DType dtype) {
            dtype == DType::bf16;
 }
 
+BufferPtr cublaslt_workspace(const StreamPtr& stream) {
+    if (!cublaslt_loaded()) throw std::runtime_error("cuBLASLt is not loaded");
+    const int device = stream->device();
+    bind_device(device);
+    DeviceState* state;
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        state = &device_state(device);
+        auto it = state->workspaces.find(stream->id());
+        if (it != state->workspaces.end()) return it->second;
+    }
+    // A block allocated while the stream is captured belongs to that graph's pool region
+    // (released with the graph), so it is used for this call only and never kept.
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
+    BufferPtr ws = Buffer::allocate(device, kWorkspaceBytes, stream);
+    if (capture == CU_STREAM_CAPTURE_STATUS_NONE) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        state->workspaces[stream->id()] = ws;
+    }
+    return ws;
+}
+
 bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
                      const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
-                     int64_t batch_c, const StreamPtr& stream) {
+                     int64_t batch_c, const BufferPtr& workspace, const StreamPtr& stream) {
     if (!cublaslt_loaded()) throw std::runtime_error("cuBLASLt is not loaded");
     const int device = stream->device();
     const int item = itemsize(dtype);
@@ -367,16 +390,7 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
         plan = &it->second;
         if (!plan->found) return false;
     }
-    // The stream's workspace, made on its first uncaptured matmul. A block allocated while the
-    // stream is captured belongs to that graph's pool region (released with the graph), so it is
-    // used for this call only and never cached.
-    BufferPtr ws = state->workspaces[stream->id()];
-    if (!ws) {
-        CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-        check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
-        ws = Buffer::allocate(device, kWorkspaceBytes, stream);
-        if (capture == CU_STREAM_CAPTURE_STATUS_NONE) state->workspaces[stream->id()] = ws;
-    }
+    const Buffer* ws = workspace.get();
     const float one32 = 1.0f, zero32 = 0.0f;
     const double one64 = 1.0, zero64 = 0.0;
     const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&one64) : &one32;

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/buffer.hpp"
 #include "core/dtype.hpp"
 #include "core/stream.hpp"
 
@@ -38,11 +39,16 @@ struct LtOperand {
 // Whether cuBLASLt computes this dtype (float32, float16, bfloat16, float64).
 bool cublaslt_supports(DType dtype);
 
+// The stream's cuBLASLt workspace (kept from its first uncaptured matmul; a block allocated
+// while the stream is captured belongs to that graph's pool region and is not kept). Taken
+// before the operands are made resident: allocating it may spill an evictable operand.
+BufferPtr cublaslt_workspace(const StreamPtr& stream);
+
 // C[z] = A[z] @ B[z], z < batch: A (m x k), B (k x n), C row-major (m x n) with row stride ldc
 // and batch stride batch_c; fp32 accumulation for the half types, TF32 tensor cores for float32
 // only when tf32 is set. Returns false (nothing enqueued) when the heuristic finds no algorithm.
 bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
                      const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
-                     int64_t batch_c, const StreamPtr& stream);
+                     int64_t batch_c, const BufferPtr& workspace, const StreamPtr& stream);
 
 }  // namespace pgk

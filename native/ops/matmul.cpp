@@ -10,6 +10,7 @@
 #include "core/device.hpp"
 #include "core/driver.hpp"
 #include "core/launch.hpp"
+#include "core/residency.hpp"
 #include "jit/builtin.hpp"
 #include "ops/copy.hpp"
 #include "ops/fill.hpp"
@@ -31,11 +32,11 @@ constexpr int kTile = 128;
 constexpr long long kMaxGridZ = 65535;
 
 // How cuBLASLt can read a (rows x cols) operand with element strides (srow, scol): row-major
-// (cols contiguous), column-major (rows contiguous), or neither (false: copy it first).
+// (cols contiguous), column-major (rows contiguous), or neither (false: copy it first). The
+// address (op.ptr) is set by the caller once the operands are resident.
 bool lt_operand(const Array& x, int item, LtOperand& op) {
     const int64_t rows = x.shape()[1], cols = x.shape()[2];
     const int64_t srow = x.strides()[1] / item, scol = x.strides()[2] / item;
-    op.ptr = x.data_ptr();
     op.batch_stride = x.strides()[0] / item;
     if ((cols == 1 || scol == 1) && (rows == 1 || srow >= cols)) {
         op.col_major = false;
@@ -67,8 +68,14 @@ bool run_cublaslt(const Array& a, const Array& b, const Array& out, bool tf32,
         lt_operand(bc, item, lb);
     }
     if (batch == 1) la.batch_stride = lb.batch_stride = 0;
-    const bool ok =
-        cublaslt_matmul(a.dtype(), tf32, m, n, k, batch, la, lb, out.data_ptr(), n, m * n, stream);
+    // Every allocation of the call (copies above, the stream's workspace) before the operands are
+    // made resident together and their addresses read.
+    const BufferPtr workspace = cublaslt_workspace(stream);
+    make_resident(stream, {&ac, &bc, &out});
+    la.ptr = ac.data_ptr();
+    lb.ptr = bc.data_ptr();
+    const bool ok = cublaslt_matmul(a.dtype(), tf32, m, n, k, batch, la, lb, out.data_ptr(), n,
+                                    m * n, workspace, stream);
     ac.buffer()->used_on(stream);
     bc.buffer()->used_on(stream);
     return ok;
@@ -135,6 +142,7 @@ const BuiltinKernel& own_kernel(DType dtype, bool tf32, bool fast) {
 
 void run_own(const Array& a, const Array& b, const Array& out, bool tf32, const StreamPtr& stream) {
     const int item = a.itemsize();
+    make_resident(stream, {&a, &b, &out});
     GemmParams p{};
     p.a = a.data_ptr();
     p.b = b.data_ptr();

@@ -11,6 +11,7 @@
 #include "core/device.hpp"
 #include "core/driver.hpp"
 #include "core/launch.hpp"
+#include "core/residency.hpp"
 #include "jit/builtin.hpp"
 #include "ops/copy.hpp"
 #include "ops/strided.hpp"
@@ -161,6 +162,7 @@ Plan plan_reduction(const Array& a, const std::vector<bool>& reduced, const Stre
             src_strides.push_back(d.stride);
         }
         Array packed_copy = Array::empty(shape, src.dtype(), stream);
+        make_resident(stream, {&packed_copy, &src});
         strided_copy(packed_copy.data_ptr(), packed_copy.strides(), src.data_ptr(), src_strides,
                      shape, src.itemsize(), *stream);
         src.buffer()->used_on(stream);
@@ -245,8 +247,11 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
     const int tx = columns_per_block(p.I);
     const int ty = threads_along(p.R, tx);
     const long long base = ceil_div(p.O, kThreads / (tx * ty)) * ceil_div(p.I, tx);
-    const bool vec =
-        p.I == 1 && !arg && isz >= 2 && p.src.data_ptr() % 16 == 0 && (p.R * isz) % 16 == 0;
+    // The alignment from the buffer's current address without reading data_ptr() (not resident
+    // yet): pool blocks are 512-byte aligned wherever a restore puts them, and external buffers
+    // never move, so the address modulo 16 is fixed.
+    const bool vec = p.I == 1 && !arg && isz >= 2 &&
+                     (p.src.buffer()->ptr() + p.src.offset()) % 16 == 0 && (p.R * isz) % 16 == 0;
     const long long V = vec ? 16 / isz : 1;
     // One full wave of blocks; each split keeps at least 16 steps of the block's threads.
     const int device = stream->device();
@@ -264,7 +269,6 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
     Launch l;
     l.op = op;
     l.in_type = in_type;
-    l.in = p.src.data_ptr();
     l.center = center;
     l.acc = acc;
     l.O = p.O;
@@ -278,6 +282,11 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
     Array out = Array::empty({p.O * p.I}, acc, stream);
     // Index outputs only for argmax/argmin (otherwise `out` stands in and is never written).
     Array out_idx = arg ? Array::empty({p.O * p.I}, DType::i64, stream) : out;
+    // Partials for S > 1 (otherwise `out` stands in), allocated before any address is read.
+    Array part = S > 1 ? Array::empty({p.O * S * p.I}, acc, stream) : out;
+    Array part_idx = arg && S > 1 ? Array::empty({p.O * S * p.I}, DType::i64, stream) : part;
+    make_resident(stream, {&p.src, &out, &out_idx, &part, &part_idx});
+    l.in = p.src.data_ptr();
     if (S == 1) {
         l.out = out.data_ptr();
         l.out_idx = arg ? out_idx.data_ptr() : 0;
@@ -285,8 +294,6 @@ std::pair<Array, Array> run(const Plan& p, const std::string& op, DType acc, uin
         l.post = post;
         launch_reduce(l, *stream);
     } else {
-        Array part = Array::empty({p.O * S * p.I}, acc, stream);
-        Array part_idx = arg ? Array::empty({p.O * S * p.I}, DType::i64, stream) : part;
         l.out = part.data_ptr();
         l.out_idx = arg ? part_idx.data_ptr() : 0;
         launch_reduce(l, *stream);
@@ -384,6 +391,7 @@ Array softmax(const Array& a, int axis, bool log, const StreamPtr& stream) {
     const Array src = contiguous(a, stream);
     Array out = Array::empty(a.shape(), a.dtype(), stream);
     if (a.size() > 0) {
+        make_resident(stream, {&src, &out});
         long long O, R, I;
         split_axis(a.shape(), axis, O, R, I);
         int tx = columns_per_block(I);
@@ -443,11 +451,13 @@ Array cumsum(const Array& a, int axis, const StreamPtr& stream) {
         const long long seg_len = ceil_div(ceil_div(R, segs), kTile) * kTile;
         segs = ceil_div(R, seg_len);
         if (segs == 1) {
+            make_resident(stream, {&src, &out});
             launch_cumsum(in.dtype(), src.data_ptr(), out.data_ptr(), O, R, I, R, 0, stream);
         } else {
             const DType acc = sum_acc(in.dtype());
             Array totals = Array::empty({O, segs}, acc, stream);
             Array offsets = Array::empty({O, segs}, acc, stream);
+            make_resident(stream, {&src, &out, &totals, &offsets});
             launch_cumsum(in.dtype(), src.data_ptr(), out.data_ptr(), O, R, 1, seg_len,
                           totals.data_ptr(), stream);
             launch_cumsum(acc, totals.data_ptr(), offsets.data_ptr(), O, segs, 1, segs, 0, stream);
@@ -482,6 +492,7 @@ Array take(const Array& a, const Array& indices, int axis, int mode, const Strea
     const Array src = contiguous(a, stream);
     const Array idx = contiguous(indices, stream);
     const BuiltinKernel& k = kernel("gather", "take_" + std::to_string(a.itemsize()));
+    make_resident(stream, {&src, &idx, &out});
     uint64_t in_ptr = src.data_ptr(), idx_ptr = idx.data_ptr(), out_ptr = out.data_ptr();
     int m = mode;
     void* args[] = {&in_ptr, &idx_ptr, &out_ptr, &O, &N, &K, &I, &m};
