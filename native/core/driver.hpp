@@ -43,6 +43,7 @@ namespace pgk {
     X(cuMemcpyAsync, 4000)                      \
     X(cuMemcpyHtoDAsync, 3020)                  \
     X(cuMemcpyDtoHAsync, 3020)                  \
+    X(cuPointerGetAttribute, 4000)              \
     X(cuMemcpyPeerAsync, 4000)                  \
     X(cuStreamCreateWithPriority, 5050)         \
     X(cuStreamDestroy, 4000)                    \

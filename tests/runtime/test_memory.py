@@ -197,7 +197,7 @@ _P = ctypes.POINTER
 
 
 class _Api(ctypes.Structure):
-    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 3)."""
+    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 4)."""
 
     _fields_ = [
         ("version", ctypes.c_uint32),
@@ -238,7 +238,7 @@ def _last_error(api: _Api) -> str:
 
 def test_c_api_capsule_allocates_dispatches_and_transfers_on_the_host() -> None:
     api = _c_api()
-    assert api.version == 3 and api.struct_size == ctypes.sizeof(_Api)
+    assert api.version == 4 and api.struct_size == ctypes.sizeof(_Api)
     block = _Block()
     assert api.pool_alloc(HOST, 1000, 0, 0, ctypes.byref(block)) == 0
     assert block.id != 0 and block.size >= 1000
@@ -257,6 +257,19 @@ def test_c_api_capsule_allocates_dispatches_and_transfers_on_the_host() -> None:
     assert api.pool_alloc(HOST, 8 * MIB, 0, 0, ctypes.byref(_Block())) == 2  # LIMIT_EXCEEDED
     assert "requested 8388608 bytes" in _last_error(api)
     memory.set_limit(None, device=HOST)
+
+    # PGK_ALLOC_NO_WAIT (2): only a cached block, else PGK_WOULD_BLOCK (6) with nothing changed.
+    memory.empty_cache(HOST)
+    reserved = memory.stats(HOST)["reserved_bytes"]
+    assert api.pool_alloc(HOST, 40 * MIB, 0, 2, ctypes.byref(_Block())) == 6
+    assert memory.stats(HOST)["reserved_bytes"] == reserved
+    big = _Block()
+    assert api.pool_alloc(HOST, 40 * MIB, 0, 0, ctypes.byref(big)) == 0
+    api.pool_free(big.id, 0)
+    again = _Block()
+    assert api.pool_alloc(HOST, 40 * MIB, 0, 2, ctypes.byref(again)) == 0
+    assert again.ptr == big.ptr
+    api.pool_free(again.id, 0)
 
     ticket = ctypes.c_uint64()
     assert api.dispatch_begin(HOST, 0, ctypes.byref(ticket)) == 0

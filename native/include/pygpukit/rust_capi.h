@@ -22,7 +22,9 @@ extern "C" {
 #endif
 
 #define PGK_CAPI_CAPSULE_NAME "pygpukit._rust._C_API"
-#define PGK_CAPI_VERSION 3u /* 2: transfer engine functions appended; 3: pool_touch_all */
+/* 2: transfer engine functions appended; 3: pool_touch_all; 4: PGK_ALLOC_NO_WAIT and
+   PGK_WOULD_BLOCK */
+#define PGK_CAPI_VERSION 4u
 
 typedef uint64_t pgk_stream; /* CUstream as an integer; 0 is the legacy default stream */
 typedef uint64_t pgk_event;  /* CUevent as an integer */
@@ -34,7 +36,8 @@ typedef enum pgk_status {
     PGK_LIMIT_EXCEEDED = 2, /* a global or partition limit refused the request */
     PGK_BACKEND_ERROR = 3,  /* a backend call failed; last_error() has the CUresult and text */
     PGK_INVALID_ARGUMENT = 4, /* e.g. an unknown block id */
-    PGK_NO_BACKEND = 5        /* no device backend registered for this device */
+    PGK_NO_BACKEND = 5,       /* no device backend registered for this device */
+    PGK_WOULD_BLOCK = 6       /* PGK_ALLOC_NO_WAIT and no cached block fits (no error text) */
 } pgk_status;
 
 /* transfer_submit directions */
@@ -43,6 +46,10 @@ typedef enum pgk_status {
 
 /* pool_alloc flags */
 #define PGK_ALLOC_EVICTABLE 0x1u /* may be spilled to pinned host memory under pressure */
+/* Only a cached block (no backend allocation, release, spill or host wait): PGK_WOULD_BLOCK
+   otherwise, with nothing changed. Lets a caller that holds the GIL try first and release it only
+   for the call that may wait. */
+#define PGK_ALLOC_NO_WAIT 0x2u
 
 /*
  * The device backend _native implements over the CUDA driver. Each function

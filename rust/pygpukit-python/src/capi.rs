@@ -18,7 +18,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
 pub const CAPSULE_NAME: &CStr = c"pygpukit._rust._C_API";
-pub const PGK_CAPI_VERSION: u32 = 3;
+pub const PGK_CAPI_VERSION: u32 = 4;
 
 pub type PgkStatus = c_int;
 pub const PGK_OK: PgkStatus = 0;
@@ -27,8 +27,10 @@ pub const PGK_LIMIT_EXCEEDED: PgkStatus = 2;
 pub const PGK_BACKEND_ERROR: PgkStatus = 3;
 pub const PGK_INVALID_ARGUMENT: PgkStatus = 4;
 pub const PGK_NO_BACKEND: PgkStatus = 5;
+pub const PGK_WOULD_BLOCK: PgkStatus = 6;
 
 pub const PGK_ALLOC_EVICTABLE: u32 = 0x1;
+pub const PGK_ALLOC_NO_WAIT: u32 = 0x2;
 
 pub const PGK_HOST_TO_DEVICE: i32 = 0;
 pub const PGK_DEVICE_TO_HOST: i32 = 1;
@@ -135,6 +137,7 @@ pub fn status_of(err: &RuntimeError) -> PgkStatus {
         RuntimeError::Pool(PoolError::Alloc(a)) => match a.kind {
             AllocErrorKind::OutOfMemory => PGK_OUT_OF_MEMORY,
             AllocErrorKind::LimitExceeded => PGK_LIMIT_EXCEEDED,
+            AllocErrorKind::WouldBlock => PGK_WOULD_BLOCK,
             AllocErrorKind::Backend(_) => PGK_BACKEND_ERROR,
         },
         RuntimeError::Pool(PoolError::Backend(_)) => PGK_BACKEND_ERROR,
@@ -179,6 +182,9 @@ pub fn describe(err: &RuntimeError) -> String {
             let what = match &a.kind {
                 AllocErrorKind::OutOfMemory => "out of device memory".to_string(),
                 AllocErrorKind::LimitExceeded => "memory limit exceeded".to_string(),
+                AllocErrorKind::WouldBlock => {
+                    "no cached block fits (no-wait allocation)".to_string()
+                }
                 AllocErrorKind::Backend(e) => e.to_string(),
             };
             let partition = a
@@ -347,12 +353,18 @@ unsafe extern "C" fn pool_alloc(
     }
     let options = AllocOptions {
         evictable: flags & PGK_ALLOC_EVICTABLE != 0,
+        no_wait: flags & PGK_ALLOC_NO_WAIT != 0,
     };
     match runtime().alloc(device, nbytes, stream, options) {
         Ok(b) => {
             write_block(out, b);
             PGK_OK
         }
+        // A no-wait miss is the caller's cue to retry without the GIL, not an error: no text.
+        Err(RuntimeError::Pool(PoolError::Alloc(AllocError {
+            kind: AllocErrorKind::WouldBlock,
+            ..
+        }))) => PGK_WOULD_BLOCK,
         Err(e) => status_of(&e),
     }
 }

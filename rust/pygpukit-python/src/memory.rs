@@ -363,7 +363,10 @@ fn allocate_block(
     evictable: bool,
     partition: PartitionId,
 ) -> PyResult<Block> {
-    let options = AllocOptions { evictable };
+    let options = AllocOptions {
+        evictable,
+        ..AllocOptions::default()
+    };
     let b = py
         .detach(|| runtime().alloc_in(device, nbytes, stream, options, partition))
         .map_err(|e| to_py_err(py, e))?;

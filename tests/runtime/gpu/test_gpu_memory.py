@@ -182,6 +182,64 @@ def test_async_upload_and_download_through_the_transfer_engine(fresh_pool, make)
     assert memory.stats(0)["transfer_staging_bytes"] > 0, "the transfer engine staged nothing"
 
 
+def test_large_blocking_to_numpy_goes_through_the_pinned_pipeline(fresh_pool, make) -> None:
+    """Blocking to_numpy of 1 MiB+ into pageable memory: 16 MiB chunks through staging, exact."""
+    host = make((300 * MIB // 4 + 5,), "float32")  # many chunks, a short last one
+    arr = gp.from_numpy(host)
+    staged = memory.stats(0)["transfer_staging_bytes"]
+    assert np.array_equal(arr.to_numpy(), host)
+    assert memory.stats(0)["transfer_staging_bytes"] >= staged
+    assert memory.stats(0)["transfer_staging_bytes"] > 0, "the download staged nothing"
+    # A strided view and an evictable array take the same path (packed / private copy first).
+    view = arr[1::3]
+    assert np.array_equal(view.to_numpy(), host[1::3])
+    ev = gp.from_numpy(host[: 5 * MIB], evictable=True)
+    assert np.array_equal(ev.to_numpy(), host[: 5 * MIB])
+    # The download is ordered after work on the array's stream.
+    stream = gp.Stream()
+    other = gp.empty(host.shape, "float32", stream=stream)
+    other.fill(3.0, stream=stream)
+    assert np.array_equal(other.to_numpy(stream=stream), np.full(host.shape, 3.0, np.float32))
+
+
+def test_to_numpy_out_fills_pinned_and_pageable_arrays(fresh_pool, make) -> None:
+    for n in (1000, 3 * MIB + 7):
+        host = make((n,), "float32")
+        arr = gp.from_numpy(host)
+        pinned = memory.pinned_empty((n,), "float32")
+        assert arr.to_numpy(out=pinned) is pinned
+        assert np.array_equal(pinned, host)
+        pageable = np.empty((n,), np.float32)
+        assert arr.to_numpy(out=pageable) is pageable
+        assert np.array_equal(pageable, host)
+        later = np.empty((n,), np.float32)
+        assert arr.to_numpy(blocking=False, out=later).result() is later
+        assert np.array_equal(later, host)
+    with pytest.raises(ValueError):
+        arr.to_numpy(out=np.empty((n + 1,), np.float32))
+    with pytest.raises(TypeError):
+        arr.to_numpy(out=np.empty((n,), np.float64))
+
+
+def test_fast_empty_takes_the_current_device_stream_and_flags(fresh_pool) -> None:
+    native = select.native()
+    a = native.empty((2, 3), "float16")
+    assert (a.shape, a.dtype, a.device, a.evictable) == ((2, 3), "float16", gp.get_device(), False)
+    stream = gp.Stream()
+    b = native.empty((4,), "bfloat16", 0, stream._impl, True)
+    assert (b.evictable, b.stream == stream._impl) == (True, True)
+    assert native.empty((0,), "int8").nbytes == 0
+    with pytest.raises(ValueError):
+        native.empty((2, -1), "float32")
+    with pytest.raises(TypeError):
+        native.empty((2,), "complex64")
+    before = memory.stats(0)["alloc_count"]
+    del a
+    for _ in range(100):  # cached blocks: the no-wait fast path
+        gp.empty((1 << 18,), "uint8")
+    assert memory.stats(0)["alloc_count"] >= before + 100
+
+
 def test_pinned_empty_is_pinned_pool_memory_and_round_trips(fresh_pool, make) -> None:
     before = memory.stats(0)["pinned_reserved_bytes"]
     pinned = memory.pinned_empty((1000, 250), "float32")

@@ -34,6 +34,17 @@ def normalize_shape(shape: Any) -> Shape:
 
     ``TypeError`` for non-integers, ``ValueError`` for negative sizes.
     """
+    # Fast path for what nearly every call passes, a tuple of non-negative Python ints or one
+    # such int (``type(...) is int`` excludes bool): ~0.1 us instead of ~0.7 us through the
+    # general validation below, which gives the same result and handles everything else.
+    if type(shape) is tuple:
+        for d in shape:
+            if type(d) is not int or d < 0:
+                break
+        else:
+            return shape
+    elif type(shape) is int and shape >= 0:
+        return (shape,)
     if isinstance(shape, (bool,)) or shape is None:
         raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}")
     try:

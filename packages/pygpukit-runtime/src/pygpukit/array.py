@@ -466,13 +466,29 @@ class GPUArray:
         return _wrap(self._backend.astype(self._impl, NAMES[dt]), self._backend)
 
     @overload
-    def to_numpy(self, stream: Any = None, blocking: Literal[True] = True) -> np.ndarray: ...
+    def to_numpy(
+        self,
+        stream: Any = None,
+        blocking: Literal[True] = True,
+        *,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray: ...
 
     @overload
-    def to_numpy(self, stream: Any = None, *, blocking: Literal[False]) -> Future[np.ndarray]: ...
+    def to_numpy(
+        self, stream: Any = None, *, blocking: Literal[False], out: np.ndarray | None = None
+    ) -> Future[np.ndarray]: ...
 
-    def to_numpy(self, stream: Any = None, blocking: bool = True) -> Any:
+    def to_numpy(
+        self, stream: Any = None, blocking: bool = True, *, out: np.ndarray | None = None
+    ) -> Any:
         """Copy to a new NumPy array (waits for the data; a sync point).
+
+        ``out``: copy into this NumPy array instead (same shape and dtype,
+        C-contiguous, writeable) and return it. A page-locked one, such as
+        ``gp.memory.pinned_empty(a.shape, a.dtype)``, is written by the copy
+        engine directly at full bus speed; pageable memory of 1 MiB and more goes
+        through the transfer engine's pinned pipeline.
 
         ``blocking=False`` returns a :class:`concurrent.futures.Future` at once
         instead: the copy starts after the work enqueued on ``stream`` (default:
@@ -481,9 +497,22 @@ class GPUArray:
         has landed. The future keeps this array's data alive until then.
         """
         stream_impl = None if stream is None else stream._impl
+        if out is not None:
+            self._check_out(out)
         if blocking:
-            return self._backend.to_numpy(self._impl, stream_impl)
-        return self._backend.to_numpy_async(self._impl, stream_impl)
+            return self._backend.to_numpy(self._impl, stream_impl, out)
+        return self._backend.to_numpy_async(self._impl, stream_impl, out)
+
+    def _check_out(self, out: Any) -> None:
+        """``out`` of ``to_numpy``: a writeable C-contiguous ndarray of this shape and dtype."""
+        if not isinstance(out, np.ndarray):
+            raise TypeError(f"to_numpy: out must be a numpy.ndarray, got {type(out).__name__}")
+        if out.dtype != self.dtype:
+            raise TypeError(f"to_numpy: out has dtype {out.dtype}, the array {self.dtype}")
+        if out.shape != self.shape:
+            raise ValueError(f"to_numpy: out has shape {out.shape}, the array {self.shape}")
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise ValueError("to_numpy: out must be C-contiguous and writeable")
 
     @property
     def evictable(self) -> bool:

@@ -95,11 +95,42 @@ def empty(
     change then: ``data_ptr`` and DLPack exports are valid until the pool next
     needs room. See :mod:`pygpukit.memory`.
     """
+    # The allocation hot path (gp.empty + drop is benchmarked against PyTorch's allocator): no
+    # helper calls beyond the shape check, the dtype name cached per dtype argument, and
+    # device=None passed through so the backend takes the current device itself instead of a
+    # get_device() round trip.
     dims = _indexing.normalize_shape(shape)
-    dt = _dtype_for(dtype, float32)
+    try:
+        name = _EMPTY_NAMES[dtype]
+    except (KeyError, TypeError):
+        name = _dtype_name(dtype)
     b = _backend()
-    impl = b.empty(dims, NAMES[dt], _target(b, device), _stream_impl(stream), bool(evictable))
-    return _wrap(impl, b)
+    impl = b.empty(
+        dims,
+        name,
+        None if device is None else _target(b, device),
+        None if stream is None else stream._impl,
+        evictable,
+    )
+    out = _object_new(GPUArray)
+    out._impl = impl
+    out._backend = b
+    return out
+
+
+_object_new = object.__new__
+# dtype argument -> NumPy name for ``empty`` (hashable arguments only); None is float32.
+_EMPTY_NAMES: dict[Any, str] = {None: "float32"}
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = NAMES[normalize(dtype)]
+    try:
+        if len(_EMPTY_NAMES) < 256:
+            _EMPTY_NAMES[dtype] = name
+    except TypeError:  # an unhashable dtype-like: no caching
+        pass
+    return name
 
 
 def full(

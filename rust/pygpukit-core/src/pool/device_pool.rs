@@ -37,6 +37,9 @@ pub enum AllocErrorKind {
     OutOfMemory,
     /// The global limit or a partition quota refused the request.
     LimitExceeded,
+    /// `AllocOptions::no_wait` and no cached range fits: the caller retries
+    /// without the flag (where waiting is allowed). Not an out-of-memory.
+    WouldBlock,
     Backend(BackendError),
 }
 
@@ -83,6 +86,11 @@ pub struct BlockRef {
 pub struct AllocOptions {
     /// May be spilled to pinned host memory under pressure; `touch` before use.
     pub evictable: bool,
+    /// Only a cached range may be handed out (steps 1-3): no backend allocation,
+    /// no release, no spill, nothing that waits on the host. On a miss the call
+    /// fails with [`AllocErrorKind::WouldBlock`] and changes nothing. The C++ side
+    /// tries this with the GIL held and releases the GIL only for the full call.
+    pub no_wait: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -212,10 +220,14 @@ impl DevicePool {
         partition: PartitionId,
     ) -> Result<BlockRef, AllocError> {
         let size = round_request(nbytes);
+        if options.no_wait && self.partitions.check(partition, size).is_err() {
+            // The quota would have to spill: that waits.
+            return Err(self.would_block(nbytes));
+        }
         let id = self.new_id();
         self.charge_partition(partition, size, nbytes, None)?;
         let graph = self.capturing.get(&stream).copied();
-        let (ptr, given) = match self.obtain(size, nbytes, stream, graph, id) {
+        let (ptr, given) = match self.obtain(size, nbytes, stream, graph, id, options.no_wait) {
             Ok(v) => v,
             Err(e) => {
                 self.partitions.release(partition, size);
@@ -285,6 +297,16 @@ impl DevicePool {
         }
     }
 
+    fn would_block(&self, requested: u64) -> AllocError {
+        AllocError {
+            kind: AllocErrorKind::WouldBlock,
+            requested,
+            in_use: self.stats.reserved_bytes,
+            limit: self.limit,
+            partition: None,
+        }
+    }
+
     fn backend_failure(&self, e: BackendError, requested: u64) -> AllocError {
         AllocError {
             kind: AllocErrorKind::Backend(e),
@@ -304,6 +326,7 @@ impl DevicePool {
         stream: Stream,
         graph: Option<GraphPoolId>,
         id: u64,
+        no_wait: bool,
     ) -> Result<(DevPtr, u64), AllocError> {
         let kind = kind_of(size);
         loop {
@@ -312,6 +335,9 @@ impl DevicePool {
                 .map_err(|e| self.backend_failure(e, requested))?;
             if let Some(ptr) = cached {
                 return Ok((ptr, self.take(ptr, size, id)));
+            }
+            if no_wait {
+                return Err(self.would_block(requested));
             }
             let room = self
                 .limit
@@ -544,7 +570,7 @@ impl DevicePool {
     ) -> Result<BlockRef, PoolError> {
         self.charge_partition(a.partition, a.size, a.size, Some(id))
             .map_err(PoolError::Alloc)?;
-        let (ptr, given) = match self.obtain(a.size, a.size, stream, None, id) {
+        let (ptr, given) = match self.obtain(a.size, a.size, stream, None, id, false) {
             Ok(v) => v,
             Err(e) => {
                 self.partitions.release(a.partition, a.size);

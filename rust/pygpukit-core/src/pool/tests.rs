@@ -21,7 +21,10 @@ fn plain() -> AllocOptions {
 }
 
 fn evictable() -> AllocOptions {
-    AllocOptions { evictable: true }
+    AllocOptions {
+        evictable: true,
+        ..AllocOptions::default()
+    }
 }
 
 fn overlaps(a: &BlockRef, b: &BlockRef) -> bool {
@@ -79,6 +82,38 @@ fn same_stream_reuses_at_once_other_streams_after_a_fence() {
         fake.waits().is_empty(),
         "policy: no stream_wait_event, only completed fences"
     );
+}
+
+#[test]
+fn no_wait_takes_only_cached_ranges_and_a_miss_changes_nothing() {
+    let (fake, mut p) = pool(1 << 30);
+    let no_wait = AllocOptions {
+        no_wait: true,
+        ..AllocOptions::default()
+    };
+    let err = p.alloc(4 * MIB, 1, no_wait, 0).unwrap_err();
+    assert_eq!(err.kind, AllocErrorKind::WouldBlock);
+    assert_eq!(
+        p.stats().reserved_bytes,
+        0,
+        "no segment allocated on a miss"
+    );
+    assert_eq!(p.stats().oom_count, 0, "a miss is not an out-of-memory");
+    let a = p.alloc(4 * MIB, 1, plain(), 0).unwrap();
+    p.free(a.id, 1).unwrap();
+    let b = p.alloc(4 * MIB, 1, no_wait, 0).unwrap();
+    assert_eq!(a.ptr, b.ptr, "the cached range of its own stream");
+    p.free(b.id, 1).unwrap();
+    let err = p.alloc(4 * MIB, 2, no_wait, 0).unwrap_err();
+    assert_eq!(
+        err.kind,
+        AllocErrorKind::WouldBlock,
+        "another stream's range is pending"
+    );
+    fake.complete_stream(1);
+    let c = p.alloc(4 * MIB, 2, no_wait, 0).unwrap();
+    assert_eq!(c.ptr, a.ptr, "cleared once the fence completed");
+    assert_eq!(p.stats().active_blocks, 1);
 }
 
 #[test]
@@ -440,7 +475,15 @@ proptest! {
         for op in ops {
             match op {
                 Op::Alloc { size, stream, evictable } => {
-                    if let Ok(b) = p.alloc(size, stream, AllocOptions { evictable }, 0) {
+                    if let Ok(b) = p.alloc(
+                        size,
+                        stream,
+                        AllocOptions {
+                            evictable,
+                            ..AllocOptions::default()
+                        },
+                        0,
+                    ) {
                         prop_assert!(b.size >= size);
                         for l in &live {
                             prop_assert!(!overlaps(&b, &l.block) || is_evicted(&p, l.block.id), "handed out twice");

@@ -228,11 +228,14 @@ class Backend(Protocol):
         self,
         shape: Shape,
         dtype: str,
-        device: int,
+        device: int | None,
         stream: StreamImpl | None,
         evictable: bool = False,
     ) -> Any:
-        """An uninitialised C-contiguous array; ``evictable``: the pool may spill it to host."""
+        """An uninitialised C-contiguous array; ``evictable``: the pool may spill it to host.
+
+        ``device=None`` is the current device (the CUDA backend reads it in C++).
+        """
         ...
 
     def full(
@@ -258,12 +261,22 @@ class Backend(Protocol):
         """A new C-contiguous copy of ``array`` (C-contiguous, native byte order, supported)."""
         ...
 
-    def to_numpy(self, impl: Any, stream: StreamImpl | None) -> np.ndarray:
-        """A new host ``ndarray`` with the impl's data and shape (a sync point)."""
+    def to_numpy(
+        self, impl: Any, stream: StreamImpl | None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """A host ``ndarray`` with the impl's data and shape (a sync point).
+
+        ``out`` (checked by the caller: same shape and dtype, C-contiguous, writeable) or a new one.
+        """
         ...
 
-    def to_numpy_async(self, impl: Any, stream: StreamImpl | None) -> Future[np.ndarray]:
-        """Start copying the impl to a new host ``ndarray``, ordered after ``stream``'s work."""
+    def to_numpy_async(
+        self, impl: Any, stream: StreamImpl | None, out: np.ndarray | None = None
+    ) -> Future[np.ndarray]:
+        """Start copying the impl to a host ``ndarray``, ordered after ``stream``'s work.
+
+        The host array is ``out`` (checked by the caller) or a new one.
+        """
         ...
 
     def evictable(self, impl: Any) -> bool:

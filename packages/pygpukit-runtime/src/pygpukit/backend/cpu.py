@@ -208,7 +208,7 @@ def end_capture(stream: Any) -> Any:
 
 
 def empty(
-    shape: tuple[int, ...], dtype: str, device: int, stream: Any, evictable: bool = False
+    shape: tuple[int, ...], dtype: str, device: int | None, stream: Any, evictable: bool = False
 ) -> np.ndarray:
     """Allocate an uninitialised C-contiguous array (``evictable`` is only recorded)."""
     return _new(shape, dtype, evictable)
@@ -239,15 +239,20 @@ def from_numpy(
     return out
 
 
-def to_numpy(impl: np.ndarray, stream: Any) -> np.ndarray:
-    """Return a new C-contiguous NumPy copy."""
-    return np.array(impl, copy=True, order="C")
+def to_numpy(impl: np.ndarray, stream: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """Return a new C-contiguous NumPy copy, or copy into ``out`` and return it."""
+    if out is None:
+        return np.array(impl, copy=True, order="C")
+    np.copyto(out, impl)
+    return out
 
 
-def to_numpy_async(impl: np.ndarray, stream: Any) -> Future[np.ndarray]:
+def to_numpy_async(
+    impl: np.ndarray, stream: Any, out: np.ndarray | None = None
+) -> Future[np.ndarray]:
     """Return a completed future holding a NumPy copy (host memory needs no transfer)."""
     done: Future[np.ndarray] = Future()
-    done.set_result(to_numpy(impl, stream))
+    done.set_result(to_numpy(impl, stream, out))
     return done
 
 

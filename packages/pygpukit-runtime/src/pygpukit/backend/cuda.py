@@ -85,16 +85,15 @@ def set_current_stream(stream: Any) -> None:
 # --- array creation and transfer -------------------------------------------------------
 
 
-def empty(
-    shape: tuple[int, ...], dtype: str, device: int, stream: Any, evictable: bool = False
-) -> Any:
-    """An uninitialised C-contiguous array (memory from the Rust pool; spillable if evictable)."""
-    return _native.Array.empty(shape, dtype, device, stream, evictable)
+# An uninitialised C-contiguous array (memory from the Rust pool; spillable if evictable):
+# `_native.empty(shape, dtype, device, stream, evictable)` itself, a raw METH_FASTCALL function
+# (device None: the current device), so gp.empty adds no Python frame here.
+empty = _native.empty
 
 
 def full(shape: tuple[int, ...], dtype: str, value: Any, device: int, stream: Any) -> Any:
     """A C-contiguous array filled with ``value``."""
-    out = _native.Array.empty(shape, dtype, device, stream)
+    out = _native.empty(shape, dtype, device, stream)
     out.fill(value, stream)
     return out
 
@@ -118,14 +117,18 @@ def from_numpy(
     Not blocking: through the Rust transfer engine (pinned staging, copy stream);
     returns once ``array`` has been read, ``stream`` sees the data.
     """
-    out = _native.Array.empty(array.shape, array.dtype.name, device, stream, evictable)
+    out = _native.empty(array.shape, array.dtype.name, device, stream, evictable)
     out.copy_from_host(array, stream, blocking)
     return out
 
 
-def to_numpy(impl: Any, stream: Any) -> np.ndarray:
-    """A new host array with the impl's values; waits for the copy (GIL released)."""
-    host = np.empty(impl.shape, dtype=_dtypes.normalize(impl.dtype))
+def to_numpy(impl: Any, stream: Any, out: np.ndarray | None = None) -> np.ndarray:
+    """A host array (``out``, else a new one) with the impl's values; waits (GIL released).
+
+    C++ copies 1 MiB and more into pageable memory through the transfer engine's
+    pinned pipeline, and pinned memory (``out`` from ``pinned_empty``) directly.
+    """
+    host = np.empty(impl.shape, dtype=_dtypes.normalize(impl.dtype)) if out is None else out
     impl.copy_to_host(host, stream)
     return host
 
@@ -137,13 +140,14 @@ def _download_worker() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="pygpukit-d2h")
 
 
-def to_numpy_async(impl: Any, stream: Any) -> Future[np.ndarray]:
-    """Start copying the impl to a new host array; the future's result is that array.
+def to_numpy_async(impl: Any, stream: Any, out: np.ndarray | None = None) -> Future[np.ndarray]:
+    """Start copying the impl to a host array (``out``, else a new one); the future's result.
 
     The copy is ordered after the work enqueued on ``stream`` so far; the
     future keeps the device data and the host array alive until it is done.
     """
-    download = impl.download(np.empty(impl.shape, dtype=_dtypes.normalize(impl.dtype)), stream)
+    host = np.empty(impl.shape, dtype=_dtypes.normalize(impl.dtype)) if out is None else out
+    download = impl.download(host, stream)
 
     def run() -> np.ndarray:
         download.run()
