@@ -454,7 +454,15 @@ impl TransferEngine {
         let r = job.request;
         let offset = job.enqueued;
         let len = self.chunk.min(r.nbytes - offset);
-        let buf = self.staging.acquire(backend, len)?;
+        // A multi-chunk copy stages every chunk, its short last one too, in a full-chunk buffer:
+        // the slots stay one size class, so a later transfer reuses them instead of pinning a
+        // new buffer for its own remainder (page-locking costs ~1 ms per MiB-sized call).
+        let want = if r.nbytes > self.chunk {
+            self.chunk
+        } else {
+            len
+        };
+        let buf = self.staging.acquire(backend, want)?;
         let (stream, copy_out) = match r.direction {
             Direction::HostToDevice => {
                 host.copy(buf.ptr, r.host + offset, len);
@@ -770,6 +778,35 @@ mod tests {
                 engine.staging_reserved(),
                 3 * CHUNK,
                 "{direction:?}: three staging buffers, reused"
+            );
+        }
+    }
+
+    #[test]
+    fn short_last_chunks_reuse_full_slots_across_transfers() {
+        let fake = FakeBackend::new(1 << 30);
+        fake.set_auto_complete(true);
+        let chunk = 256 << 10;
+        let mut engine = TransferEngine::new(0, 11, 12, chunk, 2);
+        for tail in [70 << 10, 130 << 10, 3] {
+            let n = 2 * chunk + tail;
+            let src = fake.host_alloc(n).unwrap();
+            let dev = fake.mem_alloc(0, n).unwrap();
+            let data = pattern(n as usize, tail as u8);
+            fake.write(src, &data);
+            let t = engine.submit(TransferRequest {
+                direction: Direction::HostToDevice,
+                host: src,
+                device: dev,
+                nbytes: n,
+                priority: 0,
+            });
+            engine.wait(&fake, &fake, t).unwrap();
+            assert_eq!(fake.read(dev, n as usize), data);
+            let reserved = engine.staging_reserved();
+            assert!(
+                reserved % chunk == 0 && reserved <= 2 * chunk,
+                "a staging buffer pinned for a remainder: {reserved} bytes"
             );
         }
     }
