@@ -24,8 +24,16 @@ __all__ = [
 ]
 
 
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / (1024 * 1024):.1f} MiB"
+def _size(nbytes: int) -> str:
+    """Bytes in the largest binary unit that keeps the number >= 1 (4096 -> "4.0 KiB")."""
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    value = nbytes / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 class PyGPUkitError(Exception):
@@ -65,12 +73,17 @@ class OutOfMemoryError(PyGPUkitError, MemoryError):
         self.limit = limit
         self.partition = partition
         where = f"partition {partition!r}" if partition else "the memory pool"
-        cap = f" of a {_mib(limit)} limit" if limit is not None else ""
+        cap = f" of a {_size(limit)} limit" if limit is not None else ""
+        # A partition's quota is its own; the global limit does not change it.
+        remedy = (
+            "or give the partition a larger memory limit"
+            if partition
+            else "or raise the limit (PYGPUKIT_MEMORY_LIMIT, gp.memory.set_limit)"
+        )
         super().__init__(
-            f"out of memory: requested {_mib(requested)} with {_mib(in_use)} already in use"
+            f"out of memory: requested {_size(requested)} with {_size(in_use)} already in use"
             f"{cap} in {where}. Free arrays you no longer need, call"
-            " gp.memory.empty_cache(), or raise the limit (PYGPUKIT_MEMORY_LIMIT,"
-            " gp.memory.set_limit)."
+            f" gp.memory.empty_cache(), {remedy}."
         )
 
 
