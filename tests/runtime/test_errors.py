@@ -211,8 +211,11 @@ def test_cuda_error_capture_hint_only_when_the_message_lacks_it() -> None:
 def test_out_of_memory_message_says_what_to_do() -> None:
     err = OutOfMemoryError(3 * 2**30, 2**30, 2 * 2**30, "inference")
     text = str(err)
-    assert "3072.0 MiB" in text and "1024.0 MiB" in text and "2048.0 MiB" in text
+    assert "3.0 GiB" in text and "1.0 GiB" in text and "2.0 GiB" in text
     assert "'inference'" in text and "empty_cache" in text
+    assert "partition a larger memory limit" in text and "set_limit" not in text
+    small = str(OutOfMemoryError(4096, 100, None))
+    assert "4.0 KiB" in small and "100 B" in small and "gp.memory.set_limit" in small
     assert (err.requested, err.in_use, err.limit, err.partition) == (
         3 * 2**30,
         2**30,
