@@ -3,6 +3,7 @@
 
 mod capi;
 mod memory;
+mod pyfmt;
 mod runtime;
 mod scheduler;
 

@@ -539,8 +539,11 @@ impl MemoryPool {
 
     fn __repr__(&self) -> String {
         format!(
-            "MemoryPool(name={:?}, quota={:?}, enable_eviction={}, device={})",
-            self.name, self.quota, self.enable_eviction, self.device
+            "MemoryPool(name={:?}, quota={}, enable_eviction={}, device={})",
+            self.name,
+            crate::pyfmt::opt(self.quota),
+            crate::pyfmt::flag(self.enable_eviction),
+            self.device
         )
     }
 }

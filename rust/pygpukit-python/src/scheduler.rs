@@ -284,8 +284,9 @@ impl PyPartitionConfig {
 
     fn __repr__(&self) -> String {
         format!(
-            "PartitionConfig(total_memory={}, total_sms={:?})",
-            self.total_memory, self.total_sms
+            "PartitionConfig(total_memory={}, total_sms={})",
+            self.total_memory,
+            crate::pyfmt::opt(self.total_sms)
         )
     }
 }
@@ -351,13 +352,13 @@ impl PyPartition {
 impl PyPartition {
     fn __repr__(&self) -> String {
         format!(
-            "Partition(id={:?}, name={:?}, qos_class={:?}, memory_request={}, memory_limit={:?}, \
+            "Partition(id={:?}, name={:?}, qos_class={:?}, memory_request={}, memory_limit={}, \
              compute={})",
             self.id,
             self.name,
             self.qos_class,
             self.memory_request,
-            self.memory_limit,
+            crate::pyfmt::opt(self.memory_limit),
             self.compute
         )
     }
