@@ -67,6 +67,20 @@ def _rust() -> ModuleType:
     return importlib.import_module("pygpukit._rust")
 
 
+def _pool_device(device: int | None) -> int:
+    """The pool a call without ``device`` reads: the current device's.
+
+    The backend is chosen first, so a fresh GPU process reports its GPU pool
+    (registered when the CUDA backend starts), not the host pool.
+    """
+    if device is not None:
+        return device
+    from .backend.select import backend
+
+    b = backend()
+    return HOST_DEVICE if b.name == "cpu" else int(b.get_device())
+
+
 def stats(device: int | None = None) -> dict[str, int]:
     """Return the pool's counters as a flat dict.
 
@@ -80,9 +94,9 @@ def stats(device: int | None = None) -> dict[str, int]:
     (only when a limit is set) and ``partition.<id>.allocated_bytes`` /
     ``.peak_allocated_bytes`` / ``.limit_bytes`` per partition.
 
-    ``device`` defaults to GPU 0, or the host pool on the CPU backend.
+    ``device`` defaults to the current device, or the host pool on the CPU backend.
     """
-    return dict(_rust().pool_stats(device))
+    return dict(_rust().pool_stats(_pool_device(device)))
 
 
 def snapshot(device: int | None = None) -> list[dict[str, Any]]:
@@ -92,7 +106,7 @@ def snapshot(device: int | None = None) -> list[dict[str, Any]]:
     ``requested``, ``stream``, ``state`` (``"allocated"``, ``"evicted"`` or
     ``"free"``), ``partition``, ``evictable``, ``graph_pool`` and ``age_s``.
     """
-    return list(_rust().pool_snapshot(device))
+    return list(_rust().pool_snapshot(_pool_device(device)))
 
 
 def set_limit(limit: int | float | str | None, device: int | None = None) -> None:
