@@ -355,6 +355,8 @@ def test_memory_only_modes(tmp_path, monkeypatch, rng) -> None:
     assert list(tmp_path.iterdir()) == []
     gp.set_jit_cache_dir(str(tmp_path / "mine"))
     assert gp.get_jit_cache_dir() == str(tmp_path / "mine")
+    gp.reset_jit_cache_dir()  # back to the environment's choice
+    assert gp.get_jit_cache_dir() == str(tmp_path)
 
 
 def test_default_cache_dir(monkeypatch, tmp_path) -> None:

@@ -144,6 +144,7 @@ from .jit import (
     is_nvrtc_available,
     jit,
     jit_module,
+    reset_jit_cache_dir,
     set_jit_cache_dir,
 )
 from .linalg import matmul
@@ -309,6 +310,7 @@ __all__ = [
     "relu",
     "remainder",
     "repeat",
+    "reset_jit_cache_dir",
     "reshape",
     "right_shift",
     "round",

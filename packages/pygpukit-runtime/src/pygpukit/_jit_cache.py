@@ -85,6 +85,12 @@ def set_cache_dir(path: str | os.PathLike[str] | None) -> None:
     _override = None if path is None else Path(path)
 
 
+def reset_cache_dir() -> None:
+    """Forget :func:`set_cache_dir`: back to ``PYGPUKIT_CACHE_DIR`` or the platform default."""
+    global _override
+    _override = _UNSET
+
+
 def cache_dir() -> Path | None:
     """Return the folder cached kernels go to, or None in memory-only mode."""
     if _override is not _UNSET:

@@ -121,6 +121,11 @@ def set_jit_cache_dir(path: str | None) -> None:
     _jit_cache.set_cache_dir(path)
 
 
+def reset_jit_cache_dir() -> None:
+    """Undo :func:`set_jit_cache_dir`: use ``PYGPUKIT_CACHE_DIR`` or the platform cache folder."""
+    _jit_cache.reset_cache_dir()
+
+
 def get_jit_cache_dir() -> str | None:
     """Return the kernel cache folder (None in memory-only mode)."""
     folder = _jit_cache.cache_dir()
