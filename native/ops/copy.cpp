@@ -125,6 +125,7 @@ void copy_to_host(const Array& src, py::array host, const StreamPtr& stream) {
     const uint64_t nbytes = static_cast<uint64_t>(src.nbytes());
     if (nbytes == 0) return;
     ensure_not_capturing(stream->handle(), "copy_to_host");
+    bind_device(stream->device());
     if (nbytes >= kPipelinedDownloadBytes && !is_pinned_host(host.data())) {
         // cuMemcpyDtoH into pageable memory runs at ~4 GB/s (the driver stages through small
         // buffers on one thread). The transfer engine copies 16 MiB chunks into its pinned

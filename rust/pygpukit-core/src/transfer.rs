@@ -79,6 +79,8 @@ struct CopyThreads {
     queue: std::sync::Mutex<std::sync::mpsc::Sender<CopyPart>>,
     /// Threads that copy, the caller included.
     width: u64,
+    /// The process that started them: a forked child has the queue but not the threads.
+    pid: u32,
 }
 
 fn copy_threads() -> &'static CopyThreads {
@@ -113,6 +115,7 @@ fn copy_threads() -> &'static CopyThreads {
         CopyThreads {
             queue: std::sync::Mutex::new(tx),
             width: started,
+            pid: std::process::id(),
         }
     })
 }
@@ -170,7 +173,8 @@ unsafe fn copy_streaming(dst: *mut u8, src: *const u8, len: usize) {
 
 impl HostMemory for ProcessMemory {
     fn copy(&self, dst: u64, src: u64, nbytes: u64) {
-        let parts = if nbytes >= 2 * PARALLEL_COPY_PART {
+        let parts = if nbytes >= 2 * PARALLEL_COPY_PART && copy_threads().pid == std::process::id()
+        {
             (nbytes / PARALLEL_COPY_PART).min(copy_threads().width)
         } else {
             1
