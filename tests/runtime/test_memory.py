@@ -149,6 +149,17 @@ def test_memory_pool_quota_names_the_pool() -> None:
     assert pool.stats()["allocated_bytes"] == 0
     assert pool.allocate(2 * MIB).size >= 2 * MIB
     assert pool.stats()["peak_allocated_bytes"] >= 3 * MIB
+    with pytest.raises(TypeError, match=r"gp\.Stream or an int"):
+        pool.allocate(MIB, stream="main")
+
+
+def test_memory_pool_takes_a_stream_object() -> None:
+    import pygpukit as gp
+
+    pool = memory.MemoryPool(quota=4 * MIB, device=HOST)
+    block = pool.allocate(MIB, stream=gp.Stream())
+    assert block.size >= MIB
+    block.free()
 
 
 def test_evictable_pool_spills_least_recently_used_and_restores_data() -> None:

@@ -232,16 +232,21 @@ class MemoryPool:
         """The partition id the pool's bytes are charged to."""
         return int(self._pool.partition)
 
-    def allocate(self, nbytes: int, stream: int = 0) -> Any:
-        """Return a block of at least ``nbytes`` usable on ``stream`` (a raw stream handle).
+    def allocate(self, nbytes: int, stream: Any = 0) -> Any:
+        """Return a block of at least ``nbytes`` usable on ``stream``.
 
-        The block has ``id``, ``size``, ``nbytes``, ``address``, ``free()`` and
-        ``touch()``; it returns to the pool when freed or garbage-collected.
-        Host blocks convert to NumPy with ``numpy.asarray(block)``.
+        ``stream`` is a :class:`gp.Stream <pygpukit.Stream>` or a raw stream
+        handle (an int; 0 is the legacy default stream). The block has ``id``,
+        ``size``, ``nbytes``, ``address``, ``free()`` and ``touch()``; it returns
+        to the pool when freed or garbage-collected. Host blocks convert to
+        NumPy with ``numpy.asarray(block)``.
         """
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
-        return self._pool.allocate(nbytes, stream)
+        handle = getattr(stream, "handle", stream)
+        if isinstance(handle, bool) or not isinstance(handle, int):
+            raise TypeError(f"stream must be a gp.Stream or an int handle, got {stream!r}")
+        return self._pool.allocate(nbytes, handle)
 
     def stats(self) -> dict[str, int]:
         """Return ``allocated_bytes``, ``peak_allocated_bytes`` and ``quota_bytes`` (if any)."""
