@@ -197,8 +197,7 @@ def test_large_blocking_to_numpy_goes_through_the_pinned_pipeline(fresh_pool, ma
     assert np.array_equal(ev.to_numpy(), host[: 5 * MIB])
     # The download is ordered after work on the array's stream.
     stream = gp.Stream()
-    other = gp.empty(host.shape, "float32", stream=stream)
-    other.fill(3.0, stream=stream)
+    other = gp.full(host.shape, 3.0, "float32", stream=stream)
     assert np.array_equal(other.to_numpy(stream=stream), np.full(host.shape, 3.0, np.float32))
 
 
