@@ -351,6 +351,27 @@ struct alignas((V * sizeof(R)) < 16 ? (V * sizeof(R)) : 16) OutVec {
     R v[V];
 };
 
+// Contiguous vector path: each thread loads kUnroll 16-byte vectors of every operand (a block's
+// 256 threads read kUnroll consecutive 4 KiB runs, each coalesced) before computing any, so a
+// thread has 4x the bytes in flight of a one-vector loop, and the host sizes the grid to one
+// such chunk per thread (ceil(n / (V * 256 * kUnroll)) blocks, native/ops/elementwise.cpp), so
+// a 1 GiB add is one pass of short-lived blocks instead of ~60 grid-stride iterations of
+// long-lived ones. Why: at 3 streams (2 reads + 1 write) the H200 add ran at 0.96x PyTorch, whose
+// kernel does the same (several vectors per thread, no loop); latency hiding per SM is
+// bytes-in-flight / latency, and the one-vector loop issued its next load only after the previous
+// iteration's store. The loop stays grid-stride, so any grid is correct (misaligned arrays keep
+// launch_config_1d's grid for the element loop). 1-byte types (V = 16) take 2 vectors per chunk:
+// 32 elements of unrolled op bodies at most, to keep the cubins small.
+// The chunk's vectors are kBlock apart, a compile-time stride, so one address per operand serves
+// all of them (immediate offsets): every launch of these kernels is 256 threads (the host's
+// geometry() and launch_config_1d, and __launch_bounds__ below).
+constexpr int kUnroll = 4;
+constexpr unsigned kBlock = 256;
+template <int V>
+struct UnrollOf {
+    static constexpr int value = V >= 16 ? 2 : kUnroll;
+};
+
 // The scalar flags are re-read opaquely inside each loop: otherwise the compiler unswitches every
 // loop into one copy per flag combination, doubling the code of ~300 kernels for no speed.
 __device__ __forceinline__ int opaque(int v) {
@@ -434,15 +455,31 @@ __device__ void binary_impl(R* out, const T* a, const T* b, u64 a_bits, u64 b_bi
                 splat_a.v[k] = av;
                 splat_b.v[k] = bv;
             }
-#pragma unroll 1  // Blackwell would unroll 4x: code size, no bandwidth gain
-            for (u64 i = first; i < vectors; i += step) {
+            constexpr int U = UnrollOf<V>::value;
+            constexpr u64 span = static_cast<u64>(kBlock) * U;
+#pragma unroll 1
+            for (u64 base = blockIdx.x * span + threadIdx.x; base < vectors;
+                 base += gridDim.x * span) {
                 const int m = opaque(mode);
-                const Vec<T> x = (m & kScalarA) ? splat_a : va[i];
-                const Vec<T> y = (m & kScalarB) ? splat_b : vb[i];
-                O o;
+                Vec<T> x[U], y[U];
 #pragma unroll
-                for (int k = 0; k < V; ++k) o.v[k] = apply2<Op, T, R>(x.v[k], y.v[k]);
-                vo[i] = o;
+                for (int u = 0; u < U; ++u) {  // every load issued before the first use
+                    const u64 i = base + static_cast<u64>(u) * kBlock;
+                    if (i < vectors) {
+                        x[u] = (m & kScalarA) ? splat_a : va[i];
+                        y[u] = (m & kScalarB) ? splat_b : vb[i];
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const u64 i = base + static_cast<u64>(u) * kBlock;
+                    if (i < vectors) {
+                        O o;
+#pragma unroll
+                        for (int k = 0; k < V; ++k) o.v[k] = apply2<Op, T, R>(x[u].v[k], y[u].v[k]);
+                        vo[i] = o;
+                    }
+                }
             }
             done = vectors * V;
         }
@@ -473,13 +510,27 @@ __device__ void unary_impl(R* out, const T* a, const EwLayout& l, u64 n, int mod
             const u64 vectors = n / V;
             const Vec<T>* va = reinterpret_cast<const Vec<T>*>(a);
             O* vo = reinterpret_cast<O*>(out);
-#pragma unroll 1  // Blackwell would unroll 4x: code size, no bandwidth gain
-            for (u64 i = first; i < vectors; i += step) {
-                const Vec<T> x = va[i];
-                O o;
+            constexpr int U = UnrollOf<V>::value;  // as in binary_impl
+            constexpr u64 span = static_cast<u64>(kBlock) * U;
+#pragma unroll 1
+            for (u64 base = blockIdx.x * span + threadIdx.x; base < vectors;
+                 base += gridDim.x * span) {
+                Vec<T> x[U];
 #pragma unroll
-                for (int k = 0; k < V; ++k) o.v[k] = apply1<Op, T, R>(x.v[k]);
-                vo[i] = o;
+                for (int u = 0; u < U; ++u) {
+                    const u64 i = base + static_cast<u64>(u) * kBlock;
+                    if (i < vectors) x[u] = va[i];
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const u64 i = base + static_cast<u64>(u) * kBlock;
+                    if (i < vectors) {
+                        O o;
+#pragma unroll
+                        for (int k = 0; k < V; ++k) o.v[k] = apply1<Op, T, R>(x[u].v[k]);
+                        vo[i] = o;
+                    }
+                }
             }
             done = vectors * V;
         }

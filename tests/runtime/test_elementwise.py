@@ -621,6 +621,35 @@ def test_grid_stride_rounds(rng: np.random.Generator) -> None:
     _check(gp.exp(gp.from_numpy(m).T), np.exp(m.T.astype(np.float64)), "float32")
 
 
+# --- the contiguous path's chunks: 4 vectors of 16 bytes per thread (2 for 1-byte types), 256
+# threads a block, a block per chunk; sizes one element around whole chunks and whole vector
+# rows of a block, plus offset views (aligned and not) --------------------------------------
+def _chunk_sizes(dtype: str) -> list[int]:
+    vec = 16 // _np_dtype(dtype).itemsize
+    bases = [vec * 256, vec * 256 * 3, vec * 256 * 4, vec * 256 * 4 * 3, vec * 256 * 4 * 2 + vec]
+    return sorted({b + d for b in bases for d in (-1, 0, 1)})
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64", "int8", "bool"])
+def test_vector_chunk_boundaries(dtype: str, rng: np.random.Generator) -> None:
+    for n in _chunk_sizes(dtype):
+        a, b = _data(rng, (n + 8,), dtype), _data(rng, (n + 8,), dtype)
+        for start in (0, 1, 16 // _np_dtype(dtype).itemsize):  # aligned, odd, one vector in
+            x, y = a[start : start + n], b[start : start + n]
+            gx, gy = gp.from_numpy(a)[start : start + n], gp.from_numpy(b)[start : start + n]
+            if dtype == "bool":
+                _check(gx + gy, x | y)
+                _check(~gx, ~x)
+                _check(gx < gy, x < y)
+                continue
+            ref_dtype = None if _np_dtype(dtype).kind in "iu" else dtype
+            x64 = x.astype(np.float64) if ref_dtype else x
+            _check(gx + gy, x64 + y if ref_dtype else x + y, ref_dtype)
+            _check(gx * 3, x64 * 3 if ref_dtype else x * np.asarray(3, x.dtype), ref_dtype)
+            _check(-gx, -x64 if ref_dtype else -x, ref_dtype)
+            _check(gx < gy, x < y)
+
+
 @settings(max_examples=30, deadline=None)
 @given(
     shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=7),
