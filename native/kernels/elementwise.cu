@@ -372,6 +372,38 @@ struct UnrollOf {
     static constexpr int value = V >= 16 ? 2 : kUnroll;
 };
 
+// Streaming cache hints for the contiguous vector path (ld.global.cs / st.global.cs: evict-first
+// in L1 and L2). Every byte there is read once and written once, so caching it only pushes other
+// lines out; at 3 streams of 1 GiB (2 reads + 1 write) the written lines otherwise compete with
+// the reads for L2 until they drain, and marking all of them evict-first is what should let the
+// add reach the copy ceiling (PyTorch's add measured 4.35 TB/s against a 4.17 TB/s copy).
+template <typename V>
+__device__ __forceinline__ V load_stream(const V* p) {
+    static_assert(sizeof(V) == 16, "16-byte vectors");
+    const int4 r = __ldcs(reinterpret_cast<const int4*>(p));
+    V v;
+    memcpy(&v, &r, sizeof(V));
+    return v;
+}
+template <typename O>
+__device__ __forceinline__ void store_stream(O* p, const O& o) {
+    if constexpr (sizeof(O) == 16) {
+        int4 r;
+        memcpy(&r, &o, 16);
+        __stcs(reinterpret_cast<int4*>(p), r);
+    } else if constexpr (sizeof(O) == 8) {
+        int2 r;
+        memcpy(&r, &o, 8);
+        __stcs(reinterpret_cast<int2*>(p), r);
+    } else if constexpr (sizeof(O) == 4) {
+        int r;
+        memcpy(&r, &o, 4);
+        __stcs(reinterpret_cast<int*>(p), r);
+    } else {
+        *p = o;  // 2-byte bool vectors (comparisons of 8-byte types)
+    }
+}
+
 // The scalar flags are re-read opaquely inside each loop: otherwise the compiler unswitches every
 // loop into one copy per flag combination, doubling the code of ~300 kernels for no speed.
 __device__ __forceinline__ int opaque(int v) {
@@ -466,8 +498,8 @@ __device__ void binary_impl(R* out, const T* a, const T* b, u64 a_bits, u64 b_bi
                 for (int u = 0; u < U; ++u) {  // every load issued before the first use
                     const u64 i = base + static_cast<u64>(u) * kBlock;
                     if (i < vectors) {
-                        x[u] = (m & kScalarA) ? splat_a : va[i];
-                        y[u] = (m & kScalarB) ? splat_b : vb[i];
+                        x[u] = (m & kScalarA) ? splat_a : load_stream(va + i);
+                        y[u] = (m & kScalarB) ? splat_b : load_stream(vb + i);
                     }
                 }
 #pragma unroll
@@ -477,7 +509,7 @@ __device__ void binary_impl(R* out, const T* a, const T* b, u64 a_bits, u64 b_bi
                         O o;
 #pragma unroll
                         for (int k = 0; k < V; ++k) o.v[k] = apply2<Op, T, R>(x[u].v[k], y[u].v[k]);
-                        vo[i] = o;
+                        store_stream(vo + i, o);
                     }
                 }
             }
@@ -519,7 +551,7 @@ __device__ void unary_impl(R* out, const T* a, const EwLayout& l, u64 n, int mod
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const u64 i = base + static_cast<u64>(u) * kBlock;
-                    if (i < vectors) x[u] = va[i];
+                    if (i < vectors) x[u] = load_stream(va + i);
                 }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
@@ -528,7 +560,7 @@ __device__ void unary_impl(R* out, const T* a, const EwLayout& l, u64 n, int mod
                         O o;
 #pragma unroll
                         for (int k = 0; k < V; ++k) o.v[k] = apply1<Op, T, R>(x[u].v[k]);
-                        vo[i] = o;
+                        store_stream(vo + i, o);
                     }
                 }
             }
