@@ -10,8 +10,9 @@
 //!   `(graph, kind, owner)`; used ranges are in none.
 
 use super::size_class::{min_split, SizeKind};
+use super::FastMap;
 use crate::backend::Stream;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 /// Identifier of a graph-private region.
@@ -67,7 +68,7 @@ pub struct Range {
 pub struct Arena {
     segments: BTreeMap<u64, Segment>,
     ranges: BTreeMap<u64, Range>,
-    free: HashMap<ListKey, BTreeSet<(u64, u64)>>,
+    free: FastMap<ListKey, BTreeSet<(u64, u64)>>,
 }
 
 /// Free neighbours merge only when they have the same owner: merging a cleared

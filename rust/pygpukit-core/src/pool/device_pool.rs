@@ -20,6 +20,7 @@
 use super::arena::{Arena, GraphPoolId, Owner, RangeState};
 use super::size_class::{kind_of, round_request, segment_size};
 use super::stream_order::StreamOrder;
+use super::FastMap;
 use crate::backend::{BackendError, DevPtr, DeviceBackend, Stream};
 use crate::events::EventPool;
 use crate::evict::{Candidate, EvictionTracker};
@@ -133,9 +134,9 @@ pub struct DevicePool {
     events: EventPool,
     pinned: PinnedPool,
     eviction: EvictionTracker,
-    allocations: HashMap<u64, Allocation>,
+    allocations: FastMap<u64, Allocation>,
     graphs: HashMap<GraphPoolId, GraphRegion>,
-    capturing: HashMap<Stream, GraphPoolId>,
+    capturing: FastMap<Stream, GraphPoolId>,
     limit: Option<u64>,
     partitions: PartitionTable,
     stats: PoolStats,
@@ -160,9 +161,9 @@ impl DevicePool {
             events: EventPool::default(),
             pinned: PinnedPool::new(device),
             eviction: EvictionTracker::default(),
-            allocations: HashMap::new(),
+            allocations: FastMap::default(),
             graphs: HashMap::new(),
-            capturing: HashMap::new(),
+            capturing: FastMap::default(),
             limit: None,
             partitions: PartitionTable::default(),
             stats: PoolStats::default(),

@@ -15,9 +15,10 @@
 //! new segment. Under memory pressure, releasing cached segments waits on the
 //! host for the fence instead (see `DevicePool::release_cached`).
 
+use super::FastMap;
 use crate::backend::{BackendResult, DeviceBackend, Event, Stream};
 use crate::events::EventPool;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 #[derive(Default)]
 struct StreamFences {
@@ -34,7 +35,7 @@ struct StreamFences {
 /// Per-stream free sequence numbers and fences. See the module documentation.
 #[derive(Default)]
 pub struct StreamOrder {
-    streams: HashMap<Stream, StreamFences>,
+    streams: FastMap<Stream, StreamFences>,
 }
 
 impl StreamOrder {
