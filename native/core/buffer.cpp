@@ -50,7 +50,10 @@ uint64_t free_stream(const StreamPtr& last) {
 }  // namespace
 
 BufferPtr Buffer::allocate(int device, uint64_t nbytes, const StreamPtr& stream, bool evictable) {
-    BufferPtr buffer(new Buffer());
+    // make_shared: the buffer and its control block in one allocation (shared_ptr(new Buffer)
+    // makes two, ~30-50 ns more on every gp.empty and every op's output).
+    struct Made : Buffer {};
+    BufferPtr buffer = std::make_shared<Made>();
     buffer->device_ = device;
     buffer->last_stream_ = stream;
     if (nbytes > 0) {

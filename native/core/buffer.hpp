@@ -58,8 +58,12 @@ class Buffer {
     // loudly instead of reading freed memory.
     void check_resident() const;
 
-  private:
+  protected:
+    // Protected, not private: Buffer::allocate makes buffers with std::make_shared through a
+    // local subclass (one heap allocation for the buffer and its reference count).
     Buffer() = default;
+
+  private:
     uint64_t block_id_ = 0;
     uint64_t ptr_ = 0;
     uint64_t nbytes_ = 0;
