@@ -269,6 +269,33 @@ def test_large_sum_accuracy(rand: Callable[..., np.ndarray]) -> None:
     _close(gp.sum(gp.from_numpy(half)).to_numpy(), half.astype(np.float64).sum(), "float16")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64", "int32", "int16", "bool"])
+def test_vector_loop_boundaries(rand: Callable[..., np.ndarray], dtype: str) -> None:
+    """Whole-array reductions one vector around the vector loop's steps (U 16-byte vectors a
+    thread, 256 threads, per-lane accumulators), with an unaligned start (the element loop)."""
+    item = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype).itemsize
+    vec = 16 // item
+    step = 256 * (8 if item >= 4 else 4) * vec  # one unrolled step of a 256-thread block
+    sizes = {step - vec, step, step + vec, 16 * step + 1, 40 * step - vec + 3, 300 * step + vec}
+    for n in sorted(sizes):
+        host = rand((n + 1,), dtype)
+        device = gp.from_numpy(host)
+        for start in (0, 1):
+            view, a = host[start : start + n], device[start : start + n]
+            for op in ("sum", "max", "min", "all", "any"):
+                out = getattr(gp, op)(a).to_numpy()
+                if op in ("all", "any"):
+                    assert bool(out) == bool(getattr(np, op)(view)), op
+                    continue
+                ref = _np_op(op, view, None)
+                if op == "sum" and dtype in TOL:
+                    _close(out, ref, dtype)
+                else:
+                    np.testing.assert_array_equal(
+                        np.asarray(out).astype(np.float64), np.asarray(ref).astype(np.float64)
+                    )
+
+
 def test_var_ddof(rand: Callable[..., np.ndarray]) -> None:
     host = rand((5, 9), "float64")
     a = gp.from_numpy(host)
