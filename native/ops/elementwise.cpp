@@ -305,7 +305,7 @@ void geometry(Geometry& g, const Array& target, const Array* const* in, int nin,
     if (contiguous_all) {
         g.mode |= kContiguous;
         g.layout.ndim = 0;
-        bool aligned = aligned16(target);
+        bool aligned = vec_elems > 1 && aligned16(target);  // where() has no vector path
         for (int k = 0; k < nin && aligned; ++k) aligned = !in[k] || aligned16(*in[k]);
         const unsigned long long vectors = (g.n + vec_elems - 1) / vec_elems;
         if (aligned) {
