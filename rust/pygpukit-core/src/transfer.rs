@@ -267,6 +267,8 @@ struct Job {
     seq: u64,
     enqueued: u64,
     chunks_left: u64,
+    /// This copy's chunk size (see [`TransferEngine::chunk_for`]).
+    chunk: u64,
 }
 
 struct Chunk {
@@ -325,15 +327,26 @@ impl TransferEngine {
             self.complete.insert(self.next, None);
             return self.next;
         }
-        let chunks = request.nbytes.div_ceil(self.chunk);
+        let chunk = self.chunk_for(request.nbytes);
         let job = Job {
             request,
             seq: self.next,
             enqueued: 0,
-            chunks_left: chunks,
+            chunks_left: request.nbytes.div_ceil(chunk),
+            chunk,
         };
         self.queued.insert(self.next, job);
         self.next
+    }
+
+    /// The chunk size for a copy of `nbytes`: the configured chunk, but at least
+    /// one chunk per slot down to 1/16 of it (4 KiB multiples). The pipeline
+    /// fills with the first chunk's host copy and drains with the last chunk's
+    /// DMA; a 64 MiB copy in four 16 MiB chunks would spend half its time
+    /// there, in eight 8 MiB chunks a quarter.
+    fn chunk_for(&self, nbytes: u64) -> u64 {
+        let per_slot = nbytes.div_ceil(self.slots as u64).next_multiple_of(4096);
+        per_slot.max(self.chunk / 16).min(self.chunk).max(1)
     }
 
     /// Where `ticket` stands; `None` for an unknown or released ticket.
@@ -457,11 +470,12 @@ impl TransferEngine {
         let job = &self.queued[&ticket];
         let r = job.request;
         let offset = job.enqueued;
-        let len = self.chunk.min(r.nbytes - offset);
-        // A multi-chunk copy stages every chunk, its short last one too, in a full-chunk buffer:
-        // the slots stay one size class, so a later transfer reuses them instead of pinning a
-        // new buffer for its own remainder (page-locking costs ~1 ms per MiB-sized call).
-        let want = if r.nbytes > self.chunk {
+        let len = job.chunk.min(r.nbytes - offset);
+        // A multi-chunk copy stages every chunk, whatever its size, in a buffer of the configured
+        // chunk size: the slots stay one size class, so later transfers reuse them instead of
+        // pinning new buffers for their own chunk or remainder sizes (page-locking costs ~1 ms
+        // per MiB-sized call).
+        let want = if r.nbytes > job.chunk {
             self.chunk
         } else {
             len
@@ -813,6 +827,38 @@ mod tests {
                 "a staging buffer pinned for a remainder: {reserved} bytes"
             );
         }
+    }
+
+    #[test]
+    fn mid_sized_copies_use_one_chunk_per_slot_in_full_size_slots() {
+        const MIB: u64 = 1 << 20;
+        let fake = FakeBackend::new(1 << 31);
+        fake.set_auto_complete(true);
+        let mut engine = TransferEngine::new(0, 11, 12, 16 * MIB, 8);
+        // (bytes, expected DMA copy sizes)
+        let cases = [
+            (64 * MIB, vec![8 * MIB; 8]),
+            (256 * MIB, vec![16 * MIB; 16]),
+            (3 * MIB, vec![MIB; 3]),
+            (MIB / 2, vec![MIB / 2]),
+        ];
+        for (n, sizes) in cases {
+            let src = fake.host_alloc(n).unwrap();
+            let dev = fake.mem_alloc(0, n).unwrap();
+            let before = fake.copies().len();
+            let t = engine.submit(TransferRequest {
+                direction: Direction::HostToDevice,
+                host: src,
+                device: dev,
+                nbytes: n,
+                priority: 0,
+            });
+            engine.wait(&fake, &fake, t).unwrap();
+            let got: Vec<u64> = fake.copies()[before..].iter().map(|c| c.2).collect();
+            assert_eq!(got, sizes, "{n} bytes");
+        }
+        // Multi-chunk copies staged in 16 MiB slots only; the 512 KiB copy in its own class.
+        assert_eq!(engine.staging_reserved() % (16 * MIB), MIB / 2);
     }
 
     #[test]
