@@ -224,7 +224,7 @@ __device__ void reduce_impl(const In* __restrict__ in, const long long* __restri
                 // whose chain is no longer, already matched), from more requests in flight
                 // per SM at the same occupancy.
                 constexpr int V = 16 / sizeof(In);
-                constexpr int U = sizeof(In) >= 4 ? 8 : 4;
+                constexpr int U = sizeof(In) >= 4 ? 8 : 4;  // splits are whole steps: reduce.cpp
                 const long long nvec = (r_end - r_begin) / V;
                 const Vec<In, V>* vb = reinterpret_cast<const Vec<In, V>*>(base + r_begin);
                 A lanes[V];
