@@ -351,59 +351,6 @@ struct alignas((V * sizeof(R)) < 16 ? (V * sizeof(R)) : 16) OutVec {
     R v[V];
 };
 
-// Contiguous vector path: each thread loads kUnroll 16-byte vectors of every operand (a block's
-// 256 threads read kUnroll consecutive 4 KiB runs, each coalesced) before computing any, so a
-// thread has 4x the bytes in flight of a one-vector loop, and the host sizes the grid to one
-// such chunk per thread (ceil(n / (V * 256 * kUnroll)) blocks, native/ops/elementwise.cpp), so
-// a 1 GiB add is one pass of short-lived blocks instead of ~60 grid-stride iterations of
-// long-lived ones. Why: at 3 streams (2 reads + 1 write) the H200 add ran at 0.96x PyTorch, whose
-// kernel does the same (several vectors per thread, no loop); latency hiding per SM is
-// bytes-in-flight / latency, and the one-vector loop issued its next load only after the previous
-// iteration's store. The loop stays grid-stride, so any grid is correct (misaligned arrays keep
-// launch_config_1d's grid for the element loop). 1-byte types (V = 16) take 2 vectors per chunk:
-// 32 elements of unrolled op bodies at most, to keep the cubins small.
-// The chunk's vectors are kBlock apart, a compile-time stride, so one address per operand serves
-// all of them (immediate offsets): every launch of these kernels is 256 threads (the host's
-// geometry() and launch_config_1d, and __launch_bounds__ below).
-constexpr int kUnroll = 4;
-constexpr unsigned kBlock = 256;
-template <int V>
-struct UnrollOf {
-    static constexpr int value = V >= 16 ? 2 : kUnroll;
-};
-
-// Streaming cache hints for the contiguous vector path (ld.global.cs / st.global.cs: evict-first
-// in L1 and L2). Every byte there is read once and written once, so caching it only pushes other
-// lines out; at 3 streams of 1 GiB (2 reads + 1 write) the written lines otherwise compete with
-// the reads for L2 until they drain, and marking all of them evict-first is what should let the
-// add reach the copy ceiling (PyTorch's add measured 4.35 TB/s against a 4.17 TB/s copy).
-template <typename V>
-__device__ __forceinline__ V load_stream(const V* p) {
-    static_assert(sizeof(V) == 16, "16-byte vectors");
-    const int4 r = __ldcs(reinterpret_cast<const int4*>(p));
-    V v;
-    memcpy(&v, &r, sizeof(V));
-    return v;
-}
-template <typename O>
-__device__ __forceinline__ void store_stream(O* p, const O& o) {
-    if constexpr (sizeof(O) == 16) {
-        int4 r;
-        memcpy(&r, &o, 16);
-        __stcs(reinterpret_cast<int4*>(p), r);
-    } else if constexpr (sizeof(O) == 8) {
-        int2 r;
-        memcpy(&r, &o, 8);
-        __stcs(reinterpret_cast<int2*>(p), r);
-    } else if constexpr (sizeof(O) == 4) {
-        int r;
-        memcpy(&r, &o, 4);
-        __stcs(reinterpret_cast<int*>(p), r);
-    } else {
-        *p = o;  // 2-byte bool vectors (comparisons of 8-byte types)
-    }
-}
-
 // The scalar flags are re-read opaquely inside each loop: otherwise the compiler unswitches every
 // loop into one copy per flag combination, doubling the code of ~300 kernels for no speed.
 __device__ __forceinline__ int opaque(int v) {
@@ -487,31 +434,15 @@ __device__ void binary_impl(R* out, const T* a, const T* b, u64 a_bits, u64 b_bi
                 splat_a.v[k] = av;
                 splat_b.v[k] = bv;
             }
-            constexpr int U = UnrollOf<V>::value;
-            constexpr u64 span = static_cast<u64>(kBlock) * U;
-#pragma unroll 1
-            for (u64 base = blockIdx.x * span + threadIdx.x; base < vectors;
-                 base += gridDim.x * span) {
+#pragma unroll 1  // Blackwell would unroll 4x: code size, no bandwidth gain
+            for (u64 i = first; i < vectors; i += step) {
                 const int m = opaque(mode);
-                Vec<T> x[U], y[U];
+                const Vec<T> x = (m & kScalarA) ? splat_a : va[i];
+                const Vec<T> y = (m & kScalarB) ? splat_b : vb[i];
+                O o;
 #pragma unroll
-                for (int u = 0; u < U; ++u) {  // every load issued before the first use
-                    const u64 i = base + static_cast<u64>(u) * kBlock;
-                    if (i < vectors) {
-                        x[u] = (m & kScalarA) ? splat_a : load_stream(va + i);
-                        y[u] = (m & kScalarB) ? splat_b : load_stream(vb + i);
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const u64 i = base + static_cast<u64>(u) * kBlock;
-                    if (i < vectors) {
-                        O o;
-#pragma unroll
-                        for (int k = 0; k < V; ++k) o.v[k] = apply2<Op, T, R>(x[u].v[k], y[u].v[k]);
-                        store_stream(vo + i, o);
-                    }
-                }
+                for (int k = 0; k < V; ++k) o.v[k] = apply2<Op, T, R>(x.v[k], y.v[k]);
+                vo[i] = o;
             }
             done = vectors * V;
         }
@@ -542,27 +473,13 @@ __device__ void unary_impl(R* out, const T* a, const EwLayout& l, u64 n, int mod
             const u64 vectors = n / V;
             const Vec<T>* va = reinterpret_cast<const Vec<T>*>(a);
             O* vo = reinterpret_cast<O*>(out);
-            constexpr int U = UnrollOf<V>::value;  // as in binary_impl
-            constexpr u64 span = static_cast<u64>(kBlock) * U;
-#pragma unroll 1
-            for (u64 base = blockIdx.x * span + threadIdx.x; base < vectors;
-                 base += gridDim.x * span) {
-                Vec<T> x[U];
+#pragma unroll 1  // Blackwell would unroll 4x: code size, no bandwidth gain
+            for (u64 i = first; i < vectors; i += step) {
+                const Vec<T> x = va[i];
+                O o;
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const u64 i = base + static_cast<u64>(u) * kBlock;
-                    if (i < vectors) x[u] = load_stream(va + i);
-                }
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const u64 i = base + static_cast<u64>(u) * kBlock;
-                    if (i < vectors) {
-                        O o;
-#pragma unroll
-                        for (int k = 0; k < V; ++k) o.v[k] = apply1<Op, T, R>(x[u].v[k]);
-                        store_stream(vo + i, o);
-                    }
-                }
+                for (int k = 0; k < V; ++k) o.v[k] = apply1<Op, T, R>(x.v[k]);
+                vo[i] = o;
             }
             done = vectors * V;
         }

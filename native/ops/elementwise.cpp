@@ -1,6 +1,5 @@
 #include "ops/elementwise.hpp"
 
-#include <algorithm>
 #include <array>
 #include <memory>
 #include <optional>
@@ -287,14 +286,6 @@ struct Geometry {
 
 constexpr long long kMaxStridedElements = (1LL << 31) - 1;
 
-// 16-byte vectors each thread of the contiguous path handles (kUnroll in elementwise.cu).
-constexpr unsigned long long kVectorsPerThread = 4;
-
-// Whether `a`'s first element is 16-byte aligned, from the buffer's current address without
-// reading data_ptr() (an evictable buffer is not resident yet): pool blocks are 512-byte aligned
-// wherever a restore puts them and external buffers never move, so this does not change.
-bool aligned16(const Array& a) { return (a.buffer()->ptr() + a.offset()) % 16 == 0; }
-
 void geometry(Geometry& g, const Array& target, const Array* const* in, int nin, int vec_elems) {
     g.n = static_cast<unsigned long long>(target.size());
     bool contiguous_all = target.is_c_contiguous();
@@ -305,21 +296,7 @@ void geometry(Geometry& g, const Array& target, const Array* const* in, int nin,
     if (contiguous_all) {
         g.mode |= kContiguous;
         g.layout.ndim = 0;
-        bool aligned = vec_elems > 1 && aligned16(target);  // where() has no vector path
-        for (int k = 0; k < nin && aligned; ++k) aligned = !in[k] || aligned16(*in[k]);
-        const unsigned long long vectors = (g.n + vec_elems - 1) / vec_elems;
-        if (aligned) {
-            // One chunk of kVectorsPerThread vectors per thread (see elementwise.cu): a large
-            // array is covered in one pass of blocks, each thread's loads all in flight at once.
-            const unsigned long long threads =
-                (vectors + kVectorsPerThread - 1) / kVectorsPerThread;
-            g.config.block[0] = 256;
-            g.config.grid[0] = static_cast<unsigned>(
-                std::min<unsigned long long>(0x7fffffffULL, std::max(1ULL, (threads + 255) / 256)));
-        } else {
-            // The element loop (misaligned views): launch_config_1d's grid-stride grid.
-            g.config = launch_config_1d(vectors, target.device());
-        }
+        g.config = launch_config_1d((g.n + vec_elems - 1) / vec_elems, target.device());
         return;
     }
     const Dims& shape = target.shape();
