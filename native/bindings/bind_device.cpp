@@ -5,6 +5,7 @@
 #include "bindings/bindings.hpp"
 #include "core/device.hpp"
 #include "core/driver.hpp"
+#include "core/rust_api.hpp"
 
 namespace py = pybind11;
 
@@ -34,6 +35,10 @@ void bind_device(py::module_& m) {
         },
         py::arg("candidates"), "dlopen the first libcuda candidate that loads; never raises.");
     m.def("init", &init_driver, "cuInit(0).");
+    m.def(
+        "connect_memory_pool", [] { rust_api(); },
+        "Import pygpukit._rust's C API and register the CUDA device backend with its pools "
+        "(once; the backend calls it when it starts, so gp.memory sees the GPU pools at once).");
     m.def("device_count", &device_count);
     m.def(
         "device_info",

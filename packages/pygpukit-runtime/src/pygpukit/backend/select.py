@@ -93,10 +93,13 @@ def _probe_cuda() -> tuple[ModuleType | None, str, dict[str, Any]]:
         )
     try:
         cuda = importlib.import_module("pygpukit.backend.cuda")
+        # Register the device backend with the Rust pools now, not at the first allocation,
+        # so gp.memory reports (and limits) the GPU pools from the start.
+        mod.connect_memory_pool()
     except Exception as exc:  # reported as the reason for the fallback
         return (
             None,
-            f"the CUDA backend module failed to import ({type(exc).__name__}: {exc})",
+            f"the CUDA backend failed to start ({type(exc).__name__}: {exc})",
             details,
         )
     return cuda, "", details
