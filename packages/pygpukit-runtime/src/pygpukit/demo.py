@@ -71,6 +71,17 @@ def run(out: TextIO) -> None:
             raise AssertionError("JIT kernel result differs from NumPy")
     else:
         w("7. JIT kernels: skipped (need a CUDA GPU and NVRTC; see `python -m pygpukit info`)\n")
+
+    a = gp.from_numpy(rng.standard_normal((256, 128)).astype(np.float32))
+    b = gp.from_numpy(rng.standard_normal((128, 64)).astype(np.float32))
+    c = gp.softmax(a @ b * 0.1 + 1.0, axis=-1)  # matmul, elementwise with scalars, a reduction
+    ref = a.to_numpy().astype(np.float64) @ b.to_numpy().astype(np.float64) * 0.1 + 1.0
+    ref = np.exp(ref - ref.max(axis=-1, keepdims=True))
+    ref /= ref.sum(axis=-1, keepdims=True)
+    err = np.linalg.norm(c.to_numpy() - ref) / np.linalg.norm(ref)
+    w(f"8. softmax(a @ b * 0.1 + 1.0): relative error vs float64 NumPy {err:.1e}\n")
+    if not err < 1e-5:
+        raise AssertionError("matmul/softmax result differs from NumPy")
     w(f"\ndone on the {backend} backend\n")
 
 
