@@ -11,25 +11,12 @@ namespace py = pybind11;
 
 namespace pgk {
 
-namespace {
-
-py::list tried_list(const std::vector<std::pair<std::string, std::string>>& tried) {
-    py::list out;
-    for (const auto& [path, error] : tried) out.append(py::make_tuple(path, error));
-    return out;
-}
-
-}  // namespace
-
 void bind_device(py::module_& m) {
     m.def(
         "load_driver",
         [](const std::vector<std::string>& candidates) {
             DriverLoadResult r = load_driver(candidates);
-            py::dict d;
-            d["loaded"] = r.loaded;
-            d["path"] = r.loaded ? py::object(py::str(r.path)) : py::none();
-            d["tried"] = tried_list(r.tried);
+            py::dict d = load_result_dict(r);
             d["driver_version"] = r.driver_version;
             return d;
         },

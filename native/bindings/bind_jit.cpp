@@ -28,12 +28,7 @@ void bind_jit(py::module_& m) {
         "load_nvrtc",
         [](const std::vector<std::string>& candidates) {
             NvrtcLoadResult r = load_nvrtc(candidates);
-            py::dict d;
-            d["loaded"] = r.loaded;
-            d["path"] = r.loaded ? py::object(py::str(r.path)) : py::none();
-            py::list tried;
-            for (const auto& [path, error] : r.tried) tried.append(py::make_tuple(path, error));
-            d["tried"] = tried;
+            py::dict d = load_result_dict(r);
             d["version"] = py::make_tuple(r.major, r.minor);
             return d;
         },

@@ -27,12 +27,7 @@ void bind_matmul(py::module_& m) {
         "load_cublaslt",
         [](const std::vector<std::string>& candidates) {
             CublasLtLoadResult r = load_cublaslt(candidates);
-            py::dict d;
-            d["loaded"] = r.loaded;
-            d["path"] = r.loaded ? py::object(py::str(r.path)) : py::none();
-            py::list tried;
-            for (const auto& [path, error] : r.tried) tried.append(py::make_tuple(path, error));
-            d["tried"] = tried;
+            py::dict d = load_result_dict(r);
             d["version"] = r.version;
             return d;
         },

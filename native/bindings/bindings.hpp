@@ -15,6 +15,18 @@ void bind_elementwise(pybind11::module_& m);
 void bind_matmul(pybind11::module_& m);
 void bind_reduce(pybind11::module_& m);
 
-// The stream argument convention of every binding: a Stream, or None for the current stream of
-// `device`.
+// The Python view of a library loader's result (load_driver, load_nvrtc, load_cublaslt):
+// {"loaded", "path" (None unless loaded), "tried": [(path, error), ...]}. Each binding adds the
+// library's own version field.
+template <typename LoadResult>
+pybind11::dict load_result_dict(const LoadResult& r) {
+    pybind11::dict d;
+    d["loaded"] = r.loaded;
+    d["path"] = r.loaded ? pybind11::object(pybind11::str(r.path)) : pybind11::none();
+    pybind11::list tried;
+    for (const auto& [path, error] : r.tried) tried.append(pybind11::make_tuple(path, error));
+    d["tried"] = tried;
+    return d;
+}
+
 }  // namespace pgk
