@@ -3,9 +3,10 @@
     python tools/build_kernels.py --out DIR --archs "80;90a" [--include INC] a.cu b.cu ...
 
 Writes ``DIR/sm_<arch>/<name>.cubin`` for every source and arch, copies each
-source to ``DIR/src/`` (so the runtime can JIT a missing SM with the same
-options), and writes ``DIR/manifest.json`` (archs, NVRTC version, options, a
-SHA-256 of each source). Any compile error fails the run with NVRTC's log.
+source and the ``*.cuh`` headers beside it to ``DIR/src/`` (so the runtime can
+JIT a missing SM with the same options), and writes ``DIR/manifest.json``
+(archs, NVRTC version, options, a SHA-256 of each source). Any compile error
+fails the run with NVRTC's log.
 
 CMake calls this at wheel build; CI runs it through that build, so a kernel that
 does not compile fails CI. NVRTC comes from the nvidia-cuda-nvrtc wheel (or
@@ -115,6 +116,9 @@ def main() -> int:
         shutil.rmtree(args.out)
     (args.out / "src").mkdir(parents=True)
 
+    # Headers next to the sources travel too, so a JIT fallback compiles the same translation unit.
+    for header in sorted({h for src in sources for h in src.parent.glob("*.cuh")}):
+        shutil.copy2(header, args.out / "src" / header.name)
     jobs = []
     for src in sources:
         shutil.copy2(src, args.out / "src" / src.name)

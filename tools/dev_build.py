@@ -3,7 +3,8 @@
     python tools/dev_build.py [--archs 90a] [--prebuilt-rust PATH] [--build-dir build/dev]
 
 Installs pygpukit/_native*.so, pygpukit/_rust.abi3.so and pygpukit/_kernels/
-into packages/pygpukit-runtime/src (all git-ignored), so that
+into packages/pygpukit-runtime/src, and pygpukit/ops/_kernels/ into
+packages/pygpukit-ops/src (all git-ignored), so that
 
     PYTHONPATH=packages/pygpukit-runtime/src:packages/pygpukit-ops/src python -c "import pygpukit"
 
@@ -23,6 +24,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUNTIME = ROOT / "packages" / "pygpukit-runtime"
+OPS = ROOT / "packages" / "pygpukit-ops"
 
 
 def main() -> int:
@@ -56,6 +58,24 @@ def main() -> int:
         configure,
         ["cmake", "--build", str(build), "--parallel"],
         ["cmake", "--install", str(build), "--prefix", str(RUNTIME / "src")],
+    ]
+    # pygpukit-ops: cubins only, installed into its source tree the same way.
+    ops_build = build.with_name(build.name + "-ops")
+    ops_configure = [
+        "cmake",
+        "-S",
+        str(OPS),
+        "-B",
+        str(ops_build),
+        f"-DPython_EXECUTABLE={sys.executable}",
+        f"-DPYGPUKIT_CUDA_ARCHS={args.archs}",
+    ]
+    if shutil.which("ninja") and not (ops_build / "CMakeCache.txt").exists():
+        ops_configure += ["-G", "Ninja"]
+    steps += [
+        ops_configure,
+        ["cmake", "--build", str(ops_build), "--parallel"],
+        ["cmake", "--install", str(ops_build), "--prefix", str(OPS / "src")],
     ]
     env = dict(os.environ, PYGPUKIT_CUDA_ARCHS=args.archs)
     for cmd in steps:

@@ -42,6 +42,8 @@ run() {
     local path="" p
     for p in packages/*/src; do path="$path${path:+:}$ROOT/$p"; done
     export PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+    # No installed metadata here, so the ops package's suites are named explicitly.
+    export PYGPUKIT_BENCHMARK_PLUGINS=${PYGPUKIT_BENCHMARK_PLUGINS:-pygpukit.ops.benchmarks:suites}
     echo "== info"
     python3 -m pygpukit info 2>&1 | tee "$logdir/info.txt"
     echo "== tests"

@@ -355,6 +355,17 @@ class Kernel:
         """Function attributes: ``num_regs``, ``max_threads_per_block``, ``shared_size_bytes``..."""
         return dict(self._function.attributes())
 
+    def set_max_dynamic_shared_memory(self, nbytes: int) -> None:
+        """Allow launches with up to ``nbytes`` of dynamic shared memory.
+
+        Launches above 48 KiB of dynamic shared memory fail until this is set (the
+        driver's opt-in, ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``); the
+        limit per block is the device's ``shared_memory_per_block_optin``.
+        """
+        if int(nbytes) < 0:
+            raise ValueError(f"{self.name}: dynamic shared memory must be >= 0, got {nbytes}")
+        self._function.set_max_dynamic_shared_memory(int(nbytes))
+
     @property
     def num_regs(self) -> int:
         """Registers per thread."""

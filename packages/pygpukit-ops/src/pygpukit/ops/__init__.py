@@ -1,6 +1,35 @@
-"""pygpukit.ops: transformer and signal ops on GPUArrays.
+"""pygpukit.ops: the transformer ops of the model engines, GPUArray in, GPUArray out.
 
-Distributed as ``pygpukit-ops``; its CUDA kernels live in ``kernels/*.cu`` and ship
-as per-SM cubins in ``_kernels/``, compiled at wheel build like the runtime's.
-The ops themselves arrive with their own issue.
+Distributed as ``pygpukit-ops``. Each op launches a built-in kernel (``kernels/*.cu``,
+shipped as per-SM cubins in ``_kernels/``) on the current stream and returns without
+waiting; on the CPU backend the same call runs a NumPy version. Families:
+
+- :mod:`.normalization`: rmsnorm, layernorm and their fused residual-add forms;
+- :mod:`.rope`: rotary position embeddings (NeoX and GPT-J layouts);
+- :mod:`.activations`: gated activations (SwiGLU, GeGLU), embedding lookup, row softmax;
+- :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
+- :mod:`.kv_cache`: writes into contiguous and paged KV caches;
+- :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
+- :mod:`.sampling`: token sampling on the GPU.
+
+See docs/ops.md.
 """
+
+from . import activations, attention, kv_cache, linear, normalization, rope, sampling
+from .activations import *  # noqa: F403
+from .attention import *  # noqa: F403
+from .kv_cache import *  # noqa: F403
+from .linear import *  # noqa: F403
+from .normalization import *  # noqa: F403
+from .rope import *  # noqa: F403
+from .sampling import *  # noqa: F403
+
+__all__ = [
+    *activations.__all__,
+    *attention.__all__,
+    *kv_cache.__all__,
+    *linear.__all__,
+    *normalization.__all__,
+    *rope.__all__,
+    *sampling.__all__,
+]

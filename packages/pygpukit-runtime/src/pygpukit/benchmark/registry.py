@@ -9,11 +9,16 @@ entries name a :class:`Suite`, or a callable returning one or a list of them::
 
     [project.entry-points."pygpukit.benchmark_suites"]
     gemv = "pygpukit.ops.benchmarks:gemv_suite"
+
+A package used from a source tree (``PYTHONPATH``, no installed metadata) is
+named in ``PYGPUKIT_BENCHMARK_PLUGINS`` instead, with the same value syntax.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -26,6 +31,7 @@ from .data import DataCache
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PLUGINS_ENV",
     "Suite",
     "SuiteContext",
     "load_errors",
@@ -34,6 +40,8 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "pygpukit.benchmark_suites"
+#: Comma-separated ``module:attribute`` plug-ins, for packages used from a source tree.
+PLUGINS_ENV = "PYGPUKIT_BENCHMARK_PLUGINS"
 
 #: Built-in suites, in report order (modules under ``pygpukit.benchmark.suites``).
 BUILTIN = ("memory", "launch", "elementwise", "reduction", "gemm", "jit")
@@ -123,11 +131,27 @@ def _load() -> None:
     for name in BUILTIN:
         module = importlib.import_module(f"{__package__}.suites.{name}")
         register_suite(module.SUITE)
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+    plugins = [(ep.name, ep.value, ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    # Source checkouts on PYTHONPATH have no entry points: PLUGINS_ENV names them instead.
+    installed = {value for _, value, _ in plugins}
+    for value in os.environ.get(PLUGINS_ENV, "").split(","):
+        value = value.strip()
+        if value and value not in installed:
+            plugins.append((value, value, functools.partial(_load_object, value)))
+    for name, value, load in plugins:
         try:
-            _register_loaded(ep.load(), f"entry point {ep.name} ({ep.value})")
+            _register_loaded(load(), f"plug-in {name} ({value})")
         except Exception as exc:  # a broken plug-in is reported, never fatal
-            _LOAD_ERRORS[ep.name] = f"{type(exc).__name__}: {exc}"
+            _LOAD_ERRORS[name] = f"{type(exc).__name__}: {exc}"
+
+
+def _load_object(value: str) -> Any:
+    """``"package.module:attribute"`` -> the attribute (an entry point's value syntax)."""
+    module, _, attribute = value.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in filter(None, attribute.split(".")):
+        obj = getattr(obj, part)
+    return obj
 
 
 def registered_suites() -> dict[str, Suite]:

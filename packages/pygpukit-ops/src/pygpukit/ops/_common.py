@@ -1,0 +1,104 @@
+"""Shared plumbing of the ops: argument checks, and the NumPy side of the CPU backend.
+
+Every op takes and returns ``GPUArray``s. On the CUDA backend it launches a
+built-in kernel (:mod:`._kernel_loader`) on the current stream and returns at
+once; on the CPU backend it runs a NumPy version on the array's host buffer
+(:func:`host`), computing in float32 or wider and rounding once to the output
+dtype, which is also the reference the GPU tests compare against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.array import GPUArray
+
+HALF_DTYPES = (np.dtype(gp.float16), np.dtype(gp.bfloat16))
+FLOAT_DTYPES = (np.dtype(gp.float32), *HALF_DTYPES)
+
+
+def on_cpu(x: GPUArray) -> bool:
+    """True when ``x`` lives on the CPU simulation backend (the NumPy path)."""
+    return bool(x._backend.name == "cpu")
+
+
+def host(x: GPUArray) -> np.ndarray:
+    """The NumPy view of a CPU-backend array (no copy)."""
+    impl: np.ndarray = x._impl
+    return impl
+
+
+def to_array(values: np.ndarray, dtype: Any) -> GPUArray:
+    """A new array on the current backend holding ``values`` rounded to ``dtype``."""
+    return gp.from_numpy(np.ascontiguousarray(np.asarray(values).astype(np.dtype(dtype))))
+
+
+def write_into(out: GPUArray, values: np.ndarray) -> None:
+    """Store ``values`` (rounded to ``out``'s dtype) into the CPU-backend array ``out``."""
+    host(out)[...] = np.asarray(values).astype(out.dtype)
+
+
+def f32(x: GPUArray) -> np.ndarray:
+    """A CPU-backend array's values as float32 (float64 stays float64)."""
+    a = host(x)
+    return a if a.dtype == np.float64 else a.astype(np.float32)
+
+
+def check_array(
+    x: Any,
+    name: str,
+    *,
+    dtypes: Iterable[Any] | None = None,
+    ndim: int | Iterable[int] | None = None,
+    contiguous: bool = True,
+) -> GPUArray:
+    """Validate an array argument: type, dtype, rank and (by default) C-contiguity.
+
+    Raises ``TypeError`` for a non-GPUArray or a dtype outside ``dtypes``,
+    ``ValueError`` for a wrong rank or a strided view (with the fix in the message).
+    """
+    if not isinstance(x, GPUArray):
+        raise TypeError(f"{name} must be a GPUArray, got {type(x).__name__}")
+    if dtypes is not None:
+        allowed = [np.dtype(d) for d in dtypes]
+        if x.dtype not in allowed:
+            names = ", ".join(str(d) for d in allowed)
+            raise TypeError(f"{name} must have dtype {names}; got {x.dtype}")
+    if ndim is not None:
+        ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if x.ndim not in ranks:
+            want = " or ".join(str(r) for r in ranks)
+            raise ValueError(f"{name} must be {want}-D, got shape {x.shape}")
+    if contiguous and not x.is_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (got strides {x.strides}); pass x.copy()")
+    return x
+
+
+def check_same_dtype(first: GPUArray, *others: tuple[str, GPUArray | None]) -> None:
+    """Raise ``TypeError`` unless every named array in ``others`` has ``first``'s dtype."""
+    for name, a in others:
+        if a is not None and a.dtype != first.dtype:
+            raise TypeError(f"{name} has dtype {a.dtype}, expected {first.dtype} like the input")
+
+
+def check_shape(x: GPUArray | None, name: str, shape: tuple[int, ...]) -> None:
+    """Raise ``ValueError`` unless ``x`` (when given) has exactly ``shape``."""
+    if x is not None and tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
+
+
+def check_out(out: GPUArray | None, shape: tuple[int, ...], dtype: Any, name: str = "out") -> None:
+    """Validate an ``out=`` array: exact shape and dtype, C-contiguous."""
+    if out is None:
+        return
+    check_array(out, name, dtypes=[dtype])
+    check_shape(out, name, shape)
+
+
+def result(out: GPUArray | None, shape: tuple[int, ...], dtype: Any) -> GPUArray:
+    """``out`` when given (already checked), else a new uninitialised array."""
+    return out if out is not None else gp.empty(shape, dtype)

@@ -1,0 +1,135 @@
+"""Load the ops package's built-in kernels: the cubin for this GPU, else a JIT compile.
+
+The wheel ships ``_kernels/sm_<arch>/<file>.cubin`` for each SM it was built for,
+the sources (and their ``*.cuh`` headers) in ``_kernels/src/``, and a
+``manifest.json`` with the NVRTC options (``tools/build_kernels.py``). A GPU
+with no matching cubin (a newer SM) gets the source compiled once with the same
+options, through ``gp.jit``'s disk cache. Kernels are ``extern "C"`` entry
+points; their signatures are parsed from the shipped source, so they are called
+like any ``gp.jit`` kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+import threading
+from typing import Any
+
+from pygpukit import jit as _jit
+from pygpukit.backend import select as _select
+from pygpukit.errors import DeviceNotSupportedError
+
+KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "_kernels"
+# tools/build_kernels.py KERNEL_ABI_VERSION: cubins of another calling convention are refused.
+_KERNEL_ABI = 1
+
+_lock = threading.Lock()
+_modules: dict[tuple[str, int], Any] = {}
+_kernels: dict[tuple[str, str, int], _jit.Kernel] = {}
+
+
+@functools.cache
+def manifest() -> dict[str, Any]:
+    """The manifest written with the cubins (archs, NVRTC options, kernel files)."""
+    path = KERNEL_DIR / "manifest.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ImportError(
+            f"the kernels of pygpukit-ops are missing ({path}): {exc}; reinstall pygpukit-ops "
+            "(or rebuild with tools/dev_build.py)"
+        ) from exc
+    if data.get("kernel_abi") != _KERNEL_ABI:
+        raise ImportError(
+            f"the kernels in {KERNEL_DIR} have kernel ABI {data.get('kernel_abi')}, this "
+            f"pygpukit-ops expects {_KERNEL_ABI}; reinstall pygpukit-ops"
+        )
+    return data
+
+
+@functools.cache
+def _source(file: str) -> str:
+    return (KERNEL_DIR / "src" / f"{file}.cu").read_text(encoding="utf-8")
+
+
+def _parse_arch(folder: str) -> tuple[int, int, bool] | None:
+    """``"sm_90a"`` -> (9, 0, True); None for anything else."""
+    if not folder.startswith("sm_"):
+        return None
+    digits = folder[3:]
+    specific = digits.endswith("a")
+    digits = digits.rstrip("a")
+    if len(digits) < 2 or not digits.isdigit():
+        return None
+    return int(digits[:-1]), int(digits[-1]), specific
+
+
+def choose_arch(target: str, available: list[str]) -> str | None:
+    """The cubin folder to load on a GPU of arch ``target`` (``"sm_90a"``), or None.
+
+    Same rule as the runtime's built-in kernels: the exact arch (an ``a`` build
+    first), else the newest lower minor of the same major without ``a`` (those
+    are forward compatible within a major; ``a`` builds are not).
+    """
+    want = _parse_arch(target)
+    if want is None:
+        return None
+    exact_specific = exact = best = None
+    best_minor = -1
+    for folder in available:
+        arch = _parse_arch(folder)
+        if arch is None or arch[0] != want[0]:
+            continue
+        if arch[1] == want[1]:
+            if arch[2]:
+                exact_specific = folder
+            else:
+                exact = folder
+        elif not arch[2] and best_minor < arch[1] < want[1]:
+            best_minor, best = arch[1], folder
+    return exact_specific or exact or best
+
+
+def _module(file: str, device: int, backend: Any) -> Any:
+    key = (file, device)
+    module = _modules.get(key)
+    if module is not None:
+        return module
+    with _lock:
+        module = _modules.get(key)
+        if module is None:
+            available = [f"sm_{a}" for a in manifest()["archs"]]
+            folder = choose_arch(backend.arch(device), available)
+            cubin = KERNEL_DIR / str(folder) / f"{file}.cubin"
+            if folder is not None and cubin.exists():
+                module = backend.load_module(cubin.read_bytes(), device)
+            else:  # a GPU this wheel has no cubin for: compile the shipped source once
+                options = [*manifest()["options"], f"-I{KERNEL_DIR / 'src'}"]
+                module, _ = _jit._load(_source(file), f"{file}.cu", (), options)
+            _modules[key] = module
+    return module
+
+
+def kernel(file: str, func: str) -> _jit.Kernel:
+    """The ``extern "C"`` kernel ``func`` of ``kernels/<file>.cu``, loaded on the current device.
+
+    Cached per (file, function, device): after the first call this is a dict lookup.
+    Raises ``DeviceNotSupportedError`` on the CPU backend.
+    """
+    backend = _select.backend()
+    device = int(backend.get_device())
+    key = (file, func, device)
+    k = _kernels.get(key)
+    if k is not None:
+        return k
+    if backend.name != "cuda":
+        raise DeviceNotSupportedError(
+            f"pygpukit.ops kernel {func} needs a CUDA GPU; the CPU backend runs the NumPy version"
+        )
+    module = _module(file, device, backend)
+    params = _jit._signature(_source(file), func, None)
+    k = _jit.Kernel(module.function(func), func, params)
+    _kernels[key] = k
+    return k

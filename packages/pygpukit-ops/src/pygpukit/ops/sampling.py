@@ -1,0 +1,5 @@
+"""pygpukit.ops.sampling (being written; see docs/ops.md)."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
