@@ -51,4 +51,14 @@ LaunchConfig launch_config_1d(unsigned long long n, int device) {
     return c;
 }
 
+LaunchConfig launch_config_flat(unsigned long long n) {
+    constexpr unsigned long long kThreads = 256;
+    constexpr unsigned long long kMaxBlocks = (1ULL << 31) - 1;
+    LaunchConfig c;
+    c.block[0] = kThreads;
+    c.grid[0] =
+        static_cast<unsigned>(std::max(1ULL, std::min(kMaxBlocks, (n + kThreads - 1) / kThreads)));
+    return c;
+}
+
 }  // namespace pgk

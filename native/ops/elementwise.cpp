@@ -296,7 +296,7 @@ void geometry(Geometry& g, const Array& target, const Array* const* in, int nin,
     if (contiguous_all) {
         g.mode |= kContiguous;
         g.layout.ndim = 0;
-        g.config = launch_config_1d((g.n + vec_elems - 1) / vec_elems, target.device());
+        g.config = launch_config_flat((g.n + vec_elems - 1) / vec_elems);
         return;
     }
     const Dims& shape = target.shape();
