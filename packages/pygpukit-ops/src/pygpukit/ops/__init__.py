@@ -16,14 +16,9 @@ See docs/ops.md.
 """
 
 from . import activations, attention, kv_cache, linear, normalization, rope, sampling
-from .activations import *  # noqa: F403
-from .attention import *  # noqa: F403
-from .kv_cache import *  # noqa: F403
-from .linear import *  # noqa: F403
-from .normalization import *  # noqa: F403
-from .rope import *  # noqa: F403
-from .sampling import *  # noqa: F403
 
+# Collected before the star imports: they bind the function linear() over the module of
+# that name (ops.linear is the function; the module is pygpukit.ops.linear).
 __all__ = [
     *activations.__all__,
     *attention.__all__,
@@ -33,3 +28,11 @@ __all__ = [
     *rope.__all__,
     *sampling.__all__,
 ]
+
+from .activations import *  # noqa: F403
+from .attention import *  # noqa: F403
+from .kv_cache import *  # noqa: F403
+from .linear import *  # noqa: F403
+from .normalization import *  # noqa: F403
+from .rope import *  # noqa: F403
+from .sampling import *  # noqa: F403
