@@ -73,7 +73,7 @@ def check_array(
         if x.ndim not in ranks:
             want = " or ".join(str(r) for r in ranks)
             raise ValueError(f"{name} must be {want}-D, got shape {x.shape}")
-    if contiguous and not x.is_contiguous:
+    if contiguous and not x.is_contiguous():
         raise ValueError(f"{name} must be C-contiguous (got strides {x.strides}); pass x.copy()")
     return x
 
