@@ -113,6 +113,92 @@ def test_tf32_opt_in(
     _check(gp.matmul(gp.from_numpy(x), gp.from_numpy(y), allow_tf32=False), _ref(x, y), "float32")
 
 
+# With PYGPUKIT_GEMM_BACKEND=own, float32 with TF32 runs gemm_wgmma_tf32 on SM 9.0 (both operands
+# repacked K-major and rounded to TF32 in pool scratch) when m >= 64, n >= 64 and m*n*k >= 128^3;
+# smaller problems and other SMs run the mma.sync kernel. The shapes below take the wgmma path on
+# Hopper: whole tiles, partial M/N/K tiles, K not a multiple of 4 (zero-padded packed rows),
+# N below one 256-wide tile, many K tiles on a single output tile, an odd N (scalar stores).
+TF32_WGMMA_SHAPES = [
+    (128, 64, 256),
+    (1024, 1024, 1024),
+    (300, 200, 264),
+    (257, 131, 389),
+    (1000, 70, 96),
+    (64, 4099, 64),
+    (130, 517, 1031),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", TF32_WGMMA_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_tf32_wgmma_shapes(gemm: str, rand: Callable[..., np.ndarray], shape: Any) -> None:
+    m, k, n = shape
+    a, b = _tf32_exact(rand((m, k))), _tf32_exact(rand((k, n)))
+    out = gp.matmul(gp.from_numpy(a), gp.from_numpy(b), allow_tf32=True)
+    _check(out, _ref(a, b), "tf32")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("ashape", "bshape"),
+    [
+        ((3, 200, 136), (3, 136, 260)),  # batched, partial tiles
+        ((2, 130, 67), (67, 300)),  # B broadcast (batch stride 0: packed once)
+        ((130, 64), (4, 64, 129)),  # A broadcast
+        ((2, 1, 128, 96), (1, 3, 96, 256)),  # both broadcast on different axes
+    ],
+)
+def test_tf32_wgmma_batched(
+    gemm: str, rand: Callable[..., np.ndarray], ashape: Any, bshape: Any
+) -> None:
+    a, b = _tf32_exact(rand(ashape)), _tf32_exact(rand(bshape))
+    out = gp.matmul(gp.from_numpy(a), gp.from_numpy(b), allow_tf32=True)
+    ref = _ref(a, b)
+    assert out.shape == ref.shape
+    _check(out, ref, "tf32")
+
+
+@pytest.mark.gpu
+def test_tf32_wgmma_views(gemm: str, rand: Callable[..., np.ndarray]) -> None:
+    """Transposed, batched-transposed and strided operands are read in place by the packing pass
+    (a K-major B needs no transpose, a row-major A is transposed by it)."""
+    x, y = _tf32_exact(rand((300, 200))), _tf32_exact(rand((260, 300)))
+    gx, gy = gp.from_numpy(x), gp.from_numpy(y)
+
+    def mm(p: gp.GPUArray, q: gp.GPUArray) -> gp.GPUArray:
+        return gp.matmul(p, q, allow_tf32=True)
+
+    _check(mm(gx.T, gy.T), _ref(x.T, y.T), "tf32")  # both transposed
+    _check(mm(gx.T, gx), _ref(x.T, x), "tf32")  # A transposed
+    _check(mm(gy, gx), _ref(y, x), "tf32")  # both row-major
+    _check(mm(gy[:, ::2], gx[::2, :]), _ref(y[:, ::2], x[::2, :]), "tf32")  # strided
+    z = _tf32_exact(rand((3, 150, 260)))
+    gz = gp.from_numpy(z)
+    _check(mm(gz.swapaxes(1, 2), gz), _ref(z.swapaxes(1, 2), z), "tf32")  # batched transposed
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "shape",
+    [(256, 512, 256), (300, 200, 264), (32, 512, 48)],  # wgmma on Hopper; mma.sync (m < 64)
+    ids=lambda s: "x".join(map(str, s)),
+)
+def test_tf32_rounds_inputs_to_nearest(
+    gemm: str, rand: Callable[..., np.ndarray], shape: Any
+) -> None:
+    """Our kernels round fp32 inputs to TF32 to nearest. On positive data the rounding errors
+    cancel over K (relative error ~3e-5 at K >= 200) while truncating the low mantissa bits, which
+    a wgmma reading fp32 straight from shared memory does, biases every product down (~7e-4)."""
+    if gemm != "own":
+        pytest.skip("how cuBLASLt converts fp32 inputs to TF32 is its own choice")
+    m, k, n = shape
+    a, b = np.abs(rand((m, k))), np.abs(rand((k, n)))
+    out = gp.matmul(gp.from_numpy(a), gp.from_numpy(b), allow_tf32=True).to_numpy()
+    ref = _ref(a, b)
+    err = np.linalg.norm(out.astype(np.float64) - ref) / np.linalg.norm(ref)
+    assert err <= 1e-4, f"relative error {err}: TF32 inputs not rounded to nearest?"
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize(
     ("ashape", "bshape"),
