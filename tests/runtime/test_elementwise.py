@@ -621,9 +621,9 @@ def test_grid_stride_rounds(rng: np.random.Generator) -> None:
     _check(gp.exp(gp.from_numpy(m).T), np.exp(m.T.astype(np.float64)), "float32")
 
 
-# --- the contiguous path's chunks: 4 vectors of 16 bytes per thread (2 for 1-byte types), 256
-# threads a block, a block per chunk; sizes one element around whole chunks and whole vector
-# rows of a block, plus offset views (aligned and not) --------------------------------------
+# --- the contiguous path's geometry: a 16-byte vector per thread, 256 threads a block, a scalar
+# tail; sizes one element around whole blocks and multiples of them, plus offset views (aligned
+# and not) ----------------------------------------------------------------------------------
 def _chunk_sizes(dtype: str) -> list[int]:
     vec = 16 // _np_dtype(dtype).itemsize
     bases = [vec * 256, vec * 256 * 3, vec * 256 * 4, vec * 256 * 4 * 3, vec * 256 * 4 * 2 + vec]
