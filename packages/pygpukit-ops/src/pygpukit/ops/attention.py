@@ -1,5 +1,409 @@
-"""pygpukit.ops.attention (being written; see docs/ops.md)."""
+"""Attention: flash attention for prefill, decode attention over a contiguous or paged KV cache.
+
+Layouts follow PyTorch: ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]``; query head
+``h`` attends with KV head ``h // (Hq // Hkv)`` (grouped-query / multi-query attention).
+Head dims 64, 80, 96, 128 and 256; float16 and bfloat16, accumulated in float32.
+
+Two rules differ from a naive reading of PyTorch and are the same on both backends:
+
+- ``is_causal`` aligns the causal diagonal to the bottom-right: query ``i`` sees key ``j``
+  when ``j <= i + (Sk - Sq)``. With ``Sq == Sk`` this is PyTorch's rule; with ``Sq < Sk``
+  (a chunk of new queries after cached keys) the last query sees every key, as a KV cache
+  needs. PyTorch aligns to the top-left instead when ``Sq != Sk``.
+- A query row that sees no key at all (causal with ``Sq > Sk``, or a mask of ``-inf`` over
+  the whole row) outputs zeros, where PyTorch outputs NaN.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import functools
+import math
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.array import GPUArray
+
+from . import _kernel_loader
+from ._common import (
+    HALF_DTYPES,
+    check_array,
+    check_out,
+    check_same_dtype,
+    host,
+    on_cpu,
+    result,
+    write_into,
+)
+
+__all__ = ["decode_attention", "scaled_dot_product_attention"]
+
+#: Head dimensions with a built-in kernel.
+HEAD_DIMS = (64, 80, 96, 128, 256)
+
+_PREFILL_ROWS = 64  # query rows per CTA (attention_prefill.cu kBM)
+_DECODE_HEADS = 4  # query heads per decode CTA (attention_decode.cu kG)
+_MAX_SPLITS = 64  # attention_decode.cu kMaxSplits
+_CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block at a time
+
+_dynamic_smem_set: set[tuple[int, int]] = set()
+
+
+def _suffix(dtype: np.dtype) -> str:
+    return "bf16" if dtype == np.dtype(gp.bfloat16) else "f16"
+
+
+def _check_head_dim(d: int, name: str) -> None:
+    if d not in HEAD_DIMS:
+        raise ValueError(
+            f"{name} has head dim {d}; supported head dims are {', '.join(map(str, HEAD_DIMS))}"
+            " (pad the head dim up to one of them)"
+        )
+
+
+def _check_scale(scale: float | None, d: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(d)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
+        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
+    if not math.isfinite(float(scale)):
+        raise ValueError(f"scale must be finite, got {scale}")
+    return float(scale)
+
+
+def _check_aligned(*named: tuple[str, GPUArray | None]) -> None:
+    """The kernels load 16-byte vectors: each array must start on a 16-byte boundary."""
+    for name, a in named:
+        if a is not None and a.data_ptr % 16:
+            raise ValueError(
+                f"{name} starts at address {a.data_ptr:#x}, not 16-byte aligned (a view at an"
+                " odd offset?); pass a copy"
+            )
+
+
+def _mask_strides(mask: GPUArray, target: tuple[int, int, int, int]) -> tuple[int, ...]:
+    """Element strides of ``mask`` broadcast to ``target`` (0 on broadcast dimensions)."""
+    shape = (1,) * (4 - mask.ndim) + tuple(mask.shape)
+    for have, want in zip(shape, target, strict=True):
+        if have not in (1, want):
+            raise ValueError(
+                f"attn_mask of shape {tuple(mask.shape)} does not broadcast to {target}"
+                " ([B, Hq, Sq, Sk])"
+            )
+    strides, step = [0, 0, 0, 0], 1
+    for axis in range(3, -1, -1):
+        if shape[axis] != 1:
+            strides[axis] = step
+        step *= shape[axis]
+    return tuple(strides)
+
+
+def _causal_visible(sq: int, sk: int, rows: slice) -> np.ndarray:
+    """[rows, Sk] bool: key j visible to query i when j <= i + (Sk - Sq) (bottom-right)."""
+    i = np.arange(sq)[rows][:, None]
+    return np.arange(sk)[None, :] <= i + (sk - sq)
+
+
+def _softmax_rows(s: np.ndarray) -> np.ndarray:
+    """Row softmax that gives a row of zeros, not NaN, when every entry is -inf."""
+    m = s.max(axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(s - m)
+    total = p.sum(axis=-1, keepdims=True)
+    return np.divide(p, total, out=np.zeros_like(p), where=total > 0)
+
+
+def _sdpa_cpu(
+    q: GPUArray,
+    k: GPUArray,
+    v: GPUArray,
+    mask: GPUArray | None,
+    causal: bool,
+    scale: float,
+    out: GPUArray,
+) -> None:
+    hq_, kh, vh = host(q), host(k), host(v)
+    b_, hq, sq, _ = hq_.shape
+    sk, group = kh.shape[2], hq // kh.shape[1]
+    mh = None
+    if mask is not None:
+        mh = host(mask).reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
+    res = np.empty(hq_.shape, np.float32)
+    # One (batch, head) and _CPU_ROWS query rows at a time: memory stays O(rows * Sk).
+    for b in range(b_):
+        for h in range(hq):
+            kf = kh[b, h // group].astype(np.float32)
+            vf = vh[b, h // group].astype(np.float32)
+            for r0 in range(0, sq, _CPU_ROWS):
+                rows = slice(r0, min(sq, r0 + _CPU_ROWS))
+                s = (hq_[b, h, rows].astype(np.float32) @ kf.T) * np.float32(scale)
+                if mh is not None:
+                    mb = mh[min(b, mh.shape[0] - 1), min(h, mh.shape[1] - 1)]
+                    s = s + np.broadcast_to(mb, (sq, sk))[rows].astype(np.float32)
+                if causal:
+                    s = np.where(_causal_visible(sq, sk, rows), s, -np.inf)
+                res[b, h, rows] = _softmax_rows(s) @ vf
+    write_into(out, res)
+
+
+def scaled_dot_product_attention(
+    q: GPUArray,
+    k: GPUArray,
+    v: GPUArray,
+    *,
+    attn_mask: GPUArray | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    out: GPUArray | None = None,
+) -> GPUArray:
+    """Attention ``softmax(q k^T * scale + attn_mask) v`` without materialising the scores.
+
+    ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]`` (C-contiguous, float16 or
+    bfloat16, ``Hq`` a multiple of ``Hkv``); returns ``[B, Hq, Sq, D]`` in q's dtype.
+    ``attn_mask`` is an additive mask (float32 or q's dtype) that broadcasts to
+    ``[B, Hq, Sq, Sk]``; ``is_causal`` hides key ``j`` from query ``i`` when
+    ``j > i + (Sk - Sq)`` (bottom-right aligned; PyTorch's rule when ``Sq == Sk``) and
+    may be combined with a mask. ``scale`` defaults to ``1 / sqrt(D)``. Rows that see
+    no key output zeros. Raises ``TypeError``/``ValueError`` for wrong arguments.
+    """
+    check_array(q, "q", dtypes=HALF_DTYPES, ndim=4)
+    check_array(k, "k", dtypes=HALF_DTYPES, ndim=4)
+    check_array(v, "v", dtypes=HALF_DTYPES, ndim=4)
+    check_same_dtype(q, ("k", k), ("v", v))
+    b, hq, sq, d = q.shape
+    if tuple(k.shape) != tuple(v.shape):
+        raise ValueError(f"k and v must have the same shape, got {k.shape} and {v.shape}")
+    if k.shape[0] != b or k.shape[3] != d:
+        raise ValueError(
+            f"k/v {tuple(k.shape)} must be [B={b}, Hkv, Sk, D={d}] to match q {tuple(q.shape)}"
+        )
+    hkv, sk = k.shape[1], k.shape[2]
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"query heads ({hq}) must be a multiple of the KV heads ({hkv})")
+    _check_head_dim(d, "q")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    scale_f = _check_scale(scale, d)
+    strides = (0, 0, 0, 0)
+    if attn_mask is not None:
+        check_array(attn_mask, "attn_mask", dtypes=[gp.float32, q.dtype], ndim=(1, 2, 3, 4))
+        strides = _mask_strides(attn_mask, (b, hq, sq, sk))
+    check_out(out, tuple(q.shape), q.dtype)
+    res = result(out, tuple(q.shape), q.dtype)
+    if res.size == 0:
+        return res
+    if on_cpu(q):
+        _sdpa_cpu(q, k, v, attn_mask, is_causal, scale_f, res)
+        return res
+
+    if b > 65535 or hq > 65535:
+        raise ValueError(f"at most 65535 batches and query heads per call, got {b} and {hq}")
+    _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
+    kern = _kernel_loader.kernel("attention_prefill", f"attn_prefill_d{d}_{_suffix(q.dtype)}")
+    block_n = 32 if d > 128 else 64
+    smem = (_PREFILL_ROWS + 2 * block_n) * (d + 8) * 2
+    key = (id(kern), d)
+    if smem > 48 * 1024 and key not in _dynamic_smem_set:
+        kern.set_max_dynamic_shared_memory(smem)
+        _dynamic_smem_set.add(key)
+    mask_kind = 0 if attn_mask is None else (1 if attn_mask.dtype == np.float32 else 2)
+    kern(
+        q,
+        k,
+        v,
+        res,
+        attn_mask if attn_mask is not None else 0,
+        mask_kind,
+        *strides,
+        hq,
+        hkv,
+        sq,
+        sk,
+        scale_f,
+        int(is_causal),
+        grid=((sq + _PREFILL_ROWS - 1) // _PREFILL_ROWS, hq, b),
+        block=128,
+        shared_mem=smem,
+    )
+    return res
+
+
+# --- decode -------------------------------------------------------------------------------
+
+
+@functools.cache
+def _sm_count(device: int) -> int:
+    return int(gp.get_device_info(device)["sm_count"] or 1)
+
+
+def _decode_split(batch: int, ctas: int, capacity: int) -> tuple[int, int]:
+    """(splits, chunk): enough CTAs to fill the GPU about three times over, chunks >= 256 keys.
+
+    Sized by the cache capacity: the lengths live on the device and are not read back.
+    """
+    want = max(1, -(-3 * _sm_count(gp.get_device()) // max(1, batch * ctas)))
+    splits = max(1, min(_MAX_SPLITS, want, -(-capacity // 256)))
+    chunk = -(-capacity // splits)
+    chunk = -(-chunk // 64) * 64  # whole steps of the kernel's key loop
+    return -(-capacity // chunk), chunk
+
+
+def _decode_cpu(
+    q: GPUArray,
+    kc: GPUArray,
+    vc: GPUArray,
+    lens: GPUArray,
+    table: GPUArray | None,
+    scale: float,
+    capacity: int,
+    out: GPUArray,
+) -> None:
+    qh, kh, vh, lh = host(q), host(kc), host(vc), host(lens)
+    b_, hq, d = qh.shape
+    hkv = kh.shape[1]
+    group = hq // hkv
+    res = np.zeros(qh.shape, np.float32)
+    for b in range(b_):
+        n = int(min(max(int(lh[b]), 0), capacity))
+        if n == 0:
+            continue
+        if table is None:
+            keys, vals = kh[b, :, :n], vh[b, :, :n]
+        else:
+            bs = kh.shape[2]
+            blocks = host(table)[b, : -(-n // bs)]
+            # [nb, Hkv, bs, D] -> [Hkv, nb * bs, D], first n keys.
+            keys = kh[blocks].transpose(1, 0, 2, 3).reshape(hkv, -1, d)[:, :n]
+            vals = vh[blocks].transpose(1, 0, 2, 3).reshape(hkv, -1, d)[:, :n]
+        for hk in range(hkv):
+            qg = qh[b, hk * group : (hk + 1) * group].astype(np.float32)
+            s = (qg @ keys[hk].astype(np.float32).T) * np.float32(scale)
+            res[b, hk * group : (hk + 1) * group] = _softmax_rows(s) @ vals[hk].astype(np.float32)
+    write_into(out, res)
+
+
+def decode_attention(
+    q: GPUArray,
+    k_cache: GPUArray,
+    v_cache: GPUArray,
+    seq_lens: GPUArray,
+    *,
+    scale: float | None = None,
+    block_table: GPUArray | None = None,
+    out: GPUArray | None = None,
+) -> GPUArray:
+    """Attention of one new query token per sequence over its cached keys and values.
+
+    ``q [B, Hq, D]`` (float16 or bfloat16); ``seq_lens`` int32 ``[B]`` on the device (the
+    number of cached tokens of each sequence, the new token's included if it was written).
+    Caches, same dtype as q:
+
+    - contiguous: ``[B, Hkv, max_len, D]`` (``block_table=None``);
+    - paged: ``[num_blocks, Hkv, block_size, D]`` with ``block_table`` int32
+      ``[B, max_blocks]``: token ``t`` of sequence ``b`` is at block
+      ``block_table[b, t // block_size]``, offset ``t % block_size``.
+
+    Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
+    to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding)
+    and merged by a second kernel, which needs a float32 workspace of
+    ``B * Hq * splits * (D + 1)`` values for that call. Returns ``[B, Hq, D]``.
+    """
+    check_array(q, "q", dtypes=HALF_DTYPES, ndim=3)
+    check_array(k_cache, "k_cache", dtypes=HALF_DTYPES, ndim=4)
+    check_array(v_cache, "v_cache", dtypes=HALF_DTYPES, ndim=4)
+    check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
+    check_array(seq_lens, "seq_lens", dtypes=[np.int32], ndim=1)
+    b, hq, d = q.shape
+    _check_head_dim(d, "q")
+    if tuple(k_cache.shape) != tuple(v_cache.shape):
+        raise ValueError(
+            f"k_cache and v_cache must have the same shape, got {k_cache.shape} and {v_cache.shape}"
+        )
+    hkv, cache_len = k_cache.shape[1], k_cache.shape[2]
+    if k_cache.shape[3] != d:
+        raise ValueError(f"k_cache head dim {k_cache.shape[3]} differs from q's ({d})")
+    if hkv == 0 or hq % hkv:
+        raise ValueError(f"query heads ({hq}) must be a multiple of the KV heads ({hkv})")
+    if seq_lens.shape[0] != b:
+        raise ValueError(f"seq_lens must have shape ({b},), got {tuple(seq_lens.shape)}")
+    max_blocks = 0
+    if block_table is None:
+        if k_cache.shape[0] != b:
+            raise ValueError(
+                f"a contiguous k_cache must be [B={b}, Hkv, max_len, D], got "
+                f"{tuple(k_cache.shape)} (pass block_table for a paged cache)"
+            )
+        capacity = cache_len
+    else:
+        check_array(block_table, "block_table", dtypes=[np.int32], ndim=2)
+        if block_table.shape[0] != b:
+            raise ValueError(
+                f"block_table must be [B={b}, max_blocks], got {tuple(block_table.shape)}"
+            )
+        max_blocks = block_table.shape[1]
+        capacity = max_blocks * cache_len
+    if capacity >= 2**31:
+        raise ValueError(f"the cache holds {capacity} tokens per sequence; at most 2**31 - 1")
+    scale_f = _check_scale(scale, d)
+    check_out(out, (b, hq, d), q.dtype)
+    res = result(out, (b, hq, d), q.dtype)
+    if res.size == 0:
+        return res
+    if on_cpu(q):
+        _decode_cpu(q, k_cache, v_cache, seq_lens, block_table, scale_f, capacity, res)
+        return res
+
+    if b > 65535:
+        raise ValueError(f"at most 65535 sequences per call, got {b}")
+    _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
+    suffix = _suffix(q.dtype)
+    kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
+    head_ctas = hkv * -(-(hq // hkv) // _DECODE_HEADS)
+    splits, chunk = _decode_split(b, head_ctas, max(capacity, 1))
+    grid = (splits, head_ctas, b)
+    table = block_table if block_table is not None else 0
+    if splits == 1:
+        kern(
+            q,
+            k_cache,
+            v_cache,
+            seq_lens,
+            table,
+            res,
+            0,
+            0,
+            hq,
+            hkv,
+            cache_len,
+            max_blocks,
+            capacity,
+            chunk,
+            scale_f,
+            grid=grid,
+            block=128,
+        )
+        return res
+    o_part = gp.empty((b * hq * splits * d,), gp.float32)
+    lse = gp.empty((b * hq * splits,), gp.float32)
+    kern(
+        q,
+        k_cache,
+        v_cache,
+        seq_lens,
+        table,
+        res,
+        o_part,
+        lse,
+        hq,
+        hkv,
+        cache_len,
+        max_blocks,
+        capacity,
+        chunk,
+        scale_f,
+        grid=grid,
+        block=128,
+    )
+    combine = _kernel_loader.kernel("attention_decode", f"attn_decode_combine_{suffix}")
+    combine(o_part, lse, seq_lens, res, hq, d, splits, chunk, capacity, grid=b * hq, block=128)
+    return res

@@ -1,0 +1,311 @@
+// Flash attention forward (prefill) on tensor cores with mma.sync m16n8k16 (SM 80+):
+//   attn_prefill_d<D>_<f16|bf16>(q, k, v, o, mask, ...), D in {64, 80, 96, 128, 256}.
+// Layout: q/o [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], all contiguous; query head h reads KV head
+// h / (Hq / Hkv) (GQA/MQA). One CTA of 4 warps owns 64 query rows of one (batch, head), each
+// warp 16 rows; it walks the key tiles of kBN keys with an online softmax, so the score matrix
+// only ever exists as one 16 x kBN register tile per warp.
+//   Pipeline (one K and one V buffer): while S = Q K_j^T and its softmax run, V_j streams in;
+//   while O += P V_j runs, K_{j+1} streams in (cp.async, zero-filled past the end of the
+//   sequence, so padded rows hold zeros rather than stale data that could be NaN).
+//   Shared rows are padded by 16 bytes: the 8 row addresses of every ldmatrix then fall in 8
+//   distinct 16-byte bank groups for all five head dims, with no swizzle to compute.
+//   Softmax in base 2: scores are scaled by scale * log2(e) once, exp2 replaces exp.
+//   Q fragments stay in registers for D <= 128; for D = 256 they are re-read from shared
+//   memory each tile (in registers they would push the kernel past 255 registers).
+// Masking: keys >= Sk; causal keys j > i + (Sk - Sq) (bottom-right aligned, PyTorch's rule
+// when Sq == Sk); an optional additive mask (fp32, or the input dtype: mask_kind 1 / 2) read
+// through element strides, 0 on broadcast dimensions. Rows with no visible key output 0.
+// Heaviest causal tiles first: blockIdx.x counts query tiles from the end.
+#include "attention_common.cuh"
+
+using namespace pgk_attn;
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBM = kWarps * 16;
+
+template <int D>
+struct Config {
+    static constexpr int kBN = D > 128 ? 32 : 64;
+    static constexpr bool kQInRegs = D <= 128;
+    static constexpr int kStride = D + 8;  // elements per shared row (16-byte pad)
+};
+
+template <typename T, int D>
+__device__ __forceinline__ void load_tile(T* dst, const T* src, int rows, int valid_rows) {
+    constexpr int kChunks = D / 8;  // 16-byte chunks per row
+    constexpr int kStride = Config<D>::kStride;
+    for (int i = threadIdx.x; i < rows * kChunks; i += kThreads) {
+        const int r = i / kChunks, c = i % kChunks;
+        const bool valid = r < valid_rows;
+        cp_async16(dst + r * kStride + c * 8, valid ? src + (size_t)r * D + c * 8 : src, valid);
+    }
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* __restrict__ k,
+                                             const T* __restrict__ v, T* __restrict__ o,
+                                             const void* __restrict__ mask, int mask_kind,
+                                             long long msb, long long msh, long long msq,
+                                             long long msk, int hq, int hkv, int sq, int sk,
+                                             float scale, int causal) {
+    using C = Config<D>;
+    constexpr int kBN = C::kBN, kS = C::kStride;
+    constexpr int kKT = D / 16;   // k-steps of S = Q K^T
+    constexpr int kNT = kBN / 8;  // n8 tiles of S
+    constexpr int kDT = D / 8;    // n8 tiles of O
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* sQ = reinterpret_cast<T*>(smem_raw);
+    T* sK = sQ + kBM * kS;
+    T* sV = sK + kBN * kS;
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (hq / hkv);
+    const int diag = sk - sq;  // key j is visible to query i when j <= i + diag (causal)
+
+    const T* qp = q + ((size_t)b * hq + h) * sq * D + (size_t)m0 * D;
+    const T* kp = k + ((size_t)b * hkv + hk) * sk * D;
+    const T* vp = v + ((size_t)b * hkv + hk) * sk * D;
+    T* op = o + ((size_t)b * hq + h) * sq * D + (size_t)m0 * D;
+    const int rows_here = min(kBM, sq - m0);
+
+    const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
+    const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    const int r0 = warp * 16 + g;  // this thread's rows within the tile: r0 and r0 + 8
+
+    float acc[kDT][4];
+#pragma unroll
+    for (int i = 0; i < kDT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f};
+
+    if (n_tiles > 0) {
+        load_tile<T, D>(sQ, qp, kBM, rows_here);
+        load_tile<T, D>(sK, kp, kBN, min(kBN, sk));
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+    }
+    unsigned qf[C::kQInRegs ? kKT : 1][4];
+    if constexpr (C::kQInRegs) {
+        if (n_tiles > 0) {
+#pragma unroll
+            for (int kk = 0; kk < kKT; ++kk)
+                ldmatrix_x4(qf[kk],
+                            sQ + (warp * 16 + (lane & 15)) * kS + kk * 16 + (lane >> 4) * 8);
+        }
+    }
+    const float scale2 = scale * kLog2e;
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = j * kBN;
+        load_tile<T, D>(sV, vp + (size_t)n0 * D, kBN, min(kBN, sk - n0));
+        cp_async_commit();
+
+        float s[kNT][4];
+#pragma unroll
+        for (int i = 0; i < kNT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < kKT; ++kk) {
+            unsigned a[4];
+            if constexpr (C::kQInRegs) {
+                a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
+            } else {
+                ldmatrix_x4(a, sQ + (warp * 16 + (lane & 15)) * kS + kk * 16 + (lane >> 4) * 8);
+            }
+#pragma unroll
+            for (int nn = 0; nn < kNT / 2; ++nn) {
+                unsigned bk[4];
+                ldmatrix_x4(bk, sK + (nn * 16 + (lane >> 4) * 8 + (lane & 7)) * kS + kk * 16 +
+                                    ((lane >> 3) & 1) * 8);
+                mma16816<T>(s[2 * nn], a, bk[0], bk[1]);
+                mma16816<T>(s[2 * nn + 1], a, bk[2], bk[3]);
+            }
+        }
+
+        // Scale into base 2; mask only the tiles that need it (edge, diagonal, explicit mask).
+        const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = s[nt][e] * scale2;
+                if (edge) {
+                    const int row = m0 + r0 + (e >> 1) * 8;
+                    const int col = n0 + nt * 8 + 2 * t + (e & 1);
+                    if (mask_kind && row < sq && col < sk) {
+                        const long long idx = b * msb + h * msh + row * msq + col * msk;
+                        const float mv = mask_kind == 1
+                                             ? static_cast<const float*>(mask)[idx]
+                                             : to_float(static_cast<const T*>(mask)[idx]);
+                        x += mv * kLog2e;
+                    }
+                    if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;
+                }
+                s[nt][e] = x;
+            }
+        }
+
+        // Online softmax: rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3), each spread over a quad.
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = row_max[r];
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            // A row that has seen no visible key yet keeps max -inf: subtract 0 instead, so
+            // exp2(-inf - (-inf)) never makes a NaN.
+            const float ref = mx == PGK_NEG_INF ? 0.f : mx;
+            const float alpha = fast_exp2(row_max[r] - ref);
+            row_max[r] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+                s[nt][2 * r] = fast_exp2(s[nt][2 * r] - ref);
+                s[nt][2 * r + 1] = fast_exp2(s[nt][2 * r + 1] - ref);
+                sum += s[nt][2 * r] + s[nt][2 * r + 1];
+            }
+            row_sum[r] = row_sum[r] * alpha + sum;  // this thread's share; the quad sums at the end
+#pragma unroll
+            for (int dt = 0; dt < kDT; ++dt) {
+                acc[dt][2 * r] *= alpha;
+                acc[dt][2 * r + 1] *= alpha;
+            }
+        }
+
+        cp_async_wait_all();  // V_j has landed
+        __syncthreads();      // ... for every thread, and nobody reads K_j any more
+        if (j + 1 < n_tiles) {
+            load_tile<T, D>(sK, kp + (size_t)(n0 + kBN) * D, kBN, min(kBN, sk - n0 - kBN));
+            cp_async_commit();
+        }
+
+        // O += P V_j: the S accumulators of two n8 tiles are exactly one A fragment of P.
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+            unsigned pa[4];
+            pa[0] = Half2<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+            pa[1] = Half2<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+            pa[2] = Half2<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            pa[3] = Half2<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int dn = 0; dn < D / 16; ++dn) {
+                unsigned bv[4];
+                ldmatrix_x4_trans(bv, sV + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kS +
+                                          dn * 16 + (lane >> 4) * 8);
+                mma16816<T>(acc[2 * dn], pa, bv[0], bv[1]);
+                mma16816<T>(acc[2 * dn + 1], pa, bv[2], bv[3]);
+            }
+        }
+        cp_async_wait_all();  // K_{j+1} has landed
+        __syncthreads();      // ... and nobody reads V_j any more
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = r0 + r * 8;
+        if (row < rows_here) {
+            unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * D + 2 * t);
+#pragma unroll
+            for (int dt = 0; dt < kDT; ++dt)
+                dst[dt * 4] = Half2<T>::pack(acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+        }
+    }
+}
+
+}  // namespace
+
+// One entry point per (head dim, dtype), spelled out because callers find kernels by their
+// declared names. Dynamic shared memory: (64 + 2 * kBN) * (D + 8) * 2 bytes, kBN = 64 (32 for
+// D = 256); attention.py computes the same.
+#define PGK_PREFILL_CALL \
+    q, k, v, o, mask, mask_kind, msb, msh, msq, msk, hq, hkv, sq, sk, scale, causal
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                         const void* mask, int mask_kind, long long msb, long long msh,
+                         long long msq, long long msk, int hq, int hkv, int sq, int sk, float scale,
+                         int causal) {
+    attn_prefill<__half, 64>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                          __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
+                          long long msh, long long msq, long long msk, int hq, int hkv, int sq,
+                          int sk, float scale, int causal) {
+    attn_prefill<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d80_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                         const void* mask, int mask_kind, long long msb, long long msh,
+                         long long msq, long long msk, int hq, int hkv, int sq, int sk, float scale,
+                         int causal) {
+    attn_prefill<__half, 80>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d80_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                          __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
+                          long long msh, long long msq, long long msk, int hq, int hkv, int sq,
+                          int sk, float scale, int causal) {
+    attn_prefill<__nv_bfloat16, 80>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d96_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                         const void* mask, int mask_kind, long long msb, long long msh,
+                         long long msq, long long msk, int hq, int hkv, int sq, int sk, float scale,
+                         int causal) {
+    attn_prefill<__half, 96>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d96_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                          __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
+                          long long msh, long long msq, long long msk, int hq, int hkv, int sq,
+                          int sk, float scale, int causal) {
+    attn_prefill<__nv_bfloat16, 96>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                          const void* mask, int mask_kind, long long msb, long long msh,
+                          long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                          float scale, int causal) {
+    attn_prefill<__half, 128>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                           __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
+                           long long msh, long long msq, long long msk, int hq, int hkv, int sq,
+                           int sk, float scale, int causal) {
+    attn_prefill<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d256_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                          const void* mask, int mask_kind, long long msb, long long msh,
+                          long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                          float scale, int causal) {
+    attn_prefill<__half, 256>(PGK_PREFILL_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_prefill_d256_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                           __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
+                           long long msh, long long msq, long long msk, int hq, int hkv, int sq,
+                           int sk, float scale, int causal) {
+    attn_prefill<__nv_bfloat16, 256>(PGK_PREFILL_CALL);
+}

@@ -1,0 +1,314 @@
+"""Attention and KV cache ops on the GPU against float64 NumPy, and SDPA against PyTorch.
+
+Prefill: every head dim and both half dtypes, GQA/MQA, odd lengths (1, 17, 129, 1000),
+additive masks of each broadcast shape and dtype, causal with Sq == Sk, Sq < Sk and Sq > Sk.
+Decode: mixed per-sequence lengths (0, 1, short, split across CTAs, clamped), contiguous and
+paged caches. KV writes: exact against NumPy loops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit import ops
+
+pytestmark = pytest.mark.gpu
+
+HALF = [gp.float16, gp.bfloat16]
+LIMIT = {np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
+Rand = Callable[..., np.ndarray]
+
+
+def rel(out, ref) -> float:
+    o, r = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return float(np.linalg.norm(o - r) / np.linalg.norm(r))
+
+
+def visible(sq: int, sk: int) -> np.ndarray:
+    """[Sq, Sk] bool, bottom-right causal: key j visible to query i when j <= i + Sk - Sq."""
+    return np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
+
+
+def ref_sdpa(q, k, v, mask=None, causal=False, scale=None):
+    """float64 attention via einsum (KV heads repeated for GQA); rows with no key are 0."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    if mask is not None:
+        s = s + np.asarray(mask, np.float64)
+    if causal:
+        s = np.where(visible(q.shape[2], k.shape[2]), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    total = p.sum(axis=-1, keepdims=True)
+    p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)
+    return np.einsum("bhqk,bhkd->bhqd", p, v)
+
+
+def qkv(rand: Rand, b, hq, hkv, sq, sk, d, dtype):
+    # Scaled so the softmax is neither one-hot nor flat.
+    q = (rand((b, hq, sq, d)) * 0.3).astype(dtype)
+    k = (rand((b, hkv, sk, d)) * 0.3).astype(dtype)
+    v = rand((b, hkv, sk, d)).astype(dtype)
+    return q, k, v
+
+
+def run(q, k, v, **kw) -> np.ndarray:
+    mask = kw.pop("attn_mask", None)
+    if mask is not None:
+        kw["attn_mask"] = gp.from_numpy(mask)
+    out = ops.scaled_dot_product_attention(
+        gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), **kw
+    )
+    return out.to_numpy()
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("d", [64, 80, 96, 128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dims(rand, dtype, d, causal):
+    q, k, v = qkv(rand, 2, 4, 2, 129, 129, d, dtype)
+    got = run(q, k, v, is_causal=causal)
+    assert rel(got, ref_sdpa(q, k, v, causal=causal)) < LIMIT[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(
+    ("hq", "hkv", "sq", "sk"),
+    [
+        (2, 2, 1, 1),
+        (4, 1, 1, 1000),  # MQA, a single query over many keys
+        (8, 2, 17, 17),
+        (4, 4, 1000, 1000),
+        (6, 3, 17, 129),  # Sq < Sk
+        (4, 2, 129, 17),  # Sq > Sk: causal rows without keys
+        (2, 1, 64, 64),  # exactly one tile
+        (2, 2, 65, 63),
+    ],
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_lengths_gqa_causal(rand, dtype, hq, hkv, sq, sk, causal):
+    q, k, v = qkv(rand, 1, hq, hkv, sq, sk, 128, dtype)
+    got = run(q, k, v, is_causal=causal)
+    assert np.all(np.isfinite(got.astype(np.float32)))
+    ref = ref_sdpa(q, k, v, causal=causal)
+    assert rel(got, ref) < LIMIT[np.dtype(dtype)]
+    if causal and sq > sk:
+        assert np.all(got[:, :, : sq - sk].astype(np.float32) == 0)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("mask_dtype", ["float32", "input"])
+@pytest.mark.parametrize("shape", [(129, 200), (2, 1, 129, 200), (1, 4, 1, 200), (200,)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_masks(rand, dtype, mask_dtype, shape, causal):
+    q, k, v = qkv(rand, 2, 4, 2, 129, 200, 64, dtype)
+    mask = rand(shape).astype(np.float32 if mask_dtype == "float32" else dtype)
+    got = run(q, k, v, attn_mask=mask, is_causal=causal)
+    assert rel(got, ref_sdpa(q, k, v, mask=mask, causal=causal)) < LIMIT[np.dtype(dtype)]
+
+
+def test_mask_fully_masked_row_and_scale(rand):
+    q, k, v = qkv(rand, 1, 2, 2, 70, 70, 96, gp.bfloat16)
+    mask = rand((70, 70)).astype(np.float32)
+    mask[3, :] = -np.inf
+    got = run(q, k, v, attn_mask=mask, scale=0.04)
+    assert np.all(got[:, :, 3].astype(np.float32) == 0)
+    assert rel(got, ref_sdpa(q, k, v, mask=mask, scale=0.04)) < 1e-2
+
+
+def test_out_argument(rand):
+    q, k, v = qkv(rand, 1, 2, 2, 33, 33, 64, gp.float16)
+    out = gp.empty(q.shape, gp.float16)
+    res = ops.scaled_dot_product_attention(
+        gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), out=out
+    )
+    assert res is out
+    assert rel(out.to_numpy(), ref_sdpa(q, k, v)) < 3e-3
+
+
+def _torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA here")
+    return torch
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("d", [64, 80, 96, 128, 256])
+@pytest.mark.parametrize(("sq", "sk"), [(1000, 1000), (17, 300)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_vs_torch(rand, dtype, d, sq, sk, causal):
+    torch = _torch()
+    q, k, v = qkv(rand, 2, 8, 2, sq, sk, d, dtype)
+    got = run(q, k, v, is_causal=causal)
+    tdt = torch.float16 if np.dtype(dtype) == np.float16 else torch.bfloat16
+    tq, tk, tv = (torch.from_numpy(a.astype(np.float32)).cuda().to(tdt) for a in (q, k, v))
+    tk, tv = tk.repeat_interleave(4, dim=1), tv.repeat_interleave(4, dim=1)
+    if causal and sq != sk:  # PyTorch's is_causal is top-left aligned: pass our rule as a mask
+        keep = torch.from_numpy(visible(sq, sk)).cuda()
+        want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=keep)
+    else:
+        want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+    assert rel(got, want.float().cpu().numpy()) < LIMIT[np.dtype(dtype)]
+
+
+# --- decode -------------------------------------------------------------------------------
+
+
+def ref_decode(q, keys, vals, scale=None):
+    """q [B, Hq, D]; keys[b], vals[b]: [Hkv, n_b, D]; float64, zeros for n_b == 0."""
+    q = np.asarray(q, np.float64)
+    b_, hq, d = q.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = np.zeros(q.shape)
+    for b in range(b_):
+        kb, vb = np.asarray(keys[b], np.float64), np.asarray(vals[b], np.float64)
+        if kb.shape[1] == 0:
+            continue
+        group = hq // kb.shape[0]
+        kb, vb = np.repeat(kb, group, axis=0), np.repeat(vb, group, axis=0)
+        s = np.einsum("hd,hnd->hn", q[b], kb) * scale
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        out[b] = np.einsum("hn,hnd->hd", p / p.sum(axis=-1, keepdims=True), vb)
+    return out
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("d", [64, 80, 96, 128, 256])
+@pytest.mark.parametrize(("hq", "hkv"), [(32, 8), (8, 8), (6, 1), (24, 4)])
+def test_decode_contiguous(rand, rng, dtype, d, hq, hkv):
+    max_len = 3000
+    lens = np.array([0, 1, 17, 129, 1000, 2999, 3000, 5000], np.int32)  # 5000: clamped
+    rng.shuffle(lens)
+    b = len(lens)
+    q = (rand((b, hq, d)) * 0.3).astype(dtype)
+    kc = (rand((b, hkv, max_len, d)) * 0.3).astype(dtype)
+    vc = rand((b, hkv, max_len, d)).astype(dtype)
+    got = ops.decode_attention(
+        gp.from_numpy(q), gp.from_numpy(kc), gp.from_numpy(vc), gp.from_numpy(lens)
+    ).to_numpy()
+    n = np.minimum(lens, max_len)
+    ref = ref_decode(q, [kc[i, :, : n[i]] for i in range(b)], [vc[i, :, : n[i]] for i in range(b)])
+    assert rel(got, ref) < LIMIT[np.dtype(dtype)]
+    assert np.all(got[lens == 0].astype(np.float32) == 0)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(("d", "block_size"), [(128, 16), (64, 256), (256, 1), (80, 32)])
+def test_decode_paged(rand, rng, dtype, d, block_size):
+    b, hq, hkv, max_blocks = 5, 16, 4, 4096 // block_size
+    nblocks = b * max_blocks + 3
+    q = (rand((b, hq, d)) * 0.3).astype(dtype)
+    kc = (rand((nblocks, hkv, block_size, d)) * 0.3).astype(dtype)
+    vc = rand((nblocks, hkv, block_size, d)).astype(dtype)
+    table = rng.permutation(nblocks)[: b * max_blocks].reshape(b, max_blocks).astype(np.int32)
+    lens = np.array([1, 37, 4096, 2000, 0], np.int32)
+    keys, vals = [], []
+    for i in range(b):
+        kk = kc[table[i]].transpose(1, 0, 2, 3).reshape(hkv, -1, d)
+        vv = vc[table[i]].transpose(1, 0, 2, 3).reshape(hkv, -1, d)
+        keys.append(kk[:, : lens[i]])
+        vals.append(vv[:, : lens[i]])
+    got = ops.decode_attention(
+        gp.from_numpy(q),
+        gp.from_numpy(kc),
+        gp.from_numpy(vc),
+        gp.from_numpy(lens),
+        block_table=gp.from_numpy(table),
+    ).to_numpy()
+    assert rel(got, ref_decode(q, keys, vals)) < LIMIT[np.dtype(dtype)]
+
+
+def test_decode_matches_prefill_last_row(rand):
+    """One decode step equals the last row of causal prefill over the same keys."""
+    b, hq, hkv, s, d = 2, 8, 2, 777, 128
+    q, k, v = qkv(rand, b, hq, hkv, s, s, d, gp.bfloat16)
+    full = run(q, k, v, is_causal=True)
+    lens = gp.from_numpy(np.full(b, s, np.int32))
+    step = ops.decode_attention(
+        gp.from_numpy(np.ascontiguousarray(q[:, :, -1])), gp.from_numpy(k), gp.from_numpy(v), lens
+    ).to_numpy()
+    assert rel(step, full[:, :, -1]) < 1e-2
+
+
+# --- KV cache writes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [gp.float16, gp.bfloat16, gp.float32])
+@pytest.mark.parametrize("per_token", [False, True])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_kv_append(rand, rng, dtype, per_token, index_dtype):
+    b, hkv, t, d, max_len = 4, 8, 5, 128, 300
+    k, v = rand((b, hkv, t, d)).astype(dtype), rand((b, hkv, t, d)).astype(dtype)
+    kc0 = rand((b, hkv, max_len, d)).astype(dtype)
+    vc0 = rand((b, hkv, max_len, d)).astype(dtype)
+    if per_token:
+        pos = np.stack([rng.permutation(max_len)[:t] for _ in range(b)]).astype(index_dtype)
+        pos[0, 0], pos[1, 1] = -5, max_len
+    else:
+        pos = np.array([0, 17, 100, max_len - 3], index_dtype)
+    kc, vc = gp.from_numpy(kc0), gp.from_numpy(vc0)
+    ops.kv_cache_append(gp.from_numpy(k), gp.from_numpy(v), kc, vc, gp.from_numpy(pos))
+    want_k, want_v = kc0.copy(), vc0.copy()
+    for i in range(b):
+        for j in range(t):
+            p = int(pos[i, j]) if per_token else int(pos[i]) + j
+            if 0 <= p < max_len:
+                want_k[i, :, p], want_v[i, :, p] = k[i, :, j], v[i, :, j]
+    np.testing.assert_array_equal(kc.to_numpy(), want_k)
+    np.testing.assert_array_equal(vc.to_numpy(), want_v)
+
+
+@pytest.mark.parametrize("dtype", [gp.float16, gp.bfloat16])
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_paged_write(rand, rng, dtype, index_dtype):
+    n, hkv, d, nblocks, bs = 1000, 4, 128, 80, 16
+    k, v = rand((n, hkv, d)).astype(dtype), rand((n, hkv, d)).astype(dtype)
+    kc0 = rand((nblocks, hkv, bs, d)).astype(dtype)
+    vc0 = rand((nblocks, hkv, bs, d)).astype(dtype)
+    slots = rng.permutation(nblocks * bs)[:n].astype(index_dtype)
+    slots[::7] = -1
+    slots[3] = nblocks * bs + 1
+    kc, vc = gp.from_numpy(kc0), gp.from_numpy(vc0)
+    ops.paged_kv_cache_write(gp.from_numpy(k), gp.from_numpy(v), kc, vc, gp.from_numpy(slots))
+    want_k, want_v = kc0.copy(), vc0.copy()
+    for i, s in enumerate(slots):
+        if 0 <= s < nblocks * bs:
+            want_k[s // bs, :, s % bs], want_v[s // bs, :, s % bs] = k[i], v[i]
+    np.testing.assert_array_equal(kc.to_numpy(), want_k)
+    np.testing.assert_array_equal(vc.to_numpy(), want_v)
+
+
+def test_write_then_decode(rand):
+    """Paged writes followed by decode over the written blocks: the serving loop's order."""
+    b, hq, hkv, d, bs, steps = 3, 8, 2, 128, 16, 40
+    nblocks = b * 4
+    kc = gp.zeros((nblocks, hkv, bs, d), gp.bfloat16)
+    vc = gp.zeros((nblocks, hkv, bs, d), gp.bfloat16)
+    table = np.arange(nblocks, dtype=np.int32).reshape(b, 4)[:, ::-1].copy()
+    ks = (rand((steps, b, hkv, d)) * 0.3).astype(gp.bfloat16)
+    vs = rand((steps, b, hkv, d)).astype(gp.bfloat16)
+    for t in range(steps):
+        slots = np.array([table[i, t // bs] * bs + t % bs for i in range(b)], np.int32)
+        ops.paged_kv_cache_write(
+            gp.from_numpy(ks[t]), gp.from_numpy(vs[t]), kc, vc, gp.from_numpy(slots)
+        )
+    q = (rand((b, hq, d)) * 0.3).astype(gp.bfloat16)
+    got = ops.decode_attention(
+        gp.from_numpy(q),
+        kc,
+        vc,
+        gp.from_numpy(np.full(b, steps, np.int32)),
+        block_table=gp.from_numpy(table),
+    ).to_numpy()
+    keys = [ks[:, i].transpose(1, 0, 2) for i in range(b)]
+    vals = [vs[:, i].transpose(1, 0, 2) for i in range(b)]
+    assert rel(got, ref_decode(q, keys, vals)) < 1e-2

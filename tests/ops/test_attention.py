@@ -1,0 +1,289 @@
+"""pygpukit.ops attention on the CPU backend: the NumPy path vs float64 references written here."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit import ops
+
+HALF = [gp.float16, gp.bfloat16]
+LIMIT = {np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
+
+
+def ref_sdpa(q, k, v, mask=None, causal=False, scale=None):
+    """float64 attention, one (batch, head) at a time; rows that see no key are zeros."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    b_, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    m4 = None if mask is None else np.broadcast_to(np.asarray(mask, np.float64), (b_, hq, sq, sk))
+    out = np.zeros((b_, hq, sq, d))
+    for b in range(b_):
+        for h in range(hq):
+            kv = h // (hq // hkv)
+            s = q[b, h] @ k[b, kv].T * scale
+            if m4 is not None:
+                s = s + m4[b, h]
+            if causal:
+                for i in range(sq):
+                    s[i, i + (sk - sq) + 1 :] = -np.inf
+                    if i + (sk - sq) < 0:
+                        s[i, :] = -np.inf
+            for i in range(sq):
+                row = s[i]
+                if np.all(np.isneginf(row)):
+                    continue
+                p = np.exp(row - row.max())
+                out[b, h, i] = p / p.sum() @ v[b, kv]
+    return out
+
+
+def rel_err(got, ref) -> float:
+    ref = np.asarray(ref, np.float64)
+    return float(np.linalg.norm(np.asarray(got, np.float64) - ref) / np.linalg.norm(ref))
+
+
+def qkv(rand: Callable[..., np.ndarray], b, hq, hkv, sq, sk, d, dtype):
+    # Scaled down so the softmax is neither one-hot nor flat.
+    q = (rand((b, hq, sq, d)) * 0.3).astype(dtype)
+    k = (rand((b, hkv, sk, d)) * 0.3).astype(dtype)
+    v = rand((b, hkv, sk, d)).astype(dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("d", [64, 80, 96, 128, 256])
+def test_sdpa_head_dims(rand, dtype, d):
+    q, k, v = qkv(rand, 1, 2, 2, 17, 33, d, dtype)
+    got = ops.scaled_dot_product_attention(gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v))
+    assert got.dtype == np.dtype(dtype) and got.shape == q.shape
+    assert rel_err(got.to_numpy(), ref_sdpa(q, k, v)) < LIMIT[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(
+    ("hq", "hkv", "sq", "sk"),
+    [(4, 4, 1, 1), (8, 2, 17, 17), (4, 1, 129, 129), (6, 3, 5, 70), (4, 2, 40, 9)],
+)
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_gqa_lengths_causal(rand, dtype, hq, hkv, sq, sk, causal):
+    q, k, v = qkv(rand, 2, hq, hkv, sq, sk, 64, dtype)
+    got = ops.scaled_dot_product_attention(
+        gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), is_causal=causal
+    ).to_numpy()
+    ref = ref_sdpa(q, k, v, causal=causal)
+    assert rel_err(got, ref) < LIMIT[np.dtype(dtype)]
+
+
+def test_causal_bottom_right_rule(rand):
+    # Sq < Sk: the last query sees every key, the first sees Sk - Sq + 1 of them.
+    q, k, v = qkv(rand, 1, 1, 1, 3, 8, 64, gp.float16)
+    got = ops.scaled_dot_product_attention(
+        gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), is_causal=True
+    ).to_numpy()
+    last = ref_sdpa(q[:, :, 2:], k, v)  # no mask at all
+    first = ref_sdpa(q[:, :, :1], k[:, :, :6], v[:, :, :6])
+    assert rel_err(got[:, :, 2:], last) < 3e-3
+    assert rel_err(got[:, :, :1], first) < 3e-3
+
+
+def test_causal_rows_without_keys_are_zero(rand):
+    q, k, v = qkv(rand, 1, 2, 2, 10, 4, 64, gp.bfloat16)
+    got = ops.scaled_dot_product_attention(
+        gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), is_causal=True
+    ).to_numpy()
+    assert np.all(got[:, :, :6].astype(np.float32) == 0)
+    assert rel_err(got[:, :, 6:], ref_sdpa(q, k, v, causal=True)[:, :, 6:]) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("mask_dtype", ["float32", "input"])
+@pytest.mark.parametrize("mask_shape", [(17, 23), (2, 1, 17, 23), (1, 4, 1, 23), (23,)])
+def test_sdpa_additive_mask(rand, dtype, mask_dtype, mask_shape):
+    q, k, v = qkv(rand, 2, 4, 2, 17, 23, 80, dtype)
+    mdt = np.float32 if mask_dtype == "float32" else dtype
+    mask = rand(mask_shape).astype(mdt)
+    got = ops.scaled_dot_product_attention(
+        gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), attn_mask=gp.from_numpy(mask)
+    ).to_numpy()
+    assert rel_err(got, ref_sdpa(q, k, v, mask=mask)) < LIMIT[np.dtype(dtype)]
+
+
+def test_mask_with_causal_and_fully_masked_row(rand):
+    q, k, v = qkv(rand, 1, 2, 1, 9, 9, 64, gp.float16)
+    mask = rand((9, 9)).astype(np.float32)
+    mask[4, :] = -np.inf
+    got = ops.scaled_dot_product_attention(
+        gp.from_numpy(q),
+        gp.from_numpy(k),
+        gp.from_numpy(v),
+        attn_mask=gp.from_numpy(mask),
+        is_causal=True,
+    ).to_numpy()
+    assert np.all(got[:, :, 4].astype(np.float32) == 0)
+    assert rel_err(got, ref_sdpa(q, k, v, mask=mask, causal=True)) < 3e-3
+
+
+def test_scale_and_out(rand):
+    q, k, v = qkv(rand, 1, 2, 2, 12, 12, 96, gp.float16)
+    out = gp.empty(q.shape, gp.float16)
+    got = ops.scaled_dot_product_attention(
+        gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), scale=0.05, out=out
+    )
+    assert got is out
+    assert rel_err(out.to_numpy(), ref_sdpa(q, k, v, scale=0.05)) < 3e-3
+
+
+def test_empty_query(rand):
+    q, k, v = qkv(rand, 1, 2, 2, 0, 5, 64, gp.float16)
+    got = ops.scaled_dot_product_attention(gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v))
+    assert got.shape == (1, 2, 0, 64)
+
+
+def _arrays(rand, *shapes, dtype=gp.float16):
+    return [gp.from_numpy(rand(s).astype(dtype)) for s in shapes]
+
+
+def test_sdpa_errors(rand):
+    q, k, v = _arrays(rand, (1, 4, 8, 64), (1, 2, 8, 64), (1, 2, 8, 64))
+    sdpa = ops.scaled_dot_product_attention
+    with pytest.raises(TypeError, match="q must have dtype"):
+        sdpa(gp.from_numpy(rand((1, 4, 8, 64))), k, v)
+    with pytest.raises(TypeError, match="k has dtype"):
+        sdpa(q, *_arrays(rand, (1, 2, 8, 64), dtype=gp.bfloat16), v)
+    with pytest.raises(ValueError, match="4-D"):
+        sdpa(*_arrays(rand, (4, 8, 64)), k, v)
+    with pytest.raises(ValueError, match="same shape"):
+        sdpa(q, k, *_arrays(rand, (1, 2, 9, 64)))
+    with pytest.raises(ValueError, match="match q"):
+        sdpa(q, *_arrays(rand, (2, 2, 8, 64), (2, 2, 8, 64)))
+    with pytest.raises(ValueError, match="multiple of the KV heads"):
+        sdpa(q, *_arrays(rand, (1, 3, 8, 64), (1, 3, 8, 64)))
+    with pytest.raises(ValueError, match="head dim 48"):
+        sdpa(*_arrays(rand, (1, 4, 8, 48), (1, 2, 8, 48), (1, 2, 8, 48)))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        sdpa(q, k, v, attn_mask=gp.from_numpy(rand((8, 7))))
+    with pytest.raises(TypeError, match="attn_mask must have dtype"):
+        sdpa(q, k, v, attn_mask=gp.from_numpy(rand((8, 8), np.float64)))
+    with pytest.raises(TypeError, match="is_causal must be a bool"):
+        sdpa(q, k, v, is_causal=1)
+    with pytest.raises(ValueError, match="scale must be finite"):
+        sdpa(q, k, v, scale=float("nan"))
+    with pytest.raises(TypeError, match="scale must be a real number"):
+        sdpa(q, k, v, scale="0.1")
+    with pytest.raises(ValueError, match="out must have shape"):
+        sdpa(q, k, v, out=gp.empty((1, 4, 8, 32), gp.float16))
+    with pytest.raises(TypeError, match="out must have dtype"):
+        sdpa(q, k, v, out=gp.empty((1, 4, 8, 64), gp.bfloat16))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        sdpa(gp.from_numpy(rand((1, 8, 4, 64)).astype(np.float16)).transpose(0, 2, 1, 3), k, v)
+    with pytest.raises(TypeError, match="q must be a GPUArray"):
+        sdpa(rand((1, 4, 8, 64)).astype(np.float16), k, v)
+
+
+# --- decode -------------------------------------------------------------------------------
+
+
+def ref_decode(q, keys_per_seq, vals_per_seq, scale=None):
+    """q [B, Hq, D]; keys_per_seq[b]: [Hkv, n_b, D] float64 reference."""
+    q = np.asarray(q, np.float64)
+    b_, hq, d = q.shape
+    scale = 1.0 / math.sqrt(d) if scale is None else scale
+    out = np.zeros((b_, hq, d))
+    for b in range(b_):
+        kb = np.asarray(keys_per_seq[b], np.float64)
+        vb = np.asarray(vals_per_seq[b], np.float64)
+        hkv, n = kb.shape[0], kb.shape[1]
+        if n == 0:
+            continue
+        for h in range(hq):
+            kv = h // (hq // hkv)
+            s = kb[kv] @ q[b, h] * scale
+            p = np.exp(s - s.max())
+            out[b, h] = p / p.sum() @ vb[kv]
+    return out
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(("hq", "hkv", "d"), [(8, 2, 128), (4, 4, 64), (6, 1, 80), (2, 2, 256)])
+def test_decode_contiguous(rand, rng, dtype, hq, hkv, d):
+    b, max_len = 4, 70
+    q = (rand((b, hq, d)) * 0.3).astype(dtype)
+    kc = (rand((b, hkv, max_len, d)) * 0.3).astype(dtype)
+    vc = rand((b, hkv, max_len, d)).astype(dtype)
+    lens = np.array([1, 70, 33, 0], np.int32)
+    rng.shuffle(lens)
+    got = ops.decode_attention(
+        gp.from_numpy(q), gp.from_numpy(kc), gp.from_numpy(vc), gp.from_numpy(lens)
+    ).to_numpy()
+    ref = ref_decode(
+        q, [kc[i, :, : lens[i]] for i in range(b)], [vc[i, :, : lens[i]] for i in range(b)]
+    )
+    assert rel_err(got, ref) < LIMIT[np.dtype(dtype)]
+    assert np.all(got[lens == 0].astype(np.float32) == 0)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_decode_paged(rand, rng, dtype):
+    b, hq, hkv, d, bs, nblocks, max_blocks = 3, 8, 2, 96, 16, 20, 5
+    q = (rand((b, hq, d)) * 0.3).astype(dtype)
+    kc = (rand((nblocks, hkv, bs, d)) * 0.3).astype(dtype)
+    vc = rand((nblocks, hkv, bs, d)).astype(dtype)
+    table = rng.permutation(nblocks)[: b * max_blocks].reshape(b, max_blocks).astype(np.int32)
+    lens = np.array([17, 80, 100], np.int32)  # 100 > capacity 80: clamped
+    keys, vals = [], []
+    for i in range(b):
+        n = min(int(lens[i]), max_blocks * bs)
+        keys.append(np.concatenate([kc[blk] for blk in table[i]], axis=1)[:, :n])
+        vals.append(np.concatenate([vc[blk] for blk in table[i]], axis=1)[:, :n])
+    got = ops.decode_attention(
+        gp.from_numpy(q),
+        gp.from_numpy(kc),
+        gp.from_numpy(vc),
+        gp.from_numpy(lens),
+        block_table=gp.from_numpy(table),
+        scale=0.07,
+    ).to_numpy()
+    assert rel_err(got, ref_decode(q, keys, vals, scale=0.07)) < LIMIT[np.dtype(dtype)]
+
+
+def test_decode_out(rand):
+    q, kc, vc = _arrays(rand, (2, 4, 64), (2, 2, 8, 64), (2, 2, 8, 64))
+    lens = gp.from_numpy(np.array([3, 8], np.int32))
+    out = gp.empty((2, 4, 64), gp.float16)
+    assert ops.decode_attention(q, kc, vc, lens, out=out) is out
+
+
+def test_decode_errors(rand):
+    q, kc, vc = _arrays(rand, (2, 4, 64), (2, 2, 8, 64), (2, 2, 8, 64))
+    lens = gp.from_numpy(np.array([3, 8], np.int32))
+    dec = ops.decode_attention
+    with pytest.raises(TypeError, match="seq_lens must have dtype"):
+        dec(q, kc, vc, gp.from_numpy(np.array([3, 8], np.int64)))
+    with pytest.raises(ValueError, match="seq_lens must have shape"):
+        dec(q, kc, vc, gp.from_numpy(np.array([3], np.int32)))
+    with pytest.raises(ValueError, match="3-D"):
+        dec(*_arrays(rand, (2, 4, 1, 64)), kc, vc, lens)
+    with pytest.raises(ValueError, match="head dim 32"):
+        dec(q, *_arrays(rand, (2, 2, 8, 32), (2, 2, 8, 32)), lens)
+    with pytest.raises(ValueError, match="multiple of the KV heads"):
+        dec(q, *_arrays(rand, (2, 3, 8, 64), (2, 3, 8, 64)), lens)
+    with pytest.raises(ValueError, match="same shape"):
+        dec(q, kc, *_arrays(rand, (2, 2, 9, 64)), lens)
+    with pytest.raises(ValueError, match="pass block_table"):
+        dec(q, *_arrays(rand, (5, 2, 8, 64), (5, 2, 8, 64)), lens)
+    with pytest.raises(TypeError, match="block_table must have dtype"):
+        dec(q, kc, vc, lens, block_table=gp.from_numpy(np.zeros((2, 3), np.int64)))
+    with pytest.raises(ValueError, match="block_table must be"):
+        dec(q, kc, vc, lens, block_table=gp.from_numpy(np.zeros((3, 3), np.int32)))
+    with pytest.raises(TypeError, match="k_cache has dtype"):
+        dec(q, *_arrays(rand, (2, 2, 8, 64), (2, 2, 8, 64), dtype=gp.bfloat16), lens)
+    with pytest.raises(ValueError, match="out must have shape"):
+        dec(q, kc, vc, lens, out=gp.empty((2, 4, 32), gp.float16))
+    with pytest.raises(ValueError, match="scale must be finite"):
+        dec(q, kc, vc, lens, scale=float("inf"))
