@@ -256,6 +256,13 @@ impl Pacer {
             }
         }
         let lane = self.lane(id)?;
+        if lane.config.rate >= 1.0 {
+            // The whole device: nothing to ration; only yielding can hold it.
+            return Ok(Ok(Ticket {
+                partition: id,
+                granted_ns: 0,
+            }));
+        }
         Ok(match lane.bucket.try_acquire(lane.estimate_ns, now) {
             Ok(granted_ns) => Ok(Ticket {
                 partition: id,
@@ -277,7 +284,9 @@ impl Pacer {
             .pending
             .checked_sub(1)
             .ok_or(PacingError::NothingPending(ticket.partition))?;
-        lane.bucket.settle(ticket.granted_ns, measured_ns, now);
+        if lane.config.rate < 1.0 {
+            lane.bucket.settle(ticket.granted_ns, measured_ns, now);
+        }
         lane.estimate_ns = if lane.estimate_ns == 0 {
             measured_ns
         } else {
