@@ -10,7 +10,7 @@ use crate::dispatch::DispatchController;
 use crate::host_backend::HostBackend;
 use crate::limits::{current_partition, LimitSpec, PartitionId};
 use crate::pool::{
-    AllocError, AllocOptions, BlockRef, DevicePool, GraphPoolId, PoolError, ID_BITS,
+    AllocError, AllocOptions, BlockRef, DevicePool, GraphPoolId, PartitionQos, PoolError, ID_BITS,
 };
 use crate::transfer::{Direction, ProcessMemory, TransferEngine, TransferRequest, TransferState};
 use std::collections::HashMap;
@@ -49,6 +49,8 @@ struct Settings {
     partition_limits: HashMap<PartitionId, Option<u64>>,
     partition_names: HashMap<PartitionId, String>,
     next_partition: PartitionId,
+    partition_qos: HashMap<PartitionId, PartitionQos>,
+    qos_capacity: Option<u64>,
 }
 
 /// The registered device backend and one pool per device.
@@ -294,6 +296,31 @@ impl Runtime {
         Ok(())
     }
 
+    /// Sets (or forgets) a partition's QoS on every pool: reservations and reclaim order.
+    pub fn set_partition_qos(
+        &self,
+        partition: PartitionId,
+        qos: Option<PartitionQos>,
+    ) -> Result<(), RuntimeError> {
+        match qos {
+            Some(q) => self.settings().partition_qos.insert(partition, q),
+            None => self.settings().partition_qos.remove(&partition),
+        };
+        for d in self.devices() {
+            self.pool(d)?.set_partition_qos(partition, qos);
+        }
+        Ok(())
+    }
+
+    /// The bytes partitions' reservations are held back within, on every pool.
+    pub fn set_qos_capacity(&self, capacity: Option<u64>) -> Result<(), RuntimeError> {
+        self.settings().qos_capacity = capacity;
+        for d in self.devices() {
+            self.pool(d)?.set_qos_capacity(capacity);
+        }
+        Ok(())
+    }
+
     pub fn partition_name(&self, partition: PartitionId) -> Option<String> {
         self.settings().partition_names.get(&partition).cloned()
     }
@@ -459,6 +486,10 @@ fn apply_settings(pool: &mut DevicePool, settings: &Settings) -> Result<(), Back
     for (&p, &l) in &settings.partition_limits {
         pool.set_partition_limit(p, l);
     }
+    for (&p, &q) in &settings.partition_qos {
+        pool.set_partition_qos(p, Some(q));
+    }
+    pool.set_qos_capacity(settings.qos_capacity);
     Ok(())
 }
 

@@ -9,6 +9,15 @@
 //! 6. spill the least recently used evictable block, and retry;
 //! 7. fail with `OutOfMemory` (the device) or `LimitExceeded` (a limit).
 //!
+//! Once the scheduler has told the pool partitions' QoS
+//! ([`DevicePool::set_partition_qos`]), step 4 first checks that the new segment
+//! leaves every other partition's unused reservation free
+//! (`scheduler::pressure::reservation_shortfall`), and steps 5-6 follow the
+//! scheduler's reclaim plan instead of taking from anyone: the unowned cache,
+//! then BestEffort partitions, then Burstable ones above their request, never a
+//! Guaranteed partition within its request. What the plan cannot cover fails
+//! the requester alone (`OutOfMemory` naming its partition).
+//!
 //! While `s` is captured into a CUDA graph (between `graph_begin` and
 //! `graph_end`), steps 1-4 use only the graph's private region, and segments of
 //! a region are never released before `graph_release`.
@@ -26,6 +35,10 @@ use crate::events::EventPool;
 use crate::evict::{Candidate, EvictionTracker};
 use crate::limits::{PartitionId, PartitionTable, PartitionUsage};
 use crate::pinned::{PinnedBuf, PinnedPool};
+use crate::scheduler::pressure::{
+    plan_reclaim, reservation_shortfall, PartitionMemory, ReclaimKind, Requester,
+};
+use crate::scheduler::QosClass;
 use crate::stats::{BlockInfo, BlockState, PoolStats};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -54,6 +67,16 @@ pub struct AllocError {
     pub limit: Option<u64>,
     /// The partition whose quota refused the request, if that is what happened.
     pub partition: Option<PartitionId>,
+}
+
+/// A partition's QoS as the scheduler admitted it: what reclaim and reservations need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionQos {
+    pub class: QosClass,
+    /// Bytes reserved for it alone (its memory request).
+    pub request: u64,
+    /// Within a class, lower priority is reclaimed from first.
+    pub priority: i32,
 }
 
 /// Errors of calls that name a block or region.
@@ -139,6 +162,10 @@ pub struct DevicePool {
     capturing: FastMap<Stream, GraphPoolId>,
     limit: Option<u64>,
     partitions: PartitionTable,
+    /// Partitions the scheduler admitted; empty: no reservations, plain steps 5-6.
+    qos: HashMap<PartitionId, PartitionQos>,
+    /// The bytes reservations are made against (the scheduler's total memory).
+    qos_capacity: Option<u64>,
     stats: PoolStats,
     /// Blocks [`DevicePool::touch_all`] is making resident together: never spilled meanwhile.
     keep: Vec<u64>,
@@ -166,6 +193,8 @@ impl DevicePool {
             capturing: FastMap::default(),
             limit: None,
             partitions: PartitionTable::default(),
+            qos: HashMap::new(),
+            qos_capacity: None,
             stats: PoolStats::default(),
             keep: Vec::new(),
         }
@@ -212,6 +241,121 @@ impl DevicePool {
         self.partitions.get(partition)
     }
 
+    /// Sets (or with `None` forgets) the QoS of a partition; see the module documentation.
+    pub fn set_partition_qos(&mut self, partition: PartitionId, qos: Option<PartitionQos>) {
+        match qos {
+            Some(q) => self.qos.insert(partition, q),
+            None => self.qos.remove(&partition),
+        };
+    }
+
+    /// The bytes partitions' reservations share (`None`: reservations are not held back).
+    pub fn set_qos_capacity(&mut self, capacity: Option<u64>) {
+        self.qos_capacity = capacity;
+    }
+
+    /// Every partition with QoS or usage, as the reclaim plan sees it (the cache is
+    /// shared, so it is all unowned).
+    fn partition_memory(&self, requester: PartitionId) -> Vec<PartitionMemory> {
+        let mut ids: Vec<PartitionId> = self.qos.keys().copied().collect();
+        ids.extend(self.partitions.all().into_iter().map(|(id, _)| id));
+        ids.push(requester);
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .map(|id| {
+                let q = self.qos.get(&id);
+                let evictable = self
+                    .allocations
+                    .values()
+                    .filter(|a| {
+                        a.partition == id
+                            && a.evictable
+                            && matches!(a.place, Place::Device(_))
+                            && !self.capturing.contains_key(&a.last_stream)
+                    })
+                    .map(|a| a.size)
+                    .sum();
+                PartitionMemory {
+                    id,
+                    class: q.map_or(QosClass::BestEffort, |q| q.class),
+                    request: q.map_or(0, |q| q.request),
+                    allocated: self.partitions.get(id).allocated,
+                    cached: 0,
+                    evictable,
+                }
+            })
+            .collect()
+    }
+
+    /// Bytes a new segment of `seg` bytes for `size` bytes of `partition` would
+    /// take from others' reservations; 0 without QoS.
+    fn reservation_short(&self, partition: PartitionId, size: u64, seg: u64) -> u64 {
+        let Some(capacity) = self.qos_capacity else {
+            return 0;
+        };
+        if self.qos.is_empty() {
+            return 0;
+        }
+        let capacity = self.limit.map_or(capacity, |l| l.min(capacity));
+        let parts = self.partition_memory(partition);
+        let me = parts.iter().find(|p| p.id == partition);
+        // The tail of the new segment is cache; one within its request is owed
+        // its memory, tail included, so only its bytes count for it.
+        let within = me.is_some_and(|p| p.allocated + size <= p.request);
+        let tail = if within { 0 } else { seg.saturating_sub(size) };
+        let cached = self.stats.cached_bytes() + tail;
+        reservation_shortfall(capacity, cached, partition, size, &parts)
+    }
+
+    /// Carries out the reclaim plan for `needed` bytes for `partition`; returns the
+    /// bytes actually freed (0 when the plan cannot cover the need: nobody else
+    /// is made to give anything up for an allocation that would fail anyway).
+    fn reclaim_for(
+        &mut self,
+        partition: PartitionId,
+        size: u64,
+        needed: u64,
+        exclude: u64,
+    ) -> Result<u64, BackendError> {
+        let parts = self.partition_memory(partition);
+        let me = parts
+            .iter()
+            .find(|p| p.id == partition)
+            .copied()
+            .expect("the requester is listed");
+        let qos = &self.qos;
+        let plan = plan_reclaim(
+            needed,
+            Requester::allocating(&me, size),
+            self.stats.cached_bytes(),
+            &parts,
+            |id| qos.get(&id).map_or(0, |q| q.priority),
+        );
+        if plan.shortfall > 0 {
+            return Ok(0);
+        }
+        let mut freed = 0;
+        for step in plan.steps {
+            match step.kind {
+                ReclaimKind::ReleaseCached => freed += self.release_cached(Some(step.bytes))?,
+                ReclaimKind::SpillEvictable => {
+                    let victim = step.partition.expect("spills name a partition");
+                    let mut spilled = 0;
+                    while spilled < step.bytes {
+                        let before = self.stats.spilled_bytes;
+                        if !self.evict_one(Some(victim), Some(exclude))? {
+                            break;
+                        }
+                        spilled += self.stats.spilled_bytes - before;
+                    }
+                    freed += spilled;
+                }
+            }
+        }
+        Ok(freed)
+    }
+
     /// A block of at least `nbytes` usable on `stream` at once, charged to `partition`.
     pub fn alloc(
         &mut self,
@@ -228,13 +372,14 @@ impl DevicePool {
         let id = self.new_id();
         self.charge_partition(partition, size, nbytes, None)?;
         let graph = self.capturing.get(&stream).copied();
-        let (ptr, given) = match self.obtain(size, nbytes, stream, graph, id, options.no_wait) {
-            Ok(v) => v,
-            Err(e) => {
-                self.partitions.release(partition, size);
-                return Err(e);
-            }
-        };
+        let (ptr, given) =
+            match self.obtain(size, nbytes, stream, graph, id, options.no_wait, partition) {
+                Ok(v) => v,
+                Err(e) => {
+                    self.partitions.release(partition, size);
+                    return Err(e);
+                }
+            };
         // The partition was charged the rounded size; a kept tail is charged too.
         self.partitions.release(partition, size);
         self.partitions.charge(partition, given);
@@ -298,6 +443,19 @@ impl DevicePool {
         }
     }
 
+    /// The device (or the memory partitions share) cannot hold `requested` more
+    /// bytes for `partition` without taking what the reclaim plan protects.
+    fn qos_oom(&mut self, partition: PartitionId, requested: u64) -> AllocError {
+        self.stats.oom_count += 1;
+        AllocError {
+            kind: AllocErrorKind::OutOfMemory,
+            requested,
+            in_use: self.partitions.get(partition).allocated,
+            limit: self.qos_capacity,
+            partition: Some(partition),
+        }
+    }
+
     fn would_block(&self, requested: u64) -> AllocError {
         AllocError {
             kind: AllocErrorKind::WouldBlock,
@@ -328,6 +486,7 @@ impl DevicePool {
         graph: Option<GraphPoolId>,
         id: u64,
         no_wait: bool,
+        partition: PartitionId,
     ) -> Result<(DevPtr, u64), AllocError> {
         let kind = kind_of(size);
         loop {
@@ -345,6 +504,16 @@ impl DevicePool {
                 .map_or(u64::MAX, |l| l.saturating_sub(self.stats.reserved_bytes));
             let seg = segment_size(size, room);
             let mut device_full = false;
+            let short = self.reservation_short(partition, size, seg);
+            if short > 0 {
+                let freed = self
+                    .reclaim_for(partition, size, short, id)
+                    .map_err(|e| self.backend_failure(e, requested))?;
+                if freed > 0 {
+                    continue;
+                }
+                return Err(self.qos_oom(partition, requested));
+            }
             if seg <= room {
                 match self.backend.mem_alloc(self.device, seg) {
                     Ok(base) => {
@@ -356,6 +525,15 @@ impl DevicePool {
                     Err(e) if e.is_out_of_memory() => device_full = true,
                     Err(e) => return Err(self.backend_failure(e, requested)),
                 }
+            }
+            if !self.qos.is_empty() {
+                let freed = self
+                    .reclaim_for(partition, size, seg, id)
+                    .map_err(|e| self.backend_failure(e, requested))?;
+                if freed > 0 {
+                    continue;
+                }
+                return Err(self.qos_oom(partition, requested));
             }
             let released = self
                 .release_cached(Some(seg))
@@ -571,7 +749,7 @@ impl DevicePool {
     ) -> Result<BlockRef, PoolError> {
         self.charge_partition(a.partition, a.size, a.size, Some(id))
             .map_err(PoolError::Alloc)?;
-        let (ptr, given) = match self.obtain(a.size, a.size, stream, None, id, false) {
+        let (ptr, given) = match self.obtain(a.size, a.size, stream, None, id, false, a.partition) {
             Ok(v) => v,
             Err(e) => {
                 self.partitions.release(a.partition, a.size);

@@ -3,12 +3,15 @@
 
 mod arena;
 mod device_pool;
+#[cfg(test)]
+mod qos_tests;
 pub mod size_class;
 mod stream_order;
 
 pub use arena::GraphPoolId;
 pub use device_pool::{
-    AllocError, AllocErrorKind, AllocOptions, BlockRef, DevicePool, PoolError, ID_BITS,
+    AllocError, AllocErrorKind, AllocOptions, BlockRef, DevicePool, PartitionQos, PoolError,
+    ID_BITS,
 };
 
 /// The pool's maps are keyed by ids, stream handles and small enums that no
