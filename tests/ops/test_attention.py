@@ -287,3 +287,22 @@ def test_decode_errors(rand):
         dec(q, kc, vc, lens, out=gp.empty((2, 4, 32), gp.float16))
     with pytest.raises(ValueError, match="scale must be finite"):
         dec(q, kc, vc, lens, scale=float("inf"))
+
+
+def test_benchmark_suite_quick_on_cpu(rng):
+    """The ops_attention suite's cases build, run and pass their own checks (small sizes)."""
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.peers import PyGPUkitLibrary
+    from pygpukit.benchmark.registry import SuiteContext
+    from pygpukit.ops.benchmarks import attention as suite
+
+    ctx = SuiteContext(backend="cpu", quick=True, data=DataCache(rng), rng=rng)
+    lib = PyGPUkitLibrary()
+    ops_seen = []
+    for case in suite.SUITE.cases(ctx):
+        assert case.skip is None
+        timed = case.setups["pygpukit"](lib, 1)
+        err = timed.check(timed.run(0))
+        assert err is not None and err < 2e-2
+        ops_seen.append(case.op)
+    assert ops_seen == ["sdpa_prefill", "decode", "decode_paged"]
