@@ -32,7 +32,7 @@ __all__ = [
 from .activations import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
-from .linear import *  # noqa: F403
+from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .sampling import *  # noqa: F403
