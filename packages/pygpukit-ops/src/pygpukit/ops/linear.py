@@ -1,5 +1,193 @@
-"""pygpukit.ops.linear (being written; see docs/ops.md)."""
+"""Linear layers: GEMV / skinny GEMM with a fused bias + activation epilogue.
+
+Weights use PyTorch's ``nn.Linear`` layout, ``weight`` [N, K] row-major, and
+``y = x @ weight.T + bias``. Which implementation runs:
+
+- :func:`gemv` and :func:`linear` with M <= 8 rows (M = the product of ``x``'s
+  leading dimensions) in float16/bfloat16: the memory-bound GEMV kernel
+  (``kernels/gemv.cu``) that streams ``weight`` once with 16-byte loads, reuses each
+  load for all M rows and accumulates in fp32; bias and activation are applied
+  in its epilogue (one rounding). The vector kernel needs K % 8 == 0 and 16-byte
+  aligned ``x`` and ``weight``; otherwise a scalar kernel runs (same results, much
+  lower bandwidth).
+- :func:`linear` with M > 8, or float32: ``gp.matmul(x, weight.T)`` (cuBLASLt or the
+  runtime's own kernels; ``weight.T`` is a view, not a copy), then one in-place
+  bias + activation kernel (``kernels/epilogue.cu``) when there is a bias or an
+  activation. The matmul result is rounded to the storage dtype before the bias
+  is added (two roundings, unlike the GEMV path).
+- CPU backend: NumPy in float64, rounded once to the output dtype.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.array import GPUArray
+
+from . import _common as c
+from ._kernel_loader import kernel
+
+__all__ = ["ACTIVATIONS", "GEMV_MAX_ROWS", "gemv", "linear"]
+
+#: Activation names accepted by :func:`linear`, and their codes in the kernels.
+ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
+#: Largest number of rows of ``x`` the GEMV kernel takes (its accumulators live in registers).
+GEMV_MAX_ROWS = 8
+
+_WARPS = 8  # warps per block of the GEMV kernels (kernels/gemv.cu kWarps)
+_ROWS_PER_WARP = 4  # output rows per warp of the vector kernel (kRows)
+_SUFFIX = {np.dtype(gp.bfloat16): "bf16", np.dtype(gp.float16): "f16", np.dtype(gp.float32): "f32"}
+
+
+def _activation_code(activation: str | None) -> int:
+    if activation not in ACTIVATIONS:
+        names = ", ".join(repr(a) for a in ACTIVATIONS)
+        raise ValueError(f"activation must be one of {names}; got {activation!r}")
+    return ACTIVATIONS[activation]
+
+
+def _check_weight(x: GPUArray, weight: Any, bias: Any) -> tuple[int, int]:
+    """Validate ``weight`` [N, K] and ``bias`` [N] against ``x`` [..., K]; return (N, K)."""
+    c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=2)
+    c.check_same_dtype(x, ("weight", weight))
+    n, k = (int(d) for d in weight.shape)
+    if x.shape[-1] != k:
+        raise ValueError(
+            f"x has {x.shape[-1]} features (last dimension) but weight is {tuple(weight.shape)}"
+            f" ([N, K] with K = {k}); y = x @ weight.T needs them equal"
+        )
+    if bias is not None:
+        c.check_array(bias, "bias", dtypes=c.FLOAT_DTYPES, ndim=1)
+        c.check_same_dtype(x, ("bias", bias))
+        c.check_shape(bias, "bias", (n,))
+    return n, k
+
+
+def _check_x(x: Any, ndim: int | tuple[int, ...] | None) -> GPUArray:
+    c.check_array(x, "x", dtypes=c.FLOAT_DTYPES, ndim=ndim)
+    if x.ndim == 0:
+        raise ValueError("x must have at least one dimension (the K features)")
+    return x
+
+
+def _reference(
+    x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, activation: str | None
+) -> np.ndarray:
+    """The CPU backend: float64 product, bias and activation."""
+    y = x.astype(np.float64) @ w.astype(np.float64).T
+    if bias is not None:
+        y = y + bias.astype(np.float64)
+    return _activate(y, activation)
+
+
+def _activate(y: np.ndarray, activation: str | None) -> np.ndarray:
+    if activation == "relu":
+        return np.maximum(y, 0.0)
+    if activation == "gelu":
+        from math import erf
+
+        return 0.5 * y * (1.0 + np.vectorize(erf, otypes=[np.float64])(y / np.sqrt(2.0)))
+    if activation == "gelu_tanh":
+        return 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y**3)))
+    if activation == "silu":
+        return y / (1.0 + np.exp(-y))
+    return y
+
+
+def _launch_gemv(
+    x2: GPUArray, weight: GPUArray, bias: GPUArray | None, y2: GPUArray, act: int
+) -> None:
+    """Enqueue the GEMV kernel for x2 [M, K] (M <= 8) into y2 [M, N]."""
+    m, k = (int(d) for d in x2.shape)
+    n = int(weight.shape[0])
+    sfx = _SUFFIX[x2.dtype]
+    bias_arg: GPUArray | int = bias if bias is not None else 0
+    vector = k % 8 == 0 and x2.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0
+    if vector:
+        rows_per_block = _WARPS * _ROWS_PER_WARP
+        grid = (n + rows_per_block - 1) // rows_per_block
+        kernel("gemv", f"gemv_{sfx}_m{m}")(
+            x2, weight, bias_arg, y2, n, k, act, grid=grid, block=_WARPS * 32
+        )
+    else:
+        grid = (n + _WARPS - 1) // _WARPS
+        kernel("gemv", f"gemv_scalar_{sfx}")(
+            x2, weight, bias_arg, y2, m, n, k, act, grid=grid, block=_WARPS * 32
+        )
+
+
+def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
+    """``x @ weight.T`` for a few rows of ``x``: the memory-bound GEMV kernel.
+
+    ``x`` is [M, K] with 1 <= M <= 8 (or [K], giving [N]); ``weight`` is [N, K]
+    (``nn.Linear`` layout), both float16 or bfloat16, C-contiguous. Accumulates in
+    fp32 and rounds once. ``out`` ([M, N], same dtype) receives the result.
+    Use :func:`linear` for a bias, an activation, or more rows.
+    """
+    _check_x(x, (1, 2))
+    if x.dtype not in c.HALF_DTYPES:
+        raise TypeError(f"gemv takes float16 or bfloat16 arrays, got {x.dtype}; use linear()")
+    n, k = _check_weight(x, weight, None)
+    m = 1 if x.ndim == 1 else int(x.shape[0])
+    if not 1 <= m <= GEMV_MAX_ROWS:
+        raise ValueError(f"gemv takes 1 to {GEMV_MAX_ROWS} rows of x, got {m}; use linear()")
+    shape = (n,) if x.ndim == 1 else (m, n)
+    c.check_out(out, shape, x.dtype)
+    y = c.result(out, shape, x.dtype)
+    if c.on_cpu(x):
+        c.write_into(
+            y, _reference(c.host(x).reshape(m, k), c.host(weight), None, None).reshape(shape)
+        )
+        return y
+    _launch_gemv(x.reshape(m, k), weight, None, y.reshape(m, n), 0)
+    return y
+
+
+def linear(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None = None,
+    *,
+    activation: str | None = None,
+    out: GPUArray | None = None,
+) -> GPUArray:
+    """``activation(x @ weight.T + bias)``, like ``torch.nn.functional.linear`` plus an activation.
+
+    ``x`` is [..., K]; ``weight`` [N, K] and ``bias`` [N] (optional) of the same
+    dtype (float32, float16 or bfloat16); the result is [..., N]. ``activation``
+    is None, ``"relu"``, ``"gelu"`` (erf), ``"gelu_tanh"`` or ``"silu"``. With at
+    most 8 rows in half precision the GEMV kernel runs with bias and activation
+    fused; otherwise ``gp.matmul`` and one bias + activation kernel (see the module
+    docstring). ``out`` ([..., N], same dtype, C-contiguous) receives the result.
+    """
+    _check_x(x, None)
+    act = _activation_code(activation)
+    n, k = _check_weight(x, weight, bias)
+    lead = tuple(int(d) for d in x.shape[:-1])
+    m = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    shape = (*lead, n)
+    c.check_out(out, shape, x.dtype)
+    y = c.result(out, shape, x.dtype)
+    if m == 0 or n == 0:
+        return y
+    if c.on_cpu(x):
+        b = None if bias is None else c.host(bias)
+        ref = _reference(c.host(x).reshape(m, k), c.host(weight), b, activation)
+        c.write_into(y, ref.reshape(shape))
+        return y
+    x2, y2 = x.reshape(m, k), y.reshape(m, n)
+    if m <= GEMV_MAX_ROWS and x.dtype in c.HALF_DTYPES and k > 0:
+        _launch_gemv(x2, weight, bias, y2, act)
+        return y
+    gp.matmul(x2, weight.T, out=y2)
+    if bias is not None or act != 0:
+        bias_arg: GPUArray | int = bias if bias is not None else 0
+        total = m * n
+        grid = min((total + 255) // 256, 65535)
+        kernel("epilogue", f"bias_act_{_SUFFIX[x.dtype]}")(
+            y2, bias_arg, m, n, act, grid=grid, block=256
+        )
+    return y

@@ -1,0 +1,84 @@
+"""ops_linear: GEMV (``y = x @ W.T``, few rows of x) against ``torch.nn.functional.linear``.
+
+The decode-time shape of a 8B-class MLP projection: x [M, 4096] times
+W [14336, 4096] in bfloat16, M = 1, 4, 8. A GEMV reads W once, so it is bound by
+memory bandwidth: bytes moved are W + x + y, and the ceiling is the card's copy
+bandwidth. ``--sizes`` sets N (K stays 4096); ``--dtypes`` float16/bfloat16.
+Results are checked against a float64 product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from pygpukit.benchmark.case import Case, Skip, Timed
+from pygpukit.benchmark.checks import check_close
+from pygpukit.benchmark.data import storage_dtype
+from pygpukit.benchmark.peers import Library
+from pygpukit.benchmark.registry import Suite, SuiteContext
+
+NAME = "ops_linear"
+SUPPORTED = ("float16", "bfloat16")
+ROWS = (1, 4, 8)
+#: fp32 accumulation over K = 4096 products, rounded once to the storage dtype.
+ACCUMULATION_FACTOR = 1.0
+
+
+def _product(lib: Library) -> Any:
+    if lib.name == "pygpukit":
+        try:
+            from pygpukit import ops
+        except ImportError as exc:  # pragma: no cover - the suite ships inside pygpukit-ops
+            raise Skip(f"pygpukit.ops is not importable: {exc}") from exc
+        return ops.gemv
+    if lib.name == "torch":
+        return lib.module.nn.functional.linear
+    raise Skip(f"{lib.name} has no linear layer")
+
+
+def gemv_case(ctx: SuiteContext, m: int, n: int, k: int, dtype: str) -> Case:
+    """The product of x [m, k] and W[n, k].T in ``dtype``."""
+    params: dict[str, int | float | str] = {"m": m, "n": n, "k": k, "dtype": dtype}
+    if dtype not in SUPPORTED:
+        return Case(NAME, "gemv", params, {}, skip=f"{dtype}: the GEMV kernel is fp16/bf16")
+    item = storage_dtype(dtype).itemsize
+    nbytes = (n * k + m * k + m * n) * item
+
+    def setup(lib: Library, copies: int) -> Timed:
+        product = _product(lib)
+        xs = [ctx.data.get((m, k), dtype, 2 * i) for i in range(copies)]
+        ws = [ctx.data.get((n, k), dtype, 2 * i + 1) for i in range(copies)]
+        sets = [(lib.upload(x, dtype), lib.upload(w, dtype)) for x, w in zip(xs, ws, strict=True)]
+        ref = xs[0].astype(np.float64) @ ws[0].astype(np.float64).T
+
+        def check(out: Any) -> float:
+            got = lib.download(out).astype(np.float64).reshape(m, n)
+            return check_close(got, ref, dtype, f"gemv ({lib.name})", ACCUMULATION_FACTOR)
+
+        return Timed(run=lambda i: product(*sets[i % copies]), check=check)
+
+    return Case(
+        NAME,
+        "gemv",
+        params,
+        dict.fromkeys(("pygpukit", "torch"), setup),
+        bytes_moved=nbytes,
+        working_set=nbytes,
+        ceiling="copy_bw",
+    )
+
+
+def cases(ctx: SuiteContext) -> Iterator[Case]:
+    """GEMV for M in 1, 4, 8 at the default (or ``--sizes``) N."""
+    k = 4096 if ctx.on_gpu else 256
+    sizes = ctx.pick_sizes(gpu=[14336], gpu_quick=[14336], cpu=[1024], cpu_quick=[256])
+    for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["bfloat16"]):
+        for n in sizes:
+            for m in ROWS:
+                yield gemv_case(ctx, m, n, k, dtype)
+
+
+SUITE = Suite(NAME, "GEMV (decode-time linear layers) vs torch.nn.functional.linear", cases)

@@ -1,0 +1,256 @@
+// GEMV / skinny GEMM for linear layers: y[M, N] = act(x[M, K] @ W[N, K]^T + bias), M <= 8.
+//
+// Memory-bandwidth bound: W (N*K elements) is streamed from DRAM exactly once, so the kernel is
+// built to keep many bytes in flight. Each warp owns ROWS consecutive output rows; every lane
+// issues ROWS * UNROLL independent 16-byte loads of W per iteration (ld.global.nc with
+// L1::no_allocate, so the stream does not evict x from L1) before doing any math, and each x chunk
+// (read through the read-only cache, it is tiny and shared by all warps) is reused for the ROWS
+// rows, while each W chunk is reused for all M rows of x. Lanes cover a row in 512-byte coalesced
+// strips; partial sums (fp32) are combined with warp shuffles, and the epilogue adds the bias,
+// applies the activation and rounds once to the storage type.
+//
+// The vector kernels need K % 8 == 0 and 16-byte aligned x and W (rows then stay aligned); the
+// scalar kernels (gemv_scalar_*) handle everything else, at a fraction of the bandwidth.
+#include "linear_epilogue.cuh"
+
+using namespace pygpukit_linear;
+
+namespace {
+
+constexpr int kRows = 4;    // output rows per warp
+constexpr int kUnroll = 2;  // 16-byte chunks per row in flight per lane
+constexpr int kWarps = 8;   // warps per block (256 threads)
+
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// Two packed 16-bit values -> two floats.
+template <typename T>
+__device__ __forceinline__ float2 unpack2(unsigned u);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned u) {
+    // bf16 is the high half of an fp32: shifting is the exact conversion.
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(unsigned u) {
+    __half2 h = *reinterpret_cast<__half2*>(&u);
+    return __half22float2(h);
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
+    float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y), c = unpack2<T>(v.z), d = unpack2<T>(v.w);
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+template <typename T>
+__device__ __forceinline__ float dot8(const float (&xf)[8], const uint4& w, float acc) {
+    float wf[8];
+    unpack8<T>(w, wf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc = fmaf(xf[i], wf[i], acc);
+    return acc;
+}
+
+template <typename T, int M>
+__device__ __forceinline__ void gemv_vec(const T* __restrict__ x, const T* __restrict__ w,
+                                         const T* __restrict__ bias, T* __restrict__ y, int N,
+                                         int K, int act) {
+    const int lane = threadIdx.x & 31;
+    const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
+    const int row0 = warp * kRows;
+    if (row0 >= N) return;
+    const int chunks = K >> 3;  // 16-byte chunks per row
+    const uint4* wrow[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        // Rows past N re-read the last row (no branch in the loop); their sums are not stored.
+        const int row = min(row0 + r, N - 1);
+        wrow[r] = reinterpret_cast<const uint4*>(w + (size_t)row * K);
+    }
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+
+    float acc[M][kRows];
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) acc[m][r] = 0.0f;
+
+    for (int c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+        uint4 wv[kUnroll][kRows];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int c = c0 + 32 * u;
+#pragma unroll
+            for (int r = 0; r < kRows; ++r)
+                wv[u][r] = c < chunks ? load_stream(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int c = c0 + 32 * u;
+            if (c < chunks) {
+#pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    float xf[8];
+                    unpack8<T>(__ldg(xv + (size_t)m * chunks + c), xf);
+#pragma unroll
+                    for (int r = 0; r < kRows; ++r) acc[m][r] = dot8<T>(xf, wv[u][r], acc[m][r]);
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1)
+                acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
+
+    // Every lane holds every sum; lane m * kRows + r (< 32 as M <= 8) stores output (m, row0 + r).
+    // Selecting first and applying the epilogue once per lane keeps one copy of its code.
+    float v = 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+            if (lane == m * kRows + r) v = acc[m][r];
+    const int m = lane / kRows, row = row0 + lane % kRows;
+    if (m < M && row < N) {
+        if (bias != nullptr) v += to_f32<T>(bias[row]);
+        y[(size_t)m * N + row] = from_f32<T>(activate(v, act));
+    }
+}
+
+// Any K, any alignment, runtime M <= 8: one warp per output row, 2-byte loads.
+template <typename T>
+__device__ __forceinline__ void gemv_scalar(const T* __restrict__ x, const T* __restrict__ w,
+                                            const T* __restrict__ bias, T* __restrict__ y, int M,
+                                            int N, int K, int act) {
+    const int lane = threadIdx.x & 31;
+    const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+    if (row >= N) return;
+    const T* wr = w + (size_t)row * K;
+    float acc[8];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) acc[m] = 0.0f;
+    for (int k = lane; k < K; k += 32) {
+        const float wk = to_f32<T>(wr[k]);
+#pragma unroll
+        for (int m = 0; m < 8; ++m)
+            if (m < M) acc[m] = fmaf(to_f32<T>(x[(size_t)m * K + k]), wk, acc[m]);
+    }
+    float v = 0.0f;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+        if (lane == m) v = acc[m];
+    }
+    if (lane < M) {
+        if (bias != nullptr) v += to_f32<T>(bias[row]);
+        y[(size_t)lane * N + row] = from_f32<T>(activate(v, act));
+    }
+}
+
+}  // namespace
+
+// One entry point per dtype and M (M is a template argument: the accumulators live in
+// registers). Spelled out, not macro-generated: the loader parses these signatures.
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                 __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 1>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                 __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_bf16_m3(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                 __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 3>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                 __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_bf16_m5(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                 __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 5>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_bf16_m6(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                 __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 6>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_bf16_m7(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                 __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 7>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                 __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_scalar_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                     __nv_bfloat16* y, int M, int N, int K, int act) {
+    gemv_scalar<__nv_bfloat16>(x, w, bias, y, M, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 1>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 3>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 5>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 6>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 7>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_scalar_f16(const __half* x, const __half* w, const __half* bias, __half* y, int M, int N,
+                    int K, int act) {
+    gemv_scalar<__half>(x, w, bias, y, M, N, K, act);
+}

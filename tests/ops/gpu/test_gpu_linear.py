@@ -1,0 +1,119 @@
+"""pygpukit.ops.linear on the GPU: the GEMV kernels and the matmul + epilogue path vs float64."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.ops import gemv, linear
+from pygpukit.ops.linear import ACTIVATIONS
+
+pytestmark = pytest.mark.gpu
+
+# GEMV: fp32 accumulation, one rounding. The M > 8 path rounds the matmul result and then the
+# biased/activated value: two roundings, still well inside these limits.
+LIMITS = {np.dtype(gp.float32): 1e-5, np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
+HALF = [gp.float16, gp.bfloat16]
+
+
+def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
+    out64 = np.asarray(out, dtype=np.float64)
+    return float(np.linalg.norm(out64 - ref) / np.linalg.norm(ref))
+
+
+def act_ref(y: np.ndarray, activation: str | None) -> np.ndarray:
+    if activation == "relu":
+        return np.where(y > 0, y, 0.0)
+    if activation == "gelu":
+        erf = np.array([math.erf(v / math.sqrt(2.0)) for v in y.ravel()]).reshape(y.shape)
+        return y * 0.5 * (1.0 + erf)
+    if activation == "gelu_tanh":
+        return 0.5 * y * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y**3)))
+    if activation == "silu":
+        return y * (1.0 / (1.0 + np.exp(-y)))
+    return y
+
+
+def ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, activation: str | None) -> np.ndarray:
+    y = x.astype(np.float64) @ w.astype(np.float64).T
+    return act_ref(y if b is None else y + b.astype(np.float64), activation)
+
+
+# (N, K): vector kernel with a partial last warp of rows and a chunk tail (K = 8 * 513),
+# a long row, and the scalar kernel (K not a multiple of 8).
+SHAPES = [(37, 4104), (1025, 14336), (129, 203), (7, 8)]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("m", range(1, 9))
+def test_gemv_matches_float64(
+    rand: Callable[..., np.ndarray], m: int, shape: tuple[int, int], dtype: object
+) -> None:
+    n, k = shape
+    x, w = rand((m, k), dtype), rand((n, k), dtype)
+    y = gemv(gp.from_numpy(x), gp.from_numpy(w))
+    assert y.shape == (m, n)
+    assert rel_err(y.to_numpy(), ref(x, w, None, None)) < LIMITS[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_gemv_unaligned_view_uses_the_scalar_kernel(
+    rand: Callable[..., np.ndarray], m: int
+) -> None:
+    n, k = 45, 64
+    flat, w = rand((m * k + 1,), gp.bfloat16), rand((n, k), gp.bfloat16)
+    x = gp.from_numpy(flat)[1:].reshape(m, k)  # 2-byte offset: not 16-byte aligned
+    y = gemv(x, gp.from_numpy(w))
+    assert rel_err(y.to_numpy(), ref(flat[1:].reshape(m, k), w, None, None)) < 1e-2
+
+
+def test_gemv_into_out_and_vector_x(rand: Callable[..., np.ndarray]) -> None:
+    x, w = rand((4096,), gp.bfloat16), rand((301, 4096), gp.bfloat16)
+    out = gp.empty((301,), gp.bfloat16)
+    assert gemv(gp.from_numpy(x), gp.from_numpy(w), out=out) is out
+    assert rel_err(out.to_numpy(), ref(x[None], w, None, None)[0]) < 1e-2
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("m", [1, 8, 9, 200])
+@pytest.mark.parametrize("dtype", [gp.float32, gp.float16, gp.bfloat16])
+def test_linear_matches_float64(
+    rand: Callable[..., np.ndarray], dtype: object, m: int, with_bias: bool, activation: str | None
+) -> None:
+    n, k = 257, 1024
+    x, w, b = rand((m, k), dtype), rand((n, k), dtype), rand((n,), dtype)
+    bias = gp.from_numpy(b) if with_bias else None
+    y = linear(gp.from_numpy(x), gp.from_numpy(w), bias, activation=activation)
+    expected = ref(x, w, b if with_bias else None, activation)
+    assert rel_err(y.to_numpy(), expected) < LIMITS[np.dtype(dtype)]
+
+
+def test_linear_leading_dims_and_out(rand: Callable[..., np.ndarray]) -> None:
+    x, w, b = rand((2, 3, 512), gp.bfloat16), rand((99, 512), gp.bfloat16), rand((99,), gp.bfloat16)
+    out = gp.empty((2, 3, 99), gp.bfloat16)
+    y = linear(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b), activation="gelu", out=out)
+    assert y is out
+    expected = ref(x.reshape(6, 512), w, b, "gelu").reshape(2, 3, 99)
+    assert rel_err(out.to_numpy(), expected) < 1e-2
+
+
+@pytest.mark.parametrize("m", [1, 4, 8, 16])
+def test_linear_matches_torch(rand: Callable[..., np.ndarray], m: int) -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device")
+    x, w, b = rand((m, 4096), np.float32), rand((1000, 4096), np.float32), rand((1000,), np.float32)
+    x16, w16, b16 = (a.astype(gp.bfloat16) for a in (x, w, b))
+    got = linear(gp.from_numpy(x16), gp.from_numpy(w16), gp.from_numpy(b16), activation="silu")
+    tx, tw, tb = (
+        torch.from_numpy(a).cuda().to(torch.bfloat16)
+        for a in (x16.astype(np.float32), w16.astype(np.float32), b16.astype(np.float32))
+    )
+    want = torch.nn.functional.silu(torch.nn.functional.linear(tx, tw, tb)).float().cpu().numpy()
+    assert rel_err(got.to_numpy(), want.astype(np.float64)) < 1e-2

@@ -1,0 +1,160 @@
+"""pygpukit.ops.linear on the current backend (CPU in CI): gemv and linear vs float64 NumPy."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.ops import gemv, linear
+from pygpukit.ops.linear import ACTIVATIONS
+
+LIMITS = {np.dtype(gp.float32): 1e-5, np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
+HALF = [gp.float16, gp.bfloat16]
+ALL = [gp.float32, gp.float16, gp.bfloat16]
+
+
+def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
+    out64 = np.asarray(out, dtype=np.float64)
+    return float(np.linalg.norm(out64 - ref) / np.linalg.norm(ref))
+
+
+def act_ref(y: np.ndarray, activation: str | None) -> np.ndarray:
+    """Independent float64 activations (math.erf per element for exact GELU)."""
+    if activation is None:
+        return y
+    if activation == "relu":
+        return np.where(y > 0, y, 0.0)
+    if activation == "gelu":
+        erf = np.array([math.erf(v / math.sqrt(2.0)) for v in y.ravel()]).reshape(y.shape)
+        return y * 0.5 * (1.0 + erf)
+    if activation == "gelu_tanh":
+        return 0.5 * y * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y**3)))
+    if activation == "silu":
+        return y * (1.0 / (1.0 + np.exp(-y)))
+    raise AssertionError(activation)
+
+
+def linear_ref(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, activation: str | None
+) -> np.ndarray:
+    y = np.einsum("...k,nk->...n", x.astype(np.float64), w.astype(np.float64))
+    if b is not None:
+        y = y + b.astype(np.float64)
+    return act_ref(y, activation)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("m", range(1, 9))
+def test_gemv_matches_float64(rand: Callable[..., np.ndarray], dtype: object, m: int) -> None:
+    n, k = 37, 203  # odd N, K not a multiple of 8
+    x, w = rand((m, k), dtype), rand((n, k), dtype)
+    y = gemv(gp.from_numpy(x), gp.from_numpy(w))
+    assert y.shape == (m, n) and y.dtype == np.dtype(dtype)
+    assert rel_err(y.to_numpy(), linear_ref(x, w, None, None)) < LIMITS[np.dtype(dtype)]
+
+
+def test_gemv_vector_x_and_out(rand: Callable[..., np.ndarray]) -> None:
+    x, w = rand((64,), gp.bfloat16), rand((24, 64), gp.bfloat16)
+    out = gp.empty((24,), gp.bfloat16)
+    y = gemv(gp.from_numpy(x), gp.from_numpy(w), out=out)
+    assert y is out
+    assert rel_err(out.to_numpy(), linear_ref(x, w, None, None)) < 1e-2
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("m", [1, 5, 8, 9, 40])
+@pytest.mark.parametrize("dtype", ALL)
+def test_linear_matches_float64(
+    rand: Callable[..., np.ndarray], dtype: object, m: int, with_bias: bool, activation: str | None
+) -> None:
+    n, k = 33, 72
+    x, w, b = rand((m, k), dtype), rand((n, k), dtype), rand((n,), dtype)
+    bias = gp.from_numpy(b) if with_bias else None
+    y = linear(gp.from_numpy(x), gp.from_numpy(w), bias, activation=activation)
+    ref = linear_ref(x, w, b if with_bias else None, activation)
+    assert y.shape == (m, n)
+    assert rel_err(y.to_numpy(), ref) < LIMITS[np.dtype(dtype)]
+
+
+def test_linear_leading_dims_and_out(rand: Callable[..., np.ndarray]) -> None:
+    x, w, b = rand((2, 3, 40), gp.float16), rand((11, 40), gp.float16), rand((11,), gp.float16)
+    out = gp.empty((2, 3, 11), gp.float16)
+    y = linear(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b), activation="silu", out=out)
+    assert y is out
+    assert rel_err(out.to_numpy(), linear_ref(x, w, b, "silu")) < 3e-3
+
+
+def test_activation_definitions_differ(rand: Callable[..., np.ndarray]) -> None:
+    # The activations must actually be applied: each result differs from the plain product.
+    x, w = rand((2, 16), np.float32), rand((8, 16), np.float32)
+    plain = linear(gp.from_numpy(x), gp.from_numpy(w)).to_numpy()
+    for activation in ("relu", "gelu", "gelu_tanh", "silu"):
+        got = linear(gp.from_numpy(x), gp.from_numpy(w), activation=activation).to_numpy()
+        assert not np.allclose(got, plain)
+        assert rel_err(got, act_ref(plain.astype(np.float64), activation)) < 1e-5
+
+
+def _arrays(rand: Callable[..., np.ndarray]) -> tuple[gp.GPUArray, gp.GPUArray]:
+    return gp.from_numpy(rand((2, 16), gp.bfloat16)), gp.from_numpy(rand((8, 16), gp.bfloat16))
+
+
+def test_errors(rand: Callable[..., np.ndarray]) -> None:
+    x, w = _arrays(rand)
+    with pytest.raises(TypeError, match="x must be a GPUArray"):
+        linear(np.ones((2, 16)), w)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="weight has dtype"):
+        linear(x, gp.from_numpy(rand((8, 16), gp.float16)))
+    with pytest.raises(ValueError, match="features"):
+        linear(x, gp.from_numpy(rand((8, 15), gp.bfloat16)))
+    with pytest.raises(ValueError, match="weight must be 2-D"):
+        linear(x, gp.from_numpy(rand((16,), gp.bfloat16)))
+    with pytest.raises(ValueError, match="bias must have shape"):
+        linear(x, w, gp.from_numpy(rand((7,), gp.bfloat16)))
+    with pytest.raises(TypeError, match="bias has dtype"):
+        linear(x, w, gp.from_numpy(rand((8,), np.float32)))
+    with pytest.raises(ValueError, match="activation must be one of"):
+        linear(x, w, activation="tanh")
+    with pytest.raises(ValueError, match="out must have shape"):
+        linear(x, w, out=gp.empty((2, 7), gp.bfloat16))
+    with pytest.raises(TypeError, match="out must have dtype"):
+        linear(x, w, out=gp.empty((2, 8), gp.float32))
+    with pytest.raises(ValueError, match="weight must be C-contiguous"):
+        linear(x, gp.from_numpy(rand((16, 8), gp.bfloat16)).T)
+    with pytest.raises(ValueError, match="x must be C-contiguous"):
+        linear(gp.from_numpy(rand((16, 2), gp.bfloat16)).T, w)
+    with pytest.raises(TypeError, match="x must have dtype"):
+        linear(gp.from_numpy(rand((2, 16), np.int32)), w)
+
+
+def test_gemv_errors(rand: Callable[..., np.ndarray]) -> None:
+    x, w = _arrays(rand)
+    with pytest.raises(ValueError, match="1 to 8 rows"):
+        gemv(gp.from_numpy(rand((9, 16), gp.bfloat16)), w)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        gemv(gp.from_numpy(rand((2, 16), np.float32)), gp.from_numpy(rand((8, 16), np.float32)))
+    with pytest.raises(ValueError, match="x must be 1 or 2-D"):
+        gemv(gp.from_numpy(rand((1, 2, 16), gp.bfloat16)), w)
+    with pytest.raises(ValueError, match="out must have shape"):
+        gemv(x, w, out=gp.empty((8, 2), gp.bfloat16))
+
+
+def test_benchmark_suite_smoke() -> None:
+    """The ops_linear suite's cases run and pass their correctness check on this backend."""
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.harness import HarnessConfig, measure
+    from pygpukit.benchmark.peers import PyGPUkitLibrary
+    from pygpukit.benchmark.registry import SuiteContext
+    from pygpukit.ops.benchmarks import linear as suite
+
+    rng = np.random.default_rng()
+    backend = PyGPUkitLibrary.backend_name(gp)
+    ctx = SuiteContext(backend, True, DataCache(rng), rng, sizes=[40])
+    lib = PyGPUkitLibrary()
+    cfg = HarnessConfig(max_reps=2, min_reps=1, budget_s=0.05, warmup_s=0.0, target_rep_ms=0.1)
+    results = [measure(case, lib, cfg) for case in suite.SUITE.cases(ctx)]
+    assert [r.status for r in results] == ["ok"] * 3, [r.reason for r in results]
