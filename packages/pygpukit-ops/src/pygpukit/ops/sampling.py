@@ -1,5 +1,333 @@
-"""pygpukit.ops.sampling (being written; see docs/ops.md)."""
+"""Token sampling on the GPU: greedy argmax and temperature / top-k / top-p / min-p sampling.
+
+Logits [B, V] (float32, float16 or bfloat16) stay on the device; the result is
+an int32 [B] array of token ids, also on the device (download it when the host
+needs it). One kernel launch per call, no synchronization, no host round trip.
+
+Semantics (those of Hugging Face ``generate``): the repetition penalty divides
+positive logits of tokens in ``prev_tokens`` by the penalty and multiplies
+negative ones; then the logits are divided by the temperature; then top-k keeps
+the k largest, top-p keeps the smallest set (largest first) of what top-k kept
+whose probability reaches ``top_p``, min-p keeps tokens whose probability is at
+least ``min_p`` times the largest. Ties at a threshold are all kept.
+Temperature 0 (or below) is greedy: the argmax of the penalized logits, lowest
+index on ties. NaN logits count as -inf.
+
+Random numbers come from Philox4x32-10 keyed by the :class:`Generator`'s seed,
+with the generator's offset and the row index as the counter: a fixed seed
+reproduces, each call advances the offset by one. The CPU backend uses the same
+Philox numbers, so CPU and GPU draw the same uniform per row; they pick the same
+token except when the uniform lands within rounding of a boundary between two
+tokens (the GPU sums probabilities in 32.32 fixed point, the CPU in float64; on
+the GPU a token less than 2^-32 as likely as the top one is never drawn).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import secrets
+import threading
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.array import GPUArray
+
+from . import _common as c
+from ._kernel_loader import kernel
+
+__all__ = ["Generator", "argmax", "sample"]
+
+_THREADS = 1024  # threads per row (kernels/sampling.cu kThreads)
+#: Shared memory the kernel may use for the bitmask of ``prev_tokens`` (48 KiB minus its own).
+_MASK_BYTES_MAX = 44 * 1024
+#: Largest vocabulary with a repetition penalty (one bit per token in shared memory).
+MAX_PENALTY_VOCAB = _MASK_BYTES_MAX * 8
+_SUFFIX = {np.dtype(gp.float32): "f32", np.dtype(gp.float16): "f16", np.dtype(gp.bfloat16): "bf16"}
+_U64 = (1 << 64) - 1
+
+
+class Generator:
+    """A counter-based random stream for :func:`sample` (Philox4x32-10).
+
+    ``Generator(seed)`` reproduces the same draws for the same sequence of calls;
+    each :func:`sample` call uses the current :attr:`offset` and advances it by
+    one, so a generator is never "consumed" by the device and nothing is copied.
+    ``seed=None`` picks a random seed. Thread-safe.
+    """
+
+    def __init__(self, seed: int | None = None, *, offset: int = 0) -> None:
+        if seed is None:
+            seed = secrets.randbits(64)
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        if not isinstance(offset, (int, np.integer)) or not 0 <= int(offset) <= _U64:
+            raise ValueError(f"offset must be an int in [0, 2**64), got {offset!r}")
+        self._seed = int(seed) & _U64
+        self._offset = int(offset)
+        self._lock = threading.Lock()
+
+    @property
+    def seed(self) -> int:
+        """The 64-bit key of the stream."""
+        return self._seed
+
+    @property
+    def offset(self) -> int:
+        """The counter the next :func:`sample` call will use."""
+        return self._offset
+
+    def next_offset(self) -> int:
+        """Return the current offset and advance it by one (what :func:`sample` does)."""
+        with self._lock:
+            value = self._offset
+            self._offset = (value + 1) & _U64
+            return value
+
+    def __repr__(self) -> str:
+        return f"Generator(seed={self._seed}, offset={self._offset})"
+
+
+_default: Generator | None = None
+_default_lock = threading.Lock()
+
+
+def _default_generator() -> Generator:
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Generator()
+        return _default
+
+
+def philox4x32_10(counter: np.ndarray, key: tuple[int, int]) -> np.ndarray:
+    """Philox4x32-10 of ``counter`` [n, 4] (uint32) under ``key`` (two uint32): [n, 4] uint32.
+
+    The NumPy twin of the kernel's generator (same constants, rounds and word order).
+    """
+    m0, m1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+    mask = np.uint64(0xFFFFFFFF)
+    ctr = np.asarray(counter, dtype=np.uint64).copy()
+    k0, k1 = int(key[0]), int(key[1])
+    for _ in range(10):
+        p0 = ctr[:, 0] * m0
+        p1 = ctr[:, 2] * m1
+        hi0, lo0 = p0 >> np.uint64(32), p0 & mask
+        hi1, lo1 = p1 >> np.uint64(32), p1 & mask
+        ctr = np.stack(
+            [hi1 ^ ctr[:, 1] ^ np.uint64(k0), lo1, hi0 ^ ctr[:, 3] ^ np.uint64(k1), lo0], axis=1
+        )
+        k0 = (k0 + 0x9E3779B9) & 0xFFFFFFFF
+        k1 = (k1 + 0xBB67AE85) & 0xFFFFFFFF
+    return ctr.astype(np.uint32)
+
+
+def uniforms(seed: int, offset: int, rows: int) -> np.ndarray:
+    """The uint64 draws (a uniform times 2**64) the kernel makes for ``rows`` rows."""
+    counter = np.zeros((rows, 4), dtype=np.uint64)
+    counter[:, 0] = offset & 0xFFFFFFFF
+    counter[:, 1] = (offset >> 32) & 0xFFFFFFFF
+    counter[:, 2] = np.arange(rows, dtype=np.uint64)
+    r = philox4x32_10(counter, (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
+    return (r[:, 0].astype(np.uint64) << np.uint64(32)) | r[:, 1].astype(np.uint64)
+
+
+def _check_logits(logits: Any) -> tuple[int, int]:
+    c.check_array(logits, "logits", dtypes=c.FLOAT_DTYPES, ndim=2)
+    b, v = (int(d) for d in logits.shape)
+    if v == 0:
+        raise ValueError("logits has an empty vocabulary (V = 0)")
+    return b, v
+
+
+def argmax(logits: GPUArray) -> GPUArray:
+    """Greedy decoding: the index of the largest logit of each row, int32 [B].
+
+    ``logits`` is [B, V] float32/float16/bfloat16; ties go to the lowest index,
+    NaN counts as -inf.
+    """
+    b, v = _check_logits(logits)
+    if c.on_cpu(logits):
+        host = c.host(logits).astype(np.float32)
+        return c.to_array(np.argmax(np.where(np.isnan(host), -np.inf, host), axis=1), np.int32)
+    out = gp.empty((b,), gp.int32)
+    if b:
+        kernel("sampling", f"argmax_{_SUFFIX[logits.dtype]}")(
+            logits, out, v, grid=b, block=_THREADS
+        )
+    return out
+
+
+def _row_param(
+    value: Any, name: str, b: int, dtype: Any, lo: float, hi: float | None
+) -> tuple[float | int, GPUArray | None]:
+    """A per-row parameter: a scalar in [lo, hi], or a [B] device array of ``dtype``."""
+    if isinstance(value, GPUArray):
+        c.check_array(value, name, dtypes=[dtype], ndim=1)
+        c.check_shape(value, name, (b,))
+        return 0, value
+    kind = int if np.dtype(dtype).kind == "i" else float
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number or a [B] GPUArray of {np.dtype(dtype)}")
+    if kind is int and not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    scalar = kind(value)
+    if not (scalar >= lo and (hi is None or scalar <= hi)):
+        bound = f"[{lo}, {hi}]" if hi is not None else f">= {lo}"
+        raise ValueError(f"{name} must be {bound}, got {value!r}")
+    return scalar, None
+
+
+def sample(
+    logits: GPUArray,
+    *,
+    temperature: float | GPUArray = 1.0,
+    top_k: int | GPUArray = 0,
+    top_p: float | GPUArray = 1.0,
+    min_p: float = 0.0,
+    repetition_penalty: float = 1.0,
+    prev_tokens: GPUArray | None = None,
+    generator: Generator | None = None,
+) -> GPUArray:
+    """Draw one token per row of ``logits`` [B, V]; returns int32 [B] on the device.
+
+    - ``temperature``: > 0 divides the logits; 0 is greedy (:func:`argmax` after
+      the penalty). A scalar or a float32 [B] array (per row; <= 0 is greedy).
+    - ``top_k``: keep the k most likely tokens; 0 (or >= V) keeps all. Scalar or int32 [B].
+    - ``top_p``: keep the smallest most-likely set of what top-k kept whose
+      probability reaches ``top_p``; 1 keeps all, 0 keeps the top token. Scalar or float32 [B].
+    - ``min_p``: keep tokens at least ``min_p`` times as likely as the top one (0: off).
+    - ``repetition_penalty`` (> 0, 1 = off) with ``prev_tokens`` int32 [B, P]: the
+      tokens already generated per row; entries outside [0, V) (e.g. -1 padding)
+      are ignored. With a penalty, V may be at most ``MAX_PENALTY_VOCAB``.
+    - ``generator``: a :class:`Generator` (seed + offset); None uses a process-wide
+      one with a random seed. Each call advances its offset by one.
+
+    Per-row arrays are read by the kernel: their values are not validated.
+    """
+    b, v = _check_logits(logits)
+    temp, temps = _row_param(temperature, "temperature", b, gp.float32, 0.0, None)
+    k, ks = _row_param(top_k, "top_k", b, gp.int32, 0, None)
+    p, ps = _row_param(top_p, "top_p", b, gp.float32, 0.0, 1.0)
+    mp, _ = _row_param(min_p, "min_p", b, gp.float32, 0.0, 1.0)
+    if isinstance(repetition_penalty, GPUArray):
+        raise TypeError("repetition_penalty must be a number (one penalty for every row)")
+    pen, _ = _row_param(repetition_penalty, "repetition_penalty", b, gp.float32, 0.0, None)
+    if pen == 0.0:
+        raise ValueError("repetition_penalty must be > 0 (1.0 turns it off)")
+    n_prev = 0
+    if prev_tokens is not None:
+        c.check_array(prev_tokens, "prev_tokens", dtypes=[gp.int32], ndim=2)
+        if int(prev_tokens.shape[0]) != b:
+            raise ValueError(
+                f"prev_tokens must be [B, P] with B = {b} (rows of logits), "
+                f"got {tuple(prev_tokens.shape)}"
+            )
+        n_prev = int(prev_tokens.shape[1])
+    use_penalty = prev_tokens is not None and n_prev > 0 and pen != 1.0
+    if use_penalty and v > MAX_PENALTY_VOCAB:
+        raise ValueError(
+            f"a repetition penalty supports V <= {MAX_PENALTY_VOCAB} tokens, got V = {v}"
+        )
+    if generator is not None and not isinstance(generator, Generator):
+        raise TypeError(f"generator must be a pygpukit.ops.Generator, got {type(generator)}")
+    gen = generator if generator is not None else _default_generator()
+    offset = gen.next_offset()
+
+    if c.on_cpu(logits):
+        host = lambda a: None if a is None else c.host(a)  # noqa: E731
+        tokens = _sample_numpy(
+            c.host(logits),
+            temp if temps is None else host(temps),
+            k if ks is None else host(ks),
+            p if ps is None else host(ps),
+            float(mp),
+            float(pen),
+            host(prev_tokens) if use_penalty else None,
+            uniforms(gen.seed, offset, b),
+        )
+        return c.to_array(tokens, np.int32)
+
+    out = gp.empty((b,), gp.int32)
+    if b == 0:
+        return out
+    mask_bytes = ((v + 31) // 32) * 4 if use_penalty else 0
+    kernel("sampling", f"sample_{_SUFFIX[logits.dtype]}")(
+        logits,
+        out,
+        v,
+        float(temp),
+        temps if temps is not None else 0,
+        int(k),
+        ks if ks is not None else 0,
+        float(p),
+        ps if ps is not None else 0,
+        float(mp),
+        float(pen),
+        prev_tokens if use_penalty else 0,
+        n_prev if use_penalty else 0,
+        gen.seed,
+        offset,
+        grid=b,
+        block=_THREADS,
+        shared_mem=mask_bytes,
+    )
+    return out
+
+
+def _per_row(value: Any, row: int) -> Any:
+    return value[row] if isinstance(value, np.ndarray) else value
+
+
+def _sample_numpy(
+    logits: np.ndarray,
+    temperature: Any,
+    top_k: Any,
+    top_p: Any,
+    min_p: float,
+    penalty: float,
+    prev: np.ndarray | None,
+    draws: np.ndarray,
+) -> np.ndarray:
+    """The CPU backend: the kernel's algorithm, row by row, in float32 values / float64 masses."""
+    rows, v = logits.shape
+    out = np.zeros(rows, dtype=np.int32)
+    for r in range(rows):
+        logit = logits[r].astype(np.float32)
+        logit = np.where(np.isnan(logit), np.float32(-np.inf), logit)
+        if prev is not None:
+            ids = prev[r][(prev[r] >= 0) & (prev[r] < v)]
+            hit = np.zeros(v, dtype=bool)
+            hit[ids] = True
+            pen = np.float32(penalty)
+            logit = np.where(hit, np.where(logit > 0, logit / pen, logit * pen), logit)
+            logit = logit.astype(np.float32)
+        temp = float(_per_row(temperature, r))
+        best = int(np.argmax(logit))
+        if not temp > 0.0 or logit[best] == -np.inf:
+            out[r] = best
+            continue
+        val = (logit / np.float32(temp)).astype(np.float32)
+        vmax = val[best]
+        mass = np.exp(val.astype(np.float64) - float(vmax))
+        keep = np.ones(v, dtype=bool)
+        k = int(_per_row(top_k, r))
+        if 0 < k < v:
+            keep &= val >= np.partition(val, v - k)[v - k]
+        p = float(_per_row(top_p, r))
+        if p < 1.0:
+            order = np.argsort(-val[keep], kind="stable")
+            kept_vals, kept_mass = val[keep][order], mass[keep][order]
+            cum = np.cumsum(kept_mass)
+            cut = min(int(np.searchsorted(cum, max(p, 0.0) * cum[-1], side="left")), cum.size - 1)
+            keep &= val >= kept_vals[cut]
+        if min_p > 0.0:
+            keep &= val >= np.float32(vmax + np.float32(np.log(np.float32(min_p))))
+        cum = np.cumsum(np.where(keep, mass, 0.0))
+        target = float(draws[r]) / 2.0**64 * cum[-1]
+        pick = int(np.searchsorted(cum, target, side="right"))
+        kept_idx = np.flatnonzero(keep)
+        out[r] = min(pick, int(kept_idx[-1]))
+        if not keep[out[r]]:  # a draw at a boundary rounding into a dropped token
+            out[r] = int(kept_idx[np.searchsorted(kept_idx, out[r])])
+    return out
