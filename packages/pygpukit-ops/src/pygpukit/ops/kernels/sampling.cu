@@ -154,12 +154,27 @@ __device__ __forceinline__ unsigned radix_select(const T* row, const unsigned* m
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = threadIdx.x; b < 256; b += kThreads) hist[b] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < V; i += kThreads) {
-            const float v = __fdiv_rn(penalized<T>(row, mask, penalty, i), temp);
-            const unsigned key = order_key(v);
-            if (key >= floor_key && (key & known) == prefix) {
-                const unsigned long long w = COUNT ? 1ull : fixed_mass(v, vmax);
-                if (w) atomicAdd(&hist[(key >> shift) & 255u], w);
+        // Whole warps iterate together (uniform trip count) so the counting select can
+        // aggregate per warp: most keys share a few top-digit bins, and one atomic per
+        // distinct bin and warp replaces up to 32 contending ones.
+        for (int base = 0; base < V; base += kThreads) {
+            const int i = base + threadIdx.x;
+            unsigned bin = 256u;  // no bin
+            unsigned long long w = 0;
+            if (i < V) {
+                const float v = __fdiv_rn(penalized<T>(row, mask, penalty, i), temp);
+                const unsigned key = order_key(v);
+                if (key >= floor_key && (key & known) == prefix) {
+                    w = COUNT ? 1ull : fixed_mass(v, vmax);
+                    if (w) bin = (key >> shift) & 255u;
+                }
+            }
+            if constexpr (COUNT) {
+                const unsigned peers = __match_any_sync(0xffffffffu, bin);
+                if (bin < 256u && (int)(threadIdx.x & 31) == __ffs(peers) - 1)
+                    atomicAdd(&hist[bin], (unsigned long long)__popc(peers));
+            } else if (bin < 256u) {
+                atomicAdd(&hist[bin], w);
             }
         }
         __syncthreads();
@@ -215,11 +230,13 @@ __device__ __forceinline__ void sample_row(const T* logits, int* out, int V, flo
     for (int i = threadIdx.x; i < V; i += kThreads)
         argmax_combine(best, best_i, penalized<T>(row, mask, penalty, i), i);
     block_argmax(best, best_i);
-    if (!(temp > 0.0f) || best == neg_inf()) {  // greedy, or nothing finite to sample from
+    const float vmax = __fdiv_rn(best, temp);
+    // Greedy; or nothing finite to sample from; or a temperature so small that the scaled
+    // logits overflow (the distribution is then a point mass on the argmax anyway).
+    if (!(temp > 0.0f) || best == neg_inf() || isinf(vmax)) {
         if (threadIdx.x == 0) out[b] = best_i < V ? best_i : 0;
         return;
     }
-    const float vmax = __fdiv_rn(best, temp);
 
     // Thresholds on the key of v: a token is kept when its key >= every threshold.
     unsigned keep_key = 0;
@@ -296,20 +313,20 @@ __device__ __forceinline__ void argmax_row(const T* logits, int* out, int V) {
 
 // Entry points, one per logits dtype; launch with grid = B, block = 1024, and for the sample
 // kernels dynamic shared memory of ceil(V / 32) * 4 bytes when a repetition penalty is applied.
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     argmax_f32(const float* logits, int* out, int V) {
     argmax_row<float>(logits, out, V);
 }
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     argmax_f16(const __half* logits, int* out, int V) {
     argmax_row<__half>(logits, out, V);
 }
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     argmax_bf16(const __nv_bfloat16* logits, int* out, int V) {
     argmax_row<__nv_bfloat16>(logits, out, V);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     sample_f32(const float* logits, int* out, int V, float temperature, const float* temps,
                int top_k, const int* top_ks, float top_p, const float* top_ps, float min_p,
                float penalty, const int* prev, int P, unsigned long long seed,
@@ -317,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     sample_row<float>(logits, out, V, temperature, temps, top_k, top_ks, top_p, top_ps, min_p,
                       penalty, prev, P, seed, offset);
 }
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     sample_f16(const __half* logits, int* out, int V, float temperature, const float* temps,
                int top_k, const int* top_ks, float top_p, const float* top_ps, float min_p,
                float penalty, const int* prev, int P, unsigned long long seed,
@@ -325,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     sample_row<__half>(logits, out, V, temperature, temps, top_k, top_ks, top_p, top_ps, min_p,
                        penalty, prev, P, seed, offset);
 }
-extern "C" __global__ void __launch_bounds__(kThreads)
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
     sample_bf16(const __nv_bfloat16* logits, int* out, int V, float temperature, const float* temps,
                 int top_k, const int* top_ks, float top_p, const float* top_ps, float min_p,
                 float penalty, const int* prev, int P, unsigned long long seed,
