@@ -255,8 +255,10 @@ impl DevicePool {
     }
 
     /// Every partition with QoS or usage, as the reclaim plan sees it (the cache is
-    /// shared, so it is all unowned).
-    fn partition_memory(&self, requester: PartitionId) -> Vec<PartitionMemory> {
+    /// shared, so it is all unowned). The requester was charged `size` before the
+    /// pool looked for memory: that charge is the allocation being planned for,
+    /// not usage yet.
+    fn partition_memory(&self, requester: PartitionId, size: u64) -> Vec<PartitionMemory> {
         let mut ids: Vec<PartitionId> = self.qos.keys().copied().collect();
         ids.extend(self.partitions.all().into_iter().map(|(id, _)| id));
         ids.push(requester);
@@ -280,7 +282,11 @@ impl DevicePool {
                     id,
                     class: q.map_or(QosClass::BestEffort, |q| q.class),
                     request: q.map_or(0, |q| q.request),
-                    allocated: self.partitions.get(id).allocated,
+                    allocated: self
+                        .partitions
+                        .get(id)
+                        .allocated
+                        .saturating_sub(if id == requester { size } else { 0 }),
                     cached: 0,
                     evictable,
                 }
@@ -298,13 +304,17 @@ impl DevicePool {
             return 0;
         }
         let capacity = self.limit.map_or(capacity, |l| l.min(capacity));
-        let parts = self.partition_memory(partition);
+        let parts = self.partition_memory(partition, size);
         let me = parts.iter().find(|p| p.id == partition);
-        // The tail of the new segment is cache; one within its request is owed
-        // its memory, tail included, so only its bytes count for it.
-        let within = me.is_some_and(|p| p.allocated + size <= p.request);
-        let tail = if within { 0 } else { seg.saturating_sub(size) };
-        let cached = self.stats.cached_bytes() + tail;
+        if me.is_some_and(|p| p.allocated + size <= p.request) {
+            // Within its request it is owed the memory: nobody else was allowed to
+            // commit it. Over-commitment from cache tails (segments partly in use
+            // cannot be released) must not turn into its OutOfMemoryError; a
+            // device that is really full goes through the reclaim plan instead.
+            return 0;
+        }
+        // The tail of the new segment becomes cache: committed too.
+        let cached = self.stats.cached_bytes() + seg.saturating_sub(size);
         reservation_shortfall(capacity, cached, partition, size, &parts)
     }
 
@@ -318,7 +328,7 @@ impl DevicePool {
         needed: u64,
         exclude: u64,
     ) -> Result<u64, BackendError> {
-        let parts = self.partition_memory(partition);
+        let parts = self.partition_memory(partition, size);
         let me = parts
             .iter()
             .find(|p| p.id == partition)

@@ -112,3 +112,23 @@ fn without_qos_the_pool_keeps_its_plain_steps() {
     assert!(p.stats().spilled_bytes >= 8 * MIB);
     let _ = (a, b);
 }
+
+#[test]
+fn one_block_of_the_whole_request_fits_after_best_effort_filled_the_rest() {
+    let (_fake, mut p) = qos_pool(1 << 30, Some(64 * MIB));
+    let mut held = Vec::new();
+    while let Ok(b) = p.alloc(2 * MIB, 0, opts(false), BEST_EFFORT) {
+        held.push(b);
+    }
+    // The charge made before the pool looks for memory is not usage yet: the
+    // block is exactly its request, so it is within it.
+    let whole = p.alloc(32 * MIB, 0, opts(false), GUARANTEED).unwrap();
+    assert_eq!(p.partition_usage(GUARANTEED).allocated, 32 * MIB);
+    let err = p.alloc(2 * MIB, 0, opts(false), GUARANTEED).unwrap_err();
+    assert_eq!(
+        err.partition,
+        Some(GUARANTEED),
+        "above its request it competes"
+    );
+    let _ = (whole, held);
+}
