@@ -10,6 +10,7 @@
 
 use crate::capi::describe;
 use crate::runtime::runtime;
+use pygpukit_core::pool::PartitionQos;
 use pygpukit_core::scheduler::{
     self as core, AdmissionError, ComputeShare, Outcome, PacingConfig, PartitionError,
     PartitionSpec, SchedulerError, TaskRequest, WHOLE_DEVICE,
@@ -114,17 +115,53 @@ fn create_pooled(
         .create_partition(key, spec.memory_limit)
         .map_err(|e| PooledError::Pool(describe(&e)))?;
     let sms = m.config().total_sms;
+    let total_memory = m.config().total_memory;
     let p = m
         .create_with_id(id, key, name, spec)
         .map_err(PooledError::Partition)?;
+    enforce(p, total_memory).map_err(PooledError::Pool)?;
     Ok(PyPartition::from_core(p, sms))
 }
 
-/// Lifts the quota of a deleted partition (the runtime never reuses its id).
+/// Hands an admitted partition to the enforcers: its class and request to the
+/// memory pool (reservations held back from others, reclaim order), its class and
+/// pacing to the dispatch controller.
+fn enforce(p: &core::Partition, total_memory: u64) -> Result<(), String> {
+    let rt = runtime();
+    rt.set_qos_capacity(Some(total_memory))
+        .and_then(|()| {
+            rt.set_partition_qos(
+                p.id,
+                Some(PartitionQos {
+                    class: p.qos,
+                    request: p.spec.memory_request,
+                    priority: p.spec.priority,
+                }),
+            )
+        })
+        .map_err(|e| describe(&e))?;
+    rt.dispatch().set_pacing(p.id, Some((p.qos, p.pacing())))
+}
+
+/// Lifts the quota, QoS and pacing of a deleted partition (the runtime never
+/// reuses its id).
 fn unpool(p: &core::Partition) -> Result<(), PooledError> {
-    runtime()
-        .set_partition_limit(p.id, None)
+    let rt = runtime();
+    rt.dispatch()
+        .set_pacing(p.id, None)
+        .map_err(PooledError::Pool)?;
+    rt.set_partition_qos(p.id, None)
+        .and_then(|()| rt.set_partition_limit(p.id, None))
         .map_err(|e| PooledError::Pool(describe(&e)))
+}
+
+/// When a manager goes away its partitions stop being enforced: their
+/// reservations would otherwise be held back for nobody.
+fn unpool_all(m: &core::PartitionManager) {
+    for p in m.list().filter(|p| p.id != core::DEFAULT_PARTITION) {
+        // Best effort: a failure here has no caller to report to.
+        let _ = unpool(p);
+    }
 }
 
 /// What a partition asks for, built by chaining:
@@ -370,6 +407,12 @@ pub struct PyPartitionManager {
     inner: Mutex<core::PartitionManager>,
 }
 
+impl Drop for PyPartitionManager {
+    fn drop(&mut self) {
+        unpool_all(&lock(&self.inner));
+    }
+}
+
 #[pymethods]
 impl PyPartitionManager {
     #[new]
@@ -389,6 +432,11 @@ impl PyPartitionManager {
     ) -> PyResult<PyPartition> {
         let result = create_pooled(&mut lock(&self.inner), id, name, limits.spec);
         result.map_err(|e| e.into_py(py))
+    }
+
+    /// Stops enforcing every partition (quota, reservation, pacing).
+    fn end_enforcement(&self) {
+        unpool_all(&lock(&self.inner));
     }
 
     /// Deletes a partition, giving its reservation back.
@@ -624,6 +672,12 @@ pub struct PySchedulerCore {
     epoch: Instant,
 }
 
+impl Drop for PySchedulerCore {
+    fn drop(&mut self) {
+        unpool_all(lock(&self.inner).partitions());
+    }
+}
+
 impl PySchedulerCore {
     fn now(&self) -> u64 {
         self.epoch.elapsed().as_nanos() as u64
@@ -674,6 +728,12 @@ impl PySchedulerCore {
     ) -> PyResult<PyPartition> {
         let result = create_pooled(lock(&self.inner).partitions_mut(), id, name, limits.spec);
         result.map_err(|e| e.into_py(py))
+    }
+
+    /// Stops enforcing every partition (quota, reservation, pacing): the
+    /// scheduler is shut down. Its books stay readable.
+    fn end_enforcement(&self) {
+        unpool_all(lock(&self.inner).partitions());
     }
 
     /// Deletes a partition with no unfinished tasks.
@@ -862,8 +922,55 @@ impl PySchedulerCore {
     }
 }
 
+/// Kernel pacing as the dispatch controller enforces it: `active` (whether any
+/// launch can be held now) and, per registered partition id, its class, config
+/// and counters (`launched`, `held`, `held_ms`, `forced`, `measured_ms`, `pending`).
+#[pyfunction]
+fn pacing_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = runtime().dispatch();
+    let (active, stats) = (d.pacing_active(), d.pacing_stats());
+    let partitions = PyDict::new(py);
+    for st in stats {
+        let e = PyDict::new(py);
+        e.set_item("qos_class", st.class.map(|c| c.as_str()))?;
+        if let Some((rate, burst_ns, yield_to_higher)) = st.config {
+            e.set_item("rate", rate)?;
+            e.set_item("burst_ms", burst_ns as f64 / 1e6)?;
+            e.set_item("yield_to_higher", yield_to_higher)?;
+        }
+        e.set_item("launched", st.launched)?;
+        e.set_item("held", st.held)?;
+        e.set_item("held_ms", st.held_ns as f64 / 1e6)?;
+        e.set_item("forced", st.forced)?;
+        e.set_item("measured_ms", st.measured_ns as f64 / 1e6)?;
+        e.set_item("pending", st.pending)?;
+        partitions.set_item(st.partition, e)?;
+    }
+    let out = PyDict::new(py);
+    out.set_item("active", active)?;
+    out.set_item("partitions", partitions)?;
+    Ok(out)
+}
+
+/// The most one launch may be held by pacing, in seconds (a higher-class launch
+/// that waits on lower-class work must not stall the process).
+#[pyfunction]
+fn set_pacing_max_hold(seconds: f64) -> PyResult<()> {
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "max_hold must be a positive number of seconds, got {seconds}"
+        )));
+    }
+    runtime()
+        .dispatch()
+        .set_max_hold(std::time::Duration::from_secs_f64(seconds));
+    Ok(())
+}
+
 /// Adds the scheduler's classes and functions to `pygpukit._rust`.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(pacing_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(set_pacing_max_hold, m)?)?;
     m.add_class::<PyPartitionLimits>()?;
     m.add_class::<PyPartitionConfig>()?;
     m.add_class::<PyPartition>()?;
