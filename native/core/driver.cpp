@@ -43,6 +43,15 @@ bool resolve_table(void* handle, int driver_version, std::string* error) {
     }
     PGK_DRIVER_FUNCTIONS(PGK_RESOLVE)
 #undef PGK_RESOLVE
+#define PGK_RESOLVE_OPTIONAL(name, version)                                                      \
+    {                                                                                            \
+        void* fn = nullptr;                                                                      \
+        CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;            \
+        if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &status) == CUDA_SUCCESS) \
+            table.name = reinterpret_cast<decltype(table.name)>(fn);                             \
+    }
+    PGK_DRIVER_OPTIONAL_FUNCTIONS(PGK_RESOLVE_OPTIONAL)
+#undef PGK_RESOLVE_OPTIONAL
     g_table = table;
     return true;
 }

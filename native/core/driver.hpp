@@ -72,9 +72,20 @@ namespace pgk {
     X(cuGraphExecDestroy, 10000)                \
     X(cuGraphDestroy, 10000)
 
+// Entry points a driver may lack (newer than the oldest driver we run on): resolved the same way,
+// left nullptr when missing. Callers test the pointer and fall back; never a load failure.
+#define PGK_DRIVER_OPTIONAL_FUNCTIONS(X)  \
+    X(cuDeviceGetDevResource, 12040)      \
+    X(cuDevSmResourceSplitByCount, 12040) \
+    X(cuDevResourceGenerateDesc, 12040)   \
+    X(cuGreenCtxCreate, 12040)            \
+    X(cuGreenCtxDestroy, 12040)           \
+    X(cuGreenCtxStreamCreate, 12050)
+
 struct DriverTable {
 #define PGK_DECLARE_DRIVER_POINTER(name, version) PFN_##name##_v##version name = nullptr;
     PGK_DRIVER_FUNCTIONS(PGK_DECLARE_DRIVER_POINTER)
+    PGK_DRIVER_OPTIONAL_FUNCTIONS(PGK_DECLARE_DRIVER_POINTER)
 #undef PGK_DECLARE_DRIVER_POINTER
 };
 
