@@ -14,6 +14,7 @@ void bind_jit(pybind11::module_& m);
 void bind_elementwise(pybind11::module_& m);
 void bind_matmul(pybind11::module_& m);
 void bind_reduce(pybind11::module_& m);
+void bind_green_context(pybind11::module_& m);
 
 // The Python view of a library loader's result (load_driver, load_nvrtc, load_cublaslt):
 // {"loaded", "path" (None unless loaded), "tried": [(path, error), ...]}. Each binding adds the

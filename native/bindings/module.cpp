@@ -16,4 +16,5 @@ PYBIND11_MODULE(_native, m) {
     pgk::bind_elementwise(m);
     pgk::bind_matmul(m);
     pgk::bind_reduce(m);
+    pgk::bind_green_context(m);
 }
