@@ -111,6 +111,12 @@ def test_temperature_zero_is_greedy(rand: Callable[..., np.ndarray], dtype: obje
     assert got.tolist() == np.argmax(x.astype(np.float64), axis=1).tolist()
 
 
+def test_tiny_temperature_is_greedy(rand: Callable[..., np.ndarray]) -> None:
+    x = rand((3, 100), np.float32)
+    got = sample(gp.from_numpy(x), temperature=1e-38, generator=Generator(3)).to_numpy()
+    assert got.tolist() == np.argmax(x, axis=1).tolist()
+
+
 def test_penalty_changes_the_greedy_choice(rand: Callable[..., np.ndarray]) -> None:
     x = rand((2, 50), np.float32) * 0.01 - 2.0  # everything else well below the tokens set here
     x[0, 3], x[0, 4] = 10.0, 6.0  # 10 / 2 = 5 < 6

@@ -307,8 +307,12 @@ def _sample_numpy(
         if not temp > 0.0 or logit[best] == -np.inf:
             out[r] = best
             continue
-        val = (logit / np.float32(temp)).astype(np.float32)
+        with np.errstate(over="ignore"):
+            val = (logit / np.float32(temp)).astype(np.float32)
         vmax = val[best]
+        if np.isinf(vmax):  # a temperature so small the scaled logits overflow: greedy
+            out[r] = best
+            continue
         mass = np.exp(val.astype(np.float64) - float(vmax))
         keep = np.ones(v, dtype=bool)
         k = int(_per_row(top_k, r))

@@ -47,6 +47,8 @@ def allowed(logits: np.ndarray, temperature: float, top_k: int, top_p: float) ->
 def _torch_sample(torch: Any, temperature: float, top_k: int, top_p: float) -> Callable[..., Any]:
     def run(logits: Any) -> Any:
         scaled = logits / temperature
+        if top_k <= 0 and top_p >= 1.0:  # no filter: no sort either
+            return torch.multinomial(torch.softmax(scaled, dim=-1), 1).squeeze(-1)
         if 0 < top_k < logits.shape[-1]:
             values, index = torch.topk(scaled, top_k, dim=-1)
         else:
