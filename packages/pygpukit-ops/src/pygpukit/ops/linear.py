@@ -37,7 +37,7 @@ ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh"
 #: Largest number of rows of ``x`` the GEMV kernel takes (its accumulators live in registers).
 GEMV_MAX_ROWS = 8
 
-_WARPS = 8  # warps per block of the GEMV kernels (kernels/gemv.cu kWarps)
+_WARPS = 4  # warps per block of the GEMV kernels (kernels/gemv.cu kWarps)
 _ROWS_PER_WARP = 4  # output rows per warp of the vector kernel (kRows)
 _SUFFIX = {np.dtype(gp.bfloat16): "bf16", np.dtype(gp.float16): "f16", np.dtype(gp.float32): "f32"}
 
