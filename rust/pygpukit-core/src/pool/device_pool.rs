@@ -249,9 +249,19 @@ impl DevicePool {
         };
     }
 
-    /// The bytes partitions' reservations share (`None`: reservations are not held back).
+    /// The bytes partitions' reservations share (`None`: reservations are not held
+    /// back), at most what the device can still give the pool: its free memory plus
+    /// what the pool holds, less a margin for memory taken outside the pool
+    /// (modules, library workspaces). A capacity the device cannot back would let
+    /// BestEffort fill the device before the reservation check ever refused it.
     pub fn set_qos_capacity(&mut self, capacity: Option<u64>) {
-        self.qos_capacity = capacity;
+        self.qos_capacity = capacity.map(|c| match self.backend.mem_get_info(self.device) {
+            Ok((free, total)) => {
+                let margin = (total / 50).min(256 << 20);
+                c.min((free + self.stats.reserved_bytes).saturating_sub(margin))
+            }
+            Err(_) => c,
+        });
     }
 
     /// Every partition with QoS or usage, as the reclaim plan sees it (the cache is
