@@ -59,12 +59,16 @@ class Timed:
     verifies the output of ``run(0)`` and returns the relative error it saw
     (``None`` when the check is not numeric). ``measure``, when given, is for
     work that must be timed elsewhere (in a fresh process): it performs call
-    number ``i``, times it itself and returns milliseconds.
+    number ``i``, times it itself and returns milliseconds. ``metrics``, when
+    given, is called after timing for numbers the time column cannot carry
+    (latency percentiles, throughput ratios); the report lists them under the
+    suite's table.
     """
 
     run: Callable[[int], Any]
     check: Callable[[Any], float | None]
     measure: Callable[[int], float] | None = None
+    metrics: Callable[[], dict[str, float | str]] | None = None
 
 
 Setup = Callable[["Library", int], Timed]

@@ -84,6 +84,7 @@ def measure(case: Case, lib: Library, cfg: HarnessConfig) -> LibResult:
         check_error = timed.check(out)
         del out
         times, inner = _time(timed, lib, case, cfg)
+        metrics = timed.metrics() if timed.metrics is not None else {}
     except Skip as exc:
         return LibResult("skipped", str(exc))
     except NotImplementedError as exc:
@@ -93,7 +94,14 @@ def measure(case: Case, lib: Library, cfg: HarnessConfig) -> LibResult:
     except Exception as exc:
         detail = traceback.format_exc(limit=-3)
         return LibResult("failed", f"{_describe(exc)}\n{detail}")
-    return LibResult("ok", times_ms=times, inner=inner, copies=copies, check_error=check_error)
+    return LibResult(
+        "ok",
+        times_ms=times,
+        inner=inner,
+        copies=copies,
+        check_error=check_error,
+        metrics=metrics,
+    )
 
 
 def _time(timed: Timed, lib: Library, case: Case, cfg: HarnessConfig) -> tuple[list[float], int]:

@@ -168,6 +168,20 @@ def format_table(run: RunResult, comparison: Comparison | None = None) -> str:
     return "\n".join(lines)
 
 
+def _metric_lines(rows: Sequence[Row]) -> list[str]:
+    """Bullets of the extra numbers cases reported (``Timed.metrics``), if any."""
+    lines: list[str] = []
+    for row in rows:
+        for name, result in row.libs.items():
+            if result.status == "ok" and result.metrics:
+                values = ", ".join(
+                    f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in result.metrics.items()
+                )
+                lines.append(f"- `{_case_label(row)}` ({name}): {values}")
+    return ["", *lines] if lines else []
+
+
 def format_markdown(run: RunResult, comparison: Comparison | None = None) -> str:
     """The same report as GitHub Markdown (what ``docs/benchmarks.md`` carries)."""
     peers = _peers(run)
@@ -191,6 +205,7 @@ def format_markdown(run: RunResult, comparison: Comparison | None = None) -> str
             if row.suite == suite:
                 cells = [c.replace("|", "\\|") for c in _cells(row, run, peers, comparison)]
                 lines.append("| " + " | ".join(cells) + " |")
+        lines += _metric_lines([row for row in run.rows if row.suite == suite])
     lines += ["", _legend(peers)]
     skips = _skip_summary(run)
     if skips:

@@ -41,6 +41,8 @@ class LibResult:
     inner: int = 0
     copies: int = 1
     check_error: float | None = None
+    #: Extra numbers of the case (``Timed.metrics``), reported under the table.
+    metrics: dict[str, float | str] = field(default_factory=dict)
 
     @property
     def median_ms(self) -> float | None:
@@ -69,6 +71,7 @@ class LibResult:
             inner=int(data.get("inner", 0)),
             copies=int(data.get("copies", 1)),
             check_error=data.get("check_error"),
+            metrics=dict(data.get("metrics", {})),
         )
 
 
