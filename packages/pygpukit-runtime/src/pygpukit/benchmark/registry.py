@@ -44,7 +44,7 @@ ENTRY_POINT_GROUP = "pygpukit.benchmark_suites"
 PLUGINS_ENV = "PYGPUKIT_BENCHMARK_PLUGINS"
 
 #: Built-in suites, in report order (modules under ``pygpukit.benchmark.suites``).
-BUILTIN = ("memory", "launch", "elementwise", "reduction", "gemm", "jit")
+BUILTIN = ("memory", "launch", "elementwise", "reduction", "gemm", "jit", "isolation")
 
 
 @dataclass
