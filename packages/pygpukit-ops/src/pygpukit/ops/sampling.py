@@ -39,8 +39,9 @@ from ._kernel_loader import kernel
 __all__ = ["Generator", "argmax", "sample"]
 
 _THREADS = 1024  # threads per row (kernels/sampling.cu kThreads)
-#: Shared memory the kernel may use for the bitmask of ``prev_tokens`` (48 KiB minus its own).
-_MASK_BYTES_MAX = 44 * 1024
+#: Shared memory for the bitmask of ``prev_tokens``: the 48 KiB a block gets without opt-in,
+#: less the kernel's static ~5 KiB, rounded down.
+_MASK_BYTES_MAX = 40 * 1024
 #: Largest vocabulary with a repetition penalty (one bit per token in shared memory).
 MAX_PENALTY_VOCAB = _MASK_BYTES_MAX * 8
 _SUFFIX = {np.dtype(gp.float32): "f32", np.dtype(gp.float16): "f16", np.dtype(gp.bfloat16): "bf16"}
