@@ -312,3 +312,51 @@ def test_write_then_decode(rand):
     keys = [ks[:, i].transpose(1, 0, 2) for i in range(b)]
     vals = [vs[:, i].transpose(1, 0, 2) for i in range(b)]
     assert rel(got, ref_decode(q, keys, vals)) < 1e-2
+
+
+# --- Hopper wgmma prefill (head dim 128), selected through PYGPUKIT_ATTENTION_KERNEL ----------
+
+
+def _hopper() -> None:
+    from pygpukit.ops import attention
+
+    if attention._arch(gp.get_device()) != "sm_90a":
+        pytest.skip("the wgmma prefill kernel runs on SM 9.0 only")
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(
+    ("hq", "hkv", "sq", "sk"),
+    [(2, 2, 1, 1), (4, 1, 17, 17), (8, 2, 129, 129), (4, 4, 1000, 1000), (4, 2, 17, 300),
+     (4, 2, 300, 17), (2, 2, 128, 128), (2, 2, 256, 255), (2, 1, 2048, 2048)],
+)  # fmt: skip
+@pytest.mark.parametrize("causal", [False, True])
+def test_wgmma_prefill(rand, monkeypatch, dtype, hq, hkv, sq, sk, causal):
+    _hopper()
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "wgmma")
+    q, k, v = qkv(rand, 2, hq, hkv, sq, sk, 128, dtype)
+    got = run(q, k, v, is_causal=causal)
+    assert np.all(np.isfinite(got.astype(np.float32)))
+    assert rel(got, ref_sdpa(q, k, v, causal=causal)) < LIMIT[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("shape", [(129, 200), (2, 1, 129, 200), (1, 4, 1, 200)])
+def test_wgmma_prefill_masks(rand, monkeypatch, dtype, shape):
+    _hopper()
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "wgmma")
+    q, k, v = qkv(rand, 2, 4, 2, 129, 200, 128, dtype)
+    mask = rand(shape).astype(np.float32)
+    got = run(q, k, v, attn_mask=mask, is_causal=True)
+    assert rel(got, ref_sdpa(q, k, v, mask=mask, causal=True)) < LIMIT[np.dtype(dtype)]
+
+
+def test_wgmma_matches_mma(rand, monkeypatch):
+    """Both kernels on a long causal problem (4 K tokens): same result within bf16 rounding."""
+    _hopper()
+    q, k, v = qkv(rand, 1, 4, 4, 4096, 4096, 128, gp.bfloat16)
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "mma")
+    a = run(q, k, v, is_causal=True)
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "wgmma")
+    b = run(q, k, v, is_causal=True)
+    assert rel(b, a) < 1e-2

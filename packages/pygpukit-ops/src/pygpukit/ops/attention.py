@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import numpy as np
 
 import pygpukit as gp
 from pygpukit.array import GPUArray
+from pygpukit.backend import select as _select
 
 from . import _kernel_loader
 from ._common import (
@@ -47,6 +49,24 @@ _MAX_SPLITS = 64  # attention_decode.cu kMaxSplits
 _CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block at a time
 
 _dynamic_smem_set: set[tuple[int, int]] = set()
+
+#: Picks the prefill kernel: ``mma`` (mma.sync, every SM 80+ GPU) or ``wgmma`` (Hopper, head
+#: dim 128; other cases fall back to ``mma``). Unset: ``mma``, until the wgmma kernel has been
+#: validated on a GPU and becomes the Hopper default.
+KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
+_WGMMA_SMEM = 2 * 128 * 128 * 2 * 2 + 128 * 128 * 2 + 1024  # 2 K/V stages, Q, alignment
+
+
+@functools.cache
+def _arch(device: int) -> str:
+    return str(_select.backend().arch(device))
+
+
+def _use_wgmma(d: int) -> bool:
+    choice = os.environ.get(KERNEL_ENV, "mma")
+    if choice not in ("mma", "wgmma"):
+        raise ValueError(f"{KERNEL_ENV} must be 'mma' or 'wgmma', got {choice!r}")
+    return choice == "wgmma" and d == 128 and _arch(gp.get_device()) == "sm_90a"
 
 
 def _suffix(dtype: np.dtype) -> str:
@@ -199,9 +219,14 @@ def scaled_dot_product_attention(
     if b > 65535 or hq > 65535:
         raise ValueError(f"at most 65535 batches and query heads per call, got {b} and {hq}")
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
-    kern = _kernel_loader.kernel("attention_prefill", f"attn_prefill_d{d}_{_suffix(q.dtype)}")
-    block_n = 32 if d > 128 else 64
-    smem = (_PREFILL_ROWS + 2 * block_n) * (d + 8) * 2
+    if _use_wgmma(d):
+        name, rows, threads = f"attn_prefill_wgmma_d128_{_suffix(q.dtype)}", 128, 256
+        smem = _WGMMA_SMEM
+    else:
+        name, rows, threads = f"attn_prefill_d{d}_{_suffix(q.dtype)}", _PREFILL_ROWS, 128
+        block_n = 32 if d > 128 else 64
+        smem = (_PREFILL_ROWS + 2 * block_n) * (d + 8) * 2
+    kern = _kernel_loader.kernel("attention_prefill", name)
     key = (id(kern), d)
     if smem > 48 * 1024 and key not in _dynamic_smem_set:
         kern.set_max_dynamic_shared_memory(smem)
@@ -221,8 +246,8 @@ def scaled_dot_product_attention(
         sk,
         scale_f,
         int(is_causal),
-        grid=((sq + _PREFILL_ROWS - 1) // _PREFILL_ROWS, hq, b),
-        block=128,
+        grid=((sq + rows - 1) // rows, hq, b),
+        block=threads,
         shared_mem=smem,
     )
     return res

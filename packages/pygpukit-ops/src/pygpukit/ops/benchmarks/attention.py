@@ -1,6 +1,7 @@
 """ops_attention: flash-attention prefill vs PyTorch SDPA, decode attention vs a PyTorch decode.
 
-- ``sdpa_prefill``: ``q, k, v [B, H, S, D]``, causal, vs
+- ``sdpa_prefill``: ``q, k, v [B, H, S, D]``, causal, once per PyGPUkit kernel on the GPU
+  (``kernel=mma``: mma.sync; ``kernel=wgmma``: the Hopper kernel, skipped elsewhere), vs
   ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``. Default B=4, H=32,
   S=4096, D=128 bfloat16 (``--seq-lens`` sets S). TFLOP/s count ``4 B H S^2 D`` multiply-adds
   as flops, halved for causal; the ceiling is the card's bfloat16/float16 GEMM rate.
@@ -18,17 +19,19 @@ against float64 NumPy.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from pygpukit.benchmark.case import Case, Skip, Timed, unavailable
+from pygpukit.benchmark.case import Case, Skip, Timed, case_key, unavailable
 from pygpukit.benchmark.checks import check_close
 from pygpukit.benchmark.peers import Library
 from pygpukit.benchmark.registry import Suite, SuiteContext
 
 NAME = "ops_attention"
+KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"  # pygpukit.ops.attention.KERNEL_ENV
 SUPPORTED = ("float16", "bfloat16")
 SAMPLE_ROWS = 64
 NO_CUPY = unavailable("CuPy has no attention op")
@@ -47,9 +50,14 @@ def _ops(lib: Library) -> Any:
     return ops
 
 
-def prefill_case(ctx: SuiteContext, b: int, h: int, s: int, d: int, dtype: str) -> Case:
-    """Causal self-attention ``[B, H, S, D]``."""
+def prefill_case(
+    ctx: SuiteContext, b: int, h: int, s: int, d: int, dtype: str, kernel: str | None = None
+) -> Case:
+    """Causal self-attention ``[B, H, S, D]``; ``kernel`` sets PyGPUkit's prefill kernel."""
     params: dict[str, int | float | str] = {"B": b, "H": h, "S": s, "D": d, "dtype": dtype}
+    peer_key = case_key(NAME, "sdpa_prefill", params)
+    if kernel is not None:
+        params["kernel"] = kernel
     if dtype not in SUPPORTED:
         return Case(NAME, "sdpa_prefill", params, {}, skip=f"{dtype}: attention is fp16/bf16")
     shape = (b, h, s, d)
@@ -60,6 +68,12 @@ def prefill_case(ctx: SuiteContext, b: int, h: int, s: int, d: int, dtype: str) 
         q, k, v = (lib.upload(x, dtype) for x in hosts)
         if lib.name == "pygpukit":
             sdpa = _ops(lib).scaled_dot_product_attention
+            if kernel is not None:
+                from pygpukit.ops import attention as impl
+
+                if kernel == "wgmma" and impl._arch(lib.module.get_device()) != "sm_90a":
+                    raise Skip("the wgmma prefill kernel needs an SM 9.0 GPU")
+                os.environ[impl.KERNEL_ENV] = kernel
 
             def call(i: int) -> Any:
                 return sdpa(q, k, v, is_causal=True)
@@ -94,6 +108,7 @@ def prefill_case(ctx: SuiteContext, b: int, h: int, s: int, d: int, dtype: str) 
         working_set=4 * b * h * s * d * itemsize,
         ceiling=f"gemm_{dtype}",
         requires=("from_numpy",),
+        peer_key=peer_key,
     )
 
 
@@ -206,9 +221,19 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
     else:
         b, h, lens = (1, 2, [128]) if ctx.quick else (1, 4, [512])
         db, dn = (2, [256]) if ctx.quick else (4, [1024])
+    kernels: list[str | None] = ["mma", "wgmma"] if ctx.on_gpu else [None]
+    saved = os.environ.get(KERNEL_ENV)
+    try:
+        for dtype in dtypes:
+            for s in ctx.seq_lens or lens:
+                for kernel in kernels:
+                    yield prefill_case(ctx, b, h, s, 128, dtype, kernel)
+    finally:
+        if saved is None:
+            os.environ.pop(KERNEL_ENV, None)
+        else:
+            os.environ[KERNEL_ENV] = saved
     for dtype in dtypes:
-        for s in ctx.seq_lens or lens:
-            yield prefill_case(ctx, b, h, s, 128, dtype)
         for n in ctx.seq_lens or dn:
             yield decode_case(ctx, db, 32, 8, n, 128, dtype, 0)
             if n % 16 == 0:

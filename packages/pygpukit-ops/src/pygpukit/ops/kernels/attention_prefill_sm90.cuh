@@ -1,0 +1,236 @@
+// Flash attention forward on Hopper with wgmma (sm_90a), head dim 128: included by
+// attention_prefill.cu, which declares the entry points attn_prefill_wgmma_d128_<f16|bf16>.
+// Same arguments, masking rules and output as the mma.sync kernel (see there); only the
+// tiling differs:
+//   256 threads = 2 warpgroups, each owning 64 of the CTA's 128 query rows; key tiles of 128.
+//   S = Q K^T: wgmma m64n128k16 with Q and K both read from shared memory (K-major, 128-byte
+//     swizzle: 16-byte chunk c of a 128-byte row r sits at chunk c ^ (r % 8); the 128-element
+//     rows are stored as two 64-element column blocks of 16 KiB).
+//   O += P V: wgmma with P from registers (the S accumulator layout is the A-fragment layout,
+//     as with mma.sync) and V read MN-major (transposed), its two 64-column blocks LBO apart.
+//   K/V tiles are double-buffered: tile j + 1 streams in (cp.async) while tile j is used.
+// Shared memory: Q 32 KiB + 2 stages x (K 32 KiB + V 32 KiB), 1 KiB aligned (swizzle atoms).
+#pragma once
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define PGK_ATTN_HAS_WGMMA 1
+#endif
+
+#ifdef PGK_ATTN_HAS_WGMMA
+#include "attention_wgmma_ops.cuh"
+
+namespace pgk_attn_sm90 {
+
+using namespace pgk_attn;
+
+constexpr int kThreads = 256, kBM = 128, kBN = 128, kD = 128;
+constexpr unsigned kBlockBytes = 128 * 128;  // one 64-column block of a 128-row tile
+constexpr unsigned kTileBytes = 2 * kBlockBytes;
+constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
+
+__device__ __forceinline__ void cp_async16_s(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+// Shared-memory matrix descriptor: start, leading/stride byte offsets, 128-byte swizzle.
+__device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return static_cast<unsigned long long>((addr & 0x3FFFF) >> 4) |
+           (static_cast<unsigned long long>(lbo >> 4) << 16) |
+           (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
+}
+
+// A 128 x 128 tile (rows past valid_rows zero-filled) into two swizzled column blocks.
+template <typename T>
+__device__ __forceinline__ void load_tile(unsigned dst, const T* src, int valid_rows) {
+#pragma unroll
+    for (int i = 0; i < 128 * 16 / kThreads; ++i) {
+        const int c = threadIdx.x + i * kThreads;
+        const int r = c >> 4, chunk = c & 15, blk = chunk >> 3, ch = chunk & 7;
+        const bool valid = r < valid_rows;
+        cp_async16_s(dst + blk * kBlockBytes + r * 128 + ((ch ^ (r & 7)) << 4),
+                     valid ? src + (size_t)r * kD + chunk * 8 : src, valid);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void mma_qk(float (&d)[64], unsigned long long da,
+                                       unsigned long long db);
+template <>
+__device__ __forceinline__ void mma_qk<__nv_bfloat16>(float (&d)[64], unsigned long long da,
+                                                      unsigned long long db) {
+    PGK_WGMMA_SS_BF16(d, da, db);
+}
+template <>
+__device__ __forceinline__ void mma_qk<__half>(float (&d)[64], unsigned long long da,
+                                               unsigned long long db) {
+    PGK_WGMMA_SS_F16(d, da, db);
+}
+template <typename T>
+__device__ __forceinline__ void mma_pv(float (&d)[64], const unsigned (&a)[4],
+                                       unsigned long long db);
+template <>
+__device__ __forceinline__ void mma_pv<__nv_bfloat16>(float (&d)[64], const unsigned (&a)[4],
+                                                      unsigned long long db) {
+    PGK_WGMMA_RS_BF16(d, a, db);
+}
+template <>
+__device__ __forceinline__ void mma_pv<__half>(float (&d)[64], const unsigned (&a)[4],
+                                               unsigned long long db) {
+    PGK_WGMMA_RS_F16(d, a, db);
+}
+
+template <typename T>
+__device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, const T* __restrict__ k,
+                                                   const T* __restrict__ v, T* __restrict__ o,
+                                                   const void* __restrict__ mask, int mask_kind,
+                                                   long long msb, long long msh, long long msq,
+                                                   long long msk, int hq, int hkv, int sq, int sk,
+                                                   float scale, int causal) {
+    extern __shared__ unsigned char smem_raw[];
+    const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const unsigned sQ = base;
+
+    const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (hq / hkv);
+    const int diag = sk - sq;
+
+    const T* qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+    const T* kp = k + ((size_t)b * hkv + hk) * sk * kD;
+    const T* vp = v + ((size_t)b * hkv + hk) * sk * kD;
+    T* op = o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+    const int rows_here = min(kBM, sq - m0);
+    const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
+    const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    const int r0 = wg * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
+
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f};
+    const float scale2 = scale * kLog2e;
+
+    if (n_tiles > 0) {
+        load_tile<T>(sQ, qp, rows_here);
+        load_tile<T>(base + kQBytes, kp, min(kBN, sk));
+        load_tile<T>(base + kQBytes + kTileBytes, vp, min(kBN, sk));
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+
+    for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = j * kBN;
+        const unsigned sK = base + kQBytes + (j & 1) * kStageBytes, sV = sK + kTileBytes;
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        // Tile j is visible to wgmma; the other stage was last read by the wgmmas of tile
+        // j - 1, which every warpgroup waited for before arriving here.
+        __syncthreads();
+        if (j + 1 < n_tiles) {
+            const unsigned nK = base + kQBytes + ((j + 1) & 1) * kStageBytes;
+            const int rows = min(kBN, sk - n0 - kBN);
+            load_tile<T>(nK, kp + (size_t)(n0 + kBN) * kD, rows);
+            load_tile<T>(nK + kTileBytes, vp + (size_t)(n0 + kBN) * kD, rows);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < kD / 16; ++ks) {
+            const unsigned blk = (ks >> 2) * kBlockBytes, kofs = (ks & 3) * 32;
+            mma_qk<T>(s, desc(sQ + blk + wg * 64 * 128 + kofs, 16, 1024),
+                      desc(sK + blk + kofs, 16, 1024));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+
+        const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
+#pragma unroll
+        for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = s[4 * nt + e] * scale2;
+                if (edge) {
+                    const int row = m0 + r0 + (e >> 1) * 8;
+                    const int col = n0 + nt * 8 + 2 * t + (e & 1);
+                    if (mask_kind && row < sq && col < sk) {
+                        const long long idx = b * msb + h * msh + row * msq + col * msk;
+                        const float mv = mask_kind == 1
+                                             ? static_cast<const float*>(mask)[idx]
+                                             : to_float(static_cast<const T*>(mask)[idx]);
+                        x += mv * kLog2e;
+                    }
+                    if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;
+                }
+                s[4 * nt + e] = x;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = row_max[r];
+#pragma unroll
+            for (int nt = 0; nt < kBN / 8; ++nt)
+                mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float ref = mx == PGK_NEG_INF ? 0.f : mx;  // no visible key yet: no NaN
+            const float alpha = fast_exp2(row_max[r] - ref);
+            row_max[r] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kBN / 8; ++nt) {
+                s[4 * nt + 2 * r] = fast_exp2(s[4 * nt + 2 * r] - ref);
+                s[4 * nt + 2 * r + 1] = fast_exp2(s[4 * nt + 2 * r + 1] - ref);
+                sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
+            }
+            row_sum[r] = row_sum[r] * alpha + sum;
+#pragma unroll
+            for (int dt = 0; dt < kD / 8; ++dt) {
+                acc[4 * dt + 2 * r] *= alpha;
+                acc[4 * dt + 2 * r + 1] *= alpha;
+            }
+        }
+
+        // P as A fragments, all written before the fence: wgmma may only read registers that
+        // were written before the wgmma.fence that precedes it.
+        unsigned pa[kBN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk) {
+            pa[kk][0] = Half2<T>::pack(s[8 * kk + 0], s[8 * kk + 1]);
+            pa[kk][1] = Half2<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
+            pa[kk][2] = Half2<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
+            pa[kk][3] = Half2<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < kBN / 16; ++kk)
+            mma_pv<T>(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = r0 + r * 8;
+        if (row < rows_here) {
+            unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * kD + 2 * t);
+#pragma unroll
+            for (int dt = 0; dt < kD / 8; ++dt)
+                dst[dt * 4] =
+                    Half2<T>::pack(acc[4 * dt + 2 * r] * inv, acc[4 * dt + 2 * r + 1] * inv);
+        }
+    }
+}
+
+}  // namespace pgk_attn_sm90
+#endif  // PGK_ATTN_HAS_WGMMA
