@@ -142,7 +142,8 @@ def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUAr
             y, _reference(c.host(x).reshape(m, k), c.host(weight), None, None).reshape(shape)
         )
         return y
-    _launch_gemv(x.reshape(m, k), weight, None, y.reshape(m, n), 0)
+    if n:
+        _launch_gemv(x.reshape(m, k), weight, None, y.reshape(m, n), 0)
     return y
 
 
