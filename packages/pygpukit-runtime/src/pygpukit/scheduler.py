@@ -11,10 +11,16 @@ Python callables and turns the decisions into futures.
 
 ``with partition:`` makes the partition current for the calling thread, so the
 memory pool charges allocations made inside it to the partition and enforces
-its memory limit; tasks run inside their partition automatically.
+its memory limit, and its stream becomes the thread's current stream; tasks run
+inside their partition automatically. A partition's stream lives in a CUDA green
+context holding its SM share where the driver has them, else it is a stream of
+its class's priority (Guaranteed highest). The memory pool holds reservations
+back and reclaims in QoS order; the dispatch controller paces launches of lower
+classes while higher ones have work pending (``pacing_stats()``).
 
 On the CPU backend the same API runs in simulation: the callables run on the
-worker threads and memory is accounted by the host pool.
+worker threads, memory is accounted by the host pool, partitions get host
+streams and nothing is paced on a device.
 
 The product brief's names are re-exported: ``QosPolicyEvaluator``,
 ``QosTaskMeta``, ``PartitionManager``, ``PartitionConfig``, ``PartitionLimits``.
@@ -25,8 +31,10 @@ from __future__ import annotations
 import enum
 import importlib
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from pygpukit.errors import AdmissionError
@@ -52,6 +60,9 @@ __all__ = [
     "default_scheduler",
     "delete_partition",
     "get_partition",
+    "pacing_stats",
+    "partition_of",
+    "set_pacing_max_hold",
     "shutdown",
     "snapshot",
     "submit",
@@ -60,7 +71,6 @@ __all__ = [
 QosPolicyEvaluator = _rust.QosPolicyEvaluator
 QosTaskMeta = _rust.QosTaskMeta
 QosDecision = _rust.QosDecision
-PartitionManager = _rust.PartitionManager
 PartitionConfig = _rust.PartitionConfig
 PartitionLimits = _rust.PartitionLimits
 
@@ -88,10 +98,12 @@ class TaskState(str, enum.Enum):
 
 
 _local = threading.local()
+# Live partitions by the numeric id the pool charges, for partition_of().
+_by_numeric_id: weakref.WeakValueDictionary[int, Partition] = weakref.WeakValueDictionary()
 
 
-def _stack() -> list[tuple[Partition, int]]:
-    stack: list[tuple[Partition, int]] = _local.__dict__.setdefault("stack", [])
+def _stack() -> list[tuple[Partition, int, Any]]:
+    stack: list[tuple[Partition, int, Any]] = _local.__dict__.setdefault("stack", [])
     return stack
 
 
@@ -101,18 +113,113 @@ def current_partition() -> Partition | None:
     return stack[-1][0] if stack else None
 
 
+def pacing_stats() -> dict[str, Any]:
+    """Kernel pacing as the dispatch controller enforces it now.
+
+    ``active``: whether any launch can be held (pacing costs a completion event
+    per launch while it is). ``partitions``: per numeric partition id, its
+    ``qos_class``, ``rate``, ``burst_ms``, ``yield_to_higher`` and counters:
+    ``launched``, ``held`` (launches that waited), ``held_ms``, ``forced``
+    (released by the max-hold bound), ``measured_ms`` (kernel time measured
+    from completion events) and ``pending``.
+    """
+    return dict(_rust.pacing_stats())
+
+
+def set_pacing_max_hold(seconds: float) -> None:
+    """Bound how long pacing may hold one launch (default 0.05 s).
+
+    The bound is what keeps a lower class moving when a higher class's pending
+    work itself waits on it (a cross-stream dependency): pacing never deadlocks.
+    """
+    _rust.set_pacing_max_hold(float(seconds))
+
+
+def partition_of(array: Any) -> Partition | None:
+    """The partition ``array``'s memory is charged to, or None (no partition).
+
+    Arrays remember the partition that was current when their memory was
+    allocated: the memory pool records it per block. Views share their base's
+    block. Inspection only: this scans the pool's block list.
+    """
+    from pygpukit import memory
+
+    address = int(array.data_ptr)
+    device = memory.HOST_DEVICE if array.device == "cpu" else int(array.device.split(":")[1])
+    for block in memory.snapshot(device):
+        start = int(block["address"])
+        if block["state"] != "free" and start <= address < start + int(block["size"]):
+            numeric = int(block["partition"])
+            return None if numeric == 0 else _by_numeric_id.get(numeric)
+    return None
+
+
+_PRIORITY_OF_CLASS = {"guaranteed": 0, "burstable": 1, "best_effort": 2}
+
+
+@dataclass
+class _Compute:
+    """Where a partition's kernels run on one device."""
+
+    mode: str  # "green_context", "stream_priority" or "simulated"
+    stream: Any  # the backend's stream object
+    sm_count: int | None
+    green: Any = None  # the native GreenContext acquired for the partition, if any
+    reason: str = ""  # why a share got no green context
+
+
+def _resolve_compute(partition: Partition, device: int) -> _Compute:
+    """Place a partition on ``device``.
+
+    A green context of its SM share; the SMs no green context holds (no share);
+    else a stream of its class's priority.
+    """
+    from pygpukit.backend.select import backend, native
+
+    b = backend()
+    if b.name == "cpu":
+        return _Compute("simulated", b.Stream(device, 0), partition.sms)
+    least, greatest = (int(v) for v in b.priority_range(device))
+    # Guaranteed highest (CUDA: the smallest number), BestEffort lowest.
+    rank = _PRIORITY_OF_CLASS[partition.qos_class.value]
+    priority = (greatest, (least + greatest) // 2, least)[rank]
+    mod = native()
+    support = mod.green_context_support(device)
+    reason = str(support["reason"])
+    if support["supported"]:
+        if partition.compute > 0:
+            sms = partition.sms
+            if sms is None:
+                sms = max(1, round(partition.compute * int(support["sm_count"])))
+            try:
+                green = mod.GreenContext.acquire(device, sms)
+                return _Compute("green_context", green.stream(priority), green.sm_count, green)
+            except RuntimeError as exc:
+                reason = str(exc)
+        else:
+            rest = mod.GreenContext.unassigned(device)
+            if rest is not None:
+                return _Compute("green_context", rest.stream(priority), rest.sm_count)
+            reason = "no SMs are held by green contexts: the whole device"
+    return _Compute("stream_priority", b.Stream(device, priority), None, reason=reason)
+
+
 class Partition:
     """A partition of a :class:`Scheduler`: what it was admitted with, plus entry points.
 
     ``with partition:`` charges this thread's allocations to the partition (the
-    memory pool enforces its memory limit) until the block ends; blocks nest.
+    memory pool enforces its memory limit) and makes its stream the thread's
+    current stream until the block ends; blocks nest.
     """
 
-    __slots__ = ("_info", "_scheduler")
+    __slots__ = ("__weakref__", "_compute", "_info", "_lock", "_scheduler")
 
-    def __init__(self, scheduler: Scheduler, info: Any) -> None:
+    def __init__(self, scheduler: Scheduler | PartitionManager, info: Any) -> None:
         self._scheduler = scheduler
         self._info = info
+        self._compute: dict[int, _Compute] = {}
+        self._lock = threading.Lock()
+        _by_numeric_id[self.numeric_id] = self
 
     @property
     def id(self) -> str:
@@ -163,9 +270,82 @@ class Partition:
 
     @property
     def pacing(self) -> tuple[float, float, bool]:
-        """Kernel pacing in force: ``(rate, burst_ms, yield_to_higher)``."""
+        """Kernel pacing configured: ``(rate, burst_ms, yield_to_higher)``."""
         rate, burst_ms, yield_to_higher = self._info.pacing
         return float(rate), float(burst_ms), bool(yield_to_higher)
+
+    @property
+    def pacing_active(self) -> bool:
+        """Whether the dispatch controller can hold this partition's launches now.
+
+        True when its rate is below 1, or when it yields and a partition of a
+        higher class is registered; a Guaranteed partition at rate 1 is never held.
+        """
+        stats = pacing_stats()
+        if not stats["active"]:
+            return False
+        mine = stats["partitions"].get(self.numeric_id)
+        if mine is None:
+            return False
+        if float(mine["rate"]) < 1.0:
+            return True
+        rank = _PRIORITY_OF_CLASS[mine["qos_class"]]
+        return bool(mine["yield_to_higher"]) and any(
+            _PRIORITY_OF_CLASS[other["qos_class"]] < rank for other in stats["partitions"].values()
+        )
+
+    def _placement(self) -> _Compute:
+        """Where this partition runs on the current device.
+
+        Resolved once per device; a partition without a share follows the SMs no
+        green context holds.
+        """
+        from pygpukit.backend.select import backend
+
+        device = int(backend().get_device())
+        with self._lock:
+            compute = self._compute.get(device)
+            if compute is None or (compute.green is None and compute.mode == "green_context"):
+                compute = _resolve_compute(self, device)
+                self._compute[device] = compute
+            return compute
+
+    @property
+    def stream(self) -> Any:
+        """The partition's stream on the current device (a ``gp.Stream``).
+
+        In its green context when it has a compute share and the driver has green
+        contexts; else a stream of its class's priority.
+        """
+        from pygpukit.stream import Stream
+
+        return Stream._from_impl(self._placement().stream)
+
+    @property
+    def compute_mode(self) -> str:
+        """``"green_context"``, ``"stream_priority"`` (fallback) or ``"simulated"`` (CPU)."""
+        return self._placement().mode
+
+    @property
+    def sm_count(self) -> int | None:
+        """SMs its green context holds on the current device (None without one).
+
+        On the CPU backend: the SMs it reserved, when known (simulation).
+        """
+        return self._placement().sm_count
+
+    @property
+    def compute_fallback_reason(self) -> str:
+        """Why the partition's kernels are not confined to a green context ("" when they are)."""
+        compute = self._placement()
+        return "" if compute.mode == "green_context" else compute.reason
+
+    def _release_compute(self) -> None:
+        with self._lock:
+            for compute in self._compute.values():
+                if compute.green is not None:
+                    compute.green.release()
+            self._compute.clear()
 
     def submit(
         self,
@@ -179,6 +359,11 @@ class Partition:
         **kwargs: Any,
     ) -> Task[T]:
         """Submit ``fn(*args, **kwargs)`` to this partition (see :meth:`Scheduler.submit`)."""
+        if not isinstance(self._scheduler, Scheduler):
+            raise TypeError(
+                f"partition {self.id!r} belongs to a PartitionManager, which runs no tasks; "
+                "create it with a Scheduler to submit work to it"
+            )
         return self._scheduler.submit(
             fn,
             *args,
@@ -191,32 +376,124 @@ class Partition:
         )
 
     def usage(self) -> dict[str, Any]:
-        """The partition's entry of :meth:`Scheduler.snapshot`."""
-        for entry in self._scheduler.snapshot()["partitions"]:
-            if entry["id"] == self.id:
-                return dict(entry)
-        raise KeyError(f"partition {self.id!r} was deleted")
+        """The partition's entry of :meth:`Scheduler.snapshot` (memory and pacing)."""
+        if isinstance(self._scheduler, Scheduler):
+            for entry in self._scheduler.snapshot()["partitions"]:
+                if entry["id"] == self.id:
+                    return dict(entry)
+            raise KeyError(f"partition {self.id!r} was deleted")
+        return {"id": self.id, **_enforcement(self.numeric_id)}
 
     def __enter__(self) -> Partition:
+        from pygpukit.backend.select import backend
+
+        stream = self._placement().stream
+        b = backend()
+        previous_stream = b.current_stream()
         previous = int(_rust.set_current_partition(self.numeric_id))
-        _stack().append((self, previous))
+        b.set_current_stream(stream)
+        _stack().append((self, previous, previous_stream))
         return self
 
     def __exit__(self, *exc: object) -> None:
-        entered, previous = _stack().pop()
+        from pygpukit.backend.select import backend
+
+        entered, previous, previous_stream = _stack().pop()
         if entered is not self:
             raise RuntimeError(
                 f"partition {self.id!r} exited while {entered.id!r} was current: "
                 "nest `with partition:` blocks properly"
             )
         _rust.set_current_partition(previous)
+        backend().set_current_stream(previous_stream)
 
     def __repr__(self) -> str:
+        rate, burst_ms, yields = self.pacing
+        pacing = "active" if self.pacing_active else "inactive"
         return (
             f"Partition(id={self.id!r}, qos_class={self.qos_class.value!r}, "
             f"memory_request={self.memory_request}, memory_limit={self.memory_limit}, "
-            f"compute={self.compute}, priority={self.priority})"
+            f"compute={self.compute}, priority={self.priority}, "
+            f"pacing=({rate}, burst_ms={burst_ms}, yield_to_higher={yields}, {pacing}))"
         )
+
+
+def _enforcement(numeric_id: int) -> dict[str, Any]:
+    """What the pool and the dispatch controller hold for a partition now."""
+    pool = _rust.pool_stats()
+    return {
+        "memory_allocated": int(pool.get(f"partition.{numeric_id}.allocated_bytes", 0)),
+        "pacing_stats": pacing_stats()["partitions"].get(numeric_id),
+    }
+
+
+class PartitionManager:
+    """The product brief's partition books (no tasks): admission control over partitions.
+
+    ``PartitionManager(PartitionConfig(total_memory, total_sms=None))``; its
+    partitions are :class:`Partition` objects, enterable with ``with partition:``
+    like a :class:`Scheduler`'s, and enforced the same way (memory quota,
+    reservations, pacing, green contexts) until deleted or the manager goes.
+    """
+
+    def __init__(self, config: Any) -> None:
+        self._core = _rust.PartitionManager(config)
+        self._partitions: dict[str, Partition] = {}
+        self._guard = threading.Lock()
+
+    def create_partition(self, id: str, name: str | None = None, limits: Any = None) -> Partition:
+        """Admit a partition; raises ``AdmissionError`` saying what is short."""
+        limits = PartitionLimits() if limits is None else limits
+        with self._guard:
+            info = self._core.create_partition(id, name if name is not None else id, limits)
+            partition = Partition(self, info)
+            self._partitions[id] = partition
+        return partition
+
+    def get_partition(self, id: str) -> Partition | None:
+        """The partition ``id``, or None (``"default"`` always exists)."""
+        with self._guard:
+            if id in self._partitions:
+                return self._partitions[id]
+            info = self._core.get_partition(id)
+            if info is None:
+                return None
+            partition = Partition(self, info)
+            self._partitions[id] = partition
+            return partition
+
+    def list_partitions(self) -> list[Partition]:
+        """Every partition, the default first."""
+        return [p for p in (self.get_partition(i.id) for i in self._core.list_partitions()) if p]
+
+    def delete_partition(self, partition: Partition | str) -> Partition:
+        """Delete a partition, giving its reservation and its SMs back."""
+        key = partition.id if isinstance(partition, Partition) else partition
+        with self._guard:
+            info = self._core.delete_partition(key)
+            gone = self._partitions.pop(key, None)
+        if gone is not None:
+            gone._release_compute()
+        return gone if gone is not None else Partition(self, info)
+
+    def close(self) -> None:
+        """Stop enforcing every partition (quota, reservation, pacing, SMs).
+
+        The books stay readable. Also done when the manager is garbage-collected.
+        """
+        self._core.end_enforcement()
+        for partition in list(self._partitions.values()):
+            partition._release_compute()
+
+    @property
+    def available_memory(self) -> int:
+        """Unreserved memory in bytes."""
+        return int(self._core.available_memory)
+
+    @property
+    def available_compute(self) -> float:
+        """Unreserved compute as a fraction of the device."""
+        return float(self._core.available_compute)
 
 
 class Task(Future[T]):
@@ -329,8 +606,9 @@ class Scheduler:
         key = partition.id if isinstance(partition, Partition) else partition
         with self._cond:
             self._core.delete_partition(key)
-            del self._partitions[key]
+            gone = self._partitions.pop(key)
             self._cond.notify_all()
+        gone._release_compute()
 
     # -- tasks ------------------------------------------------------------------------
 
@@ -377,15 +655,13 @@ class Scheduler:
         """Partitions, tasks (with their state history) and totals, for inspection.
 
         Each partition also carries ``memory_allocated``: the bytes the memory
-        pool has charged to it (live allocations made inside the partition).
+        pool has charged to it (live allocations made inside the partition), and
+        ``pacing_stats``: its entry of :func:`pacing_stats` (None if unregistered).
         """
         with self._cond:
             snap: dict[str, Any] = self._core.snapshot()
-        pool = _rust.pool_stats()
         for entry in snap["partitions"]:
-            entry["memory_allocated"] = int(
-                pool.get(f"partition.{entry['numeric_id']}.allocated_bytes", 0)
-            )
+            entry.update(_enforcement(int(entry["numeric_id"])))
         return snap
 
     def forget_finished(self) -> int:
@@ -396,7 +672,9 @@ class Scheduler:
     def shutdown(self, wait: bool = True, *, cancel_pending: bool = False) -> None:
         """Stop accepting tasks; run (or with ``cancel_pending``, cancel) queued ones.
 
-        With ``wait``, returns once every worker has stopped.
+        With ``wait``, returns once every worker has stopped. Once shut down (and
+        the workers are done) the partitions are no longer enforced: no quota,
+        no reservation held back, no pacing, SMs given back.
         """
         with self._cond:
             self._closed = True
@@ -407,6 +685,12 @@ class Scheduler:
         if wait:
             for thread in list(self._threads):
                 thread.join()
+            self._end_enforcement()
+
+    def _end_enforcement(self) -> None:
+        self._core.end_enforcement()
+        for partition in self.partitions():
+            partition._release_compute()
 
     def __enter__(self) -> Scheduler:
         return self
