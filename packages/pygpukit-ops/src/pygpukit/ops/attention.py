@@ -262,11 +262,13 @@ def _sm_count(device: int) -> int:
 
 
 def _decode_split(batch: int, ctas: int, capacity: int) -> tuple[int, int]:
-    """(splits, chunk): enough CTAs to fill the GPU about three times over, chunks >= 256 keys.
+    """(splits, chunk): about 8 CTAs per SM, chunks of at least 256 keys.
 
-    Sized by the cache capacity: the lengths live on the device and are not read back.
+    Eight per SM, not the 4 that fit at once: with several waves of small CTAs no SM ends
+    up with a third more of the cache to read than another. Sized by the cache capacity:
+    the lengths live on the device and are not read back.
     """
-    want = max(1, -(-3 * _sm_count(gp.get_device()) // max(1, batch * ctas)))
+    want = max(1, -(-8 * _sm_count(gp.get_device()) // max(1, batch * ctas)))
     splits = max(1, min(_MAX_SPLITS, want, -(-capacity // 256)))
     chunk = -(-capacity // splits)
     chunk = -(-chunk // 64) * 64  # whole steps of the kernel's key loop

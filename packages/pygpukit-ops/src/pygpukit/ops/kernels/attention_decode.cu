@@ -19,7 +19,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kG = 4;       // query heads per CTA
-constexpr int kUnroll = 2;  // key rows per group per step
+constexpr int kUnroll = 4;  // key rows per group per step
 constexpr int kMaxSplits = 64;
 
 template <int D>
