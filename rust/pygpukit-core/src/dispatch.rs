@@ -260,9 +260,12 @@ impl DispatchController {
     fn pace<'a>(
         &'a self,
         backend: &dyn DeviceBackend,
+        stream: Stream,
         mut t: std::sync::MutexGuard<'a, Tracked>,
     ) -> BackendResult<(std::sync::MutexGuard<'a, Tracked>, Option<PaceTicket>)> {
-        if !t.paced.active {
+        // A launch into a CUDA graph being captured does not run now: nothing to
+        // pace, and no event may be recorded into the capture.
+        if !t.paced.active || backend.stream_is_capturing(stream)? {
             return Ok((t, None));
         }
         let mut id = current_partition();
@@ -343,7 +346,7 @@ impl DispatchController {
         if !self.tracking.load(Ordering::Acquire) {
             return Ok(ticket);
         }
-        let (mut t, paced) = self.pace(backend, self.lock())?;
+        let (mut t, paced) = self.pace(backend, stream, self.lock())?;
         if let Some(p) = paced {
             t.open_paced.insert(ticket | TRACKED, (p, self.now()));
             t.open.insert(ticket | TRACKED, (device, stream));
@@ -645,5 +648,26 @@ mod tests {
             .find(|s| s.partition == 3)
             .unwrap();
         assert_eq!((s.launched, s.config), (3, Some((0.5, 1_000_000, false))));
+    }
+
+    #[test]
+    fn launches_into_a_capture_are_not_paced() {
+        let (fake, d) = paced_pair();
+        fake.set_capturing(6, true);
+        crate::limits::set_current_partition(1);
+        let g = d.begin(&*fake, 0, 5).unwrap();
+        d.end(&*fake, g, true).unwrap(); // pending, never completes
+        crate::limits::set_current_partition(2);
+        let start = Instant::now();
+        let t = d.begin(&*fake, 0, 6).unwrap();
+        d.end(&*fake, t, true).unwrap();
+        crate::limits::set_current_partition(0);
+        assert!(start.elapsed() < Duration::from_millis(10), "not held");
+        let be = d
+            .pacing_stats()
+            .into_iter()
+            .find(|s| s.partition == 2)
+            .unwrap();
+        assert_eq!((be.launched, be.pending), (0, 0), "and not counted");
     }
 }
