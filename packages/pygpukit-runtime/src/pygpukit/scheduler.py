@@ -37,7 +37,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pygpukit.errors import AdmissionError
+from pygpukit.errors import AdmissionError, CudaError
 
 # The scheduler's decisions live in the Rust core; importing this module loads it.
 _rust: Any = importlib.import_module("pygpukit._rust")
@@ -166,6 +166,10 @@ class _Compute:
     sm_count: int | None
     green: Any = None  # the native GreenContext acquired for the partition, if any
     reason: str = ""  # why a share got no green context
+    # No share on a device with green contexts: follow the SMs nobody holds, which
+    # change as partitions with shares come and go (checked at each entry).
+    follow_rest: bool = False
+    rest_sms: int = -1  # the unassigned SM count this placement was made for
 
 
 def _resolve_compute(partition: Partition, device: int) -> _Compute:
@@ -186,22 +190,29 @@ def _resolve_compute(partition: Partition, device: int) -> _Compute:
     mod = native()
     support = mod.green_context_support(device)
     reason = str(support["reason"])
+    follow_rest = False
     if support["supported"]:
-        if partition.compute > 0:
-            sms = partition.sms
-            if sms is None:
-                sms = max(1, round(partition.compute * int(support["sm_count"])))
-            try:
+        # A driver failure here costs the partition its SM confinement, not its work:
+        # it falls back to a priority stream and says why.
+        try:
+            if partition.compute > 0:
+                sms = partition.sms
+                if sms is None:
+                    sms = max(1, round(partition.compute * int(support["sm_count"])))
                 green = mod.GreenContext.acquire(device, sms)
                 return _Compute("green_context", green.stream(priority), green.sm_count, green)
-            except RuntimeError as exc:
-                reason = str(exc)
-        else:
+            follow_rest = True
+            rest_sms = int(support["unassigned"])
             rest = mod.GreenContext.unassigned(device)
             if rest is not None:
-                return _Compute("green_context", rest.stream(priority), rest.sm_count)
+                stream = rest.stream(priority)
+                return _Compute("green_context", stream, rest.sm_count, None, "", True, rest_sms)
             reason = "no SMs are held by green contexts: the whole device"
-    return _Compute("stream_priority", b.Stream(device, priority), None, reason=reason)
+        except (RuntimeError, CudaError) as exc:
+            reason = str(exc)
+    stream = b.Stream(device, priority)
+    rest_sms = int(support["unassigned"]) if follow_rest else -1
+    return _Compute("stream_priority", stream, None, None, reason, follow_rest, rest_sms)
 
 
 class Partition:
@@ -300,14 +311,23 @@ class Partition:
         Resolved once per device; a partition without a share follows the SMs no
         green context holds.
         """
-        from pygpukit.backend.select import backend
+        from pygpukit.backend.select import backend, native
 
-        device = int(backend().get_device())
+        b = backend()
+        device = int(b.get_device())
         with self._lock:
             compute = self._compute.get(device)
-            if compute is None or (compute.green is None and compute.mode == "green_context"):
-                compute = _resolve_compute(self, device)
-                self._compute[device] = compute
+            if compute is not None and compute.follow_rest:
+                unassigned = int(native().green_context_support(device)["unassigned"])
+                if unassigned != compute.rest_sms:
+                    moved = _resolve_compute(self, device)
+                    # Work enqueued on the old stream stays ahead of the new stream's.
+                    fence = b.Event(device, False)
+                    fence.record(compute.stream)
+                    moved.stream.wait_event(fence)
+                    compute = self._compute[device] = moved
+            if compute is None:
+                compute = self._compute[device] = _resolve_compute(self, device)
             return compute
 
     @property
