@@ -233,3 +233,8 @@ def test_isolation_pair_runs_in_simulation():
     assert metrics["p99_ratio"] == pytest.approx(metrics["p99_shared_ms"] / metrics["p99_alone_ms"])
     out = work.lat[2].to_numpy().astype(np.float64)[rows]
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
+
+
+def test_the_green_context_probe_accepts_a_stream_that_computes_right():
+    # On the GPU the same probe guards every green-context stream before a partition uses it.
+    assert S._probe(gp.current_stream()._impl) == ""

@@ -172,6 +172,28 @@ class _Compute:
     rest_sms: int = -1  # the unassigned SM count this placement was made for
 
 
+def _probe(stream: Any) -> str:
+    """ "" when a kernel and a matmul launched into ``stream`` compute right, else why not.
+
+    Modules are loaded in the primary context; a driver that cannot launch them into
+    a green context must cost the partition its SM confinement, not its results.
+    """
+    import numpy as np
+
+    import pygpukit as gp
+    from pygpukit.stream import Stream
+
+    host = np.arange(1.0, 65.0, dtype=np.float32).reshape(8, 8)
+    try:
+        with Stream._from_impl(stream):
+            got = (gp.from_numpy(host) @ gp.from_numpy(host) + 1.0).to_numpy()
+    except (RuntimeError, CudaError) as exc:
+        return f"a launch into the green context failed ({exc}); using a priority stream"
+    if not np.allclose(got, host.astype(np.float64) @ host + 1.0, rtol=1e-4):
+        return "a matmul in the green context computed wrong results; using a priority stream"
+    return ""
+
+
 def _resolve_compute(partition: Partition, device: int) -> _Compute:
     """Place a partition on ``device``.
 
@@ -200,14 +222,24 @@ def _resolve_compute(partition: Partition, device: int) -> _Compute:
                 if sms is None:
                     sms = max(1, round(partition.compute * int(support["sm_count"])))
                 green = mod.GreenContext.acquire(device, sms)
-                return _Compute("green_context", green.stream(priority), green.sm_count, green)
+                stream = green.stream(priority)
+                reason = _probe(stream)
+                if not reason:
+                    return _Compute("green_context", stream, green.sm_count, green)
+                green.release()
+                return _Compute("stream_priority", b.Stream(device, priority), None, None, reason)
             follow_rest = True
             rest_sms = int(support["unassigned"])
             rest = mod.GreenContext.unassigned(device)
             if rest is not None:
                 stream = rest.stream(priority)
-                return _Compute("green_context", stream, rest.sm_count, None, "", True, rest_sms)
-            reason = "no SMs are held by green contexts: the whole device"
+                reason = _probe(stream)
+                if not reason:
+                    return _Compute(
+                        "green_context", stream, rest.sm_count, follow_rest=True, rest_sms=rest_sms
+                    )
+            else:
+                reason = "no SMs are held by green contexts: the whole device"
         except (RuntimeError, CudaError) as exc:
             reason = str(exc)
     stream = b.Stream(device, priority)
