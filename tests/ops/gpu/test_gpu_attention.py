@@ -314,7 +314,7 @@ def test_write_then_decode(rand):
     assert rel(got, ref_decode(q, keys, vals)) < 1e-2
 
 
-# --- Hopper wgmma prefill (head dim 128), selected through PYGPUKIT_ATTENTION_KERNEL ----------
+# --- Hopper wgmma prefill (head dims 64, 128), selected through PYGPUKIT_ATTENTION_KERNEL ---
 
 
 def _hopper() -> None:
@@ -325,16 +325,17 @@ def _hopper() -> None:
 
 
 @pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize(
     ("hq", "hkv", "sq", "sk"),
     [(2, 2, 1, 1), (4, 1, 17, 17), (8, 2, 129, 129), (4, 4, 1000, 1000), (4, 2, 17, 300),
      (4, 2, 300, 17), (2, 2, 128, 128), (2, 2, 256, 255), (2, 1, 2048, 2048)],
 )  # fmt: skip
 @pytest.mark.parametrize("causal", [False, True])
-def test_wgmma_prefill(rand, monkeypatch, dtype, hq, hkv, sq, sk, causal):
+def test_wgmma_prefill(rand, monkeypatch, dtype, d, hq, hkv, sq, sk, causal):
     _hopper()
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "wgmma")
-    q, k, v = qkv(rand, 2, hq, hkv, sq, sk, 128, dtype)
+    q, k, v = qkv(rand, 2, hq, hkv, sq, sk, d, dtype)
     got = run(q, k, v, is_causal=causal)
     assert np.all(np.isfinite(got.astype(np.float32)))
     assert rel(got, ref_sdpa(q, k, v, causal=causal)) < LIMIT[np.dtype(dtype)]
@@ -351,10 +352,11 @@ def test_wgmma_prefill_masks(rand, monkeypatch, dtype, shape):
     assert rel(got, ref_sdpa(q, k, v, mask=mask, causal=True)) < LIMIT[np.dtype(dtype)]
 
 
-def test_wgmma_matches_mma(rand, monkeypatch):
+@pytest.mark.parametrize("d", [64, 128])
+def test_wgmma_matches_mma(rand, monkeypatch, d):
     """Both kernels on a long causal problem (4 K tokens): same result within bf16 rounding."""
     _hopper()
-    q, k, v = qkv(rand, 1, 4, 4, 4096, 4096, 128, gp.bfloat16)
+    q, k, v = qkv(rand, 1, 4, 4, 4096, 4096, d, gp.bfloat16)
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "mma")
     a = run(q, k, v, is_causal=True)
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "wgmma")

@@ -51,10 +51,10 @@ _CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block a
 _dynamic_smem_set: set[tuple[int, int]] = set()
 
 #: Picks the prefill kernel: ``mma`` (mma.sync, every SM 80+ GPU) or ``wgmma`` (Hopper, head
-#: dim 128; other cases fall back to ``mma``). Unset: ``mma``, until the wgmma kernel has been
-#: validated on a GPU and becomes the Hopper default.
+#: dims 64 and 128; other cases fall back to ``mma``). Unset: ``mma``, until the wgmma kernel
+#: has been validated on a GPU and becomes the Hopper default.
 KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
-_WGMMA_SMEM = 2 * 128 * 128 * 2 * 2 + 128 * 128 * 2 + 1024  # 2 K/V stages, Q, alignment
+_WGMMA_HEAD_DIMS = (64, 128)
 
 
 @functools.cache
@@ -66,7 +66,7 @@ def _use_wgmma(d: int) -> bool:
     choice = os.environ.get(KERNEL_ENV, "mma")
     if choice not in ("mma", "wgmma"):
         raise ValueError(f"{KERNEL_ENV} must be 'mma' or 'wgmma', got {choice!r}")
-    return choice == "wgmma" and d == 128 and _arch(gp.get_device()) == "sm_90a"
+    return choice == "wgmma" and d in _WGMMA_HEAD_DIMS and _arch(gp.get_device()) == "sm_90a"
 
 
 def _suffix(dtype: np.dtype) -> str:
@@ -220,8 +220,8 @@ def scaled_dot_product_attention(
         raise ValueError(f"at most 65535 batches and query heads per call, got {b} and {hq}")
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     if _use_wgmma(d):
-        name, rows, threads = f"attn_prefill_wgmma_d128_{_suffix(q.dtype)}", 128, 256
-        smem = _WGMMA_SMEM
+        name, rows, threads = f"attn_prefill_wgmma_d{d}_{_suffix(q.dtype)}", 128, 256
+        smem = 5 * (d // 64) * 128 * 128 + 1024  # Q + 2 stages of K and V, 1 KiB alignment
     else:
         name, rows, threads = f"attn_prefill_d{d}_{_suffix(q.dtype)}", _PREFILL_ROWS, 128
         block_n = 32 if d > 128 else 64

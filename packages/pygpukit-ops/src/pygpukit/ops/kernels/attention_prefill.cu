@@ -310,10 +310,35 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     attn_prefill<__nv_bfloat16, 256>(PGK_PREFILL_CALL);
 }
 
-// Hopper: wgmma kernel for head dim 128 (attention_prefill_sm90.cuh). 256 threads; dynamic
-// shared memory 160 KiB + 1 KiB for alignment. Elsewhere the entry points trap: the host
-// launches them only on SM 9.0.
+// Hopper: wgmma kernels for head dims 64 and 128 (attention_prefill_sm90.cuh). 256 threads;
+// dynamic shared memory 5 * D / 64 * 16 KiB + 1 KiB for alignment. Elsewhere the entry points
+// trap: the host launches them only on SM 9.0.
 #include "attention_prefill_sm90.cuh"
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    attn_prefill_wgmma_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                               const void* mask, int mask_kind, long long msb, long long msh,
+                               long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                               float scale, int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma<__half, 64>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    attn_prefill_wgmma_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
+                                int mask_kind, long long msb, long long msh, long long msq,
+                                long long msk, int hq, int hkv, int sq, int sk, float scale,
+                                int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
 
 extern "C" __global__ void __launch_bounds__(256, 1)
     attn_prefill_wgmma_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
@@ -321,7 +346,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
                                 long long msq, long long msk, int hq, int hkv, int sq, int sk,
                                 float scale, int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma<__half>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma<__half, 128>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif
@@ -334,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
                                  long long msk, int hq, int hkv, int sq, int sk, float scale,
                                  int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma<__nv_bfloat16>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif

@@ -1,15 +1,16 @@
-// Flash attention forward on Hopper with wgmma (sm_90a), head dim 128: included by
-// attention_prefill.cu, which declares the entry points attn_prefill_wgmma_d128_<f16|bf16>.
+// Flash attention forward on Hopper with wgmma (sm_90a), head dims 64 and 128: included by
+// attention_prefill.cu, which declares the entry points attn_prefill_wgmma_d<D>_<f16|bf16>.
 // Same arguments, masking rules and output as the mma.sync kernel (see there); only the
 // tiling differs:
 //   256 threads = 2 warpgroups, each owning 64 of the CTA's 128 query rows; key tiles of 128.
 //   S = Q K^T: wgmma m64n128k16 with Q and K both read from shared memory (K-major, 128-byte
-//     swizzle: 16-byte chunk c of a 128-byte row r sits at chunk c ^ (r % 8); the 128-element
-//     rows are stored as two 64-element column blocks of 16 KiB).
+//     swizzle: 16-byte chunk c of a 128-byte row r sits at chunk c ^ (r % 8); rows of D
+//     elements are stored as D / 64 column blocks of 64 elements, 16 KiB each).
 //   O += P V: wgmma with P from registers (the S accumulator layout is the A-fragment layout,
-//     as with mma.sync) and V read MN-major (transposed), its two 64-column blocks LBO apart.
+//     as with mma.sync) and V read MN-major (transposed), its 64-column blocks LBO apart.
 //   K/V tiles are double-buffered: tile j + 1 streams in (cp.async) while tile j is used.
-// Shared memory: Q 32 KiB + 2 stages x (K 32 KiB + V 32 KiB), 1 KiB aligned (swizzle atoms).
+// Shared memory: Q + 2 stages x (K + V), D / 64 x 16 KiB each, 1 KiB aligned (swizzle atoms):
+// 160 KiB for D = 128, 80 KiB for D = 64.
 #pragma once
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -23,10 +24,8 @@ namespace pgk_attn_sm90 {
 
 using namespace pgk_attn;
 
-constexpr int kThreads = 256, kBM = 128, kBN = 128, kD = 128;
+constexpr int kThreads = 256, kBM = 128, kBN = 128;
 constexpr unsigned kBlockBytes = 128 * 128;  // one 64-column block of a 128-row tile
-constexpr unsigned kTileBytes = 2 * kBlockBytes;
-constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
 
 __device__ __forceinline__ void cp_async16_s(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
@@ -40,13 +39,14 @@ __device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo, 
            (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
 }
 
-// A 128 x 128 tile (rows past valid_rows zero-filled) into two swizzled column blocks.
-template <typename T>
+// A 128 x D tile (rows past valid_rows zero-filled) into D / 64 swizzled column blocks.
+template <typename T, int kD>
 __device__ __forceinline__ void load_tile(unsigned dst, const T* src, int valid_rows) {
+    constexpr int kChunks = kD / 8;
 #pragma unroll
-    for (int i = 0; i < 128 * 16 / kThreads; ++i) {
+    for (int i = 0; i < 128 * kChunks / kThreads; ++i) {
         const int c = threadIdx.x + i * kThreads;
-        const int r = c >> 4, chunk = c & 15, blk = chunk >> 3, ch = chunk & 7;
+        const int r = c / kChunks, chunk = c % kChunks, blk = chunk >> 3, ch = chunk & 7;
         const bool valid = r < valid_rows;
         cp_async16_s(dst + blk * kBlockBytes + r * 128 + ((ch ^ (r & 7)) << 4),
                      valid ? src + (size_t)r * kD + chunk * 8 : src, valid);
@@ -66,27 +66,32 @@ __device__ __forceinline__ void mma_qk<__half>(float (&d)[64], unsigned long lon
                                                unsigned long long db) {
     PGK_WGMMA_SS_F16(d, da, db);
 }
-template <typename T>
 __device__ __forceinline__ void mma_pv(float (&d)[64], const unsigned (&a)[4],
-                                       unsigned long long db);
-template <>
-__device__ __forceinline__ void mma_pv<__nv_bfloat16>(float (&d)[64], const unsigned (&a)[4],
-                                                      unsigned long long db) {
+                                       unsigned long long db, __nv_bfloat16) {
     PGK_WGMMA_RS_BF16(d, a, db);
 }
-template <>
-__device__ __forceinline__ void mma_pv<__half>(float (&d)[64], const unsigned (&a)[4],
-                                               unsigned long long db) {
+__device__ __forceinline__ void mma_pv(float (&d)[64], const unsigned (&a)[4],
+                                       unsigned long long db, __half) {
     PGK_WGMMA_RS_F16(d, a, db);
 }
+__device__ __forceinline__ void mma_pv(float (&d)[32], const unsigned (&a)[4],
+                                       unsigned long long db, __nv_bfloat16) {
+    PGK_WGMMA_RS64_BF16(d, a, db);
+}
+__device__ __forceinline__ void mma_pv(float (&d)[32], const unsigned (&a)[4],
+                                       unsigned long long db, __half) {
+    PGK_WGMMA_RS64_F16(d, a, db);
+}
 
-template <typename T>
+template <typename T, int kD>
 __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, const T* __restrict__ k,
                                                    const T* __restrict__ v, T* __restrict__ o,
                                                    const void* __restrict__ mask, int mask_kind,
                                                    long long msb, long long msh, long long msq,
                                                    long long msk, int hq, int hkv, int sq, int sk,
                                                    float scale, int causal) {
+    constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
+    constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const unsigned sQ = base;
@@ -107,16 +112,16 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
     const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
     const int r0 = wg * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
 
-    float acc[64];
+    float acc[kD / 2];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
     float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f};
     const float scale2 = scale * kLog2e;
 
     if (n_tiles > 0) {
-        load_tile<T>(sQ, qp, rows_here);
-        load_tile<T>(base + kQBytes, kp, min(kBN, sk));
-        load_tile<T>(base + kQBytes + kTileBytes, vp, min(kBN, sk));
+        load_tile<T, kD>(sQ, qp, rows_here);
+        load_tile<T, kD>(base + kQBytes, kp, min(kBN, sk));
+        load_tile<T, kD>(base + kQBytes + kTileBytes, vp, min(kBN, sk));
     }
     asm volatile("cp.async.commit_group;\n" ::);
 
@@ -131,8 +136,8 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
         if (j + 1 < n_tiles) {
             const unsigned nK = base + kQBytes + ((j + 1) & 1) * kStageBytes;
             const int rows = min(kBN, sk - n0 - kBN);
-            load_tile<T>(nK, kp + (size_t)(n0 + kBN) * kD, rows);
-            load_tile<T>(nK + kTileBytes, vp + (size_t)(n0 + kBN) * kD, rows);
+            load_tile<T, kD>(nK, kp + (size_t)(n0 + kBN) * kD, rows);
+            load_tile<T, kD>(nK + kTileBytes, vp + (size_t)(n0 + kBN) * kD, rows);
         }
         asm volatile("cp.async.commit_group;\n" ::);
 
@@ -209,7 +214,7 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < kBN / 16; ++kk)
-            mma_pv<T>(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024));
+            mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
