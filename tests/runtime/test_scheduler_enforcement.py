@@ -238,3 +238,15 @@ def test_isolation_pair_runs_in_simulation():
 def test_the_green_context_probe_accepts_a_stream_that_computes_right():
     # On the GPU the same probe guards every green-context stream before a partition uses it.
     assert S._probe(gp.current_stream()._impl) == ""
+
+
+def test_dropping_a_scheduler_ends_its_enforcement():
+    s = S.Scheduler(64 * MIB, workers=1)
+    batch = s.create_partition("dropped-batch")
+    s.create_partition("dropped-online", "Online", S.PartitionLimits().memory(32 * MIB))
+    numeric = batch.numeric_id
+    assert numeric in S.pacing_stats()["partitions"]
+    del s  # no reference cycle through its partitions: collected at once
+    assert numeric not in S.pacing_stats()["partitions"]
+    with pytest.raises(RuntimeError, match="garbage-collected"):
+        batch.usage()

@@ -173,7 +173,7 @@ class _Compute:
 
 
 def _probe(stream: Any) -> str:
-    """ "" when a kernel and a matmul launched into ``stream`` compute right, else why not.
+    """Why work launched into ``stream`` fails; empty when a kernel and a matmul compute right.
 
     Modules are loaded in the primary context; a driver that cannot launch them into
     a green context must cost the partition its SM confinement, not its results.
@@ -255,14 +255,26 @@ class Partition:
     current stream until the block ends; blocks nest.
     """
 
-    __slots__ = ("__weakref__", "_compute", "_info", "_lock", "_scheduler")
+    __slots__ = ("__weakref__", "_compute", "_info", "_lock", "_owner")
 
     def __init__(self, scheduler: Scheduler | PartitionManager, info: Any) -> None:
-        self._scheduler = scheduler
+        # Weak: the owner holds its partitions, and a cycle would keep a dropped
+        # scheduler's reservations and pacing enforced until the garbage collector ran.
+        self._owner = weakref.ref(scheduler)
         self._info = info
         self._compute: dict[int, _Compute] = {}
         self._lock = threading.Lock()
         _by_numeric_id[self.numeric_id] = self
+
+    @property
+    def _scheduler(self) -> Scheduler | PartitionManager:
+        owner = self._owner()
+        if owner is None:
+            raise RuntimeError(
+                f"the scheduler of partition {self.id!r} was garbage-collected, which ended "
+                "the partition; keep a reference to the Scheduler or PartitionManager"
+            )
+        return owner
 
     @property
     def id(self) -> str:
