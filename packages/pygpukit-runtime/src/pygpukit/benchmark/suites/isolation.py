@@ -196,6 +196,8 @@ def partitioned(gp: Any, w: Workload, duration_s: float, period_s: float) -> Pai
                 "compute_mode": online.compute_mode,
                 "guaranteed_sms": float(online.sm_count or 0),
                 "best_effort_mode": batch.compute_mode,
+                "best_effort_sms": float(batch.sm_count or 0),
+                "fallback_reason": online.compute_fallback_reason or "-",
                 "be_launches_held": float(held.get("held", 0)),
                 "be_launches_forced": float(held.get("forced", 0)),
             }
