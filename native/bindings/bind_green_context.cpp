@@ -27,7 +27,7 @@ void bind_green_context(py::module_& m) {
 
     py::class_<GreenContext, GreenContextPtr>(m, "GreenContext")
         .def_static("acquire", &GreenContext::acquire, py::arg("device"), py::arg("sm_count"),
-                    "A green context of about `sm_count` SMs not held by another one (rounded to "
+                    "A green context of `sm_count` SMs not held by another one (rounded down to "
                     "the split granularity); RuntimeError when unsupported or too few are left.")
         .def_static("unassigned", &GreenContext::unassigned, py::arg("device"),
                     "A green context over the SMs no green context holds, or None when none are "

@@ -120,8 +120,9 @@ std::shared_ptr<GreenContext> GreenContext::acquire(int device, int sm_count) {
     if (st == nullptr) throw std::runtime_error("no green contexts: " + why);
     const int granule = granularity_of(device, st->unassigned);
     const int free_sms = static_cast<int>(st->unassigned.sm.smCount);
-    // Round to the nearest granule, at least one, at most what is left.
-    int want = std::max(granule, (sm_count + granule / 2) / granule * granule);
+    // Round down to the granule (never more than the partition reserved, so the shares the Rust
+    // core admitted always fit together), at least one granule, at most what is left.
+    int want = std::max(granule, sm_count / granule * granule);
     want = std::min(want, free_sms / granule * granule);
     for (Entry* e : st->entries) {
         if (!e->in_use && !e->whole_rest && e->sm_count == want) {

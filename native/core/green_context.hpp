@@ -30,7 +30,7 @@ GreenContextSupport green_context_support(int device);
 
 class GreenContext {
   public:
-    // A green context of about `sm_count` SMs (rounded to the split granularity, at least one
+    // A green context of `sm_count` SMs rounded down to the split granularity (at least one
     // granule) taken from the device's unassigned SMs, or a released one of the same count.
     // Throws std::runtime_error when unsupported or too few SMs are left (the caller falls back to
     // stream priorities), CudaError for driver failures.
