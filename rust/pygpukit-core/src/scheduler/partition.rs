@@ -103,12 +103,13 @@ impl Partition {
     }
 
     /// SMs to give a green context for this partition, on a device of `total_sms`.
+    ///
+    /// Rounded down, so the counts of admitted partitions never add up to more
+    /// than the device (their units do not); a share given in SMs comes back
+    /// exactly, as its units were rounded up. At least one SM.
     pub fn sms(&self, total_sms: u32) -> Option<u32> {
-        (self.compute_units > 0).then(|| {
-            (u64::from(total_sms) * self.compute_units)
-                .div_ceil(WHOLE_DEVICE)
-                .max(1) as u32
-        })
+        (self.compute_units > 0)
+            .then(|| (u64::from(total_sms) * self.compute_units / WHOLE_DEVICE).max(1) as u32)
     }
 }
 
@@ -582,7 +583,8 @@ mod tests {
                 0 => {
                     let compute = match sms % 3 {
                         0 => ComputeShare::None,
-                        _ => ComputeShare::Sms(sms % 64 + 1),
+                        1 => ComputeShare::Sms(sms % 64 + 1),
+                        _ => ComputeShare::Fraction(f64::from(sms % 64 + 1) / 67.0),
                     };
                     let limit = if b % 2 == 0 { None } else { Some(a.max(b)) };
                     let _ = m.create(keys[k], keys[k], spec(a.min(b), limit, compute));
@@ -621,7 +623,14 @@ mod tests {
                 total
             );
             prop_assert!(committed.compute <= WHOLE_DEVICE);
+            // The SM counts green contexts get fit the device together, and a
+            // share asked in SMs gets exactly that many.
+            let sms: u32 = m.list().filter_map(|p| p.sms(64)).sum();
+            prop_assert!(sms <= 64, "{} SMs handed out of 64", sms);
             for p in m.list() {
+                if let ComputeShare::Sms(n) = p.spec.compute {
+                    prop_assert_eq!(p.sms(64), Some(n));
+                }
                 let held = m.held(p.id);
                 prop_assert!(held.memory <= p.spec.memory_limit.unwrap_or(total));
                 // The rest of its memory request is still there for it alone.
