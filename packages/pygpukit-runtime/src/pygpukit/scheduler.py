@@ -210,6 +210,7 @@ def _resolve_compute(partition: Partition, device: int) -> _Compute:
     rank = _PRIORITY_OF_CLASS[partition.qos_class.value]
     priority = (greatest, (least + greatest) // 2, least)[rank]
     mod = native()
+    assert mod is not None, "the CUDA backend runs on the native module"
     support = mod.green_context_support(device)
     reason = str(support["reason"])
     follow_rest = False
@@ -362,7 +363,9 @@ class Partition:
         with self._lock:
             compute = self._compute.get(device)
             if compute is not None and compute.follow_rest:
-                unassigned = int(native().green_context_support(device)["unassigned"])
+                mod = native()
+                assert mod is not None, "green contexts exist only on the CUDA backend"
+                unassigned = int(mod.green_context_support(device)["unassigned"])
                 if unassigned != compute.rest_sms:
                     moved = _resolve_compute(self, device)
                     # Work enqueued on the old stream stays ahead of the new stream's.
