@@ -43,7 +43,6 @@ __all__ = ["decode_attention", "scaled_dot_product_attention"]
 #: Head dimensions with a built-in kernel.
 HEAD_DIMS = (64, 80, 96, 128, 256)
 
-_PREFILL_ROWS = 64  # query rows per CTA (attention_prefill.cu kBM)
 _DECODE_HEADS = 4  # query heads per decode CTA (attention_decode.cu kG)
 _MAX_SPLITS = 64  # attention_decode.cu kMaxSplits
 _CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block at a time
@@ -223,9 +222,11 @@ def scaled_dot_product_attention(
         name, rows, threads = f"attn_prefill_wgmma_d{d}_{_suffix(q.dtype)}", 128, 256
         smem = 5 * (d // 64) * 128 * 128 + 1024  # Q + 2 stages of K and V, 1 KiB alignment
     else:
-        name, rows, threads = f"attn_prefill_d{d}_{_suffix(q.dtype)}", _PREFILL_ROWS, 128
-        block_n = 32 if d > 128 else 64
-        smem = (_PREFILL_ROWS + 2 * block_n) * (d + 8) * 2
+        # attention_prefill.cu Config<D>: rows per CTA, keys per tile, padded shared rows.
+        rows, threads = (128 if d <= 128 else 64), 128
+        name = f"attn_prefill_d{d}_{_suffix(q.dtype)}"
+        block_n = 64 if d <= 80 else 32
+        smem = (rows + 2 * block_n) * (d + 8) * 2
     kern = _kernel_loader.kernel("attention_prefill", name)
     key = (id(kern), d)
     if smem > 48 * 1024 and key not in _dynamic_smem_set:

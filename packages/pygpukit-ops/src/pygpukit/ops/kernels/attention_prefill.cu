@@ -1,17 +1,17 @@
 // Flash attention forward (prefill) on tensor cores with mma.sync m16n8k16 (SM 80+):
 //   attn_prefill_d<D>_<f16|bf16>(q, k, v, o, mask, ...), D in {64, 80, 96, 128, 256}.
 // Layout: q/o [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], all contiguous; query head h reads KV head
-// h / (Hq / Hkv) (GQA/MQA). One CTA of 4 warps owns 64 query rows of one (batch, head), each
-// warp 16 rows; it walks the key tiles of kBN keys with an online softmax, so the score matrix
-// only ever exists as one 16 x kBN register tile per warp.
+// h / (Hq / Hkv) (GQA/MQA). One CTA of 4 warps owns kBM query rows of one (batch, head), each
+// warp kBM / 4 rows (see Config); it walks the key tiles of kBN keys with an online softmax,
+// so the score matrix only ever exists as a kBM / 4 x kBN register tile per warp.
 //   Pipeline (one K and one V buffer): while S = Q K_j^T and its softmax run, V_j streams in;
 //   while O += P V_j runs, K_{j+1} streams in (cp.async, zero-filled past the end of the
 //   sequence, so padded rows hold zeros rather than stale data that could be NaN).
 //   Shared rows are padded by 16 bytes: the 8 row addresses of every ldmatrix then fall in 8
 //   distinct 16-byte bank groups for all five head dims, with no swizzle to compute.
 //   Softmax in base 2: scores are scaled by scale * log2(e) once, exp2 replaces exp.
-//   Q fragments stay in registers for D <= 128; for D = 256 they are re-read from shared
-//   memory each tile (in registers they would push the kernel past 255 registers).
+//   Q fragments stay in registers when they fit (D = 64); otherwise they are re-read from
+//   shared memory each tile (in registers they would push the kernel past 255 registers).
 // Masking: keys >= Sk; causal keys j > i + (Sk - Sq) (bottom-right aligned, PyTorch's rule
 // when Sq == Sk); an optional additive mask (fp32, or the input dtype: mask_kind 1 / 2) read
 // through element strides, 0 on broadcast dimensions. Rows with no visible key output 0.
@@ -24,12 +24,16 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBM = kWarps * 16;
 
+// kMT: 16-row m-tiles per warp. Two (FA2's 128-row blocks) for D <= 128: every K and V
+// fragment read from shared memory then feeds two mma instead of one, halving ldmatrix traffic
+// per mma; D = 256 keeps one (its accumulators alone fill 128 registers).
 template <int D>
 struct Config {
-    static constexpr int kBN = D > 128 ? 32 : 64;
-    static constexpr bool kQInRegs = D <= 128;
+    static constexpr int kMT = D <= 128 ? 2 : 1;
+    static constexpr int kBM = kWarps * 16 * kMT;  // query rows per CTA
+    static constexpr int kBN = D > 80 ? 32 : 64;   // keys per tile (64: spills at D >= 96)
+    static constexpr bool kQInRegs = kMT * D <= 128;
     static constexpr int kStride = D + 8;  // elements per shared row (16-byte pad)
 };
 
@@ -52,7 +56,7 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
                                              long long msk, int hq, int hkv, int sq, int sk,
                                              float scale, int causal) {
     using C = Config<D>;
-    constexpr int kBN = C::kBN, kS = C::kStride;
+    constexpr int kMT = C::kMT, kBM = C::kBM, kBN = C::kBN, kS = C::kStride;
     constexpr int kKT = D / 16;   // k-steps of S = Q K^T
     constexpr int kNT = kBN / 8;  // n8 tiles of S
     constexpr int kDT = D / 8;    // n8 tiles of O
@@ -76,12 +80,22 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
 
     const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
     const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
-    const int r0 = warp * 16 + g;  // this thread's rows within the tile: r0 and r0 + 8
+    // m-tile mt of this warp holds tile rows wrow + mt * 16 + [0, 16); this thread's rows are
+    // wrow + mt * 16 + g and + 8.
+    const int wrow = warp * 16 * kMT;
 
-    float acc[kDT][4];
+    float acc[kMT][kDT][4];
 #pragma unroll
-    for (int i = 0; i < kDT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f};
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int i = 0; i < kDT; ++i)
+            acc[mt][i][0] = acc[mt][i][1] = acc[mt][i][2] = acc[mt][i][3] = 0.f;
+    float row_max[kMT][2], row_sum[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+        row_max[mt][0] = row_max[mt][1] = PGK_NEG_INF;
+        row_sum[mt][0] = row_sum[mt][1] = 0.f;
+    }
 
     if (n_tiles > 0) {
         load_tile<T, D>(sQ, qp, kBM, rows_here);
@@ -90,13 +104,15 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
         cp_async_wait_all();
         __syncthreads();
     }
-    unsigned qf[C::kQInRegs ? kKT : 1][4];
+    unsigned qf[C::kQInRegs ? kMT : 1][C::kQInRegs ? kKT : 1][4];
     if constexpr (C::kQInRegs) {
         if (n_tiles > 0) {
 #pragma unroll
-            for (int kk = 0; kk < kKT; ++kk)
-                ldmatrix_x4(qf[kk],
-                            sQ + (warp * 16 + (lane & 15)) * kS + kk * 16 + (lane >> 4) * 8);
+            for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+                for (int kk = 0; kk < kKT; ++kk)
+                    ldmatrix_x4(qf[mt][kk], sQ + (wrow + mt * 16 + (lane & 15)) * kS + kk * 16 +
+                                                (lane >> 4) * 8);
         }
     }
     const float scale2 = scale * kLog2e;
@@ -106,75 +122,95 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
         load_tile<T, D>(sV, vp + (size_t)n0 * D, kBN, min(kBN, sk - n0));
         cp_async_commit();
 
-        float s[kNT][4];
+        float s[kMT][kNT][4];
 #pragma unroll
-        for (int i = 0; i < kNT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int i = 0; i < kNT; ++i)
+                s[mt][i][0] = s[mt][i][1] = s[mt][i][2] = s[mt][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < kKT; ++kk) {
-            unsigned a[4];
-            if constexpr (C::kQInRegs) {
-                a[0] = qf[kk][0], a[1] = qf[kk][1], a[2] = qf[kk][2], a[3] = qf[kk][3];
-            } else {
-                ldmatrix_x4(a, sQ + (warp * 16 + (lane & 15)) * kS + kk * 16 + (lane >> 4) * 8);
+            unsigned a[kMT][4];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                if constexpr (C::kQInRegs) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) a[mt][i] = qf[mt][kk][i];
+                } else {
+                    ldmatrix_x4(a[mt], sQ + (wrow + mt * 16 + (lane & 15)) * kS + kk * 16 +
+                                           (lane >> 4) * 8);
+                }
             }
 #pragma unroll
             for (int nn = 0; nn < kNT / 2; ++nn) {
                 unsigned bk[4];
                 ldmatrix_x4(bk, sK + (nn * 16 + (lane >> 4) * 8 + (lane & 7)) * kS + kk * 16 +
                                     ((lane >> 3) & 1) * 8);
-                mma16816<T>(s[2 * nn], a, bk[0], bk[1]);
-                mma16816<T>(s[2 * nn + 1], a, bk[2], bk[3]);
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    mma16816<T>(s[mt][2 * nn], a[mt], bk[0], bk[1]);
+                    mma16816<T>(s[mt][2 * nn + 1], a[mt], bk[2], bk[3]);
+                }
             }
         }
 
         // Scale into base 2; mask only the tiles that need it (edge, diagonal, explicit mask).
         const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
+        for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = s[nt][e] * scale2;
-                if (edge) {
-                    const int row = m0 + r0 + (e >> 1) * 8;
-                    const int col = n0 + nt * 8 + 2 * t + (e & 1);
-                    if (mask_kind && row < sq && col < sk) {
-                        const long long idx = b * msb + h * msh + row * msq + col * msk;
-                        const float mv = mask_kind == 1
-                                             ? static_cast<const float*>(mask)[idx]
-                                             : to_float(static_cast<const T*>(mask)[idx]);
-                        x += mv * kLog2e;
+            for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = s[mt][nt][e] * scale2;
+                    if (edge) {
+                        const int row = m0 + wrow + mt * 16 + g + (e >> 1) * 8;
+                        const int col = n0 + nt * 8 + 2 * t + (e & 1);
+                        if (mask_kind && row < sq && col < sk) {
+                            const long long idx = b * msb + h * msh + row * msq + col * msk;
+                            const float mv = mask_kind == 1
+                                                 ? static_cast<const float*>(mask)[idx]
+                                                 : to_float(static_cast<const T*>(mask)[idx]);
+                            x += mv * kLog2e;
+                        }
+                        if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;
                     }
-                    if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;
+                    s[mt][nt][e] = x;
                 }
-                s[nt][e] = x;
             }
         }
 
-        // Online softmax: rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3), each spread over a quad.
+        // Online softmax: per m-tile, rows g (e = 0, 1) and g + 8 (e = 2, 3), each spread over
+        // a quad of lanes.
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx = row_max[r];
+        for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            // A row that has seen no visible key yet keeps max -inf: subtract 0 instead, so
-            // exp2(-inf - (-inf)) never makes a NaN.
-            const float ref = mx == PGK_NEG_INF ? 0.f : mx;
-            const float alpha = fast_exp2(row_max[r] - ref);
-            row_max[r] = mx;
-            float sum = 0.f;
+            for (int r = 0; r < 2; ++r) {
+                float mx = row_max[mt][r];
 #pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-                s[nt][2 * r] = fast_exp2(s[nt][2 * r] - ref);
-                s[nt][2 * r + 1] = fast_exp2(s[nt][2 * r + 1] - ref);
-                sum += s[nt][2 * r] + s[nt][2 * r + 1];
-            }
-            row_sum[r] = row_sum[r] * alpha + sum;  // this thread's share; the quad sums at the end
+                for (int nt = 0; nt < kNT; ++nt)
+                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                // A row that has seen no visible key yet keeps max -inf: subtract 0 instead, so
+                // exp2(-inf - (-inf)) never makes a NaN.
+                const float ref = mx == PGK_NEG_INF ? 0.f : mx;
+                const float alpha = fast_exp2(row_max[mt][r] - ref);
+                row_max[mt][r] = mx;
+                float sum = 0.f;
 #pragma unroll
-            for (int dt = 0; dt < kDT; ++dt) {
-                acc[dt][2 * r] *= alpha;
-                acc[dt][2 * r + 1] *= alpha;
+                for (int nt = 0; nt < kNT; ++nt) {
+                    s[mt][nt][2 * r] = fast_exp2(s[mt][nt][2 * r] - ref);
+                    s[mt][nt][2 * r + 1] = fast_exp2(s[mt][nt][2 * r + 1] - ref);
+                    sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
+                }
+                // This thread's share of the row sum; the quad adds them up at the end.
+                row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
+#pragma unroll
+                for (int dt = 0; dt < kDT; ++dt) {
+                    acc[mt][dt][2 * r] *= alpha;
+                    acc[mt][dt][2 * r + 1] *= alpha;
+                }
             }
         }
 
@@ -188,18 +224,24 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
         // O += P V_j: the S accumulators of two n8 tiles are exactly one A fragment of P.
 #pragma unroll
         for (int kk = 0; kk < kBN / 16; ++kk) {
-            unsigned pa[4];
-            pa[0] = Half2<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-            pa[1] = Half2<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-            pa[2] = Half2<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pa[3] = Half2<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            unsigned pa[kMT][4];
+#pragma unroll
+            for (int mt = 0; mt < kMT; ++mt) {
+                pa[mt][0] = Half2<T>::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = Half2<T>::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = Half2<T>::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = Half2<T>::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int dn = 0; dn < D / 16; ++dn) {
                 unsigned bv[4];
                 ldmatrix_x4_trans(bv, sV + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kS +
                                           dn * 16 + (lane >> 4) * 8);
-                mma16816<T>(acc[2 * dn], pa, bv[0], bv[1]);
-                mma16816<T>(acc[2 * dn + 1], pa, bv[2], bv[3]);
+#pragma unroll
+                for (int mt = 0; mt < kMT; ++mt) {
+                    mma16816<T>(acc[mt][2 * dn], pa[mt], bv[0], bv[1]);
+                    mma16816<T>(acc[mt][2 * dn + 1], pa[mt], bv[2], bv[3]);
+                }
             }
         }
         cp_async_wait_all();  // K_{j+1} has landed
@@ -207,17 +249,21 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
     }
 
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_sum[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int row = r0 + r * 8;
-        if (row < rows_here) {
-            unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * D + 2 * t);
+    for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
-            for (int dt = 0; dt < kDT; ++dt)
-                dst[dt * 4] = Half2<T>::pack(acc[dt][2 * r] * inv, acc[dt][2 * r + 1] * inv);
+        for (int r = 0; r < 2; ++r) {
+            float l = row_sum[mt][r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const int row = wrow + mt * 16 + g + r * 8;
+            if (row < rows_here) {
+                unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * D + 2 * t);
+#pragma unroll
+                for (int dt = 0; dt < kDT; ++dt)
+                    dst[dt * 4] =
+                        Half2<T>::pack(acc[mt][dt][2 * r] * inv, acc[mt][dt][2 * r + 1] * inv);
+            }
         }
     }
 }
@@ -225,8 +271,8 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
 }  // namespace
 
 // One entry point per (head dim, dtype), spelled out because callers find kernels by their
-// declared names. Dynamic shared memory: (64 + 2 * kBN) * (D + 8) * 2 bytes, kBN = 64 (32 for
-// D = 256); attention.py computes the same.
+// declared names. Dynamic shared memory: (kBM + 2 * kBN) * (D + 8) * 2 bytes with Config's
+// kBM (128, or 64 for D = 256) and kBN (64 for D <= 80, else 32); attention.py does the same.
 #define PGK_PREFILL_CALL \
     q, k, v, o, mask, mask_kind, msb, msh, msq, msk, hq, hkv, sq, sk, scale, causal
 
