@@ -125,24 +125,29 @@ __device__ __forceinline__ void attn_decode(const T* __restrict__ q, const T* __
                 s[u][h] = valid[u] ? d : PGK_NEG_INF;
             }
         }
+        float ref[kG];
 #pragma unroll
         for (int h = 0; h < kG; ++h) {
             float mx = m[h];
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) mx = fmaxf(mx, s[u][h]);
             // A group past the end has seen no key yet: subtract 0, not -inf (no NaN).
-            const float ref = mx == PGK_NEG_INF ? 0.f : mx;
-            const float alpha = fast_exp2(m[h] - ref);
+            ref[h] = mx == PGK_NEG_INF ? 0.f : mx;
+            const float alpha = fast_exp2(m[h] - ref[h]);
             m[h] = mx;
             l[h] *= alpha;
 #pragma unroll
             for (int e = 0; e < 8; ++e) acc[h][e] *= alpha;
+        }
+        // Each V row is unpacked once and used by every head.
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) {
-                const float p = fast_exp2(s[u][h] - ref);
+        for (int u = 0; u < kUnroll; ++u) {
+            float vf[8];
+            unpack8<T>(vr[u], vf);
+#pragma unroll
+            for (int h = 0; h < kG; ++h) {
+                const float p = fast_exp2(s[u][h] - ref[h]);
                 l[h] += p;
-                float vf[8];
-                unpack8<T>(vr[u], vf);
 #pragma unroll
                 for (int e = 0; e < 8; ++e) acc[h][e] = fmaf(p, vf[e], acc[h][e]);
             }
