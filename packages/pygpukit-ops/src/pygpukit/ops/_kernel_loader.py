@@ -17,9 +17,11 @@ import pathlib
 import threading
 from typing import Any
 
-from pygpukit import jit as _jit
 from pygpukit.backend import select as _select
 from pygpukit.errors import DeviceNotSupportedError
+
+# `pygpukit.jit` the module (the package attribute `jit` is the function gp.jit).
+from pygpukit.jit import Kernel, _load, _signature
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "_kernels"
 # tools/build_kernels.py KERNEL_ABI_VERSION: cubins of another calling convention are refused.
@@ -27,7 +29,7 @@ _KERNEL_ABI = 1
 
 _lock = threading.Lock()
 _modules: dict[tuple[str, int], Any] = {}
-_kernels: dict[tuple[str, str, int], _jit.Kernel] = {}
+_kernels: dict[tuple[str, str, int], Kernel] = {}
 
 
 @functools.cache
@@ -107,12 +109,12 @@ def _module(file: str, device: int, backend: Any) -> Any:
                 module = backend.load_module(cubin.read_bytes(), device)
             else:  # a GPU this wheel has no cubin for: compile the shipped source once
                 options = [*manifest()["options"], f"-I{KERNEL_DIR / 'src'}"]
-                module, _ = _jit._load(_source(file), f"{file}.cu", (), options)
+                module, _ = _load(_source(file), f"{file}.cu", (), options)
             _modules[key] = module
     return module
 
 
-def kernel(file: str, func: str) -> _jit.Kernel:
+def kernel(file: str, func: str) -> Kernel:
     """The ``extern "C"`` kernel ``func`` of ``kernels/<file>.cu``, loaded on the current device.
 
     Cached per (file, function, device): after the first call this is a dict lookup.
@@ -129,7 +131,7 @@ def kernel(file: str, func: str) -> _jit.Kernel:
             f"pygpukit.ops kernel {func} needs a CUDA GPU; the CPU backend runs the NumPy version"
         )
     module = _module(file, device, backend)
-    params = _jit._signature(_source(file), func, None)
-    k = _jit.Kernel(module.function(func), func, params)
+    params = _signature(_source(file), func, None)
+    k = Kernel(module.function(func), func, params)
     _kernels[key] = k
     return k
