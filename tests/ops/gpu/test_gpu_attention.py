@@ -2,8 +2,9 @@
 
 Prefill: every head dim and both half dtypes, GQA/MQA, odd lengths (1, 17, 129, 1000),
 additive masks of each broadcast shape and dtype, causal with Sq == Sk, Sq < Sk and Sq > Sk.
-Decode: mixed per-sequence lengths (0, 1, short, split across CTAs, clamped), contiguous and
-paged caches. KV writes: exact against NumPy loops.
+Decode (both kernels): mixed per-sequence lengths (0, 1, short, split across CTAs, clamped),
+contiguous and paged caches, GQA groups of 1 to 20 query heads per KV head.
+KV writes: exact against NumPy loops.
 """
 
 from __future__ import annotations
@@ -181,10 +182,17 @@ def ref_decode(q, keys, vals, scale=None):
     return out
 
 
+@pytest.fixture(params=["mma", "simt"])
+def decode_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a decode test with each decode kernel (PYGPUKIT_DECODE_KERNEL)."""
+    monkeypatch.setenv("PYGPUKIT_DECODE_KERNEL", request.param)
+    return str(request.param)
+
+
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("d", [64, 80, 96, 128, 256])
-@pytest.mark.parametrize(("hq", "hkv"), [(32, 8), (8, 8), (6, 1), (24, 4)])
-def test_decode_contiguous(rand, rng, dtype, d, hq, hkv):
+@pytest.mark.parametrize(("hq", "hkv"), [(32, 8), (8, 8), (6, 1), (24, 4), (40, 2)])
+def test_decode_contiguous(rand, rng, decode_kernel, dtype, d, hq, hkv):
     max_len = 3000
     lens = np.array([0, 1, 17, 129, 1000, 2999, 3000, 5000], np.int32)  # 5000: clamped
     rng.shuffle(lens)
@@ -203,7 +211,7 @@ def test_decode_contiguous(rand, rng, dtype, d, hq, hkv):
 
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize(("d", "block_size"), [(128, 16), (64, 256), (256, 1), (80, 32)])
-def test_decode_paged(rand, rng, dtype, d, block_size):
+def test_decode_paged(rand, rng, decode_kernel, dtype, d, block_size):
     b, hq, hkv, max_blocks = 5, 16, 4, 4096 // block_size
     nblocks = b * max_blocks + 3
     q = (rand((b, hq, d)) * 0.3).astype(dtype)
@@ -227,7 +235,7 @@ def test_decode_paged(rand, rng, dtype, d, block_size):
     assert rel(got, ref_decode(q, keys, vals)) < LIMIT[np.dtype(dtype)]
 
 
-def test_decode_matches_prefill_last_row(rand):
+def test_decode_matches_prefill_last_row(rand, decode_kernel):
     """One decode step equals the last row of causal prefill over the same keys."""
     b, hq, hkv, s, d = 2, 8, 2, 777, 128
     q, k, v = qkv(rand, b, hq, hkv, s, s, d, gp.bfloat16)
@@ -287,7 +295,7 @@ def test_paged_write(rand, rng, dtype, index_dtype):
     np.testing.assert_array_equal(vc.to_numpy(), want_v)
 
 
-def test_write_then_decode(rand):
+def test_write_then_decode(rand, decode_kernel):
     """Paged writes followed by decode over the written blocks: the serving loop's order."""
     b, hq, hkv, d, bs, steps = 3, 8, 2, 128, 16, 40
     nblocks = b * 4

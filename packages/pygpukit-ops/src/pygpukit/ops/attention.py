@@ -43,7 +43,10 @@ __all__ = ["decode_attention", "scaled_dot_product_attention"]
 #: Head dimensions with a built-in kernel.
 HEAD_DIMS = (64, 80, 96, 128, 256)
 
-_DECODE_HEADS = 4  # query heads per decode CTA (attention_decode.cu kG)
+#: Picks the decode kernel: ``mma`` (tensor cores, the default) or ``simt`` (CUDA cores).
+DECODE_KERNEL_ENV = "PYGPUKIT_DECODE_KERNEL"
+#: Query heads per decode CTA: attention_decode.cu kTcHeads (mma) and kG (simt).
+_DECODE_HEADS = {"mma": 16, "simt": 4}
 _MAX_SPLITS = 64  # attention_decode.cu kMaxSplits
 _CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block at a time
 
@@ -384,12 +387,25 @@ def decode_attention(
     if b > 65535:
         raise ValueError(f"at most 65535 sequences per call, got {b}")
     _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
+    which = os.environ.get(DECODE_KERNEL_ENV, "mma")
+    if which not in _DECODE_HEADS:
+        raise ValueError(f"{DECODE_KERNEL_ENV} must be 'mma' or 'simt', got {which!r}")
     suffix = _suffix(q.dtype)
-    kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
-    head_ctas = hkv * -(-(hq // hkv) // _DECODE_HEADS)
+    if which == "mma":
+        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_mma_d{d}_{suffix}")
+        smem = (16 + 2 * 64) * (d + 8) * 2  # Q rows + one 64-token K and V tile
+        key = (id(kern), d)
+        if smem > 48 * 1024 and key not in _dynamic_smem_set:
+            kern.set_max_dynamic_shared_memory(smem)
+            _dynamic_smem_set.add(key)
+    else:
+        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
+        smem = 0
+    head_ctas = hkv * -(-(hq // hkv) // _DECODE_HEADS[which])
     splits, chunk = _decode_split(b, head_ctas, max(capacity, 1))
     grid = (splits, head_ctas, b)
     table = block_table if block_table is not None else 0
+    tail = (hq, hkv, cache_len, max_blocks, capacity, chunk, scale_f)
     if splits == 1:
         kern(
             q,
@@ -400,15 +416,10 @@ def decode_attention(
             res,
             0,
             0,
-            hq,
-            hkv,
-            cache_len,
-            max_blocks,
-            capacity,
-            chunk,
-            scale_f,
+            *tail,
             grid=grid,
             block=128,
+            shared_mem=smem,
         )
         return res
     o_part = gp.empty((b * hq * splits * d,), gp.float32)
@@ -422,15 +433,10 @@ def decode_attention(
         res,
         o_part,
         lse,
-        hq,
-        hkv,
-        cache_len,
-        max_blocks,
-        capacity,
-        chunk,
-        scale_f,
+        *tail,
         grid=grid,
         block=128,
+        shared_mem=smem,
     )
     combine = _kernel_loader.kernel("attention_decode", f"attn_decode_combine_{suffix}")
     combine(o_part, lse, seq_lens, res, hq, d, splits, chunk, capacity, grid=b * hq, block=128)

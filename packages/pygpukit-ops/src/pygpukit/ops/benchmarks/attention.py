@@ -7,10 +7,12 @@
   as flops, halved for causal; the ceiling is the card's bfloat16/float16 GEMM rate.
 - ``decode`` (contiguous cache) and ``decode_paged`` (16-token blocks in shuffled order):
   one query token per sequence, B=8, 32 query / 8 KV heads, D=128, 8192 cached tokens
-  (``--seq-lens`` sets the context). Bytes moved are the K and V cache read once; the
-  ceiling is the copy bandwidth. PyTorch has no fused (paged) decode: its row is SDPA with
-  ``enable_gqa`` on ``q [B, Hq, 1, D]`` (on older PyTorch, KV heads repeated first), the
-  paged row gathers the blocks first, as a framework without a paged kernel would.
+  (``--seq-lens`` sets the context), once per PyGPUkit decode kernel on the GPU
+  (``kernel=mma``: tensor cores, the default; ``kernel=simt``). Bytes moved are the K and V
+  cache read once; the ceiling is the copy bandwidth. PyTorch has no fused (paged) decode:
+  its row is SDPA with ``enable_gqa`` on ``q [B, Hq, 1, D]`` (on older PyTorch, KV heads
+  repeated first), the paged row gathers the blocks first, as a framework without a paged
+  kernel would.
 
 Checks: prefill on 64 sampled rows of two (batch, head) pairs, decode on two sequences,
 against float64 NumPy.
@@ -32,6 +34,7 @@ from pygpukit.benchmark.registry import Suite, SuiteContext
 
 NAME = "ops_attention"
 KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"  # pygpukit.ops.attention.KERNEL_ENV
+DECODE_KERNEL_ENV = "PYGPUKIT_DECODE_KERNEL"  # pygpukit.ops.attention.DECODE_KERNEL_ENV
 SUPPORTED = ("float16", "bfloat16")
 SAMPLE_ROWS = 64
 NO_CUPY = unavailable("CuPy has no attention op")
@@ -128,15 +131,29 @@ def _torch_decode(lib: Library, group: int) -> Callable[[Any, Any, Any], Any]:
 
 
 def decode_case(
-    ctx: SuiteContext, b: int, hq: int, hkv: int, n: int, d: int, dtype: str, block: int
+    ctx: SuiteContext,
+    b: int,
+    hq: int,
+    hkv: int,
+    n: int,
+    d: int,
+    dtype: str,
+    block: int,
+    kernel: str | None = None,
 ) -> Case:
-    """One decode step over ``n`` cached tokens per sequence; ``block`` > 0: paged cache."""
+    """One decode step over ``n`` cached tokens per sequence; ``block`` > 0: paged cache.
+
+    ``kernel`` sets PyGPUkit's decode kernel (``mma`` or ``simt``).
+    """
     op = "decode_paged" if block else "decode"
     params: dict[str, int | float | str] = {
         "B": b, "Hq": hq, "Hkv": hkv, "ctx": n, "D": d, "dtype": dtype
     }  # fmt: skip
     if block:
         params["block"] = block
+    peer_key = case_key(NAME, op, params)
+    if kernel is not None:
+        params["kernel"] = kernel
     if dtype not in SUPPORTED:
         return Case(NAME, op, params, {}, skip=f"{dtype}: attention is fp16/bf16")
     group = hq // hkv
@@ -163,6 +180,8 @@ def decode_case(
         if lib.name == "pygpukit":
             ops = _ops(lib)
             gp = lib.module
+            if kernel is not None:
+                os.environ[DECODE_KERNEL_ENV] = kernel
             q = lib.upload(qh, dtype)
             lens = gp.from_numpy(np.full(b, n, np.int32))
             table = gp.from_numpy(table_h) if block else None
@@ -209,6 +228,7 @@ def decode_case(
         working_set=cache_bytes,
         ceiling="copy_bw",
         requires=("from_numpy",),
+        peer_key=peer_key,
     )
 
 
@@ -222,22 +242,23 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
         b, h, lens = (1, 2, [128]) if ctx.quick else (1, 4, [512])
         db, dn = (2, [256]) if ctx.quick else (4, [1024])
     kernels: list[str | None] = ["mma", "wgmma"] if ctx.on_gpu else [None]
-    saved = os.environ.get(KERNEL_ENV)
+    decoders: list[str | None] = ["mma", "simt"] if ctx.on_gpu else [None]
+    saved = {name: os.environ.get(name) for name in (KERNEL_ENV, DECODE_KERNEL_ENV)}
     try:
         for dtype in dtypes:
             for s in ctx.seq_lens or lens:
                 for kernel in kernels:
                     yield prefill_case(ctx, b, h, s, 128, dtype, kernel)
+            for n in ctx.seq_lens or dn:
+                for block in (0, 16) if n % 16 == 0 else (0,):
+                    for kernel in decoders:
+                        yield decode_case(ctx, db, 32, 8, n, 128, dtype, block, kernel)
     finally:
-        if saved is None:
-            os.environ.pop(KERNEL_ENV, None)
-        else:
-            os.environ[KERNEL_ENV] = saved
-    for dtype in dtypes:
-        for n in ctx.seq_lens or dn:
-            yield decode_case(ctx, db, 32, 8, n, 128, dtype, 0)
-            if n % 16 == 0:
-                yield decode_case(ctx, db, 32, 8, n, 128, dtype, 16)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 SUITE = Suite(NAME, "attention: causal flash prefill vs torch SDPA, decode vs torch", cases)

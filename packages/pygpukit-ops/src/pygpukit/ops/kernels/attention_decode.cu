@@ -11,6 +11,7 @@
 // vector load), so a warp keeps 32 / kLanes rows in flight per step and kUnroll steps are
 // loaded before any is used. Each group keeps its own running max / sum / output (base-2
 // online softmax); the groups are merged through shared memory at the end.
+// Dynamic shared memory of attn_decode_mma_*: (16 + 2 * 64) * (D + 8) * 2 bytes.
 #include "attention_common.cuh"
 
 using namespace pgk_attn;
@@ -220,6 +221,183 @@ __device__ __forceinline__ void attn_decode_combine(const float* __restrict__ o_
     }
 }
 
+// Tensor-core variant (attn_decode_mma_*): the query heads of a KV head are the rows of one
+// 16-row m16n8k16 tile (G <= 16 per CTA, unused rows zero), so decode runs the prefill
+// kernel's fragment code: S = Q K^T and O += P V per 16 cached tokens, online softmax over the
+// tokens. A CTA stages 64 tokens at a time in shared memory (cp.async, one stage: several CTAs
+// per SM overlap each other's loads); warp w takes tokens [16 w, 16 w + 16) of each tile and
+// keeps its own running max / sum / output, merged across the 4 warps at the end. Far fewer
+// instructions per byte than the SIMT kernel above, whose shuffles and per-lane softmax can
+// limit it below the memory bandwidth.
+constexpr int kTcHeads = 16, kTcTile = 64;
+
+template <typename T, int D>
+__device__ __forceinline__ void attn_decode_mma(
+    const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
+    const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
+    float* __restrict__ o_part, float* __restrict__ lse, int hq, int hkv, int cache_len,
+    int max_blocks, int capacity, int chunk, float scale) {
+    constexpr int kS = D + 8, kChunks = D / 8, kDT = D / 8;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T* sQ = reinterpret_cast<T*>(smem_raw);
+    T* sK = sQ + kTcHeads * kS;
+    T* sV = sK + kTcTile * kS;
+    __shared__ float sm_m[4][kTcHeads], sm_l[4][kTcHeads];
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int split = blockIdx.x, b = blockIdx.z;
+    const int group = hq / hkv, n_hchunks = (group + kTcHeads - 1) / kTcHeads;
+    const int hk = blockIdx.y / n_hchunks;
+    const int h0 = hk * group + (blockIdx.y % n_hchunks) * kTcHeads;
+    const int nh = min(kTcHeads, (hk + 1) * group - h0);
+    const int len = min(seq_lens[b], capacity);
+    const int t_begin = split * chunk, t_end = min(t_begin + chunk, len);
+    if (gridDim.x > 1 && t_begin >= len) return;  // the combine kernel skips this split
+
+    for (int i = tid; i < kTcHeads * kChunks; i += kThreads) {
+        const int r = i / kChunks, c = i % kChunks;
+        const bool valid = r < nh;
+        cp_async16(sQ + r * kS + c * 8, valid ? q + ((size_t)b * hq + h0 + r) * D + c * 8 : q,
+                   valid);
+    }
+    cp_async_commit();
+
+    float acc[kDT][4];
+#pragma unroll
+    for (int i = 0; i < kDT; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f};
+    unsigned qf[D / 16][4];
+    const float scale2 = scale * kLog2e;
+
+    for (int base = t_begin; base < t_end; base += kTcTile) {
+        for (int i = tid; i < kTcTile * kChunks; i += kThreads) {
+            const int r = i / kChunks, c = i % kChunks, tk = base + r;
+            const bool valid = tk < t_end;
+            size_t row = 0;
+            if (valid) {
+                if (block_table != nullptr) {
+                    const int blk = block_table[(size_t)b * max_blocks + tk / cache_len];
+                    row = ((size_t)blk * hkv + hk) * cache_len + tk % cache_len;
+                } else {
+                    row = ((size_t)b * hkv + hk) * cache_len + tk;
+                }
+            }
+            cp_async16(sK + r * kS + c * 8, valid ? kc + row * D + c * 8 : kc, valid);
+            cp_async16(sV + r * kS + c * 8, valid ? vc + row * D + c * 8 : vc, valid);
+        }
+        cp_async_commit();
+        cp_async_wait_all();
+        __syncthreads();
+        if (base == t_begin) {
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk)
+                ldmatrix_x4(qf[kk], sQ + (lane & 15) * kS + kk * 16 + (lane >> 4) * 8);
+        }
+
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk) {
+            unsigned bk[4];
+            ldmatrix_x4(bk, sK + (warp * 16 + (lane >> 4) * 8 + (lane & 7)) * kS + kk * 16 +
+                                ((lane >> 3) & 1) * 8);
+            mma16816<T>(s[0], qf[kk], bk[0], bk[1]);
+            mma16816<T>(s[1], qf[kk], bk[2], bk[3]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int col = base + warp * 16 + nt * 8 + 2 * t + (e & 1);
+                s[nt][e] = col < t_end ? s[nt][e] * scale2 : PGK_NEG_INF;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float mx = fmaxf(row_max[r], fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]),
+                                               fmaxf(s[1][2 * r], s[1][2 * r + 1])));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float ref = mx == PGK_NEG_INF ? 0.f : mx;  // no token yet: no NaN
+            const float alpha = fast_exp2(row_max[r] - ref);
+            row_max[r] = mx;
+            float sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                s[nt][2 * r] = fast_exp2(s[nt][2 * r] - ref);
+                s[nt][2 * r + 1] = fast_exp2(s[nt][2 * r + 1] - ref);
+                sum += s[nt][2 * r] + s[nt][2 * r + 1];
+            }
+            row_sum[r] = row_sum[r] * alpha + sum;
+#pragma unroll
+            for (int dt = 0; dt < kDT; ++dt) {
+                acc[dt][2 * r] *= alpha;
+                acc[dt][2 * r + 1] *= alpha;
+            }
+        }
+        unsigned pa[4];
+        pa[0] = Half2<T>::pack(s[0][0], s[0][1]);
+        pa[1] = Half2<T>::pack(s[0][2], s[0][3]);
+        pa[2] = Half2<T>::pack(s[1][0], s[1][1]);
+        pa[3] = Half2<T>::pack(s[1][2], s[1][3]);
+#pragma unroll
+        for (int dn = 0; dn < D / 16; ++dn) {
+            unsigned bv[4];
+            ldmatrix_x4_trans(bv, sV + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kS +
+                                      dn * 16 + (lane >> 4) * 8);
+            mma16816<T>(acc[2 * dn], pa, bv[0], bv[1]);
+            mma16816<T>(acc[2 * dn + 1], pa, bv[2], bv[3]);
+        }
+        __syncthreads();  // the next tile overwrites sK / sV
+    }
+
+    // Merge the 4 warps through shared memory (the tiles' space, free now).
+    cp_async_wait_all();  // the Q copy, when no tile ran
+    __syncthreads();
+    float* sm_acc = reinterpret_cast<float*>(smem_raw);  // [4][16][D]
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const int row = g + 8 * r;
+        if (t == 0) {
+            sm_m[warp][row] = row_max[r];
+            sm_l[warp][row] = l;
+        }
+        float* dst = sm_acc + (warp * kTcHeads + row) * D + 2 * t;
+#pragma unroll
+        for (int dt = 0; dt < kDT; ++dt) {
+            dst[dt * 8] = acc[dt][2 * r];
+            dst[dt * 8 + 1] = acc[dt][2 * r + 1];
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < nh * D; i += kThreads) {
+        const int h = i / D, d = i % D;
+        float mx = PGK_NEG_INF;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) mx = fmaxf(mx, sm_m[w][h]);
+        float sum = 0.f, o = 0.f;
+        if (mx != PGK_NEG_INF) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const float wt = fast_exp2(sm_m[w][h] - mx);  // 0 for a warp that saw no token
+                sum += sm_l[w][h] * wt;
+                o += sm_acc[(w * kTcHeads + h) * D + d] * wt;
+            }
+        }
+        const float val = sum > 0.f ? o / sum : 0.f;
+        const size_t row = (size_t)b * hq + h0 + h;
+        if (gridDim.x == 1) {
+            out[row * D + d] = static_cast<T>(val);
+        } else {
+            o_part[(row * gridDim.x + split) * D + d] = val;
+            if (d == 0) lse[row * gridDim.x + split] = sum > 0.f ? mx + __log2f(sum) : PGK_NEG_INF;
+        }
+    }
+}
+
 }  // namespace
 
 // Entry points, spelled out because callers find kernels by their declared names.
@@ -305,6 +483,91 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                           __nv_bfloat16* out, float* o_part, float* lse, int hq, int hkv,
                           int cache_len, int max_blocks, int capacity, int chunk, float scale) {
     attn_decode<__nv_bfloat16, 256>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d64_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                            const int* seq_lens, const int* block_table, __half* out, float* o_part,
+                            float* lse, int hq, int hkv, int cache_len, int max_blocks,
+                            int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 64>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                             const __nv_bfloat16* v_cache, const int* seq_lens,
+                             const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
+                             int hq, int hkv, int cache_len, int max_blocks, int capacity,
+                             int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 64>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d80_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                            const int* seq_lens, const int* block_table, __half* out, float* o_part,
+                            float* lse, int hq, int hkv, int cache_len, int max_blocks,
+                            int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 80>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d80_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                             const __nv_bfloat16* v_cache, const int* seq_lens,
+                             const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
+                             int hq, int hkv, int cache_len, int max_blocks, int capacity,
+                             int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 80>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d96_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                            const int* seq_lens, const int* block_table, __half* out, float* o_part,
+                            float* lse, int hq, int hkv, int cache_len, int max_blocks,
+                            int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 96>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d96_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                             const __nv_bfloat16* v_cache, const int* seq_lens,
+                             const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
+                             int hq, int hkv, int cache_len, int max_blocks, int capacity,
+                             int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 96>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d128_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                             const int* seq_lens, const int* block_table, __half* out,
+                             float* o_part, float* lse, int hq, int hkv, int cache_len,
+                             int max_blocks, int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 128>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                              const __nv_bfloat16* v_cache, const int* seq_lens,
+                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
+                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
+                              int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 128>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d256_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                             const int* seq_lens, const int* block_table, __half* out,
+                             float* o_part, float* lse, int hq, int hkv, int cache_len,
+                             int max_blocks, int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 256>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma_d256_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                              const __nv_bfloat16* v_cache, const int* seq_lens,
+                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
+                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
+                              int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 256>(PGK_DECODE_CALL);
 }
 
 extern "C" __global__ void attn_decode_combine_f16(const float* o_part, const float* lse,
