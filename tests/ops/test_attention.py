@@ -306,3 +306,16 @@ def test_benchmark_suite_quick_on_cpu(rng):
         assert err is not None and err < 2e-2
         ops_seen.append(case.op)
     assert ops_seen == ["sdpa_prefill", "decode", "decode_paged"]
+
+
+@pytest.mark.parametrize("sms", [1, 8, 132])
+@pytest.mark.parametrize("capacity", [1, 63, 256, 1000, 8192, 500_000])
+@pytest.mark.parametrize(("batch", "ctas"), [(1, 1), (8, 8), (64, 32)])
+def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas):
+    """The flash-decoding split: whole 64-key steps, at most 64 splits, every key in one split."""
+    from pygpukit.ops import attention
+
+    monkeypatch.setattr(attention, "_sm_count", lambda device: sms)
+    splits, chunk = attention._decode_split(batch, ctas, capacity)
+    assert 1 <= splits <= 64 and chunk % 64 == 0
+    assert (splits - 1) * chunk < capacity <= splits * chunk
