@@ -223,7 +223,7 @@ def scaled_dot_product_attention(
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     if _use_wgmma(d):
         name, rows, threads = f"attn_prefill_wgmma_d{d}_{_suffix(q.dtype)}", 128, 256
-        smem = 5 * (d // 64) * 128 * 128 + 1024  # Q + 2 stages of K and V, 1 KiB alignment
+        smem = 7 * (d // 64) * 128 * 128 + 1024  # Q + 3 stages of K and V, 1 KiB alignment
     else:
         # attention_prefill.cu Config<D>: rows per CTA, keys per tile, padded shared rows.
         rows, threads = (128 if d <= 128 else 64), 128

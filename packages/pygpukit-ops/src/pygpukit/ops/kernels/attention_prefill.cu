@@ -357,7 +357,7 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 }
 
 // Hopper: wgmma kernels for head dims 64 and 128 (attention_prefill_sm90.cuh). 256 threads;
-// dynamic shared memory 5 * D / 64 * 16 KiB + 1 KiB for alignment. Elsewhere the entry points
+// dynamic shared memory 7 * D / 64 * 16 KiB + 1 KiB for alignment. Elsewhere the entry points
 // trap: the host launches them only on SM 9.0.
 #include "attention_prefill_sm90.cuh"
 

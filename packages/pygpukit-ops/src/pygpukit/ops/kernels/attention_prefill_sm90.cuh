@@ -8,9 +8,10 @@
 //     elements are stored as D / 64 column blocks of 64 elements, 16 KiB each).
 //   O += P V: wgmma with P from registers (the S accumulator layout is the A-fragment layout,
 //     as with mma.sync) and V read MN-major (transposed), its 64-column blocks LBO apart.
-//   K/V tiles are double-buffered: tile j + 1 streams in (cp.async) while tile j is used.
-// Shared memory: Q + 2 stages x (K + V), D / 64 x 16 KiB each, 1 KiB aligned (swizzle atoms):
-// 160 KiB for D = 128, 80 KiB for D = 64.
+//   K/V tiles in 3 stages: tile j + 1 streams in (cp.async) while tile j is used and warpgroup
+//   1 still reads tile j - 1's V (the two warpgroups are staggered, see the loop).
+// Shared memory: Q + 3 stages x (K + V), D / 64 x 16 KiB each, 1 KiB aligned (swizzle atoms):
+// 224 KiB for D = 128, 112 KiB for D = 64.
 #pragma once
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -92,11 +93,15 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
                                                    float scale, int causal) {
     constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
     constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
+    constexpr int kStages = 3;
     extern __shared__ unsigned char smem_raw[];
     const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const unsigned sQ = base;
 
-    const int tid = threadIdx.x, wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+    const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
+    // Broadcast from lane 0 so the compiler knows wg is warp-uniform: wgmma under a branch
+    // on it is then not treated as divergent (which would serialize every wgmma).
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int g = lane >> 2, t = lane & 3;
     const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
     const int h = blockIdx.y, b = blockIdx.z;
@@ -117,6 +122,8 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
     for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
     float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f};
     const float scale2 = scale * kLog2e;
+    // P as A fragments. Warpgroup 1 keeps them into the next iteration (see the loop).
+    unsigned pa[kBN / 16][4];
 
     if (n_tiles > 0) {
         load_tile<T, kD>(sQ, qp, rows_here);
@@ -127,14 +134,15 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
 
     for (int j = 0; j < n_tiles; ++j) {
         const int n0 = j * kBN;
-        const unsigned sK = base + kQBytes + (j & 1) * kStageBytes, sV = sK + kTileBytes;
+        const unsigned sK = base + kQBytes + (j % kStages) * kStageBytes, sV = sK + kTileBytes;
         asm volatile("cp.async.wait_group 0;\n" ::);
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        // Tile j is visible to wgmma; the other stage was last read by the wgmmas of tile
-        // j - 1, which every warpgroup waited for before arriving here.
+        // Tile j is visible to wgmma. The stage tile j + 1 goes to was last read by tile j - 2:
+        // its S by both warpgroups in iteration j - 2, its P V by warpgroup 0 then and by
+        // warpgroup 1 in iteration j - 1, all waited for before arriving here.
         __syncthreads();
         if (j + 1 < n_tiles) {
-            const unsigned nK = base + kQBytes + ((j + 1) & 1) * kStageBytes;
+            const unsigned nK = base + kQBytes + ((j + 1) % kStages) * kStageBytes;
             const int rows = min(kBN, sk - n0 - kBN);
             load_tile<T, kD>(nK, kp + (size_t)(n0 + kBN) * kD, rows);
             load_tile<T, kD>(nK + kTileBytes, vp + (size_t)(n0 + kBN) * kD, rows);
@@ -145,6 +153,15 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
 #pragma unroll
         for (int i = 0; i < 64; ++i) s[i] = 0.f;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        // The two warpgroups run their iteration in different orders so that one's softmax
+        // overlaps the other's tensor-core work: warpgroup 0 does S_j, softmax, P_j V_j;
+        // warpgroup 1 does P_{j-1} V_{j-1} (kept from the last iteration), S_j, softmax.
+        if (wg == 1 && j > 0) {
+            const unsigned sVp = base + kQBytes + ((j - 1) % kStages) * kStageBytes + kTileBytes;
+#pragma unroll
+            for (int kk = 0; kk < kBN / 16; ++kk)
+                mma_pv(acc, pa[kk], desc(sVp + kk * 2048, kBlockBytes, 1024), T());
+        }
 #pragma unroll
         for (int ks = 0; ks < kD / 16; ++ks) {
             const unsigned blk = (ks >> 2) * kBlockBytes, kofs = (ks & 3) * 32;
@@ -203,7 +220,6 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
 
         // P as A fragments, all written before the fence: wgmma may only read registers that
         // were written before the wgmma.fence that precedes it.
-        unsigned pa[kBN / 16][4];
 #pragma unroll
         for (int kk = 0; kk < kBN / 16; ++kk) {
             pa[kk][0] = Half2<T>::pack(s[8 * kk + 0], s[8 * kk + 1]);
@@ -211,10 +227,21 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
             pa[kk][2] = Half2<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
             pa[kk][3] = Half2<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
         }
+        if (wg == 0) {
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kk = 0; kk < kBN / 16; ++kk)
+                mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        }
+    }
+    if (wg == 1 && n_tiles > 0) {  // warpgroup 1's last P V
+        const unsigned sVp = base + kQBytes + ((n_tiles - 1) % kStages) * kStageBytes + kTileBytes;
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
         for (int kk = 0; kk < kBN / 16; ++kk)
-            mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
+            mma_pv(acc, pa[kk], desc(sVp + kk * 2048, kBlockBytes, 1024), T());
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
