@@ -12,7 +12,15 @@ import re
 import pytest
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
-GUIDES = ("arrays.md", "kernels.md", "memory.md", "scheduler.md", "elementwise.md")
+GUIDES = (
+    "arrays.md",
+    "kernels.md",
+    "memory.md",
+    "scheduler.md",
+    "elementwise.md",
+    "ops-attention.md",
+    "ops-linear-sampling.md",
+)
 BLOCKS = [
     (guide, index, code)
     for guide in GUIDES
