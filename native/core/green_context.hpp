@@ -2,10 +2,12 @@
 // share gets a green context holding its SMs, and its streams are created in it, so its kernels
 // run on those SMs only and other work cannot take them.
 //
-// SMs are carved from a per-device pool of SMs no green context holds yet, so two green contexts
-// never share SMs. Green contexts and their streams live for the whole process (arrays and the
-// memory pool may refer to a stream after its partition is gone); a released context is reused by
-// the next request for the same SM count.
+// The device's SMs are split once into equal groups (8 SMs on Hopper; the driver cannot split a
+// split's output again); a green context combines free groups, so two never share SMs. A device
+// the driver cannot split reports supported = false with the reason (callers fall back). Green
+// contexts and their streams live for the whole process (arrays and the memory pool may refer to a
+// stream after its partition is gone); a released context is reused by the next request for the
+// same SM count.
 #pragma once
 
 #include <memory>
@@ -20,7 +22,7 @@ struct GreenContextSupport {
     bool supported = false;
     std::string reason;   // why not, when not supported
     int sm_count = 0;     // SMs of the device
-    int granularity = 0;  // SM counts are multiples of this
+    int granularity = 0;  // SMs per group: partition SM counts are multiples of this
     int unassigned = 0;   // SMs no green context holds yet
 };
 
