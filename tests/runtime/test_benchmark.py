@@ -204,7 +204,7 @@ def test_wrong_result_fails_the_run(
 def test_unregistered_suite_says_so(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--gemv", "--dtypes", "bf16"]) == 2
     err = capsys.readouterr().err
-    assert "'gemv' is not registered" in err and "pygpukit-ops" in err
+    assert "'ops_linear' is not registered" in err and "pygpukit-ops" in err
 
 
 @pytest.mark.parametrize(

@@ -37,14 +37,15 @@ __all__ = ["build_parser", "main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_REGRESSION, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
-#: Suite shortcuts users know from the original project's CLI.
-SHORTCUTS = ("gemm", "gemv", "attention")
+#: Suite shortcuts users know from the original project's CLI: ``--NAME`` selects the suite.
+SHORTCUTS = {"gemm": "gemm", "gemv": "ops_linear", "attention": "ops_attention"}
 
 #: Where suites that are not part of the runtime come from.
 PROVIDERS = {
-    "gemv": "pygpukit-ops",
-    "norm": "pygpukit-ops",
-    "attention": "pygpukit-ops",
+    "ops_linear": "pygpukit-ops",
+    "ops_norm": "pygpukit-ops",
+    "ops_attention": "pygpukit-ops",
+    "ops_sampling": "pygpukit-ops",
     "llm": "pygpukit-llm",
 }
 
@@ -77,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME[,NAME]",
         help="suites to run (default: all registered); see --list",
     )
-    for name in SHORTCUTS:
-        sel.add_argument(f"--{name}", action="store_true", help=f"same as --suite {name}")
+    for name, suite in SHORTCUTS.items():
+        sel.add_argument(f"--{name}", action="store_true", help=f"same as --suite {suite}")
     sel.add_argument(
         "--all", action="store_true", help="every registered suite (the default; overrides --suite)"
     )
@@ -162,7 +163,7 @@ class Options:
 def resolve(args: argparse.Namespace) -> Options:
     """Validate the raw arguments; ``ValueError`` with a message for the user."""
     suites = [s for arg in args.suite for s in _split(arg)]
-    suites += [name for name in SHORTCUTS if getattr(args, name)]
+    suites += [suite for name, suite in SHORTCUTS.items() if getattr(args, name)]
     sizes = [parse_size(s) for s in _split(args.sizes)] or None
     dtypes = [parse_dtype(d) for d in _split(args.dtypes)] or None
     seq_lens = [parse_size(s) for s in _split(args.seq_lens)] or None
