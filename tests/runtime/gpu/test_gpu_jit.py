@@ -32,6 +32,21 @@ def test_readme_scale_kernel(make):
     np.testing.assert_array_equal(x.to_numpy(), host * np.float32(0.5))
 
 
+def test_lean_launch_with_positional_arguments(make):
+    host = make((3000,), "float32")
+    x = gp.from_numpy(host)
+    kernel = gp.jit(SCALE, func="scale")
+    stream = gp.Stream()
+    kernel.launch((3000 + 127) // 128, 128, (x, 2.0, 3000), stream=stream)
+    stream.synchronize()
+    np.testing.assert_array_equal(x.to_numpy(), host * np.float32(2.0))
+    with pytest.raises(TypeError, match="takes 3 arguments, got 2"):
+        kernel.launch(1, 128, (x, 2.0))
+    with pytest.raises(TypeError, match="'factor'"):
+        kernel.launch(1, 128, (x, "2", 3000))
+    np.testing.assert_array_equal(x.to_numpy(), host * np.float32(2.0))  # nothing ran
+
+
 def test_explicit_grid_stream_and_scalar_types(make):
     src = """
     #include <cuda_fp16.h>

@@ -478,6 +478,33 @@ class Kernel:
             self.check_arguments(values)  # a clearer message naming the parameter
             raise
 
+    def launch(
+        self,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...],
+        args: tuple[Any, ...],
+        *,
+        shared_mem: int = 0,
+        stream: Any = None,
+    ) -> None:
+        """Launch with an explicit grid and block and the arguments in declaration order.
+
+        The lean form of calling the kernel, for library code launching the same kernel
+        many times: no binding by name, no default grid. Arguments are still type-checked
+        as they are packed; a mismatch raises ``TypeError`` naming the parameter, before
+        anything is enqueued.
+        """
+        stream_impl = _backend().current_stream() if stream is None else stream._impl
+        try:
+            self._function.launch(grid, block, shared_mem, stream_impl, args)
+        except TypeError:
+            if len(args) != len(self.params):
+                raise TypeError(
+                    f"{self.name} takes {len(self.params)} arguments, got {len(args)}"
+                ) from None
+            self.check_arguments(args)
+            raise
+
     def __repr__(self) -> str:
         return f"Kernel({self.signature()})"
 
