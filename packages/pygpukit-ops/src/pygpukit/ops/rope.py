@@ -1,5 +1,189 @@
-"""pygpukit.ops.rope (being written; see docs/ops.md)."""
+"""pygpukit.ops.rope: rotary position embeddings (RoPE), NeoX and GPT-J layouts.
+
+:func:`rope_cos_sin` builds the ``cos`` and ``sin`` tables once per model; :func:`apply_rope`
+rotates q and k of a batch of tokens in one kernel launch, each token at its own position
+(explicit position ids, so prefill, decode and packed sequences are the same call).
+
+Each pair ``(x0, x1)`` of the first ``rotary_dim`` dimensions of a head becomes
+``(x0 cos - x1 sin, x1 cos + x0 sin)`` with angle ``pos * base ** (-2i / rotary_dim)``. The pairs
+are ``(i, i + rotary_dim/2)`` in the NeoX layout (Llama, Qwen, Mistral, GPT-NeoX: HF's
+``rotate_half``) and ``(2i, 2i+1)`` in the GPT-J layout (GPT-J, ChatGLM, interleaved).
+Dimensions past ``rotary_dim`` pass through unchanged (partial rotary: GPT-NeoX, Phi).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.array import GPUArray
+
+from . import _common as c
+from . import _kernel_loader as kl
+from . import _rows
+
+__all__ = ["apply_rope", "rope_cos_sin"]
+
+_LAYOUTS = ("neox", "gptj")
+_POSITION_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+_TABLE_KIND = {np.dtype(np.float32): 0, np.dtype(gp.float16): 1, np.dtype(gp.bfloat16): 2}
+
+
+def rope_cos_sin(
+    positions: int | Any,
+    rotary_dim: int,
+    base: float = 10000.0,
+    dtype: Any = "float32",
+) -> tuple[GPUArray, GPUArray]:
+    """The ``(cos, sin)`` tables, each ``[P, rotary_dim // 2]``, for :func:`apply_rope`.
+
+    ``positions`` is ``max_positions`` (rows for positions ``0 .. P-1``) or a sequence/array of
+    positions (one row each, in that order; ``apply_rope`` then indexes rows by the position ids
+    it is given, so pass ``max_positions`` unless you index the rows yourself). Angles
+    ``pos * base ** (-2i / rotary_dim)`` are computed in float64 on the host and rounded once
+    to ``dtype`` (float32 by default; float16/bfloat16 tables save memory at a small cost in
+    precision).
+    """
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer)):
+        raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
+    if rotary_dim <= 0 or rotary_dim % 2:
+        raise ValueError(f"rotary_dim must be a positive even number, got {rotary_dim}")
+    if not np.isfinite(base) or base <= 0:
+        raise ValueError(f"base must be a positive number, got {base!r}")
+    dt = np.dtype(gp.dtypes.normalize(dtype))
+    if dt not in _TABLE_KIND:
+        raise TypeError(f"dtype must be float32, float16 or bfloat16; got {dt}")
+    if isinstance(positions, (int, np.integer)) and not isinstance(positions, bool):
+        if positions < 0:
+            raise ValueError(f"max_positions must be >= 0, got {positions}")
+        pos = np.arange(int(positions), dtype=np.float64)
+    else:
+        host = positions.to_numpy() if isinstance(positions, GPUArray) else np.asarray(positions)
+        if host.ndim != 1 or host.dtype.kind not in "iu":
+            raise ValueError(
+                f"positions must be an int (max_positions) or a 1-D integer array, got "
+                f"{host.dtype} of shape {host.shape}"
+            )
+        pos = host.astype(np.float64)
+    inv_freq = 1.0 / base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    angles = np.outer(pos, inv_freq)
+    return c.to_array(np.cos(angles), dt), c.to_array(np.sin(angles), dt)
+
+
+def _flat(a: GPUArray, name: str) -> tuple[int, int, int]:
+    """``(tokens, heads, head_dim)`` of a ``[tokens, heads, D]`` or ``[batch, seq, heads, D]``."""
+    if a.ndim == 3:
+        return a.shape[0], a.shape[1], a.shape[2]
+    if a.ndim == 4:
+        return a.shape[0] * a.shape[1], a.shape[2], a.shape[3]
+    raise ValueError(f"{name} must be [tokens, heads, head_dim] or [batch, seq, heads, head_dim]")
+
+
+def _rotate_reference(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rotary_dim: int, gptj: bool
+) -> np.ndarray:
+    """Rotate ``x`` ``[T, H, D]`` (float32) by per-token tables ``[T, rotary_dim/2]``."""
+    half = rotary_dim // 2
+    y = x.copy()
+    cs, sn = cos[:, None, :], sin[:, None, :]
+    if gptj:
+        x0, x1 = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+        y[..., 0:rotary_dim:2] = x0 * cs - x1 * sn
+        y[..., 1:rotary_dim:2] = x1 * cs + x0 * sn
+    else:
+        x0, x1 = x[..., :half], x[..., half:rotary_dim]
+        y[..., :half] = x0 * cs - x1 * sn
+        y[..., half:rotary_dim] = x1 * cs + x0 * sn
+    return y
+
+
+def apply_rope(
+    q: GPUArray,
+    k: GPUArray,
+    cos: GPUArray,
+    sin: GPUArray,
+    positions: GPUArray,
+    *,
+    layout: str = "neox",
+    rotary_dim: int | None = None,
+    inplace: bool = False,
+) -> tuple[GPUArray, GPUArray]:
+    """Rotate ``q`` and ``k`` by the angles of each token's position; returns ``(q, k)``.
+
+    ``q`` is ``[tokens, q_heads, head_dim]`` and ``k`` ``[tokens, kv_heads, head_dim]`` (or both
+    with a leading batch dimension, ``[batch, seq, heads, head_dim]``), float32, float16 or
+    bfloat16, C-contiguous. ``cos``/``sin`` are :func:`rope_cos_sin` tables
+    ``[max_positions, rotary_dim // 2]`` (float32 or q's dtype); ``positions`` holds one int32
+    or int64 position per token (``[tokens]``, or ``[batch, seq]``). ``layout`` is ``"neox"``
+    (pairs ``(i, i + rotary_dim/2)``) or ``"gptj"`` (pairs ``(2i, 2i+1)``). ``rotary_dim``
+    (default: twice the table width) rotates the first ``rotary_dim`` dimensions of each head
+    and passes the rest through. ``inplace=True`` writes into ``q`` and ``k`` and returns them;
+    otherwise new arrays. Math in float32, rounded once.
+
+    Positions outside ``[0, max_positions)`` raise ``ValueError`` on the CPU backend; on the GPU
+    (where checking would need a synchronisation) such a token is passed through unrotated.
+    """
+    if layout not in _LAYOUTS:
+        raise ValueError(f"layout must be 'neox' or 'gptj', got {layout!r}")
+    q = c.check_array(q, "q", dtypes=c.FLOAT_DTYPES, ndim=(3, 4))
+    k = c.check_array(k, "k", dtypes=c.FLOAT_DTYPES, ndim=(3, 4))
+    c.check_same_dtype(q, ("k", k))
+    cos = c.check_array(cos, "cos", dtypes=list(_TABLE_KIND), ndim=2)
+    sin = c.check_array(sin, "sin", dtypes=list(_TABLE_KIND), ndim=2)
+    if cos.dtype not in (np.dtype(np.float32), q.dtype):
+        raise TypeError(f"cos must be float32 or {q.dtype} like q; got {cos.dtype}")
+    c.check_same_dtype(cos, ("sin", sin))
+    c.check_shape(sin, "sin", cos.shape)
+    positions = c.check_array(positions, "positions", dtypes=_POSITION_DTYPES)
+    tokens, q_heads, head_dim = _flat(q, "q")
+    _, kv_heads, k_dim = _flat(k, "k")
+    if q.ndim != k.ndim or q.shape[:-2] != k.shape[:-2] or k_dim != head_dim:
+        raise ValueError(
+            f"k {k.shape} must match q {q.shape} in its leading dimensions and head_dim"
+        )
+    c.check_shape(positions, "positions", q.shape[:-2])
+    max_pos, half = cos.shape
+    rd = 2 * half if rotary_dim is None else int(rotary_dim)
+    if rd <= 0 or rd % 2 or rd > head_dim:
+        raise ValueError(f"rotary_dim must be even and in [2, head_dim={head_dim}], got {rd}")
+    if rd // 2 != half:
+        raise ValueError(
+            f"cos/sin have width {half} but rotary_dim is {rd}: the tables must be built "
+            f"for rotary_dim (rope_cos_sin(P, {rd}))"
+        )
+    gptj = layout == "gptj"
+    q_out = q if inplace else gp.empty(q.shape, q.dtype)
+    k_out = k if inplace else gp.empty(k.shape, k.dtype)
+
+    if c.on_cpu(q):
+        pos = c.host(positions).reshape(-1).astype(np.int64)
+        bad = (pos < 0) | (pos >= max_pos)
+        if bad.any():
+            raise ValueError(
+                f"positions must be in [0, {max_pos}) (the rows of cos/sin); got {int(pos[bad][0])}"
+            )
+        cs, sn = c.f32(cos)[pos], c.f32(sin)[pos]
+        for src, dst, h in ((q, q_out, q_heads), (k, k_out, kv_heads)):
+            x = c.f32(src).reshape(tokens, h, head_dim)
+            y = _rotate_reference(x, cs, sn, rd, gptj)
+            c.write_into(dst, y.reshape(src.shape))
+        return q_out, k_out
+
+    if tokens == 0:
+        return q_out, k_out
+    flags = (
+        (1 if positions.dtype == np.int64 else 0)
+        | (2 if gptj else 0)
+        | (0 if inplace else 4)
+        | (_TABLE_KIND[cos.dtype] << 4)
+    )
+    pairs = (q_heads + kv_heads) * half
+    block = min(256, max(32, -(-pairs // 32) * 32))
+    kernel = kl.kernel("rope", f"rope_{_rows.dtype_suffix(q.dtype)}")
+    _rows.launch(
+        kernel, tokens, block,
+        q, k, q_out, k_out, cos, sin, positions, max_pos, q_heads, kv_heads, head_dim, rd, flags,
+    )  # fmt: skip
+    return q_out, k_out
