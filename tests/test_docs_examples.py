@@ -18,6 +18,7 @@ GUIDES = (
     "memory.md",
     "scheduler.md",
     "elementwise.md",
+    "ops-layers.md",
     "ops-attention.md",
     "ops-linear-sampling.md",
 )

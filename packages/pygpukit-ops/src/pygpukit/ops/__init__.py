@@ -12,7 +12,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
 - :mod:`.sampling`: token sampling on the GPU.
 
-See docs/ops.md.
+Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 """
 
 from . import activations, attention, kv_cache, linear, normalization, rope, sampling
