@@ -32,7 +32,8 @@ struct DeviceState {
     int group_sms = 0;  // SMs per group: the granularity of partitions
     std::vector<CUdevResource> groups;
     std::vector<bool> group_free;
-    CUdevResource remainder{};  // SMs of no group (may be empty)
+    CUdevResource remainder{};       // SMs of no group (may be empty)
+    bool remainder_combines = true;  // false once the driver refused it next to the groups
     // Leaked on purpose: contexts and streams live as long as the process (see the header).
     std::vector<GreenContext::Entry*> entries;
 
@@ -40,7 +41,8 @@ struct DeviceState {
         return static_cast<int>(std::count(group_free.begin(), group_free.end(), true));
     }
     int unassigned_sms() const {
-        return free_groups() * group_sms + static_cast<int>(remainder.sm.smCount);
+        const int rest = remainder_combines ? static_cast<int>(remainder.sm.smCount) : 0;
+        return free_groups() * group_sms + rest;
     }
 };
 
@@ -237,7 +239,7 @@ std::shared_ptr<GreenContext> GreenContext::unassigned(int device) {
         if (st->group_free[i]) rest.push_back(st->groups[i]);
     }
     Entry* e = nullptr;
-    if (st->remainder.sm.smCount > 0) {
+    if (st->remainder.sm.smCount > 0 && st->remainder_combines) {
         // The remainder may not combine with the groups (a different co-scheduling alignment):
         // then the rest is the free groups alone.
         std::vector<CUdevResource> with_remainder = rest;
@@ -245,6 +247,7 @@ std::shared_ptr<GreenContext> GreenContext::unassigned(int device) {
         try {
             e = make_entry(*st, device, with_remainder);
         } catch (const CudaError&) {
+            st->remainder_combines = false;
             if (rest.empty()) throw;
         }
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -17,6 +18,20 @@ pytestmark = pytest.mark.gpu
 
 MIB = 1 << 20
 GIB = 1 << 30
+
+
+@pytest.fixture(autouse=True)
+def leave_the_device_as_found():
+    """Every test gives back what it allocated, cached blocks included.
+
+    Later tests and subprocesses (the demo, the benchmark) need the memory: a test
+    that filled the device must not leave the pool holding it.
+    """
+    try:
+        yield
+    finally:
+        gc.collect()
+        gp.memory.empty_cache()
 
 
 def device_scheduler(workers: int = 1) -> S.Scheduler:
@@ -125,7 +140,8 @@ def test_guaranteed_never_runs_out_while_best_effort_allocates_to_oom():
                     del work
         finally:
             stop.set()
-            thread.join()
+            thread.join()  # the hog's arrays die with its thread
+            gp.memory.empty_cache()
         assert all(getattr(e, "partition", None) == "gpu-best-effort" for e in seen)
 
 
@@ -178,3 +194,19 @@ def test_with_partition_charges_its_limit_on_the_gpu():
         assert info.value.partition == "gpu-small"
         assert small.usage()["memory_allocated"] >= 48 * MIB
         del kept
+
+
+def test_deleting_a_partition_gives_its_cached_memory_back():
+    gp.memory.empty_cache()
+    before = gp.memory.stats()["reserved_bytes"]
+    with device_scheduler() as sched:
+        batch = sched.create_partition("gpu-cached")
+        with batch:
+            blocks = [gp.empty((64 * MIB,), dtype="uint8") for _ in range(8)]
+            for b in blocks:
+                b.fill(1)
+        del blocks, b  # freed into the pool's cache, still held from the device
+        assert gp.memory.stats()["reserved_bytes"] >= before + 8 * 64 * MIB
+        sched.delete_partition(batch)
+        # Other live arrays may share a segment with the partition's blocks: one block of slack.
+        assert gp.memory.stats()["reserved_bytes"] <= before + 64 * MIB

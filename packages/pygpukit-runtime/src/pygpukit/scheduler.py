@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 import importlib
+import logging
 import threading
 import weakref
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from pygpukit.errors import AdmissionError, CudaError
 
 # The scheduler's decisions live in the Rust core; importing this module loads it.
 _rust: Any = importlib.import_module("pygpukit._rust")
+_log = logging.getLogger("pygpukit.scheduler")
 
 __all__ = [
     "AdmissionError",
@@ -214,6 +216,7 @@ def _resolve_compute(partition: Partition, device: int) -> _Compute:
     support = mod.green_context_support(device)
     reason = str(support["reason"])
     follow_rest = False
+    rest_missing = False  # no share and no SM held by anyone: the whole device, not a failure
     if support["supported"]:
         # A driver failure here costs the partition its SM confinement, not its work:
         # it falls back to a priority stream and says why.
@@ -228,10 +231,13 @@ def _resolve_compute(partition: Partition, device: int) -> _Compute:
                 if not reason:
                     return _Compute("green_context", stream, green.sm_count, green)
                 green.release()
+                _log.warning("partition %r on device %d: %s", partition.id, device, reason)
                 return _Compute("stream_priority", b.Stream(device, priority), None, None, reason)
             follow_rest = True
-            rest_sms = int(support["unassigned"])
             rest = mod.GreenContext.unassigned(device)
+            # Read after the context is made: making it can settle what counts as unassigned.
+            support = mod.green_context_support(device)
+            rest_sms = int(support["unassigned"])
             if rest is not None:
                 stream = rest.stream(priority)
                 reason = _probe(stream)
@@ -240,9 +246,18 @@ def _resolve_compute(partition: Partition, device: int) -> _Compute:
                         "green_context", stream, rest.sm_count, follow_rest=True, rest_sms=rest_sms
                     )
             else:
+                rest_missing = True
                 reason = "no SMs are held by green contexts: the whole device"
         except (RuntimeError, CudaError) as exc:
             reason = str(exc)
+    if reason and support["supported"] and not rest_missing:
+        # A device that could be partitioned but was not: worth a line in the log.
+        _log.warning(
+            "partition %r on device %d runs on a priority stream, not a green context: %s",
+            partition.id,
+            device,
+            reason,
+        )
     stream = b.Stream(device, priority)
     rest_sms = int(support["unassigned"]) if follow_rest else -1
     return _Compute("stream_priority", stream, None, None, reason, follow_rest, rest_sms)
@@ -408,11 +423,19 @@ class Partition:
         return "" if compute.mode == "green_context" else compute.reason
 
     def _release_compute(self) -> None:
+        from pygpukit import memory
+
         with self._lock:
+            devices = [d for d, c in self._compute.items() if c.mode != "simulated"]
             for compute in self._compute.values():
                 if compute.green is not None:
                     compute.green.release()
             self._compute.clear()
+        # The pool caches the blocks the partition freed; segments are shared by partitions,
+        # so the idle ones go back to the driver. A partition that filled the device must not
+        # leave it full for other processes (cuDevicePrimaryCtxRetain fails there otherwise).
+        for device in devices:
+            memory.empty_cache(device)
 
     def submit(
         self,
