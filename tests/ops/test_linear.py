@@ -10,7 +10,7 @@ import pytest
 
 import pygpukit as gp
 from pygpukit.ops import gemv, linear
-from pygpukit.ops.linear import ACTIVATIONS
+from pygpukit.ops.linear import ACTIVATIONS, GEMV_VARIANTS, gemv_variant
 
 LIMITS = {np.dtype(gp.float32): 1e-5, np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
 HALF = [gp.float16, gp.bfloat16]
@@ -158,3 +158,32 @@ def test_benchmark_suite_smoke() -> None:
     cfg = HarnessConfig(max_reps=2, min_reps=1, budget_s=0.05, warmup_s=0.0, target_rep_ms=0.1)
     results = [measure(case, lib, cfg) for case in suite.SUITE.cases(ctx)]
     assert [r.status for r in results] == ["ok"] * 3, [r.reason for r in results]
+
+
+def test_gemv_variant_knob(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYGPUKIT_GEMV_VARIANT", raising=False)
+    assert gemv_variant() == "r4u2"
+    for name in GEMV_VARIANTS:
+        monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", name)
+        assert gemv_variant() == name
+    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "r3u3")
+    with pytest.raises(ValueError, match="'r3u3' is not a GEMV variant"):
+        gemv_variant()
+
+
+def test_benchmark_rows_per_variant_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the GPU every variant gets a row and PyTorch is shared; a pinned variant runs alone."""
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.registry import SuiteContext
+    from pygpukit.ops.benchmarks import linear as suite
+
+    rng = np.random.default_rng()
+    ctx = SuiteContext("cuda", True, DataCache(rng), rng, sizes=[64])
+    monkeypatch.delenv("PYGPUKIT_GEMV_VARIANT", raising=False)
+    cases = list(suite.SUITE.cases(ctx))
+    assert len(cases) == 3 * len(GEMV_VARIANTS)
+    assert {c.params["kernel"] for c in cases} == set(GEMV_VARIANTS)
+    assert len({c.peer_key for c in cases}) == 3
+    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "r1u16")
+    cases = list(suite.SUITE.cases(ctx))
+    assert len(cases) == 3 and all("kernel" not in c.params for c in cases)

@@ -10,7 +10,7 @@ import pytest
 
 import pygpukit as gp
 from pygpukit.ops import gemv, linear
-from pygpukit.ops.linear import ACTIVATIONS
+from pygpukit.ops.linear import ACTIVATIONS, GEMV_VARIANTS
 
 pytestmark = pytest.mark.gpu
 
@@ -59,6 +59,40 @@ def test_gemv_matches_float64(
     y = gemv(gp.from_numpy(x), gp.from_numpy(w))
     assert y.shape == (m, n)
     assert rel_err(y.to_numpy(), ref(x, w, None, None)) < LIMITS[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("variant", [v for v in GEMV_VARIANTS if v != "r4u2"])
+@pytest.mark.parametrize("shape", [(37, 4104), (1025, 14336), (3, 8), (14336, 4096)])
+@pytest.mark.parametrize("m", range(1, 9))
+def test_gemv_variants_agree_bit_for_bit(
+    rand: Callable[..., np.ndarray],
+    monkeypatch: pytest.MonkeyPatch,
+    m: int,
+    shape: tuple[int, int],
+    variant: str,
+) -> None:
+    """Each lane sums the same chunks in the same order in every variant (kernels/gemv.cu)."""
+    n, k = shape
+    x, w, b = rand((m, k), gp.bfloat16), rand((n, k), gp.bfloat16), rand((n,), gp.bfloat16)
+    args = (gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b))
+    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "r4u2")
+    base = linear(*args, activation="silu").to_numpy()
+    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", variant)
+    got = linear(*args, activation="silu").to_numpy()
+    assert rel_err(got, ref(x, w, b, "silu")) < 1e-2
+    np.testing.assert_array_equal(got.view(np.uint16), base.view(np.uint16))
+    f16 = rand((m, k), gp.float16), rand((n, k), gp.float16)
+    y = gemv(gp.from_numpy(f16[0]), gp.from_numpy(f16[1]))
+    assert rel_err(y.to_numpy(), ref(f16[0], f16[1], None, None)) < 3e-3
+
+
+def test_gemv_unknown_variant_is_a_value_error(
+    rand: Callable[..., np.ndarray], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "fastest")
+    x, w = rand((1, 64), gp.bfloat16), rand((8, 64), gp.bfloat16)
+    with pytest.raises(ValueError, match="PYGPUKIT_GEMV_VARIANT='fastest'"):
+        gemv(gp.from_numpy(x), gp.from_numpy(w))
 
 
 @pytest.mark.parametrize("m", [1, 3, 8])

@@ -9,7 +9,10 @@ Weights use PyTorch's ``nn.Linear`` layout, ``weight`` [N, K] row-major, and
   load for all M rows and accumulates in fp32; bias and activation are applied
   in its epilogue (one rounding). The vector kernel needs K % 8 == 0 and 16-byte
   aligned ``x`` and ``weight``; otherwise a scalar kernel runs (same results, much
-  lower bandwidth).
+  lower bandwidth). ``PYGPUKIT_GEMV_VARIANT`` (a tuning knob, read at each launch)
+  picks the vector kernel's shape: ``r4u2`` (default: 4 output rows per warp, 2
+  16-byte loads per row in flight per lane), ``r2u8``, ``r1u16`` or ``r1u8``; see
+  ``kernels/gemv.cu``. All give the same results.
 - :func:`linear` with M > 8, or float32: ``gp.matmul(x, weight.T)`` (cuBLASLt or the
   runtime's own kernels; ``weight.T`` is a view, not a copy), then one in-place
   bias + activation kernel (``kernels/epilogue.cu``) when there is a bias or an
@@ -20,6 +23,7 @@ Weights use PyTorch's ``nn.Linear`` layout, ``weight`` [N, K] row-major, and
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -30,7 +34,7 @@ from pygpukit.array import GPUArray
 from . import _common as c
 from ._kernel_loader import kernel
 
-__all__ = ["ACTIVATIONS", "GEMV_MAX_ROWS", "gemv", "linear"]
+__all__ = ["ACTIVATIONS", "GEMV_MAX_ROWS", "GEMV_VARIANTS", "gemv", "gemv_variant", "linear"]
 
 #: Activation names accepted by :func:`linear`, and their codes in the kernels.
 ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
@@ -38,7 +42,15 @@ ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh"
 GEMV_MAX_ROWS = 8
 
 _WARPS = 4  # warps per block of the GEMV kernels (kernels/gemv.cu kWarps)
-_ROWS_PER_WARP = 4  # output rows per warp of the vector kernel (kRows)
+#: Vector kernel variants: name -> (entry point prefix, output rows per warp (kRows)).
+GEMV_VARIANTS: dict[str, tuple[str, int]] = {
+    "r4u2": ("gemv_", 4),
+    "r2u8": ("gemv_r2u8_", 2),
+    "r1u16": ("gemv_r1u16_", 1),
+    "r1u8": ("gemv_r1u8_", 1),
+}
+_DEFAULT_VARIANT = "r4u2"
+_VARIANT_ENV = "PYGPUKIT_GEMV_VARIANT"
 _SUFFIX = {np.dtype(gp.bfloat16): "bf16", np.dtype(gp.float16): "f16", np.dtype(gp.float32): "f32"}
 
 
@@ -97,6 +109,15 @@ def _activate(y: np.ndarray, activation: str | None) -> np.ndarray:
     return y
 
 
+def gemv_variant() -> str:
+    """The GEMV vector kernel variant in use: ``PYGPUKIT_GEMV_VARIANT``, else the default."""
+    name = os.environ.get(_VARIANT_ENV) or _DEFAULT_VARIANT
+    if name not in GEMV_VARIANTS:
+        known = ", ".join(GEMV_VARIANTS)
+        raise ValueError(f"{_VARIANT_ENV}={name!r} is not a GEMV variant; use one of {known}")
+    return name
+
+
 def _launch_gemv(
     x2: GPUArray, weight: GPUArray, bias: GPUArray | None, y2: GPUArray, act: int
 ) -> None:
@@ -107,9 +128,10 @@ def _launch_gemv(
     bias_arg: GPUArray | int = bias if bias is not None else 0
     vector = k % 8 == 0 and x2.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0
     if vector:
-        rows_per_block = _WARPS * _ROWS_PER_WARP
+        prefix, rows_per_warp = GEMV_VARIANTS[gemv_variant()]
+        rows_per_block = _WARPS * rows_per_warp
         grid = (n + rows_per_block - 1) // rows_per_block
-        kernel("gemv", f"gemv_{sfx}_m{m}")(
+        kernel("gemv", f"{prefix}{sfx}_m{m}")(
             x2, weight, bias_arg, y2, n, k, act, grid=grid, block=_WARPS * 32
         )
     else:

@@ -4,17 +4,21 @@ The decode-time shape of a 8B-class MLP projection: x [M, 4096] times
 W [14336, 4096] in bfloat16, M = 1, 4, 8. A GEMV reads W once, so it is bound by
 memory bandwidth: bytes moved are W + x + y, and the ceiling is the card's copy
 bandwidth. ``--sizes`` sets N (K stays 4096); ``--dtypes`` float16/bfloat16.
-Results are checked against a float64 product.
+Results are checked against a float64 product. On the GPU, with
+``PYGPUKIT_GEMV_VARIANT`` unset, PyGPUkit is timed once per vector kernel variant
+(``kernel=r4u2`` etc., see ``pygpukit.ops.linear.GEMV_VARIANTS``; PyTorch once per
+shape); with it set, only that variant runs.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from pygpukit.benchmark.case import Case, Skip, Timed
+from pygpukit.benchmark.case import Case, Skip, Timed, case_key
 from pygpukit.benchmark.checks import check_close
 from pygpukit.benchmark.data import storage_dtype
 from pygpukit.benchmark.peers import Library
@@ -23,6 +27,7 @@ from pygpukit.benchmark.registry import Suite, SuiteContext
 NAME = "ops_linear"
 SUPPORTED = ("float16", "bfloat16")
 ROWS = (1, 4, 8)
+VARIANT_ENV = "PYGPUKIT_GEMV_VARIANT"
 #: fp32 accumulation over K = 4096 products, rounded once to the storage dtype.
 ACCUMULATION_FACTOR = 1.0
 
@@ -39,9 +44,14 @@ def _product(lib: Library) -> Any:
     raise Skip(f"{lib.name} has no linear layer")
 
 
-def gemv_case(ctx: SuiteContext, m: int, n: int, k: int, dtype: str) -> Case:
-    """The product of x [m, k] and W[n, k].T in ``dtype``."""
+def gemv_case(
+    ctx: SuiteContext, m: int, n: int, k: int, dtype: str, kernel: str | None = None
+) -> Case:
+    """The product of x [m, k] and W[n, k].T in ``dtype``; ``kernel`` sets PyGPUkit's variant."""
     params: dict[str, int | float | str] = {"m": m, "n": n, "k": k, "dtype": dtype}
+    peer_key = case_key(NAME, "gemv", params)
+    if kernel is not None:
+        params["kernel"] = kernel
     if dtype not in SUPPORTED:
         return Case(NAME, "gemv", params, {}, skip=f"{dtype}: the GEMV kernel is fp16/bf16")
     item = storage_dtype(dtype).itemsize
@@ -49,6 +59,8 @@ def gemv_case(ctx: SuiteContext, m: int, n: int, k: int, dtype: str) -> Case:
 
     def setup(lib: Library, copies: int) -> Timed:
         product = _product(lib)
+        if kernel is not None and lib.name == "pygpukit":
+            os.environ[VARIANT_ENV] = kernel  # read at each launch; cases() restores it
         xs = [ctx.data.get((m, k), dtype, 2 * i) for i in range(copies)]
         ws = [ctx.data.get((n, k), dtype, 2 * i + 1) for i in range(copies)]
         sets = [(lib.upload(x, dtype), lib.upload(w, dtype)) for x, w in zip(xs, ws, strict=True)]
@@ -68,17 +80,36 @@ def gemv_case(ctx: SuiteContext, m: int, n: int, k: int, dtype: str) -> Case:
         bytes_moved=nbytes,
         working_set=nbytes,
         ceiling="copy_bw",
+        peer_key=peer_key,
     )
 
 
+def _kernels(ctx: SuiteContext) -> list[str | None]:
+    """Every variant on the GPU unless the environment pins one; None: whatever is set."""
+    if not ctx.on_gpu or os.environ.get(VARIANT_ENV):
+        return [None]
+    from pygpukit.ops.linear import GEMV_VARIANTS
+
+    return list(GEMV_VARIANTS)
+
+
 def cases(ctx: SuiteContext) -> Iterator[Case]:
-    """GEMV for M in 1, 4, 8 at the default (or ``--sizes``) N."""
+    """GEMV for M in 1, 4, 8 at the default (or ``--sizes``) N, per kernel variant on the GPU."""
     k = 4096 if ctx.on_gpu else 256
     sizes = ctx.pick_sizes(gpu=[14336], gpu_quick=[14336], cpu=[1024], cpu_quick=[256])
-    for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["bfloat16"]):
-        for n in sizes:
-            for m in ROWS:
-                yield gemv_case(ctx, m, n, k, dtype)
+    kernels = _kernels(ctx)
+    saved = os.environ.get(VARIANT_ENV)
+    try:
+        for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["bfloat16"]):
+            for n in sizes:
+                for m in ROWS:
+                    for kernel in kernels:
+                        yield gemv_case(ctx, m, n, k, dtype, kernel)
+    finally:
+        if saved is None:
+            os.environ.pop(VARIANT_ENV, None)
+        else:
+            os.environ[VARIANT_ENV] = saved
 
 
 SUITE = Suite(NAME, "GEMV (decode-time linear layers) vs torch.nn.functional.linear", cases)

@@ -1,24 +1,36 @@
 // GEMV / skinny GEMM for linear layers: y[M, N] = act(x[M, K] @ W[N, K]^T + bias), M <= 8.
 //
 // Memory-bandwidth bound: W (N*K elements) is streamed from DRAM exactly once, so the kernel is
-// built to keep many bytes in flight. Each warp owns ROWS consecutive output rows; every lane
-// issues ROWS * UNROLL independent 16-byte loads of W per iteration (ld.global.nc with
+// built to keep many bytes in flight. Each warp owns kRows consecutive output rows; every lane
+// issues kRows * kUnroll independent 16-byte loads of W per iteration (ld.global.nc with
 // L1::no_allocate, so the stream does not evict x from L1) before doing any math, and each x chunk
-// (read through the read-only cache, it is tiny and shared by all warps) is reused for the ROWS
+// (read through the read-only cache, it is tiny and shared by all warps) is reused for the kRows
 // rows, while each W chunk is reused for all M rows of x. Lanes cover a row in 512-byte coalesced
 // strips; partial sums (fp32) are combined with warp shuffles, and the epilogue adds the bias,
 // applies the activation and rounds once to the storage type.
 //
 // The vector kernels need K % 8 == 0 and 16-byte aligned x and W (rows then stay aligned); the
 // scalar kernels (gemv_scalar_*) handle everything else, at a fraction of the bandwidth.
+//
+// Variants (tuning, picked by PYGPUKIT_GEMV_VARIANT in linear.py). They agree bit for bit: every
+// lane sums its chunks lane, lane + 32, lane + 64, ... in that order and the shuffle tree is fixed.
+//   r4u2  (gemv_<dtype>_m<M>):       4 rows per warp, 2 chunks per row per lane: x reused 4 times.
+//   r2u8  (gemv_r2u8_<dtype>_m<M>):  2 rows per warp, 8 chunks per row: 4 KiB contiguous per row.
+//   r1u16 (gemv_r1u16_<dtype>_m<M>): one row per warp, 16 chunks: a K = 4096 bf16 row (8 KiB) is
+//         requested at once, a block reads 32 KiB contiguous, and 4x more blocks than r4u2 let
+//         the block scheduler balance SMs (no partial last wave of long-running warps). Declared
+//         with a minimum of 1 block per SM: without it ptxas for sm_100a/120a caps them at 128
+//         registers and M = 7 spills.
+//   r1u8  (gemv_r1u8_<dtype>_m<M>):  one row per warp, 8 chunks: r1u16's contiguity with half the
+//         bytes in flight per warp and fewer registers (more resident warps).
+// Rows per warp trade x traffic (re-read from L1 once per row: M/kRows x the W bytes) against
+// contiguous DRAM runs (a warp's row reads are 512 * kUnroll bytes long).
 #include "linear_epilogue.cuh"
 
 using namespace pygpukit_linear;
 
 namespace {
 
-constexpr int kRows = 4;    // output rows per warp
-constexpr int kUnroll = 2;  // 16-byte chunks per row in flight per lane
 // Warps per block. Small blocks spread evenly: N = 14336 gives 896 blocks, 6.8 per SM on 132
 // SMs (the busiest SM does 3% more than average; 8-warp blocks: 3.4 per SM, 18% more).
 constexpr int kWarps = 4;
@@ -60,7 +72,9 @@ __device__ __forceinline__ float dot8(const float (&xf)[8], const uint4& w, floa
     return acc;
 }
 
-template <typename T, int M>
+// kRows output rows per warp, kUnroll 16-byte chunks per row in flight per lane (kRows * kUnroll
+// loads before any math). The variants below differ only in these two numbers.
+template <typename T, int M, int kRows, int kUnroll>
 __device__ __forceinline__ void gemv_vec(const T* __restrict__ x, const T* __restrict__ w,
                                          const T* __restrict__ bias, T* __restrict__ y, int N,
                                          int K, int act) {
@@ -116,8 +130,9 @@ __device__ __forceinline__ void gemv_vec(const T* __restrict__ x, const T* __res
             for (int off = 16; off > 0; off >>= 1)
                 acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], off);
 
-    // Every lane holds every sum; lane m * kRows + r (< 32 as M <= 8) stores output (m, row0 + r).
-    // Selecting first and applying the epilogue once per lane keeps one copy of its code.
+    // Every lane holds every sum; lane m * kRows + r (< 32 as M <= 8, kRows <= 4) stores output (m,
+    // row0 + r). Selecting first and applying the epilogue once per lane keeps one copy of its
+    // code.
     float v = 0.0f;
 #pragma unroll
     for (int m = 0; m < M; ++m)
@@ -169,87 +184,327 @@ __device__ __forceinline__ void gemv_scalar(const T* __restrict__ x, const T* __
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                  __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 1>(x, w, bias, y, N, K, act);
+    gemv_vec<__nv_bfloat16, 1, 4, 2>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                  __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 2>(x, w, bias, y, N, K, act);
+    gemv_vec<__nv_bfloat16, 2, 4, 2>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_m3(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                  __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 3>(x, w, bias, y, N, K, act);
+    gemv_vec<__nv_bfloat16, 3, 4, 2>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                  __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 4>(x, w, bias, y, N, K, act);
+    gemv_vec<__nv_bfloat16, 4, 4, 2>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_m5(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                  __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 5>(x, w, bias, y, N, K, act);
+    gemv_vec<__nv_bfloat16, 5, 4, 2>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_m6(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                  __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 6>(x, w, bias, y, N, K, act);
+    gemv_vec<__nv_bfloat16, 6, 4, 2>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_m7(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                  __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 7>(x, w, bias, y, N, K, act);
+    gemv_vec<__nv_bfloat16, 7, 4, 2>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                  __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 8>(x, w, bias, y, N, K, act);
+    gemv_vec<__nv_bfloat16, 8, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 1, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 2, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 3, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 4, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 5, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 6, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 7, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                int act) {
+    gemv_vec<__half, 8, 4, 2>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 1, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 2, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_bf16_m3(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 3, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 4, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_bf16_m5(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 5, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_bf16_m6(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 6, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_bf16_m7(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 7, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 8, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 1, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 2, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 3, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 4, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 5, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 6, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 7, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r2u8_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 8, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                       __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 1, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                       __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 2, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_bf16_m3(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                       __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 3, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                       __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 4, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_bf16_m5(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                       __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 5, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_bf16_m6(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                       __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 6, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_bf16_m7(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                       __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 7, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                       __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 8, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                      int act) {
+    gemv_vec<__half, 1, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                      int act) {
+    gemv_vec<__half, 2, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                      int act) {
+    gemv_vec<__half, 3, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                      int act) {
+    gemv_vec<__half, 4, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                      int act) {
+    gemv_vec<__half, 5, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                      int act) {
+    gemv_vec<__half, 6, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                      int act) {
+    gemv_vec<__half, 7, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32, 1)
+    gemv_r1u16_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                      int act) {
+    gemv_vec<__half, 8, 1, 16>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 1, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 2, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_bf16_m3(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 3, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 4, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_bf16_m5(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 5, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_bf16_m6(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 6, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_bf16_m7(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 7, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                      __nv_bfloat16* y, int N, int K, int act) {
+    gemv_vec<__nv_bfloat16, 8, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 1, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 2, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 3, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 4, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 5, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 6, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 7, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_r1u8_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                     int act) {
+    gemv_vec<__half, 8, 1, 8>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_scalar_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                      __nv_bfloat16* y, int M, int N, int K, int act) {
     gemv_scalar<__nv_bfloat16>(x, w, bias, y, M, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 1>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 3>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 4>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 5>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 6>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 7>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 8>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_scalar_f16(const __half* x, const __half* w, const __half* bias, __half* y, int M, int N,
