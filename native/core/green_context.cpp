@@ -186,15 +186,19 @@ std::shared_ptr<GreenContext> GreenContext::acquire(int device, int sm_count) {
     DeviceState* st = state_of(device, &why);
     if (st == nullptr) throw std::runtime_error("no green contexts: " + why);
     // Round down to whole groups (never more than the partition reserved, so the shares the Rust
-    // core admitted always fit together), at least one group, at most the free ones.
-    const int free_groups = st->free_groups();
-    const int want_groups = std::min(std::max(1, sm_count / st->group_sms), free_groups);
-    const int want = want_groups * st->group_sms;
+    // core admitted always fit together), at least one group. The best fit is a released context
+    // of that size; else new groups (at most the free ones); else the largest released context
+    // that is not larger.
+    const int desired = std::max(1, sm_count / st->group_sms) * st->group_sms;
+    Entry* reuse = nullptr;
     for (Entry* e : st->entries) {
-        if (!e->in_use && !e->whole_rest && e->sm_count == std::max(want, st->group_sms)) {
-            e->in_use = true;
-            return std::make_shared<GreenContext>(device, e->sm_count, e);
-        }
+        if (e->in_use || e->whole_rest || e->sm_count > desired) continue;
+        if (reuse == nullptr || e->sm_count > reuse->sm_count) reuse = e;
+    }
+    const int want_groups = std::min(desired / st->group_sms, st->free_groups());
+    if (reuse != nullptr && reuse->sm_count >= want_groups * st->group_sms) {
+        reuse->in_use = true;
+        return std::make_shared<GreenContext>(device, reuse->sm_count, reuse);
     }
     if (want_groups < 1) {
         throw std::runtime_error("no green context of " + std::to_string(sm_count) + " SMs: only " +
