@@ -319,3 +319,33 @@ def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas):
     splits, chunk = attention._decode_split(batch, ctas, capacity)
     assert 1 <= splits <= 64 and chunk % 64 == 0
     assert (splits - 1) * chunk < capacity <= splits * chunk
+
+
+@pytest.mark.parametrize(
+    ("env", "arch", "expect"),
+    [(None, "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
+     ("auto", "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
+     ("", "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
+     ("mma", "sm_90a", ["mma"] * 4),
+     ("wgmma_pipe", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
+     (None, "sm_80", ["mma"] * 4),
+     ("wgmma", "sm_100a", ["mma"] * 4)],
+)  # fmt: skip
+def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
+    """wgmma is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
+    from pygpukit.ops import attention
+
+    monkeypatch.setattr(attention, "_arch", lambda device: arch)
+    if env is None:
+        monkeypatch.delenv(attention.KERNEL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(attention.KERNEL_ENV, env)
+    assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == expect
+
+
+def test_prefill_kernel_env_typo(monkeypatch):
+    from pygpukit.ops import attention
+
+    monkeypatch.setenv(attention.KERNEL_ENV, "wgma")
+    with pytest.raises(ValueError, match="PYGPUKIT_ATTENTION_KERNEL must be one of"):
+        attention._prefill_kernel(128)

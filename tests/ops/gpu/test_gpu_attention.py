@@ -71,10 +71,18 @@ def run(q, k, v, **kw) -> np.ndarray:
     return out.to_numpy()
 
 
+@pytest.fixture(params=["auto", "mma"])
+def prefill_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a prefill test with the default kernel (wgmma on SM 9.0 for head dims 64 and 128)
+    and with the mma.sync kernel forced, so both stay covered on Hopper."""
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("d", [64, 80, 96, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
-def test_head_dims(rand, dtype, d, causal):
+def test_head_dims(rand, prefill_kernel, dtype, d, causal):
     q, k, v = qkv(rand, 2, 4, 2, 129, 129, d, dtype)
     got = run(q, k, v, is_causal=causal)
     assert rel(got, ref_sdpa(q, k, v, causal=causal)) < LIMIT[np.dtype(dtype)]
@@ -95,7 +103,7 @@ def test_head_dims(rand, dtype, d, causal):
     ],
 )
 @pytest.mark.parametrize("causal", [False, True])
-def test_lengths_gqa_causal(rand, dtype, hq, hkv, sq, sk, causal):
+def test_lengths_gqa_causal(rand, prefill_kernel, dtype, hq, hkv, sq, sk, causal):
     q, k, v = qkv(rand, 1, hq, hkv, sq, sk, 128, dtype)
     got = run(q, k, v, is_causal=causal)
     assert np.all(np.isfinite(got.astype(np.float32)))
@@ -109,7 +117,7 @@ def test_lengths_gqa_causal(rand, dtype, hq, hkv, sq, sk, causal):
 @pytest.mark.parametrize("mask_dtype", ["float32", "input"])
 @pytest.mark.parametrize("shape", [(129, 200), (2, 1, 129, 200), (1, 4, 1, 200), (200,)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_masks(rand, dtype, mask_dtype, shape, causal):
+def test_masks(rand, prefill_kernel, dtype, mask_dtype, shape, causal):
     q, k, v = qkv(rand, 2, 4, 2, 129, 200, 64, dtype)
     mask = rand(shape).astype(np.float32 if mask_dtype == "float32" else dtype)
     got = run(q, k, v, attn_mask=mask, is_causal=causal)
@@ -146,7 +154,7 @@ def _torch():
 @pytest.mark.parametrize("d", [64, 80, 96, 128, 256])
 @pytest.mark.parametrize(("sq", "sk"), [(1000, 1000), (17, 300)])
 @pytest.mark.parametrize("causal", [False, True])
-def test_vs_torch(rand, dtype, d, sq, sk, causal):
+def test_vs_torch(rand, prefill_kernel, dtype, d, sq, sk, causal):
     torch = _torch()
     q, k, v = qkv(rand, 2, 8, 2, sq, sk, d, dtype)
     got = run(q, k, v, is_causal=causal)
@@ -322,7 +330,10 @@ def test_write_then_decode(rand, decode_kernel):
     assert rel(got, ref_decode(q, keys, vals)) < 1e-2
 
 
-# --- Hopper wgmma prefill (head dims 64, 128), selected through PYGPUKIT_ATTENTION_KERNEL ---
+# --- Hopper wgmma prefill (head dims 64, 128): the default on SM 9.0; each variant forced ---
+# through PYGPUKIT_ATTENTION_KERNEL (wgmma: staggered warpgroups; wgmma_pipe: each warpgroup
+# overlaps its softmax with its own P V).
+WGMMA_VARIANTS = ["wgmma", "wgmma_pipe"]
 
 
 def _hopper() -> None:
@@ -340,9 +351,10 @@ def _hopper() -> None:
      (4, 2, 300, 17), (2, 2, 128, 128), (2, 2, 256, 255), (2, 1, 2048, 2048)],
 )  # fmt: skip
 @pytest.mark.parametrize("causal", [False, True])
-def test_wgmma_prefill(rand, monkeypatch, dtype, d, hq, hkv, sq, sk, causal):
+@pytest.mark.parametrize("variant", WGMMA_VARIANTS)
+def test_wgmma_prefill(rand, monkeypatch, variant, dtype, d, hq, hkv, sq, sk, causal):
     _hopper()
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "wgmma")
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
     q, k, v = qkv(rand, 2, hq, hkv, sq, sk, d, dtype)
     got = run(q, k, v, is_causal=causal)
     assert np.all(np.isfinite(got.astype(np.float32)))
@@ -351,9 +363,10 @@ def test_wgmma_prefill(rand, monkeypatch, dtype, d, hq, hkv, sq, sk, causal):
 
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("shape", [(129, 200), (2, 1, 129, 200), (1, 4, 1, 200)])
-def test_wgmma_prefill_masks(rand, monkeypatch, dtype, shape):
+@pytest.mark.parametrize("variant", WGMMA_VARIANTS)
+def test_wgmma_prefill_masks(rand, monkeypatch, variant, dtype, shape):
     _hopper()
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "wgmma")
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
     q, k, v = qkv(rand, 2, 4, 2, 129, 200, 128, dtype)
     mask = rand(shape).astype(np.float32)
     got = run(q, k, v, attn_mask=mask, is_causal=True)
@@ -361,12 +374,26 @@ def test_wgmma_prefill_masks(rand, monkeypatch, dtype, shape):
 
 
 @pytest.mark.parametrize("d", [64, 128])
-def test_wgmma_matches_mma(rand, monkeypatch, d):
+@pytest.mark.parametrize("variant", WGMMA_VARIANTS)
+def test_wgmma_matches_mma(rand, monkeypatch, variant, d):
     """Both kernels on a long causal problem (4 K tokens): same result within bf16 rounding."""
     _hopper()
     q, k, v = qkv(rand, 1, 4, 4, 4096, 4096, d, gp.bfloat16)
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "mma")
     a = run(q, k, v, is_causal=True)
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "wgmma")
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
     b = run(q, k, v, is_causal=True)
     assert rel(b, a) < 1e-2
+
+
+def test_wgmma_is_the_hopper_default(monkeypatch):
+    """Unset or auto: wgmma for head dims 64 and 128 on SM 9.0, mma for the others."""
+    _hopper()
+    from pygpukit.ops import attention
+
+    monkeypatch.delenv("PYGPUKIT_ATTENTION_KERNEL", raising=False)
+    assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == [
+        "wgmma", "mma", "wgmma", "mma",
+    ]  # fmt: skip
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "mma")
+    assert attention._prefill_kernel(128) == "mma"

@@ -52,10 +52,13 @@ _CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block a
 
 _dynamic_smem_set: set[tuple[int, int]] = set()
 
-#: Picks the prefill kernel: ``mma`` (mma.sync, every SM 80+ GPU) or ``wgmma`` (Hopper, head
-#: dims 64 and 128; other cases fall back to ``mma``). Unset: ``mma``, until the wgmma kernel
-#: has been validated on a GPU and becomes the Hopper default.
+#: Picks the prefill kernel. Unset or ``auto``: the Hopper ``wgmma`` kernel on SM 9.0 for the
+#: head dims it has (64 and 128), else ``mma`` (mma.sync, every SM 80+ GPU). ``mma`` forces the
+#: mma.sync kernel everywhere; ``wgmma`` (and its variants) apply where ``auto`` would pick
+#: wgmma and fall back to ``mma`` elsewhere. ``wgmma_pipe``: the variant that overlaps each
+#: warpgroup's softmax with its own next Q K^T instead of staggering the two warpgroups.
 KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
+_KERNEL_CHOICES = ("auto", "mma", "wgmma", "wgmma_pipe")
 _WGMMA_HEAD_DIMS = (64, 128)
 
 
@@ -64,11 +67,16 @@ def _arch(device: int) -> str:
     return str(_select.backend().arch(device))
 
 
-def _use_wgmma(d: int) -> bool:
-    choice = os.environ.get(KERNEL_ENV, "mma")
-    if choice not in ("mma", "wgmma"):
-        raise ValueError(f"{KERNEL_ENV} must be 'mma' or 'wgmma', got {choice!r}")
-    return choice == "wgmma" and d in _WGMMA_HEAD_DIMS and _arch(gp.get_device()) == "sm_90a"
+def _prefill_kernel(d: int) -> str:
+    """The prefill kernel for head dim ``d`` on the current device: ``mma`` or a wgmma kernel."""
+    choice = os.environ.get(KERNEL_ENV, "") or "auto"
+    if choice not in _KERNEL_CHOICES:
+        raise ValueError(
+            f"{KERNEL_ENV} must be one of {', '.join(_KERNEL_CHOICES)} (or unset), got {choice!r}"
+        )
+    if choice == "mma" or d not in _WGMMA_HEAD_DIMS or _arch(gp.get_device()) != "sm_90a":
+        return "mma"
+    return "wgmma" if choice == "auto" else choice
 
 
 def _suffix(dtype: np.dtype) -> str:
@@ -221,8 +229,10 @@ def scaled_dot_product_attention(
     if b > 65535 or hq > 65535:
         raise ValueError(f"at most 65535 batches and query heads per call, got {b} and {hq}")
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
-    if _use_wgmma(d):
-        name, rows, threads = f"attn_prefill_wgmma_d{d}_{_suffix(q.dtype)}", 128, 256
+    kind = _prefill_kernel(d)
+    if kind != "mma":
+        variant = "_pipe" if kind == "wgmma_pipe" else ""
+        name, rows, threads = f"attn_prefill_wgmma{variant}_d{d}_{_suffix(q.dtype)}", 128, 256
         smem = 7 * (d // 64) * 128 * 128 + 1024  # Q + 3 stages of K and V, 1 KiB alignment
     else:
         # attention_prefill.cu Config<D>: rows per CTA, keys per tile, padded shared rows.

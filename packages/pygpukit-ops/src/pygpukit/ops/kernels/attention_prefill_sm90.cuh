@@ -10,6 +10,9 @@
 //     as with mma.sync) and V read MN-major (transposed), its 64-column blocks LBO apart.
 //   K/V tiles in 3 stages: tile j + 1 streams in (cp.async) while tile j is used and warpgroup
 //   1 still reads tile j - 1's V (the two warpgroups are staggered, see the loop).
+// Two schedules share these pieces: attn_prefill_wgmma staggers the two warpgroups (one's
+// softmax overlaps the other's wgmma); attn_prefill_wgmma_pipe (entry points
+// attn_prefill_wgmma_pipe_*) overlaps each warpgroup's softmax of S_j with its own P_{j-1} V_{j-1}.
 // Shared memory: Q + 3 stages x (K + V), D / 64 x 16 KiB each, 1 KiB aligned (swizzle atoms):
 // 224 KiB for D = 128, 112 KiB for D = 64.
 #pragma once
@@ -82,6 +85,139 @@ __device__ __forceinline__ void mma_pv(float (&d)[32], const unsigned (&a)[4],
 __device__ __forceinline__ void mma_pv(float (&d)[32], const unsigned (&a)[4],
                                        unsigned long long db, __half) {
     PGK_WGMMA_RS64_F16(d, a, db);
+}
+
+// Pins registers at this point of the instruction stream (no code): the compiler may then not
+// move their definitions or uses across an asynchronous wgmma that reads or writes them.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(unsigned (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+        asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
+}
+
+// Scales S (log2 domain), adds the mask and sets keys past the end or above the causal
+// diagonal to -inf; only tiles that touch an edge (or any masked call) pay for the checks.
+template <typename T>
+__device__ __forceinline__ void scale_mask(float (&s)[64], bool edge, float scale2,
+                                           const void* mask, int mask_kind, long long mbase,
+                                           long long msq, long long msk, int row0, int n0, int t,
+                                           int sq, int sk, int causal, int diag) {
+#pragma unroll
+    for (int nt = 0; nt < kBN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float x = s[4 * nt + e] * scale2;
+            if (edge) {
+                const int row = row0 + (e >> 1) * 8;
+                const int col = n0 + nt * 8 + 2 * t + (e & 1);
+                if (mask_kind && row < sq && col < sk) {
+                    const long long idx = mbase + row * msq + col * msk;
+                    const float mv = mask_kind == 1 ? static_cast<const float*>(mask)[idx]
+                                                    : to_float(static_cast<const T*>(mask)[idx]);
+                    x += mv * kLog2e;
+                }
+                if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;
+            }
+            s[4 * nt + e] = x;
+        }
+    }
+}
+
+// Online softmax of one 128-key tile: new row maxima, P = exp2(S - max) in place, running sums,
+// and alpha = exp2(old max - new max), by which the accumulator must be rescaled.
+__device__ __forceinline__ void softmax_rows(float (&s)[64], float (&row_max)[2],
+                                             float (&row_sum)[2], float (&alpha)[2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float mx = row_max[r];
+#pragma unroll
+        for (int nt = 0; nt < kBN / 8; ++nt)
+            mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float ref = mx == PGK_NEG_INF ? 0.f : mx;  // no visible key yet: no NaN
+        alpha[r] = fast_exp2(row_max[r] - ref);
+        row_max[r] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kBN / 8; ++nt) {
+            s[4 * nt + 2 * r] = fast_exp2(s[4 * nt + 2 * r] - ref);
+            s[4 * nt + 2 * r + 1] = fast_exp2(s[4 * nt + 2 * r + 1] - ref);
+            sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
+        }
+        row_sum[r] = row_sum[r] * alpha[r] + sum;
+    }
+}
+
+template <int kAcc>
+__device__ __forceinline__ void rescale(float (&acc)[kAcc], const float (&alpha)[2]) {
+#pragma unroll
+    for (int dt = 0; dt < kAcc / 4; ++dt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            acc[4 * dt + 2 * r] *= alpha[r];
+            acc[4 * dt + 2 * r + 1] *= alpha[r];
+        }
+    }
+}
+
+// P as A fragments (the S accumulator layout is the A-fragment layout).
+template <typename T>
+__device__ __forceinline__ void pack_p(unsigned (&pa)[kBN / 16][4], const float (&s)[64]) {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+        pa[kk][0] = Half2<T>::pack(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = Half2<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = Half2<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = Half2<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
+// O / row sum into rows r0 and r0 + 8 of the CTA's output tile.
+template <typename T, int kD>
+__device__ __forceinline__ void store_out(T* op, const float (&acc)[kD / 2],
+                                          const float (&row_sum)[2], int r0, int t, int rows_here) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = row_sum[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = r0 + r * 8;
+        if (row < rows_here) {
+            unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * kD + 2 * t);
+#pragma unroll
+            for (int dt = 0; dt < kD / 8; ++dt)
+                dst[dt * 4] =
+                    Half2<T>::pack(acc[4 * dt + 2 * r] * inv, acc[4 * dt + 2 * r + 1] * inv);
+        }
+    }
+}
+
+// S = Q K^T for one warpgroup's 64 rows (accumulating into s; zero it first).
+template <typename T, int kD>
+__device__ __forceinline__ void issue_qk(float (&s)[64], unsigned sQ, unsigned sK, int wg) {
+#pragma unroll
+    for (int ks = 0; ks < kD / 16; ++ks) {
+        const unsigned blk = (ks >> 2) * kBlockBytes, kofs = (ks & 3) * 32;
+        mma_qk<T>(s, desc(sQ + blk + wg * 64 * 128 + kofs, 16, 1024),
+                  desc(sK + blk + kofs, 16, 1024));
+    }
+}
+
+// O += P V over one 128-key tile.
+template <typename T, int kAcc>
+__device__ __forceinline__ void issue_pv(float (&acc)[kAcc], const unsigned (&pa)[kBN / 16][4],
+                                         unsigned sV) {
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk)
+        mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
 }
 
 template <typename T, int kD>
@@ -172,61 +308,14 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 
         const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
-#pragma unroll
-        for (int nt = 0; nt < kBN / 8; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = s[4 * nt + e] * scale2;
-                if (edge) {
-                    const int row = m0 + r0 + (e >> 1) * 8;
-                    const int col = n0 + nt * 8 + 2 * t + (e & 1);
-                    if (mask_kind && row < sq && col < sk) {
-                        const long long idx = b * msb + h * msh + row * msq + col * msk;
-                        const float mv = mask_kind == 1
-                                             ? static_cast<const float*>(mask)[idx]
-                                             : to_float(static_cast<const T*>(mask)[idx]);
-                        x += mv * kLog2e;
-                    }
-                    if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;
-                }
-                s[4 * nt + e] = x;
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float mx = row_max[r];
-#pragma unroll
-            for (int nt = 0; nt < kBN / 8; ++nt)
-                mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-            const float ref = mx == PGK_NEG_INF ? 0.f : mx;  // no visible key yet: no NaN
-            const float alpha = fast_exp2(row_max[r] - ref);
-            row_max[r] = mx;
-            float sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < kBN / 8; ++nt) {
-                s[4 * nt + 2 * r] = fast_exp2(s[4 * nt + 2 * r] - ref);
-                s[4 * nt + 2 * r + 1] = fast_exp2(s[4 * nt + 2 * r + 1] - ref);
-                sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
-            }
-            row_sum[r] = row_sum[r] * alpha + sum;
-#pragma unroll
-            for (int dt = 0; dt < kD / 8; ++dt) {
-                acc[4 * dt + 2 * r] *= alpha;
-                acc[4 * dt + 2 * r + 1] *= alpha;
-            }
-        }
-
+        scale_mask<T>(s, edge, scale2, mask, mask_kind, b * msb + h * msh, msq, msk, m0 + r0, n0, t,
+                      sq, sk, causal, diag);
+        float alpha[2];
+        softmax_rows(s, row_max, row_sum, alpha);
+        rescale(acc, alpha);
         // P as A fragments, all written before the fence: wgmma may only read registers that
         // were written before the wgmma.fence that precedes it.
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk) {
-            pa[kk][0] = Half2<T>::pack(s[8 * kk + 0], s[8 * kk + 1]);
-            pa[kk][1] = Half2<T>::pack(s[8 * kk + 2], s[8 * kk + 3]);
-            pa[kk][2] = Half2<T>::pack(s[8 * kk + 4], s[8 * kk + 5]);
-            pa[kk][3] = Half2<T>::pack(s[8 * kk + 6], s[8 * kk + 7]);
-        }
+        pack_p<T>(pa, s);
         if (wg == 0) {
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
@@ -246,22 +335,127 @@ __device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, cons
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
+    store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
+}
 
+// The "pipe" variant (PYGPUKIT_ATTENTION_KERNEL=wgmma_pipe): both warpgroups run the same
+// order, and each overlaps its own softmax with its own tensor-core work. Iteration j issues
+// S_j = Q K_j^T, rescales O for tile j - 1 and issues O += P_{j-1} V_{j-1}, waits for S_j only
+// (wait_group 1) and runs the softmax of S_j while P_{j-1} V_{j-1} is in flight; then it waits
+// for everything, so no register is in flight across the loop's back edge (ptxas serializes
+// wgmma when loop-carried accumulators are copied while in flight).
+// K/V in 3 stages: while S_j reads tile j and P_{j-1} V_{j-1} reads tile j - 1, tile j + 1
+// streams into the stage tile j - 2 left, whose last reader (P_{j-2} V_{j-2}) every warp waited
+// for before the barrier that precedes the refill.
+template <typename T, int kD>
+__device__ __forceinline__ void attn_prefill_wgmma_pipe(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
+    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal) {
+    constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
+    constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
+    constexpr int kStages = 3;
+    extern __shared__ unsigned char smem_raw[];
+    const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const unsigned sQ = base;
+
+    const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform, see above
+    const int g = lane >> 2, t = lane & 3;
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // longest causal rows first
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (hq / hkv);
+    const int diag = sk - sq;
+
+    const T* qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+    const T* kp = k + ((size_t)b * hkv + hk) * sk * kD;
+    const T* vp = v + ((size_t)b * hkv + hk) * sk * kD;
+    T* op = o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+    const int rows_here = min(kBM, sq - m0);
+    const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
+    const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    const int r0 = wg * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
+
+    float acc[kD / 2];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        float l = row_sum[r];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const int row = r0 + r * 8;
-        if (row < rows_here) {
-            unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * kD + 2 * t);
-#pragma unroll
-            for (int dt = 0; dt < kD / 8; ++dt)
-                dst[dt * 4] =
-                    Half2<T>::pack(acc[4 * dt + 2 * r] * inv, acc[4 * dt + 2 * r + 1] * inv);
-        }
+    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
+    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f}, alpha[2];
+    const float scale2 = scale * kLog2e;
+    const long long mbase = b * msb + h * msh;
+    unsigned pa[kBN / 16][4];  // P_{j-1} as A fragments
+    auto stage = [&](int j) { return base + kQBytes + (j % kStages) * kStageBytes; };
+    auto load_kv = [&](int j) {
+        const int n0 = j * kBN, rows = min(kBN, sk - n0);
+        load_tile<T, kD>(stage(j), kp + (size_t)n0 * kD, rows);
+        load_tile<T, kD>(stage(j) + kTileBytes, vp + (size_t)n0 * kD, rows);
+    };
+    auto softmax_tile = [&](float (&s)[64], int j) {
+        const int n0 = j * kBN;
+        const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
+        scale_mask<T>(s, edge, scale2, mask, mask_kind, mbase, msq, msk, m0 + r0, n0, t, sq, sk,
+                      causal, diag);
+        softmax_rows(s, row_max, row_sum, alpha);
+    };
+    // Waits for tile j (the only cp.async group in flight) and refills the stage of tile j - 2.
+    auto next_tile = [&](int j) {
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (j + 1 < n_tiles) load_kv(j + 1);
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    if (n_tiles == 0) {
+        store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
+        return;
     }
+    load_tile<T, kD>(sQ, qp, rows_here);
+    load_kv(0);
+    asm volatile("cp.async.commit_group;\n" ::);
+
+    {  // tile 0: S_0 and its softmax, nothing to overlap with yet
+        next_tile(0);
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        issue_qk<T, kD>(s, sQ, stage(0), wg);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        softmax_tile(s, 0);
+        pack_p<T>(pa, s);
+    }
+    for (int j = 1; j < n_tiles; ++j) {
+        next_tile(j);
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        rescale(acc, alpha);  // for tile j - 1, before its P V is issued
+        // Every register the wgmma below use is written before the fence (not sunk past it).
+        fence_regs(s);
+        fence_regs(acc);
+        fence_regs(pa);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        issue_qk<T, kD>(s, sQ, stage(j), wg);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        issue_pv<T>(acc, pa, stage(j - 1) + kTileBytes);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j
+        fence_regs(s);
+        softmax_tile(s, j);  // overlaps P_{j-1} V_{j-1}
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        fence_regs(acc);
+        pack_p<T>(pa, s);  // pa was read by P_{j-1} V_{j-1}: only after the wait
+    }
+    rescale(acc, alpha);
+    fence_regs(acc);
+    fence_regs(pa);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    issue_pv<T>(acc, pa, stage(n_tiles - 1) + kTileBytes);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
 }
 
 }  // namespace pgk_attn_sm90
