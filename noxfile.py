@@ -91,7 +91,11 @@ def lint(session: nox.Session) -> None:
         for p in sorted((ROOT / "native").rglob("*"))
         if p.suffix in {".cpp", ".hpp", ".h", ".cu", ".cuh"}
     ]
-    native += [str(p) for p in sorted((ROOT / "packages").rglob("kernels/*.cu"))]
+    native += [
+        str(p)
+        for p in sorted((ROOT / "packages").rglob("kernels/*"))
+        if p.suffix in {".cu", ".cuh"}
+    ]
     session.run("clang-format", "--dry-run", "--Werror", *native)
 
 
