@@ -266,3 +266,59 @@ def test_dropping_a_scheduler_ends_its_enforcement():
     assert numeric not in S.pacing_stats()["partitions"]
     with pytest.raises(RuntimeError, match="garbage-collected"):
         batch.usage()
+
+
+class _FakeCudaBackend:
+    """Just enough of the CUDA backend for placement: priorities and streams."""
+
+    name = "cuda"
+
+    def priority_range(self, device: int) -> tuple[int, int]:
+        return 0, -5
+
+    def Stream(self, device: int, priority: int) -> tuple[str, int]:
+        return ("priority-stream", priority)
+
+
+class _SplitFails:
+    """A native module whose driver refuses every SM split (the H200's first run)."""
+
+    def green_context_support(self, device: int) -> dict[str, Any]:
+        return {
+            "supported": True,
+            "reason": "",
+            "sm_count": 132,
+            "granularity": 8,
+            "unassigned": 132,
+        }
+
+    class GreenContext:
+        @staticmethod
+        def acquire(device: int, sm_count: int) -> Any:
+            from pygpukit.errors import CudaError
+
+            raise CudaError(
+                915,
+                "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION",
+                "cuDevSmResourceSplitByCount: insufficient",
+            )
+
+        @staticmethod
+        def unassigned(device: int) -> Any:
+            return None
+
+
+def test_a_driver_failure_placing_a_partition_falls_back_and_is_logged(sched, monkeypatch, caplog):
+    from pygpukit.backend import select
+
+    online = guaranteed(sched)
+    monkeypatch.setattr(select, "backend", lambda: _FakeCudaBackend())
+    monkeypatch.setattr(select, "native", lambda: _SplitFails())
+    with caplog.at_level("WARNING", logger="pygpukit.scheduler"):
+        placed = S._resolve_compute(online, 0)
+    assert placed.mode == "stream_priority"
+    assert placed.stream == ("priority-stream", -5)  # Guaranteed: the highest priority
+    assert "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION" in placed.reason
+    assert any(
+        "priority stream" in r.getMessage() and "online" in r.getMessage() for r in caplog.records
+    )

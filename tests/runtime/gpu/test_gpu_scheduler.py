@@ -137,7 +137,7 @@ def test_guaranteed_never_runs_out_while_best_effort_allocates_to_oom():
                     work = [gp.empty((256 * MIB,), dtype="uint8") for _ in range(8)]
                     for w in work:
                         w.fill(7)
-                    del work
+                    del work, w  # `w` would keep the last block: 2 GiB + 256 MiB next round
         finally:
             stop.set()
             thread.join()  # the hog's arrays die with its thread

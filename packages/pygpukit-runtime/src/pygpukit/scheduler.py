@@ -38,7 +38,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pygpukit.errors import AdmissionError, CudaError
+from pygpukit.errors import AdmissionError, PyGPUkitError
 
 # The scheduler's decisions live in the Rust core; importing this module loads it.
 _rust: Any = importlib.import_module("pygpukit._rust")
@@ -189,7 +189,7 @@ def _probe(stream: Any) -> str:
     try:
         with Stream._from_impl(stream):
             got = (gp.from_numpy(host) @ gp.from_numpy(host) + 1.0).to_numpy()
-    except (RuntimeError, CudaError) as exc:
+    except (RuntimeError, PyGPUkitError) as exc:  # CudaError, OutOfMemoryError, CompileError
         return f"a launch into the green context failed ({exc}); using a priority stream"
     if not np.allclose(got, host.astype(np.float64) @ host + 1.0, rtol=1e-4):
         return "a matmul in the green context computed wrong results; using a priority stream"
@@ -248,7 +248,7 @@ def _resolve_compute(partition: Partition, device: int) -> _Compute:
             else:
                 rest_missing = True
                 reason = "no SMs are held by green contexts: the whole device"
-        except (RuntimeError, CudaError) as exc:
+        except (RuntimeError, PyGPUkitError) as exc:
             reason = str(exc)
     if reason and support["supported"] and not rest_missing:
         # A device that could be partitioned but was not: worth a line in the log.
