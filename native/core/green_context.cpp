@@ -88,13 +88,11 @@ std::string split_device(DeviceState& st, int device, const CUdevResource& all) 
     for (unsigned int flag : flags) {
         for (unsigned int size : sizes) {
             if (size == 0 || size > all.sm.smCount) continue;
-            unsigned int n = 0;  // a query first: how many groups this split makes
+            // A query first: how many groups this split makes. A driver that cannot answer gets
+            // room for every group the SM count allows (the split reports how many it made).
+            unsigned int n = 0;
             CUresult r = drv().cuDevSmResourceSplitByCount(nullptr, &n, &all, nullptr, flag, size);
-            if (r != CUDA_SUCCESS || n == 0) {
-                why = "cuDevSmResourceSplitByCount(minCount=" + std::to_string(size) +
-                      ", flags=" + std::to_string(flag) + ") failed: " + error_string(r);
-                continue;
-            }
+            if (r != CUDA_SUCCESS || n == 0) n = all.sm.smCount / size;
             std::vector<CUdevResource> groups(n);
             CUdevResource rest{};
             r = drv().cuDevSmResourceSplitByCount(groups.data(), &n, &all, &rest, flag, size);
