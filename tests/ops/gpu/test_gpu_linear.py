@@ -62,16 +62,17 @@ def test_gemv_matches_float64(
 
 
 @pytest.mark.parametrize("variant", [v for v in GEMV_VARIANTS if v != "r4u2"])
-@pytest.mark.parametrize("shape", [(37, 4104), (1025, 14336), (3, 8), (14336, 4096)])
+@pytest.mark.parametrize("shape", [(37, 4104), (1025, 14336), (3, 8), (100, 1024)])
 @pytest.mark.parametrize("m", range(1, 9))
-def test_gemv_variants_agree_bit_for_bit(
+def test_gemv_variants(
     rand: Callable[..., np.ndarray],
     monkeypatch: pytest.MonkeyPatch,
     m: int,
     shape: tuple[int, int],
     variant: str,
 ) -> None:
-    """Each lane sums the same chunks in the same order in every variant (kernels/gemv.cu)."""
+    """Every variant vs float64, with bias and activation; the r* ones also bit for bit vs r4u2
+    (each lane sums the same chunks in the same order, kernels/gemv.cu)."""
     n, k = shape
     x, w, b = rand((m, k), gp.bfloat16), rand((n, k), gp.bfloat16), rand((n,), gp.bfloat16)
     args = (gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b))
@@ -80,7 +81,8 @@ def test_gemv_variants_agree_bit_for_bit(
     monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", variant)
     got = linear(*args, activation="silu").to_numpy()
     assert rel_err(got, ref(x, w, b, "silu")) < 1e-2
-    np.testing.assert_array_equal(got.view(np.uint16), base.view(np.uint16))
+    if variant != "mma":
+        np.testing.assert_array_equal(got.view(np.uint16), base.view(np.uint16))
     f16 = rand((m, k), gp.float16), rand((n, k), gp.float16)
     y = gemv(gp.from_numpy(f16[0]), gp.from_numpy(f16[1]))
     assert rel_err(y.to_numpy(), ref(f16[0], f16[1], None, None)) < 3e-3

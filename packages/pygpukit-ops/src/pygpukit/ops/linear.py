@@ -11,8 +11,9 @@ Weights use PyTorch's ``nn.Linear`` layout, ``weight`` [N, K] row-major, and
   aligned ``x`` and ``weight``; otherwise a scalar kernel runs (same results, much
   lower bandwidth). ``PYGPUKIT_GEMV_VARIANT`` (a tuning knob, read at each launch)
   picks the vector kernel's shape: ``r4u2`` (default: 4 output rows per warp, 2
-  16-byte loads per row in flight per lane), ``r2u8``, ``r1u16`` or ``r1u8``; see
-  ``kernels/gemv.cu``. All give the same results.
+  16-byte loads per row in flight per lane), ``r2u8``, ``r1u16``, ``r1u8`` or
+  ``mma`` (tensor cores); see ``kernels/gemv.cu``. All but ``mma`` give
+  bit-identical results.
 - :func:`linear` with M > 8, or float32: ``gp.matmul(x, weight.T)`` (cuBLASLt or the
   runtime's own kernels; ``weight.T`` is a view, not a copy), then one in-place
   bias + activation kernel (``kernels/epilogue.cu``) when there is a bias or an
@@ -42,12 +43,14 @@ ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh"
 GEMV_MAX_ROWS = 8
 
 _WARPS = 4  # warps per block of the GEMV kernels (kernels/gemv.cu kWarps)
-#: Vector kernel variants: name -> (entry point prefix, output rows per warp (kRows)).
+#: Vector kernel variants: name -> (entry point prefix, output rows per block). The "mma"
+#: kernels (tensor cores, 16 rows per block) take M at run time and have no _m<M> suffix.
 GEMV_VARIANTS: dict[str, tuple[str, int]] = {
-    "r4u2": ("gemv_", 4),
-    "r2u8": ("gemv_r2u8_", 2),
-    "r1u16": ("gemv_r1u16_", 1),
-    "r1u8": ("gemv_r1u8_", 1),
+    "r4u2": ("gemv_", 4 * _WARPS),
+    "r2u8": ("gemv_r2u8_", 2 * _WARPS),
+    "r1u16": ("gemv_r1u16_", _WARPS),
+    "r1u8": ("gemv_r1u8_", _WARPS),
+    "mma": ("gemv_mma_", 16),
 }
 _DEFAULT_VARIANT = "r4u2"
 _VARIANT_ENV = "PYGPUKIT_GEMV_VARIANT"
@@ -128,12 +131,17 @@ def _launch_gemv(
     bias_arg: GPUArray | int = bias if bias is not None else 0
     vector = k % 8 == 0 and x2.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0
     if vector:
-        prefix, rows_per_warp = GEMV_VARIANTS[gemv_variant()]
-        rows_per_block = _WARPS * rows_per_warp
+        variant = gemv_variant()
+        prefix, rows_per_block = GEMV_VARIANTS[variant]
         grid = (n + rows_per_block - 1) // rows_per_block
-        kernel("gemv", f"{prefix}{sfx}_m{m}")(
-            x2, weight, bias_arg, y2, n, k, act, grid=grid, block=_WARPS * 32
-        )
+        if variant == "mma":
+            kernel("gemv", f"{prefix}{sfx}")(
+                x2, weight, bias_arg, y2, m, n, k, act, grid=grid, block=_WARPS * 32
+            )
+        else:
+            kernel("gemv", f"{prefix}{sfx}_m{m}")(
+                x2, weight, bias_arg, y2, n, k, act, grid=grid, block=_WARPS * 32
+            )
     else:
         grid = (n + _WARPS - 1) // _WARPS
         kernel("gemv", f"gemv_scalar_{sfx}")(

@@ -12,8 +12,9 @@
 // The vector kernels need K % 8 == 0 and 16-byte aligned x and W (rows then stay aligned); the
 // scalar kernels (gemv_scalar_*) handle everything else, at a fraction of the bandwidth.
 //
-// Variants (tuning, picked by PYGPUKIT_GEMV_VARIANT in linear.py). They agree bit for bit: every
-// lane sums its chunks lane, lane + 32, lane + 64, ... in that order and the shuffle tree is fixed.
+// Variants (tuning, picked by PYGPUKIT_GEMV_VARIANT in linear.py). The r* ones agree bit for bit:
+// every lane sums its chunks lane, lane + 32, lane + 64, ... in that order and the shuffle tree is
+// fixed.
 //   r4u2  (gemv_<dtype>_m<M>):       4 rows per warp, 2 chunks per row per lane: x reused 4 times.
 //   r2u8  (gemv_r2u8_<dtype>_m<M>):  2 rows per warp, 8 chunks per row: 4 KiB contiguous per row.
 //   r1u16 (gemv_r1u16_<dtype>_m<M>): one row per warp, 16 chunks: a K = 4096 bf16 row (8 KiB) is
@@ -23,6 +24,8 @@
 //         registers and M = 7 spills.
 //   r1u8  (gemv_r1u8_<dtype>_m<M>):  one row per warp, 8 chunks: r1u16's contiguity with half the
 //         bytes in flight per warp and fewer registers (more resident warps).
+//   mma   (gemv_mma_<dtype>, runtime M): 16 rows per block, K split over its 4 warps, products on
+//         tensor cores (see gemv_mma); a different summation order, so not bit-identical.
 // Rows per warp trade x traffic (re-read from L1 once per row: M/kRows x the W bytes) against
 // contiguous DRAM runs (a warp's row reads are 512 * kUnroll bytes long).
 #include "linear_epilogue.cuh"
@@ -141,6 +144,94 @@ __device__ __forceinline__ void gemv_vec(const T* __restrict__ x, const T* __res
             if (lane == m * kRows + r) v = acc[m][r];
     const int m = lane / kRows, row = row0 + lane % kRows;
     if (m < M && row < N) {
+        if (bias != nullptr) v += to_f32<T>(bias[row]);
+        y[(size_t)m * N + row] = from_f32<T>(activate(v, act));
+    }
+}
+
+// D += A B on tensor cores, m16n8k16, fp32 accumulators; A is 16 x 16 (4 registers of packed
+// pairs), B is 16 x 8 (2 registers).
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], unsigned a0, unsigned a1, unsigned a2,
+                                         unsigned a3, unsigned b0, unsigned b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], unsigned a0, unsigned a1,
+                                                        unsigned a2, unsigned a3, unsigned b0,
+                                                        unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], unsigned a0, unsigned a1,
+                                                 unsigned a2, unsigned a3, unsigned b0,
+                                                 unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+constexpr int kMmaUnroll = 8;  // 16-byte chunks per row (2 rows per lane) in flight per lane
+
+// The "mma" variant, runtime M <= 8: a block owns 16 output rows and its 4 warps split K. Each
+// warp computes the 16 x 8 tile W[rows, kslice] x[0:8, kslice]^T with mma.sync: W rows are the
+// A rows, x rows the B columns (columns >= M are computed from a repeated x row and dropped).
+// The reduction order over K is free, so the k positions of one mma need not be contiguous: lane
+// (g = lane / 4, q = lane % 4) loads one 16-byte chunk of W rows g and g + 8 and of x row g, and
+// chunk element pairs (0,1), (2,3) feed the first mma's k pairs (2q, 2q+1), (2q+8, 2q+9) -- the
+// A and B fragment layouts put those at the same k for every row and column -- and pairs (4,5),
+// (6,7) the second mma's. Step s covers chunks [16 s, 16 s + 16): warp w, lane q takes chunk
+// 16 s + 4 w + q, so a block reads 256 contiguous bytes of each of its rows per step. Each W
+// element is read once and x once per 16 rows; the FMAs run on tensor cores, so M = 8 costs no
+// more issue slots than M = 1. Partial tiles meet once in shared memory at the end.
+template <typename T>
+__device__ __forceinline__ void gemv_mma(const T* __restrict__ x, const T* __restrict__ w,
+                                         const T* __restrict__ bias, T* __restrict__ y, int M,
+                                         int N, int K, int act) {
+    __shared__ __align__(16) float part[kWarps][16][8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, q = lane & 3;
+    const int row0 = blockIdx.x * 16;
+    const int chunks = K >> 3;
+    // Rows past N re-read the last row and x rows past M the last x row; both are dropped.
+    const uint4* wlo = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + g, N - 1) * K);
+    const uint4* whi = reinterpret_cast<const uint4*>(w + (size_t)min(row0 + g + 8, N - 1) * K);
+    const uint4* xr = reinterpret_cast<const uint4*>(x + (size_t)min(g, M - 1) * K);
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // The trip count is warp-uniform (mma.sync needs every lane); chunks past K are zeros.
+    for (int base = 4 * warp; base < chunks; base += 16 * kMmaUnroll) {
+        uint4 lo[kMmaUnroll], hi[kMmaUnroll];
+#pragma unroll
+        for (int u = 0; u < kMmaUnroll; ++u) {
+            const int c = base + 16 * u + q;
+            lo[u] = c < chunks ? load_stream(wlo + c) : zero;
+            hi[u] = c < chunks ? load_stream(whi + c) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < kMmaUnroll; ++u) {
+            const int c = base + 16 * u + q;
+            const uint4 xv = c < chunks ? __ldg(xr + c) : zero;
+            mma16816<T>(acc, lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv.x, xv.y);
+            mma16816<T>(acc, lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv.z, xv.w);
+        }
+    }
+
+    // Accumulator layout: acc[0..1] = (row g, columns 2q, 2q+1), acc[2..3] = (row g + 8, same).
+    *reinterpret_cast<float2*>(&part[warp][g][2 * q]) = make_float2(acc[0], acc[1]);
+    *reinterpret_cast<float2*>(&part[warp][g + 8][2 * q]) = make_float2(acc[2], acc[3]);
+    __syncthreads();
+    const int r = threadIdx.x & 15, m = threadIdx.x >> 4;  // consecutive threads: consecutive rows
+    const int row = row0 + r;
+    if (m < M && row < N) {
+        float v = part[0][r][m];
+#pragma unroll
+        for (int i = 1; i < kWarps; ++i) v += part[i][r][m];
         if (bias != nullptr) v += to_f32<T>(bias[row]);
         y[(size_t)m * N + row] = from_f32<T>(activate(v, act));
     }
@@ -500,6 +591,16 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_r1u8_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
                      int act) {
     gemv_vec<__half, 8, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_mma_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                  __nv_bfloat16* y, int M, int N, int K, int act) {
+    gemv_mma<__nv_bfloat16>(x, w, bias, y, M, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_mma_f16(const __half* x, const __half* w, const __half* bias, __half* y, int M, int N,
+                 int K, int act) {
+    gemv_mma<__half>(x, w, bias, y, M, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_scalar_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
