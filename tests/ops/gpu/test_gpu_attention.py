@@ -190,7 +190,7 @@ def ref_decode(q, keys, vals, scale=None):
     return out
 
 
-@pytest.fixture(params=["mma", "simt"])
+@pytest.fixture(params=["mma", "mma2", "simt"])
 def decode_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Runs a decode test with each decode kernel (PYGPUKIT_DECODE_KERNEL)."""
     monkeypatch.setenv("PYGPUKIT_DECODE_KERNEL", request.param)

@@ -43,10 +43,11 @@ __all__ = ["decode_attention", "scaled_dot_product_attention"]
 #: Head dimensions with a built-in kernel.
 HEAD_DIMS = (64, 80, 96, 128, 256)
 
-#: Picks the decode kernel: ``mma`` (tensor cores, the default) or ``simt`` (CUDA cores).
+#: Picks the decode kernel: ``mma`` (tensor cores, the default), ``mma2`` (the same with two
+#: K/V stages per CTA, for comparison) or ``simt`` (CUDA cores).
 DECODE_KERNEL_ENV = "PYGPUKIT_DECODE_KERNEL"
-#: Query heads per decode CTA: attention_decode.cu kTcHeads (mma) and kG (simt).
-_DECODE_HEADS = {"mma": 16, "simt": 4}
+#: Query heads per decode CTA: attention_decode.cu kTcHeads (mma, mma2) and kG (simt).
+_DECODE_HEADS = {"mma": 16, "mma2": 16, "simt": 4}
 _MAX_SPLITS = 64  # attention_decode.cu kMaxSplits
 _CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block at a time
 
@@ -399,11 +400,14 @@ def decode_attention(
     _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
     which = os.environ.get(DECODE_KERNEL_ENV, "mma")
     if which not in _DECODE_HEADS:
-        raise ValueError(f"{DECODE_KERNEL_ENV} must be 'mma' or 'simt', got {which!r}")
+        raise ValueError(
+            f"{DECODE_KERNEL_ENV} must be one of {', '.join(_DECODE_HEADS)}, got {which!r}"
+        )
     suffix = _suffix(q.dtype)
-    if which == "mma":
-        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_mma_d{d}_{suffix}")
-        smem = (16 + 2 * 64) * (d + 8) * 2  # Q rows + one 64-token K and V tile
+    if which != "simt":
+        stages = 2 if which == "mma2" else 1
+        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")
+        smem = (16 + 2 * stages * 64) * (d + 8) * 2  # Q rows + 64-token K and V tiles
         key = (id(kern), d)
         if smem > 48 * 1024 and key not in _dynamic_smem_set:
             kern.set_max_dynamic_shared_memory(smem)

@@ -10,7 +10,8 @@
 - ``decode`` (contiguous cache) and ``decode_paged`` (16-token blocks in shuffled order):
   one query token per sequence, B=8, 32 query / 8 KV heads, D=128, 8192 cached tokens
   (``--seq-lens`` sets the context), once per PyGPUkit decode kernel on the GPU
-  (``kernel=mma``: tensor cores, the default; ``kernel=simt``). Bytes moved are the K and V
+  (``kernel=mma``: tensor cores, the default; ``kernel=mma2``: the same with two K/V stages
+  per CTA; ``kernel=simt``). Bytes moved are the K and V
   cache read once; the ceiling is the copy bandwidth. PyTorch has no fused (paged) decode:
   its row is SDPA with ``enable_gqa`` on ``q [B, Hq, 1, D]`` (on older PyTorch, KV heads
   repeated first), the paged row gathers the blocks first, as a framework without a paged
@@ -145,7 +146,7 @@ def decode_case(
 ) -> Case:
     """One decode step over ``n`` cached tokens per sequence; ``block`` > 0: paged cache.
 
-    ``kernel`` sets PyGPUkit's decode kernel (``mma`` or ``simt``).
+    ``kernel`` sets PyGPUkit's decode kernel (``mma``, ``mma2`` or ``simt``).
     """
     op = "decode_paged" if block else "decode"
     params: dict[str, int | float | str] = {
@@ -244,7 +245,7 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
         b, h, lens = (1, 2, [128]) if ctx.quick else (1, 4, [512])
         db, dn = (2, [256]) if ctx.quick else (4, [1024])
     kernels: list[str | None] = ["mma", "wgmma", "wgmma_pipe"] if ctx.on_gpu else [None]
-    decoders: list[str | None] = ["mma", "simt"] if ctx.on_gpu else [None]
+    decoders: list[str | None] = ["mma", "mma2", "simt"] if ctx.on_gpu else [None]
     saved = {name: os.environ.get(name) for name in (KERNEL_ENV, DECODE_KERNEL_ENV)}
     try:
         for dtype in dtypes:

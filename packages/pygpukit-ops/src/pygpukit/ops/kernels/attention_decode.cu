@@ -11,7 +11,8 @@
 // vector load), so a warp keeps 32 / kLanes rows in flight per step and kUnroll steps are
 // loaded before any is used. Each group keeps its own running max / sum / output (base-2
 // online softmax); the groups are merged through shared memory at the end.
-// Dynamic shared memory of attn_decode_mma_*: (16 + 2 * 64) * (D + 8) * 2 bytes.
+// Dynamic shared memory of attn_decode_mma_*: (16 + 2 * 64) * (D + 8) * 2 bytes; of
+// attn_decode_mma2_* (two K/V stages): (16 + 4 * 64) * (D + 8) * 2 bytes.
 #include "attention_common.cuh"
 
 using namespace pgk_attn;
@@ -231,7 +232,10 @@ __device__ __forceinline__ void attn_decode_combine(const float* __restrict__ o_
 // limit it below the memory bandwidth.
 constexpr int kTcHeads = 16, kTcTile = 64;
 
-template <typename T, int D>
+// kStages = 2 (attn_decode_mma2_*, PYGPUKIT_DECODE_KERNEL=mma2): tile i + 1 streams in while
+// tile i is used, so each CTA keeps the memory busy on its own (at the price of fewer CTAs per
+// SM: twice the K/V shared memory).
+template <typename T, int D, int kStages = 1>
 __device__ __forceinline__ void attn_decode_mma(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
@@ -240,8 +244,7 @@ __device__ __forceinline__ void attn_decode_mma(
     constexpr int kS = D + 8, kChunks = D / 8, kDT = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
-    T* sK = sQ + kTcHeads * kS;
-    T* sV = sK + kTcTile * kS;
+    T* const sK0 = sQ + kTcHeads * kS;  // kStages x [K tile, V tile]
     __shared__ float sm_m[4][kTcHeads], sm_l[4][kTcHeads];
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -270,7 +273,10 @@ __device__ __forceinline__ void attn_decode_mma(
     unsigned qf[D / 16][4];
     const float scale2 = scale * kLog2e;
 
-    for (int base = t_begin; base < t_end; base += kTcTile) {
+    // K and V rows [base, base + 64) into stage st.
+    auto load_tile = [&](int base, int st) {
+        T* sK = sK0 + st * 2 * kTcTile * kS;
+        T* sV = sK + kTcTile * kS;
         for (int i = tid; i < kTcTile * kChunks; i += kThreads) {
             const int r = i / kChunks, c = i % kChunks, tk = base + r;
             const bool valid = tk < t_end;
@@ -287,8 +293,26 @@ __device__ __forceinline__ void attn_decode_mma(
             cp_async16(sV + r * kS + c * 8, valid ? vc + row * D + c * 8 : vc, valid);
         }
         cp_async_commit();
-        cp_async_wait_all();
+    };
+
+    if (kStages > 1 && t_begin < t_end) load_tile(t_begin, 0);
+    for (int base = t_begin, it = 0; base < t_end; base += kTcTile, ++it) {
+        const int st = kStages > 1 ? it & 1 : 0;
+        if (kStages == 1) {
+            load_tile(base, 0);
+            cp_async_wait_all();
+        } else {
+            // The other stage was last read in iteration it - 1, which ended with a barrier.
+            if (base + kTcTile < t_end) {
+                load_tile(base + kTcTile, st ^ 1);
+                asm volatile("cp.async.wait_group 1;\n" ::);  // this tile (and Q) landed
+            } else {
+                cp_async_wait_all();
+            }
+        }
         __syncthreads();
+        const T* sK = sK0 + st * 2 * kTcTile * kS;
+        const T* sV = sK + kTcTile * kS;
         if (base == t_begin) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk)
@@ -568,6 +592,92 @@ extern "C" __global__ void __launch_bounds__(kThreads)
                               int hq, int hkv, int cache_len, int max_blocks, int capacity,
                               int chunk, float scale) {
     attn_decode_mma<__nv_bfloat16, 256>(PGK_DECODE_CALL);
+}
+
+// Two K/V stages (see attn_decode_mma), same arguments.
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d64_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                             const int* seq_lens, const int* block_table, __half* out,
+                             float* o_part, float* lse, int hq, int hkv, int cache_len,
+                             int max_blocks, int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 64, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                              const __nv_bfloat16* v_cache, const int* seq_lens,
+                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
+                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
+                              int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 64, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d80_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                             const int* seq_lens, const int* block_table, __half* out,
+                             float* o_part, float* lse, int hq, int hkv, int cache_len,
+                             int max_blocks, int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 80, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d80_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                              const __nv_bfloat16* v_cache, const int* seq_lens,
+                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
+                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
+                              int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 80, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d96_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                             const int* seq_lens, const int* block_table, __half* out,
+                             float* o_part, float* lse, int hq, int hkv, int cache_len,
+                             int max_blocks, int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 96, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d96_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                              const __nv_bfloat16* v_cache, const int* seq_lens,
+                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
+                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
+                              int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 96, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d128_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                              const int* seq_lens, const int* block_table, __half* out,
+                              float* o_part, float* lse, int hq, int hkv, int cache_len,
+                              int max_blocks, int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 128, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                               const __nv_bfloat16* v_cache, const int* seq_lens,
+                               const int* block_table, __nv_bfloat16* out, float* o_part,
+                               float* lse, int hq, int hkv, int cache_len, int max_blocks,
+                               int capacity, int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 128, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d256_f16(const __half* q, const __half* k_cache, const __half* v_cache,
+                              const int* seq_lens, const int* block_table, __half* out,
+                              float* o_part, float* lse, int hq, int hkv, int cache_len,
+                              int max_blocks, int capacity, int chunk, float scale) {
+    attn_decode_mma<__half, 256, 2>(PGK_DECODE_CALL);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads)
+    attn_decode_mma2_d256_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
+                               const __nv_bfloat16* v_cache, const int* seq_lens,
+                               const int* block_table, __nv_bfloat16* out, float* o_part,
+                               float* lse, int hq, int hkv, int cache_len, int max_blocks,
+                               int capacity, int chunk, float scale) {
+    attn_decode_mma<__nv_bfloat16, 256, 2>(PGK_DECODE_CALL);
 }
 
 extern "C" __global__ void attn_decode_combine_f16(const float* o_part, const float* lse,
