@@ -157,7 +157,8 @@ def test_benchmark_suite_smoke() -> None:
     lib = PyGPUkitLibrary()
     cfg = HarnessConfig(max_reps=2, min_reps=1, budget_s=0.05, warmup_s=0.0, target_rep_ms=0.1)
     results = [measure(case, lib, cfg) for case in suite.SUITE.cases(ctx)]
-    assert [r.status for r in results] == ["ok"] * 3, [r.reason for r in results]
+    # Three shapes; on a GPU one row per GEMV variant each.
+    assert len(results) >= 3 and all(r.status == "ok" for r in results), [r.reason for r in results]
 
 
 def test_gemv_variant_knob(monkeypatch: pytest.MonkeyPatch) -> None:

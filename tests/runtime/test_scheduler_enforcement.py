@@ -82,6 +82,7 @@ def test_placement_is_simulated_and_reports_the_reserved_sms(sched):
     assert online.compute_fallback_reason == ""  # nothing fell back: there is no device
 
 
+@simulation_only  # a 256 MiB scheduler on a GPU the test process already uses more of
 def test_arrays_remember_their_partition(sched, rand):
     online = guaranteed(sched)
     outside = gp.from_numpy(rand((32, 32)))
@@ -226,6 +227,7 @@ def test_report_lists_case_metrics():
     assert Timed(run=lambda i: i, check=lambda o: None).metrics is None
 
 
+@simulation_only  # on a GPU the isolation suite itself runs the pair (benchmark)
 def test_isolation_pair_runs_in_simulation():
     from pygpukit.benchmark.data import DataCache
     from pygpukit.benchmark.registry import SuiteContext, registered_suites
