@@ -323,16 +323,17 @@ def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas):
 
 @pytest.mark.parametrize(
     ("env", "arch", "expect"),
-    [(None, "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
-     ("auto", "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
-     ("", "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
+    [(None, "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
+     ("auto", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
+     ("", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
+     ("wgmma", "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
      ("mma", "sm_90a", ["mma"] * 4),
      ("wgmma_pipe", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
      (None, "sm_80", ["mma"] * 4),
      ("wgmma", "sm_100a", ["mma"] * 4)],
 )  # fmt: skip
 def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
-    """wgmma is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
+    """wgmma_pipe is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
     from pygpukit.ops import attention
 
     monkeypatch.setattr(attention, "_arch", lambda device: arch)

@@ -387,13 +387,13 @@ def test_wgmma_matches_mma(rand, monkeypatch, variant, d):
 
 
 def test_wgmma_is_the_hopper_default(monkeypatch):
-    """Unset or auto: wgmma for head dims 64 and 128 on SM 9.0, mma for the others."""
+    """Unset or auto: wgmma_pipe for head dims 64 and 128 on SM 9.0, mma for the others."""
     _hopper()
     from pygpukit.ops import attention
 
     monkeypatch.delenv("PYGPUKIT_ATTENTION_KERNEL", raising=False)
     assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == [
-        "wgmma", "mma", "wgmma", "mma",
+        "wgmma_pipe", "mma", "wgmma_pipe", "mma",
     ]  # fmt: skip
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "mma")
     assert attention._prefill_kernel(128) == "mma"
