@@ -14,17 +14,15 @@ namespace pgk {
 
 namespace {
 
-// 4 MiB chunks, 16 in flight. The engine stages host-to-device chunks in batches of up to 8, one
-// copy thread per chunk, so two batches are in flight: one copied on the CPU while the previous
-// one is on the copy engine. Measured on an H200 host (16 cores) uploading 1 GiB from pageable
-// memory: chunk-per-thread staging with 4 MiB chunks reached 48.7 GB/s of the 55 GB/s pinned DMA;
-// 8 MiB chunks 45-47 GB/s, 16 MiB 40 GB/s (fewer chunks than threads at the start and the end),
-// 2 MiB 26 GB/s (per-chunk costs). A chunk's own costs (an event, a driver call: a few us) stay
-// small against its ~75 us of DMA. 64 MiB of pinned staging per direction at most; the Rust pinned
-// pool keeps it (pinned and touched) for the next transfer. A copy shorter than 16 chunks is cut
-// into 16 (down to 256 KiB) so that it still pipelines (TransferEngine::chunk_for).
-constexpr uint64_t kChunkBytes = 4ull << 20;
-constexpr uint32_t kSlots = 16;
+// 16 MiB chunks, 8 in flight. A chunk's per-chunk costs (an event, a driver call, handing 1 MiB
+// parts to the engine's copy threads: ~10-20 us) are a few percent of its ~300 us of DMA at
+// 55 GB/s. Eight slots let the host copy of the next chunks run up to 7 chunks ahead of the copy
+// engine, so a late host copy (page faults, another process) never idles the DMA, and the first
+// DMA starts after 16 MiB instead of 32. Still 128 MiB of pinned staging per direction at most;
+// the Rust pinned pool keeps it (pinned and touched) for the next transfer. A copy shorter than
+// 8 chunks is cut into 8 (down to 1 MiB) so that it still pipelines (TransferEngine::chunk_for).
+constexpr uint64_t kChunkBytes = 16ull << 20;
+constexpr uint32_t kSlots = 8;
 
 struct CopyStreams {
     std::once_flag configured;

@@ -3,17 +3,15 @@
 //!
 //! Pure bookkeeping over [`DeviceBackend`] and [`HostMemory`]; no thread of its
 //! own. Callers `submit` requests and `pump` the engine (or `wait` for one
-//! ticket, which pumps). Each pump step moves one chunk (host-to-device: one
-//! batch of up to [`HostMemory::parallelism`] chunks) of the highest-priority
+//! ticket, which pumps). Each pump step moves one chunk of the highest-priority
 //! request (ties: oldest first), so a small urgent copy overtakes a large one
-//! between steps.
+//! between chunks.
 //!
 //! Pipelining: at most `slots` staging buffers are in flight. Host-to-device:
-//! copy a batch of chunks pageable -> pinned on the CPU, one copy thread per
-//! chunk, then `memcpy_async` each pinned -> device on the H2D stream, while
-//! the previous batch is still on the copy engine. Device-to-host:
-//! `memcpy_async` device -> pinned on the D2H stream; when chunks' events have
-//! completed, copy them pinned -> pageable on the CPU, again a thread per chunk.
+//! copy a chunk pageable -> pinned on the CPU, then `memcpy_async` pinned ->
+//! device on the H2D stream, while earlier chunks are still copying.
+//! Device-to-host: `memcpy_async` device -> pinned on the D2H stream; when the
+//! chunk's event completes, copy pinned -> pageable on the CPU.
 //!
 //! Invariant: a staging buffer is rewritten only after the event recorded
 //! after its last copy has completed. A host-to-device ticket completes with an
@@ -29,18 +27,6 @@ use std::collections::{HashMap, VecDeque};
 /// Copies between host addresses (pageable and pinned) on the CPU.
 pub trait HostMemory {
     fn copy(&self, dst: u64, src: u64, nbytes: u64);
-
-    /// How many staging chunks the engine should copy at once (one per thread).
-    fn parallelism(&self) -> usize {
-        1
-    }
-
-    /// Several disjoint `(dst, src, nbytes)` copies; returns when all are done.
-    fn copy_batch(&self, copies: &[(u64, u64, u64)]) {
-        for &(dst, src, nbytes) in copies {
-            self.copy(dst, src, nbytes);
-        }
-    }
 }
 
 /// Real host memory.
@@ -55,13 +41,6 @@ pub struct ProcessMemory;
 /// a thread (~5 us) is noise.
 const PARALLEL_COPY_PART: u64 = 1 << 20;
 const MAX_COPY_THREADS: u64 = 16;
-
-/// Staging chunks copied at once, one per thread. Measured on a 16-core H200
-/// host (1 GiB pageable upload, 4 MiB chunks, each copy thread issuing its own
-/// chunk): 8 threads 48.7 GB/s, 12 threads 48.1, 15 threads 46.2 (against
-/// 55 GB/s of pinned DMA): past 8 the copies only contend for host memory
-/// bandwidth with each other and with the DMA reading the staging buffers.
-const BATCH_COPY_THREADS: u64 = 8;
 
 /// A part of a parallel copy, for a pool thread.
 struct CopyPart {
@@ -193,61 +172,6 @@ unsafe fn copy_streaming(dst: *mut u8, src: *const u8, len: usize) {
 }
 
 impl HostMemory for ProcessMemory {
-    fn parallelism(&self) -> usize {
-        let pool = copy_threads();
-        if pool.pid == std::process::id() {
-            pool.width.min(BATCH_COPY_THREADS) as usize
-        } else {
-            1
-        }
-    }
-
-    /// One whole copy per thread (a lone copy is split into parts instead): chunks
-    /// of a few MiB copied end to end by one thread each ran ~1.4x faster than the
-    /// same bytes split across every thread and joined after each chunk.
-    fn copy_batch(&self, copies: &[(u64, u64, u64)]) {
-        let Some((&(dst, src, nbytes), rest)) = copies.split_first() else {
-            return;
-        };
-        if rest.is_empty() || self.parallelism() < 2 {
-            for &(d, s, n) in copies {
-                self.copy(d, s, n);
-            }
-            return;
-        }
-        let done = std::sync::Arc::new(Latch {
-            left: std::sync::Mutex::new(rest.len() as u64),
-            zero: std::sync::Condvar::new(),
-        });
-        let mut handed = 0;
-        {
-            let queue = copy_threads()
-                .queue
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            for &(d, s, n) in rest {
-                let part = CopyPart {
-                    dst: d,
-                    src: s,
-                    len: n,
-                    done: done.clone(),
-                };
-                if queue.send(part).is_err() {
-                    break;
-                }
-                handed += 1;
-            }
-        }
-        for &(d, s, n) in &rest[handed..] {
-            // SAFETY: the engine keeps every range live until this returns.
-            unsafe { copy_bytes(d, s, n) };
-            done.count_down();
-        }
-        // SAFETY: as above.
-        unsafe { copy_bytes(dst, src, nbytes) };
-        done.wait();
-    }
-
     fn copy(&self, dst: u64, src: u64, nbytes: u64) {
         let parts = if nbytes >= 2 * PARALLEL_COPY_PART && copy_threads().pid == std::process::id()
         {
@@ -475,10 +399,6 @@ impl TransferEngine {
         while moved < max_chunks {
             self.retire_completed(backend, host)?;
             let Some(ticket) = self.next_job() else { break };
-            if self.queued[&ticket].request.direction == Direction::HostToDevice {
-                moved += self.enqueue_h2d_batch(backend, host, ticket)?;
-                continue;
-            }
             if self.in_flight.len() >= self.slots {
                 self.retire_oldest(backend, host)?;
             }
@@ -541,73 +461,6 @@ impl TransferEngine {
             .map(|(t, _)| *t)
     }
 
-    /// Host-to-device: stages up to `host.parallelism()` chunks of `ticket` at
-    /// once (one copy thread each), then enqueues their DMAs. A batch waits for
-    /// as many free slots as it has chunks, so in steady state one batch is
-    /// copied while the previous one is on the copy engine. Returns the chunks
-    /// enqueued.
-    fn enqueue_h2d_batch(
-        &mut self,
-        backend: &dyn DeviceBackend,
-        host: &dyn HostMemory,
-        ticket: Ticket,
-    ) -> BackendResult<usize> {
-        let job = &self.queued[&ticket];
-        let (r, chunk, start) = (job.request, job.chunk, job.enqueued);
-        let chunks_left = (r.nbytes - start).div_ceil(chunk) as usize;
-        let count = host.parallelism().clamp(1, self.slots).min(chunks_left);
-        while self.slots - self.in_flight.len() < count {
-            self.retire_oldest(backend, host)?;
-        }
-        // Every chunk of a multi-chunk copy in a configured-size buffer (see enqueue_chunk).
-        let want = |len: u64| if r.nbytes > chunk { self.chunk } else { len };
-        let mut staged: Vec<(PinnedBuf, u64, u64)> = Vec::with_capacity(count);
-        let mut offset = start;
-        for _ in 0..count {
-            let len = chunk.min(r.nbytes - offset);
-            match self.staging.acquire(backend, want(len)) {
-                Ok(buf) => staged.push((buf, offset, len)),
-                Err(e) => {
-                    for (buf, _, _) in staged {
-                        let _ = self.staging.release(backend, buf, None);
-                    }
-                    return Err(e);
-                }
-            }
-            offset += len;
-        }
-        let copies: Vec<(u64, u64, u64)> = staged
-            .iter()
-            .map(|(buf, off, len)| (buf.ptr, r.host + off, *len))
-            .collect();
-        host.copy_batch(&copies);
-        let mut staged = staged.into_iter();
-        while let Some((buf, off, len)) = staged.next() {
-            let enqueued = backend
-                .memcpy_async(r.device + off, buf.ptr, len, self.h2d_stream)
-                .and_then(|()| self.events.record(backend, self.device, self.h2d_stream));
-            let event = match enqueued {
-                Ok(event) => event,
-                Err(e) => {
-                    // Nothing of this chunk or the rest reached the stream: their buffers are idle.
-                    let _ = self.staging.release(backend, buf, None);
-                    for (buf, _, _) in staged {
-                        let _ = self.staging.release(backend, buf, None);
-                    }
-                    return Err(e);
-                }
-            };
-            self.in_flight.push_back(Chunk {
-                ticket,
-                event,
-                buf,
-                copy_out: None,
-            });
-            self.queued.get_mut(&ticket).expect("job vanished").enqueued += len;
-        }
-        Ok(count)
-    }
-
     fn enqueue_chunk(
         &mut self,
         backend: &dyn DeviceBackend,
@@ -656,52 +509,37 @@ impl TransferEngine {
         backend: &dyn DeviceBackend,
         host: &dyn HostMemory,
     ) -> BackendResult<()> {
-        self.retire_ready(backend, host, false)
+        while let Some(c) = self.in_flight.front() {
+            if !backend.event_query(c.event)? {
+                break;
+            }
+            self.retire_front(backend, host)?;
+        }
+        Ok(())
     }
 
-    /// Waits for the oldest chunk, then retires it with every later chunk already complete.
     fn retire_oldest(
         &mut self,
         backend: &dyn DeviceBackend,
         host: &dyn HostMemory,
     ) -> BackendResult<()> {
-        self.retire_ready(backend, host, true)
-    }
-
-    /// Retires the leading chunks whose events have completed (after waiting for
-    /// the first when `wait_first`); their device-to-host copy-outs run as one
-    /// batch, a chunk per copy thread.
-    fn retire_ready(
-        &mut self,
-        backend: &dyn DeviceBackend,
-        host: &dyn HostMemory,
-        wait_first: bool,
-    ) -> BackendResult<()> {
-        let mut ready = 0;
-        for c in &self.in_flight {
-            if ready == 0 && wait_first {
-                backend.event_synchronize(c.event)?;
-            } else if !backend.event_query(c.event)? {
-                break;
-            }
-            ready += 1;
-        }
-        let copies: Vec<(u64, u64, u64)> = self
-            .in_flight
-            .iter()
-            .take(ready)
-            .filter_map(|c| c.copy_out.map(|(dst, len)| (dst, c.buf.ptr, len)))
-            .collect();
-        host.copy_batch(&copies);
-        for _ in 0..ready {
-            self.retire_front(backend)?;
+        if let Some(c) = self.in_flight.front() {
+            backend.event_synchronize(c.event)?;
+            self.retire_front(backend, host)?;
         }
         Ok(())
     }
 
-    /// Finishes the oldest chunk, whose event has completed and copy-out (if any) is done.
-    fn retire_front(&mut self, backend: &dyn DeviceBackend) -> BackendResult<()> {
+    /// Finishes the oldest chunk, whose event has completed.
+    fn retire_front(
+        &mut self,
+        backend: &dyn DeviceBackend,
+        host: &dyn HostMemory,
+    ) -> BackendResult<()> {
         let c = self.in_flight.pop_front().expect("a chunk to retire");
+        if let Some((dst, len)) = c.copy_out {
+            host.copy(dst, c.buf.ptr, len);
+        }
         // The event completed: the buffer is idle, no guard needed.
         self.staging.release(backend, c.buf, None)?;
         let job = self
@@ -801,27 +639,6 @@ mod tests {
     }
 
     #[test]
-    fn process_memory_batches_copy_every_range_exactly() {
-        let sizes = [0usize, 5, (1 << 20) + 7, 3 << 20, (256 << 10) + 1, 9];
-        let srcs: Vec<Vec<u8>> = sizes
-            .iter()
-            .enumerate()
-            .map(|(k, &n)| (0..n).map(|i| ((i * 7 + k) % 253) as u8).collect())
-            .collect();
-        let mut dsts: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0u8; n + 1]).collect();
-        let copies: Vec<(u64, u64, u64)> = srcs
-            .iter()
-            .zip(dsts.iter_mut())
-            .map(|(s, d)| (d.as_mut_ptr() as u64, s.as_ptr() as u64, s.len() as u64))
-            .collect();
-        ProcessMemory.copy_batch(&copies);
-        for ((s, d), n) in srcs.iter().zip(&dsts).zip(sizes) {
-            assert!(d[..n] == s[..], "a batch copy of {n} bytes differs");
-            assert_eq!(d[n], 0, "wrote past the end");
-        }
-    }
-
-    #[test]
     fn device_to_host_lands_after_each_chunk_completes() {
         let fake = FakeBackend::new(1 << 30);
         let n = 3 * CHUNK;
@@ -890,8 +707,6 @@ mod tests {
         filled: std::cell::RefCell<HashMap<u64, u64>>,
         /// host bytes touched, by offset from `host.0`
         seen: std::cell::RefCell<Vec<u8>>,
-        /// chunks the engine may stage at once
-        parallelism: usize,
     }
 
     impl Recorder<'_> {
@@ -909,10 +724,6 @@ mod tests {
     }
 
     impl HostMemory for Recorder<'_> {
-        fn parallelism(&self) -> usize {
-            self.parallelism
-        }
-
         fn copy(&self, dst: u64, src: u64, nbytes: u64) {
             let done = self.fake.completions(self.stream);
             if src >= self.host.0 && src < self.host.0 + self.host.1 {
@@ -933,11 +744,7 @@ mod tests {
 
     #[test]
     fn pipeline_reuses_slots_only_after_their_event_and_copies_each_byte_once() {
-        let cases = [(Direction::HostToDevice, 11), (Direction::DeviceToHost, 12)];
-        // Batches of 1 to more than the 3 slots (clamped): the slot rule holds for each.
-        for ((direction, stream), parallelism) in
-            cases.into_iter().flat_map(|c| [1, 2, 3, 5].map(|p| (c, p)))
-        {
+        for (direction, stream) in [(Direction::HostToDevice, 11), (Direction::DeviceToHost, 12)] {
             let fake = FakeBackend::new(1 << 30);
             let n = 23 * CHUNK + 4097; // many more chunks than slots, a short last one
             let host = fake.host_alloc(n).unwrap();
@@ -954,7 +761,6 @@ mod tests {
                 host: (host, n),
                 filled: Default::default(),
                 seen: std::cell::RefCell::new(vec![0; n as usize]),
-                parallelism,
             };
             let mut engine = TransferEngine::new(0, 11, 12, CHUNK, 3);
             let t = engine.submit(TransferRequest {
@@ -968,11 +774,11 @@ mod tests {
             assert_eq!(
                 fake.read(to, n as usize),
                 data,
-                "{direction:?} x{parallelism}: data differs"
+                "{direction:?}: data differs"
             );
             assert!(
                 rec.seen.borrow().iter().all(|&c| c == 1),
-                "{direction:?} x{parallelism}: a host byte copied other than once"
+                "{direction:?}: a host byte copied other than once"
             );
             // The DMA copies run in order, back to back, on the direction's stream.
             let offsets: Vec<u64> = fake
@@ -985,14 +791,11 @@ mod tests {
                 })
                 .collect();
             let expected: Vec<u64> = (0..n.div_ceil(CHUNK)).map(|i| i * CHUNK).collect();
+            assert_eq!(offsets, expected, "{direction:?}: chunk order");
             assert_eq!(
-                offsets, expected,
-                "{direction:?} x{parallelism}: chunk order"
-            );
-            let reserved = engine.staging_reserved();
-            assert!(
-                reserved % CHUNK == 0 && reserved <= 3 * CHUNK,
-                "{direction:?} x{parallelism}: at most the three slots' buffers, reused ({reserved})"
+                engine.staging_reserved(),
+                3 * CHUNK,
+                "{direction:?}: three staging buffers, reused"
             );
         }
     }
