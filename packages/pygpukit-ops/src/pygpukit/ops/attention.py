@@ -158,7 +158,7 @@ def _sdpa_cpu(
     hq_, kh, vh = host(q), host(k), host(v)
     b_, hq, sq, _ = hq_.shape
     sk, group = kh.shape[2], hq // kh.shape[1]
-    mh = None
+    mh: np.ndarray | None = None
     if mask is not None:
         mh = host(mask).reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
     res = np.empty(hq_.shape, np.float32)
@@ -217,7 +217,7 @@ def scaled_dot_product_attention(
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
     scale_f = _check_scale(scale, d)
-    strides = (0, 0, 0, 0)
+    strides: tuple[int, ...] = (0, 0, 0, 0)
     if attn_mask is not None:
         check_array(attn_mask, "attn_mask", dtypes=[gp.float32, q.dtype], ndim=(1, 2, 3, 4))
         strides = _mask_strides(attn_mask, (b, hq, sq, sk))

@@ -177,6 +177,7 @@ def decode_case(
                 return out
 
             kc, vc = lib.upload(paged(kh), dtype), lib.upload(paged(vh), dtype)
+            assert perm is not None  # made above whenever block is set
             table_h = perm.reshape(b, nb)
         else:
             kc, vc = lib.upload(kh, dtype), lib.upload(vh, dtype)
