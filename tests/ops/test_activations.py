@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+from references import gated_ref, rel_err, softmax_ref
 
 import pygpukit as gp
 from pygpukit import ops
@@ -14,30 +14,6 @@ from pygpukit import ops
 TOL = {"float32": 1e-5, "float16": 3e-3, "bfloat16": 1e-2}
 DTYPES = list(TOL)
 Rand = Callable[..., np.ndarray]
-
-
-def rel(out: np.ndarray, ref: np.ndarray) -> float:
-    o, r = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.linalg.norm(o - r) / np.linalg.norm(r))
-
-
-def gated_ref(x: np.ndarray, act: str) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    d = x.shape[-1] // 2
-    g, u = x64[..., :d], x64[..., d:]
-    if act == "silu":
-        a = g / (1.0 + np.exp(-g))
-    elif act == "tanh":
-        a = 0.5 * g * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g**3)))
-    else:
-        a = 0.5 * g * (1.0 + np.vectorize(math.erf)(g / math.sqrt(2.0)))
-    return a * u
-
-
-def softmax_ref(x: np.ndarray) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -48,7 +24,7 @@ def test_gated(rand: Rand, dtype: str, act: str, shape: tuple[int, ...]) -> None
     gx = gp.from_numpy(x)
     y = ops.silu_mul(gx) if act == "silu" else ops.gelu_mul(gx, approximate=act)
     assert y.shape == (*shape[:-1], shape[-1] // 2) and y.dtype == gx.dtype
-    assert rel(y.to_numpy(), gated_ref(x, act)) < TOL[dtype]
+    assert rel_err(y.to_numpy(), gated_ref(x, act)) < TOL[dtype]
 
 
 def test_gated_errors(rand: Rand) -> None:
@@ -86,11 +62,11 @@ def test_embedding_out_of_range(rand: Rand) -> None:
 def test_softmax(rand: Rand, dtype: str, shape: tuple[int, ...]) -> None:
     x = rand(shape, gp.dtypes.normalize(dtype))
     y = ops.softmax(gp.from_numpy(x))
-    assert rel(y.to_numpy(), softmax_ref(x)) < TOL[dtype]
+    assert rel_err(y.to_numpy(), softmax_ref(x)) < TOL[dtype]
 
 
 def test_softmax_out_and_large_values(rand: Rand) -> None:
     x = (rand((4, 50), np.float32) * 100).astype(np.float32)
     gx = gp.from_numpy(x)
     assert ops.softmax(gx, out=gx) is gx
-    assert rel(gx.to_numpy(), softmax_ref(x)) < 1e-5
+    assert rel_err(gx.to_numpy(), softmax_ref(x)) < 1e-5

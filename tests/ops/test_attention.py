@@ -1,59 +1,19 @@
-"""pygpukit.ops attention on the CPU backend: the NumPy path vs float64 references written here."""
+"""pygpukit.ops attention on the CPU backend: the NumPy path vs float64 references.
+
+The references (references.py, shared with the GPU tests) are independent of pygpukit.ops' code.
+"""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-
 import numpy as np
 import pytest
+from references import gather_pages, qkv, ref_decode, ref_sdpa, rel_err
 
 import pygpukit as gp
 from pygpukit import ops
 
 HALF = [gp.float16, gp.bfloat16]
 LIMIT = {np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
-
-
-def ref_sdpa(q, k, v, mask=None, causal=False, scale=None):
-    """float64 attention, one (batch, head) at a time; rows that see no key are zeros."""
-    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
-    b_, hq, sq, d = q.shape
-    hkv, sk = k.shape[1], k.shape[2]
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    m4 = None if mask is None else np.broadcast_to(np.asarray(mask, np.float64), (b_, hq, sq, sk))
-    out = np.zeros((b_, hq, sq, d))
-    for b in range(b_):
-        for h in range(hq):
-            kv = h // (hq // hkv)
-            s = q[b, h] @ k[b, kv].T * scale
-            if m4 is not None:
-                s = s + m4[b, h]
-            if causal:
-                for i in range(sq):
-                    s[i, i + (sk - sq) + 1 :] = -np.inf
-                    if i + (sk - sq) < 0:
-                        s[i, :] = -np.inf
-            for i in range(sq):
-                row = s[i]
-                if np.all(np.isneginf(row)):
-                    continue
-                p = np.exp(row - row.max())
-                out[b, h, i] = p / p.sum() @ v[b, kv]
-    return out
-
-
-def rel_err(got, ref) -> float:
-    ref = np.asarray(ref, np.float64)
-    return float(np.linalg.norm(np.asarray(got, np.float64) - ref) / np.linalg.norm(ref))
-
-
-def qkv(rand: Callable[..., np.ndarray], b, hq, hkv, sq, sk, d, dtype):
-    # Scaled down so the softmax is neither one-hot nor flat.
-    q = (rand((b, hq, sq, d)) * 0.3).astype(dtype)
-    k = (rand((b, hkv, sk, d)) * 0.3).astype(dtype)
-    v = rand((b, hkv, sk, d)).astype(dtype)
-    return q, k, v
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -189,26 +149,6 @@ def test_sdpa_errors(rand):
 # --- decode -------------------------------------------------------------------------------
 
 
-def ref_decode(q, keys_per_seq, vals_per_seq, scale=None):
-    """q [B, Hq, D]; keys_per_seq[b]: [Hkv, n_b, D] float64 reference."""
-    q = np.asarray(q, np.float64)
-    b_, hq, d = q.shape
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    out = np.zeros((b_, hq, d))
-    for b in range(b_):
-        kb = np.asarray(keys_per_seq[b], np.float64)
-        vb = np.asarray(vals_per_seq[b], np.float64)
-        hkv, n = kb.shape[0], kb.shape[1]
-        if n == 0:
-            continue
-        for h in range(hq):
-            kv = h // (hq // hkv)
-            s = kb[kv] @ q[b, h] * scale
-            p = np.exp(s - s.max())
-            out[b, h] = p / p.sum() @ vb[kv]
-    return out
-
-
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize(("hq", "hkv", "d"), [(8, 2, 128), (4, 4, 64), (6, 1, 80), (2, 2, 256)])
 def test_decode_contiguous(rand, rng, dtype, hq, hkv, d):
@@ -236,11 +176,7 @@ def test_decode_paged(rand, rng, dtype):
     vc = rand((nblocks, hkv, bs, d)).astype(dtype)
     table = rng.permutation(nblocks)[: b * max_blocks].reshape(b, max_blocks).astype(np.int32)
     lens = np.array([17, 80, 100], np.int32)  # 100 > capacity 80: clamped
-    keys, vals = [], []
-    for i in range(b):
-        n = min(int(lens[i]), max_blocks * bs)
-        keys.append(np.concatenate([kc[blk] for blk in table[i]], axis=1)[:, :n])
-        vals.append(np.concatenate([vc[blk] for blk in table[i]], axis=1)[:, :n])
+    keys, vals = gather_pages(kc, table, lens), gather_pages(vc, table, lens)
     got = ops.decode_attention(
         gp.from_numpy(q),
         gp.from_numpy(kc),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+from references import act_ref, linear_ref, rel_err
 
 import pygpukit as gp
 from pygpukit.ops import gemv, linear
@@ -15,36 +15,6 @@ from pygpukit.ops.linear import ACTIVATIONS, GEMV_VARIANTS, gemv_variant
 LIMITS = {np.dtype(gp.float32): 1e-5, np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
 HALF = [gp.float16, gp.bfloat16]
 ALL = [gp.float32, gp.float16, gp.bfloat16]
-
-
-def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
-    out64 = np.asarray(out, dtype=np.float64)
-    return float(np.linalg.norm(out64 - ref) / np.linalg.norm(ref))
-
-
-def act_ref(y: np.ndarray, activation: str | None) -> np.ndarray:
-    """Independent float64 activations (math.erf per element for exact GELU)."""
-    if activation is None:
-        return y
-    if activation == "relu":
-        return np.where(y > 0, y, 0.0)
-    if activation == "gelu":
-        erf = np.array([math.erf(v / math.sqrt(2.0)) for v in y.ravel()]).reshape(y.shape)
-        return y * 0.5 * (1.0 + erf)
-    if activation == "gelu_tanh":
-        return 0.5 * y * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y**3)))
-    if activation == "silu":
-        return y * (1.0 / (1.0 + np.exp(-y)))
-    raise AssertionError(activation)
-
-
-def linear_ref(
-    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, activation: str | None
-) -> np.ndarray:
-    y = np.einsum("...k,nk->...n", x.astype(np.float64), w.astype(np.float64))
-    if b is not None:
-        y = y + b.astype(np.float64)
-    return act_ref(y, activation)
 
 
 @pytest.mark.parametrize("dtype", HALF)

@@ -6,35 +6,13 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from references import rel_err, rope_ref
 
 import pygpukit as gp
 from pygpukit import ops
 
 TOL = {"float32": 1e-5, "float16": 3e-3, "bfloat16": 1e-2}
 Rand = Callable[..., np.ndarray]
-
-
-def rel(out: np.ndarray, ref: np.ndarray) -> float:
-    o, r = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.linalg.norm(o - r) / np.linalg.norm(r))
-
-
-def rope_ref(
-    x: np.ndarray, pos: np.ndarray, rotary_dim: int, layout: str, base: float = 10000.0
-) -> np.ndarray:
-    """Rotate every pair of ``x`` [..., heads, D] by complex multiplication, in float64."""
-    x64 = x.astype(np.float64)
-    y = x64.copy()
-    half = rotary_dim // 2
-    freqs = base ** (-np.arange(half, dtype=np.float64) * 2 / rotary_dim)
-    rot = np.exp(1j * pos.astype(np.float64)[..., None] * freqs)[..., None, :]  # [..., 1, half]
-    if layout == "neox":
-        z = (x64[..., :half] + 1j * x64[..., half:rotary_dim]) * rot
-        y[..., :half], y[..., half:rotary_dim] = z.real, z.imag
-    else:
-        z = (x64[..., 0:rotary_dim:2] + 1j * x64[..., 1:rotary_dim:2]) * rot
-        y[..., 0:rotary_dim:2], y[..., 1:rotary_dim:2] = z.real, z.imag
-    return y
 
 
 def test_cos_sin_tables() -> None:
@@ -68,8 +46,8 @@ def test_apply_rope(
         gq, gk, cos, sin, gp.from_numpy(pos), layout=layout, rotary_dim=rd, inplace=inplace
     )
     assert (qo is gq) == inplace and (ko is gk) == inplace
-    assert rel(qo.to_numpy(), rope_ref(q, pos, rd, layout)) < TOL[dtype]
-    assert rel(ko.to_numpy(), rope_ref(k, pos, rd, layout)) < TOL[dtype]
+    assert rel_err(qo.to_numpy(), rope_ref(q, pos, rd, layout)) < TOL[dtype]
+    assert rel_err(ko.to_numpy(), rope_ref(k, pos, rd, layout)) < TOL[dtype]
     if partial:  # the pass-through dims are copied exactly
         np.testing.assert_array_equal(qo.to_numpy()[..., rd:], q[..., rd:])
     if not inplace:
@@ -81,8 +59,8 @@ def test_apply_rope_batched(rng: np.random.Generator, rand: Rand) -> None:
     pos = rng.integers(0, 10, size=(2, 3)).astype(np.int32)
     cos, sin = ops.rope_cos_sin(10, 8)
     qo, ko = ops.apply_rope(gp.from_numpy(q), gp.from_numpy(k), cos, sin, gp.from_numpy(pos))
-    assert rel(qo.to_numpy(), rope_ref(q, pos, 8, "neox")) < 1e-5
-    assert rel(ko.to_numpy(), rope_ref(k, pos, 8, "neox")) < 1e-5
+    assert rel_err(qo.to_numpy(), rope_ref(q, pos, 8, "neox")) < 1e-5
+    assert rel_err(ko.to_numpy(), rope_ref(k, pos, 8, "neox")) < 1e-5
 
 
 def test_apply_rope_errors(rand: Rand) -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from references import chi2, probs_ref
 
 import pygpukit as gp
 from pygpukit.ops import Generator, argmax, sample
@@ -18,42 +19,6 @@ from pygpukit.ops.sampling import MAX_PENALTY_VOCAB, philox4x32_10, uniforms
 
 DTYPES = [np.float32, gp.float16, gp.bfloat16]
 CHI2_LIMIT = {9: 45.0, 15: 55.0}  # degrees of freedom -> bound (p below ~1e-6)
-
-
-def probs_ref(
-    logits: np.ndarray,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    min_p: float = 0.0,
-    penalty: float = 1.0,
-    prev: list[int] | None = None,
-) -> np.ndarray:
-    """Float64 reference distribution of one row (Hugging Face's order of filters)."""
-    x = logits.astype(np.float64).copy()
-    if prev:
-        ids = np.unique(prev)
-        x[ids] = np.where(x[ids] > 0, x[ids] / penalty, x[ids] * penalty)
-    x = x / temperature
-    order = np.argsort(-x, kind="stable")
-    keep = np.zeros(x.size, dtype=bool)
-    keep[order[: top_k if 0 < top_k < x.size else x.size]] = True
-    if top_p < 1.0:
-        kept = order[keep[order]]
-        q = np.exp(x[kept] - x[kept[0]])
-        cum = np.cumsum(q / q.sum())
-        n = int(np.searchsorted(cum, top_p, side="left")) + 1
-        keep[:] = False
-        keep[kept[:n]] = True
-    p = np.where(keep, np.exp(x - x.max()), 0.0)
-    if min_p > 0.0:
-        p[p < min_p * p.max()] = 0.0
-    return p / p.sum()
-
-
-def chi2(counts: np.ndarray, probs: np.ndarray) -> float:
-    expected = probs * counts.sum()
-    return float(((counts - expected) ** 2 / expected).sum())
 
 
 def test_philox_known_answers() -> None:

@@ -9,11 +9,20 @@ KV writes: exact against NumPy loops.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+from references import (
+    gather_pages,
+    kv_append_ref,
+    paged_write_ref,
+    qkv,
+    ref_decode,
+    ref_sdpa,
+    rel_err,
+    visible,
+)
 
 import pygpukit as gp
 from pygpukit import ops
@@ -23,42 +32,6 @@ pytestmark = pytest.mark.gpu
 HALF = [gp.float16, gp.bfloat16]
 LIMIT = {np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
 Rand = Callable[..., np.ndarray]
-
-
-def rel(out, ref) -> float:
-    o, r = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.linalg.norm(o - r) / np.linalg.norm(r))
-
-
-def visible(sq: int, sk: int) -> np.ndarray:
-    """[Sq, Sk] bool, bottom-right causal: key j visible to query i when j <= i + Sk - Sq."""
-    return np.arange(sk)[None, :] <= np.arange(sq)[:, None] + (sk - sq)
-
-
-def ref_sdpa(q, k, v, mask=None, causal=False, scale=None):
-    """float64 attention via einsum (KV heads repeated for GQA); rows with no key are 0."""
-    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
-    group = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
-    if mask is not None:
-        s = s + np.asarray(mask, np.float64)
-    if causal:
-        s = np.where(visible(q.shape[2], k.shape[2]), s, -np.inf)
-    m = s.max(axis=-1, keepdims=True)
-    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-    total = p.sum(axis=-1, keepdims=True)
-    p = np.divide(p, total, out=np.zeros_like(p), where=total > 0)
-    return np.einsum("bhqk,bhkd->bhqd", p, v)
-
-
-def qkv(rand: Rand, b, hq, hkv, sq, sk, d, dtype):
-    # Scaled so the softmax is neither one-hot nor flat.
-    q = (rand((b, hq, sq, d)) * 0.3).astype(dtype)
-    k = (rand((b, hkv, sk, d)) * 0.3).astype(dtype)
-    v = rand((b, hkv, sk, d)).astype(dtype)
-    return q, k, v
 
 
 def run(q, k, v, **kw) -> np.ndarray:
@@ -85,7 +58,7 @@ def prefill_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 def test_head_dims(rand, prefill_kernel, dtype, d, causal):
     q, k, v = qkv(rand, 2, 4, 2, 129, 129, d, dtype)
     got = run(q, k, v, is_causal=causal)
-    assert rel(got, ref_sdpa(q, k, v, causal=causal)) < LIMIT[np.dtype(dtype)]
+    assert rel_err(got, ref_sdpa(q, k, v, causal=causal)) < LIMIT[np.dtype(dtype)]
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -108,7 +81,7 @@ def test_lengths_gqa_causal(rand, prefill_kernel, dtype, hq, hkv, sq, sk, causal
     got = run(q, k, v, is_causal=causal)
     assert np.all(np.isfinite(got.astype(np.float32)))
     ref = ref_sdpa(q, k, v, causal=causal)
-    assert rel(got, ref) < LIMIT[np.dtype(dtype)]
+    assert rel_err(got, ref) < LIMIT[np.dtype(dtype)]
     if causal and sq > sk:
         assert np.all(got[:, :, : sq - sk].astype(np.float32) == 0)
 
@@ -121,7 +94,7 @@ def test_masks(rand, prefill_kernel, dtype, mask_dtype, shape, causal):
     q, k, v = qkv(rand, 2, 4, 2, 129, 200, 64, dtype)
     mask = rand(shape).astype(np.float32 if mask_dtype == "float32" else dtype)
     got = run(q, k, v, attn_mask=mask, is_causal=causal)
-    assert rel(got, ref_sdpa(q, k, v, mask=mask, causal=causal)) < LIMIT[np.dtype(dtype)]
+    assert rel_err(got, ref_sdpa(q, k, v, mask=mask, causal=causal)) < LIMIT[np.dtype(dtype)]
 
 
 def test_mask_fully_masked_row_and_scale(rand):
@@ -130,7 +103,7 @@ def test_mask_fully_masked_row_and_scale(rand):
     mask[3, :] = -np.inf
     got = run(q, k, v, attn_mask=mask, scale=0.04)
     assert np.all(got[:, :, 3].astype(np.float32) == 0)
-    assert rel(got, ref_sdpa(q, k, v, mask=mask, scale=0.04)) < 1e-2
+    assert rel_err(got, ref_sdpa(q, k, v, mask=mask, scale=0.04)) < 1e-2
 
 
 def test_out_argument(rand):
@@ -140,7 +113,7 @@ def test_out_argument(rand):
         gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), out=out
     )
     assert res is out
-    assert rel(out.to_numpy(), ref_sdpa(q, k, v)) < 3e-3
+    assert rel_err(out.to_numpy(), ref_sdpa(q, k, v)) < 3e-3
 
 
 def _torch():
@@ -166,28 +139,10 @@ def test_vs_torch(rand, prefill_kernel, dtype, d, sq, sk, causal):
         want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=keep)
     else:
         want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
-    assert rel(got, want.float().cpu().numpy()) < LIMIT[np.dtype(dtype)]
+    assert rel_err(got, want.float().cpu().numpy()) < LIMIT[np.dtype(dtype)]
 
 
 # --- decode -------------------------------------------------------------------------------
-
-
-def ref_decode(q, keys, vals, scale=None):
-    """q [B, Hq, D]; keys[b], vals[b]: [Hkv, n_b, D]; float64, zeros for n_b == 0."""
-    q = np.asarray(q, np.float64)
-    b_, hq, d = q.shape
-    scale = 1.0 / math.sqrt(d) if scale is None else scale
-    out = np.zeros(q.shape)
-    for b in range(b_):
-        kb, vb = np.asarray(keys[b], np.float64), np.asarray(vals[b], np.float64)
-        if kb.shape[1] == 0:
-            continue
-        group = hq // kb.shape[0]
-        kb, vb = np.repeat(kb, group, axis=0), np.repeat(vb, group, axis=0)
-        s = np.einsum("hd,hnd->hn", q[b], kb) * scale
-        p = np.exp(s - s.max(axis=-1, keepdims=True))
-        out[b] = np.einsum("hn,hnd->hd", p / p.sum(axis=-1, keepdims=True), vb)
-    return out
 
 
 @pytest.fixture(params=["mma", "mma2", "simt"])
@@ -213,7 +168,7 @@ def test_decode_contiguous(rand, rng, decode_kernel, dtype, d, hq, hkv):
     ).to_numpy()
     n = np.minimum(lens, max_len)
     ref = ref_decode(q, [kc[i, :, : n[i]] for i in range(b)], [vc[i, :, : n[i]] for i in range(b)])
-    assert rel(got, ref) < LIMIT[np.dtype(dtype)]
+    assert rel_err(got, ref) < LIMIT[np.dtype(dtype)]
     assert np.all(got[lens == 0].astype(np.float32) == 0)
 
 
@@ -227,12 +182,7 @@ def test_decode_paged(rand, rng, decode_kernel, dtype, d, block_size):
     vc = rand((nblocks, hkv, block_size, d)).astype(dtype)
     table = rng.permutation(nblocks)[: b * max_blocks].reshape(b, max_blocks).astype(np.int32)
     lens = np.array([1, 37, 4096, 2000, 0], np.int32)
-    keys, vals = [], []
-    for i in range(b):
-        kk = kc[table[i]].transpose(1, 0, 2, 3).reshape(hkv, -1, d)
-        vv = vc[table[i]].transpose(1, 0, 2, 3).reshape(hkv, -1, d)
-        keys.append(kk[:, : lens[i]])
-        vals.append(vv[:, : lens[i]])
+    keys, vals = gather_pages(kc, table, lens), gather_pages(vc, table, lens)
     got = ops.decode_attention(
         gp.from_numpy(q),
         gp.from_numpy(kc),
@@ -240,7 +190,7 @@ def test_decode_paged(rand, rng, decode_kernel, dtype, d, block_size):
         gp.from_numpy(lens),
         block_table=gp.from_numpy(table),
     ).to_numpy()
-    assert rel(got, ref_decode(q, keys, vals)) < LIMIT[np.dtype(dtype)]
+    assert rel_err(got, ref_decode(q, keys, vals)) < LIMIT[np.dtype(dtype)]
 
 
 def test_decode_matches_prefill_last_row(rand, decode_kernel):
@@ -252,7 +202,7 @@ def test_decode_matches_prefill_last_row(rand, decode_kernel):
     step = ops.decode_attention(
         gp.from_numpy(np.ascontiguousarray(q[:, :, -1])), gp.from_numpy(k), gp.from_numpy(v), lens
     ).to_numpy()
-    assert rel(step, full[:, :, -1]) < 1e-2
+    assert rel_err(step, full[:, :, -1]) < 1e-2
 
 
 # --- KV cache writes ----------------------------------------------------------------------
@@ -273,12 +223,7 @@ def test_kv_append(rand, rng, dtype, per_token, index_dtype):
         pos = np.array([0, 17, 100, max_len - 3], index_dtype)
     kc, vc = gp.from_numpy(kc0), gp.from_numpy(vc0)
     ops.kv_cache_append(gp.from_numpy(k), gp.from_numpy(v), kc, vc, gp.from_numpy(pos))
-    want_k, want_v = kc0.copy(), vc0.copy()
-    for i in range(b):
-        for j in range(t):
-            p = int(pos[i, j]) if per_token else int(pos[i]) + j
-            if 0 <= p < max_len:
-                want_k[i, :, p], want_v[i, :, p] = k[i, :, j], v[i, :, j]
+    want_k, want_v = kv_append_ref(kc0, vc0, k, v, pos)
     np.testing.assert_array_equal(kc.to_numpy(), want_k)
     np.testing.assert_array_equal(vc.to_numpy(), want_v)
 
@@ -295,10 +240,7 @@ def test_paged_write(rand, rng, dtype, index_dtype):
     slots[3] = nblocks * bs + 1
     kc, vc = gp.from_numpy(kc0), gp.from_numpy(vc0)
     ops.paged_kv_cache_write(gp.from_numpy(k), gp.from_numpy(v), kc, vc, gp.from_numpy(slots))
-    want_k, want_v = kc0.copy(), vc0.copy()
-    for i, s in enumerate(slots):
-        if 0 <= s < nblocks * bs:
-            want_k[s // bs, :, s % bs], want_v[s // bs, :, s % bs] = k[i], v[i]
+    want_k, want_v = paged_write_ref(kc0, vc0, k, v, slots)
     np.testing.assert_array_equal(kc.to_numpy(), want_k)
     np.testing.assert_array_equal(vc.to_numpy(), want_v)
 
@@ -327,7 +269,7 @@ def test_write_then_decode(rand, decode_kernel):
     ).to_numpy()
     keys = [ks[:, i].transpose(1, 0, 2) for i in range(b)]
     vals = [vs[:, i].transpose(1, 0, 2) for i in range(b)]
-    assert rel(got, ref_decode(q, keys, vals)) < 1e-2
+    assert rel_err(got, ref_decode(q, keys, vals)) < 1e-2
 
 
 # --- Hopper wgmma prefill (head dims 64, 128): the default on SM 9.0; each variant forced ---
@@ -358,7 +300,7 @@ def test_wgmma_prefill(rand, monkeypatch, variant, dtype, d, hq, hkv, sq, sk, ca
     q, k, v = qkv(rand, 2, hq, hkv, sq, sk, d, dtype)
     got = run(q, k, v, is_causal=causal)
     assert np.all(np.isfinite(got.astype(np.float32)))
-    assert rel(got, ref_sdpa(q, k, v, causal=causal)) < LIMIT[np.dtype(dtype)]
+    assert rel_err(got, ref_sdpa(q, k, v, causal=causal)) < LIMIT[np.dtype(dtype)]
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -370,7 +312,7 @@ def test_wgmma_prefill_masks(rand, monkeypatch, variant, dtype, shape):
     q, k, v = qkv(rand, 2, 4, 2, 129, 200, 128, dtype)
     mask = rand(shape).astype(np.float32)
     got = run(q, k, v, attn_mask=mask, is_causal=True)
-    assert rel(got, ref_sdpa(q, k, v, mask=mask, causal=True)) < LIMIT[np.dtype(dtype)]
+    assert rel_err(got, ref_sdpa(q, k, v, mask=mask, causal=True)) < LIMIT[np.dtype(dtype)]
 
 
 @pytest.mark.parametrize("d", [64, 128])
@@ -383,7 +325,7 @@ def test_wgmma_matches_mma(rand, monkeypatch, variant, d):
     a = run(q, k, v, is_causal=True)
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
     b = run(q, k, v, is_causal=True)
-    assert rel(b, a) < 1e-2
+    assert rel_err(b, a) < 1e-2
 
 
 def test_wgmma_is_the_hopper_default(monkeypatch):

@@ -7,12 +7,12 @@ it is importable; RoPE against an independent complex-multiplication reference.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
+from references import gated_ref, ln_ref, rel_err, rms_ref, rope_ref, softmax_ref
 
 import pygpukit as gp
 from pygpukit import ops
@@ -25,11 +25,6 @@ DTYPES = list(TOL)
 #: (70000 and 40001 exceed what the register buckets hold for every dtype).
 WIDTHS = [1, 7, 64, 4096, 8192, 10000, 40001, 70000]
 Rand = Callable[..., np.ndarray]
-
-
-def rel(out: np.ndarray, ref: np.ndarray) -> float:
-    o, r = np.asarray(out, np.float64), np.asarray(ref, np.float64)
-    return float(np.linalg.norm(o - r) / np.linalg.norm(r))
 
 
 def rows_for(width: int) -> int:
@@ -48,25 +43,6 @@ def to_torch(torch: Any, a: np.ndarray, dtype: str) -> Any:
     return torch.from_numpy(a.astype(np.float32)).cuda().to(getattr(torch, dtype))
 
 
-def rms_ref(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    return x64 / np.sqrt(np.mean(x64**2, axis=-1, keepdims=True) + eps) * w.astype(np.float64)
-
-
-def ln_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, eps: float) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    mu = x64.mean(axis=-1, keepdims=True)
-    var = ((x64 - mu) ** 2).mean(axis=-1, keepdims=True)
-    y = (x64 - mu) / np.sqrt(var + eps) * w.astype(np.float64)
-    return y + b.astype(np.float64) if b is not None else y
-
-
-def softmax_ref(x: np.ndarray) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 # ----------------------------------------------------------------------------- norms
 
 
@@ -76,13 +52,13 @@ def test_rmsnorm(rand: Rand, dtype: str, width: int) -> None:
     dt = gp.dtypes.normalize(dtype)
     x, w = rand((rows_for(width), width), dt), rand((width,), dt)
     y = ops.rmsnorm(gp.from_numpy(x), gp.from_numpy(w), 1e-6).to_numpy()
-    assert rel(y, rms_ref(x, w, 1e-6)) < TOL[dtype]
+    assert rel_err(y, rms_ref(x, w, 1e-6)) < TOL[dtype]
     torch = torch_or_none()
     if torch is not None:
         t = torch.nn.functional.rms_norm(
             to_torch(torch, x, dtype), (width,), to_torch(torch, w, dtype), 1e-6
         )
-        assert rel(y, t.float().cpu().numpy()) < 2 * TOL[dtype]
+        assert rel_err(y, t.float().cpu().numpy()) < 2 * TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -97,14 +73,14 @@ def test_layernorm(rand: Rand, dtype: str, width: int, with_bias: bool) -> None:
         # A one-element row is all mean: the output is exactly zero.
         assert not np.any(y.astype(np.float64))
         return
-    assert rel(y, ln_ref(x, w, b if with_bias else None, 1e-5)) < TOL[dtype]
+    assert rel_err(y, ln_ref(x, w, b if with_bias else None, 1e-5)) < TOL[dtype]
     torch = torch_or_none()
     if torch is not None:
         tb = to_torch(torch, b, dtype) if with_bias else None
         t = torch.nn.functional.layer_norm(
             to_torch(torch, x, dtype), (width,), to_torch(torch, w, dtype), tb, 1e-5
         )
-        assert rel(y, t.float().cpu().numpy()) < 2 * TOL[dtype]
+        assert rel_err(y, t.float().cpu().numpy()) < 2 * TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -122,7 +98,7 @@ def test_add_norm(rand: Rand, dtype: str, width: int, layer: bool) -> None:
     s_ref = (x.astype(np.float64) + r.astype(np.float64)).astype(dt)
     np.testing.assert_array_equal(s.to_numpy(), s_ref)
     ref = ln_ref(s_ref, w, b, 1e-5) if layer else rms_ref(s_ref, w, 1e-6)
-    assert rel(y.to_numpy(), ref) < TOL[dtype]
+    assert rel_err(y.to_numpy(), ref) < TOL[dtype]
     np.testing.assert_array_equal(gx.to_numpy(), x)
 
 
@@ -134,10 +110,10 @@ def test_norm_3d_misaligned_and_inplace(rand: Rand, dtype: str) -> None:
     flat = gp.from_numpy(np.concatenate([x.reshape(-1)[:1], x.reshape(-1)]))
     view = flat[1:].reshape(2, 3, 256)
     y = ops.rmsnorm(view, gp.from_numpy(w)).to_numpy()
-    assert rel(y, rms_ref(x, w, 1e-6)) < TOL[dtype]
+    assert rel_err(y, rms_ref(x, w, 1e-6)) < TOL[dtype]
     gx = gp.from_numpy(x)
     assert ops.layernorm(gx, gp.from_numpy(w), out=gx) is gx
-    assert rel(gx.to_numpy(), ln_ref(x, w, None, 1e-5)) < TOL[dtype]
+    assert rel_err(gx.to_numpy(), ln_ref(x, w, None, 1e-5)) < TOL[dtype]
 
 
 # ----------------------------------------------------------------------------- softmax
@@ -148,37 +124,24 @@ def test_norm_3d_misaligned_and_inplace(rand: Rand, dtype: str) -> None:
 def test_softmax(rand: Rand, dtype: str, width: int) -> None:
     x = rand((rows_for(width), width), gp.dtypes.normalize(dtype))
     y = ops.softmax(gp.from_numpy(x)).to_numpy()
-    assert rel(y, softmax_ref(x)) < TOL[dtype]
+    assert rel_err(y, softmax_ref(x)) < TOL[dtype]
     torch = torch_or_none()
     if torch is not None:
         t = torch.softmax(to_torch(torch, x, dtype), dim=-1)
-        assert rel(y, t.float().cpu().numpy()) < 2 * TOL[dtype]
+        assert rel_err(y, t.float().cpu().numpy()) < 2 * TOL[dtype]
 
 
 def test_softmax_inplace_and_misaligned(rand: Rand) -> None:
     x = rand((4, 3, 1000), np.float32) * 10
     gx = gp.from_numpy(x)
     assert ops.softmax(gx, out=gx) is gx
-    assert rel(gx.to_numpy(), softmax_ref(x)) < 1e-5
+    assert rel_err(gx.to_numpy(), softmax_ref(x)) < 1e-5
     flat = gp.from_numpy(np.concatenate([x.reshape(-1)[:2], x.reshape(-1)]).astype(np.float16))
     y = ops.softmax(flat[2:].reshape(12, 1000)).to_numpy()
-    assert rel(y, softmax_ref(x.astype(np.float16).reshape(12, 1000))) < 3e-3
+    assert rel_err(y, softmax_ref(x.astype(np.float16).reshape(12, 1000))) < 3e-3
 
 
 # ----------------------------------------------------------------------------- gated activations
-
-
-def gated_ref(x: np.ndarray, act: str) -> np.ndarray:
-    x64 = x.astype(np.float64)
-    d = x.shape[-1] // 2
-    g, u = x64[..., :d], x64[..., d:]
-    if act == "silu":
-        a = g / (1.0 + np.exp(-g))
-    elif act == "tanh":
-        a = 0.5 * g * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g**3)))
-    else:
-        a = 0.5 * g * (1.0 + np.vectorize(math.erf)(g / math.sqrt(2.0)))
-    return a * u
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -189,7 +152,7 @@ def test_gated(rand: Rand, dtype: str, d: int, act: str) -> None:
     gx = gp.from_numpy(x)
     y = ops.silu_mul(gx) if act == "silu" else ops.gelu_mul(gx, approximate=act)
     assert y.shape == (x.shape[0], d)
-    assert rel(y.to_numpy(), gated_ref(x, act)) < TOL[dtype]
+    assert rel_err(y.to_numpy(), gated_ref(x, act)) < TOL[dtype]
 
 
 # ----------------------------------------------------------------------------- embedding
@@ -218,22 +181,6 @@ def test_embedding_out_of_range_is_zero(rand: Rand) -> None:
 # ----------------------------------------------------------------------------- RoPE
 
 
-def rope_ref(x: np.ndarray, pos: np.ndarray, rotary_dim: int, layout: str) -> np.ndarray:
-    """Rotation as complex multiplication in float64 (independent of the kernel's pairing code)."""
-    x64 = x.astype(np.float64)
-    y = x64.copy()
-    half = rotary_dim // 2
-    freqs = 10000.0 ** (-np.arange(half, dtype=np.float64) * 2 / rotary_dim)
-    rot = np.exp(1j * pos.astype(np.float64)[..., None] * freqs)[..., None, :]
-    if layout == "neox":
-        z = (x64[..., :half] + 1j * x64[..., half:rotary_dim]) * rot
-        y[..., :half], y[..., half:rotary_dim] = z.real, z.imag
-    else:
-        z = (x64[..., 0:rotary_dim:2] + 1j * x64[..., 1:rotary_dim:2]) * rot
-        y[..., 0:rotary_dim:2], y[..., 1:rotary_dim:2] = z.real, z.imag
-    return y
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["neox", "gptj"])
 @pytest.mark.parametrize("head_dim,rotary_dim", [(128, 128), (128, 64), (80, 32), (64, 2)])
@@ -257,8 +204,8 @@ def test_rope(
         gq, gk, cos, sin, gp.from_numpy(pos), layout=layout, rotary_dim=rotary_dim, inplace=inplace
     )
     assert (qo is gq) == inplace and (ko is gk) == inplace
-    assert rel(qo.to_numpy(), rope_ref(q, pos, rotary_dim, layout)) < TOL[dtype]
-    assert rel(ko.to_numpy(), rope_ref(k, pos, rotary_dim, layout)) < TOL[dtype]
+    assert rel_err(qo.to_numpy(), rope_ref(q, pos, rotary_dim, layout)) < TOL[dtype]
+    assert rel_err(ko.to_numpy(), rope_ref(k, pos, rotary_dim, layout)) < TOL[dtype]
     np.testing.assert_array_equal(qo.to_numpy()[..., rotary_dim:], q[..., rotary_dim:])
     np.testing.assert_array_equal(ko.to_numpy()[..., rotary_dim:], k[..., rotary_dim:])
     if not inplace:
@@ -273,8 +220,8 @@ def test_rope_half_tables_batched(rng: np.random.Generator, rand: Rand, dtype: s
     cos, sin = ops.rope_cos_sin(64, 64, dtype=dtype)
     qo, ko = ops.apply_rope(gp.from_numpy(q), gp.from_numpy(k), cos, sin, gp.from_numpy(pos))
     # Rounded tables add one rounding of cos/sin to the error.
-    assert rel(qo.to_numpy(), rope_ref(q, pos, 64, "neox")) < 2 * TOL[dtype]
-    assert rel(ko.to_numpy(), rope_ref(k, pos, 64, "neox")) < 2 * TOL[dtype]
+    assert rel_err(qo.to_numpy(), rope_ref(q, pos, 64, "neox")) < 2 * TOL[dtype]
+    assert rel_err(ko.to_numpy(), rope_ref(k, pos, 64, "neox")) < 2 * TOL[dtype]
 
 
 def test_rope_out_of_range_position_passes_through(rand: Rand) -> None:
@@ -284,4 +231,4 @@ def test_rope_out_of_range_position_passes_through(rand: Rand) -> None:
     qo, ko = ops.apply_rope(gp.from_numpy(q), gp.from_numpy(k), cos, sin, gp.from_numpy(pos))
     np.testing.assert_array_equal(qo.to_numpy()[1:], q[1:])
     np.testing.assert_array_equal(ko.to_numpy()[1:], k[1:])
-    assert rel(qo.to_numpy()[:1], rope_ref(q[:1], pos[:1], 16, "neox")) < 1e-5
+    assert rel_err(qo.to_numpy()[:1], rope_ref(q[:1], pos[:1], 16, "neox")) < 1e-5

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+from references import linear_ref, rel_err
 
 import pygpukit as gp
 from pygpukit.ops import gemv, linear
@@ -18,29 +18,6 @@ pytestmark = pytest.mark.gpu
 # biased/activated value: two roundings, still well inside these limits.
 LIMITS = {np.dtype(gp.float32): 1e-5, np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
 HALF = [gp.float16, gp.bfloat16]
-
-
-def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
-    out64 = np.asarray(out, dtype=np.float64)
-    return float(np.linalg.norm(out64 - ref) / np.linalg.norm(ref))
-
-
-def act_ref(y: np.ndarray, activation: str | None) -> np.ndarray:
-    if activation == "relu":
-        return np.where(y > 0, y, 0.0)
-    if activation == "gelu":
-        erf = np.array([math.erf(v / math.sqrt(2.0)) for v in y.ravel()]).reshape(y.shape)
-        return y * 0.5 * (1.0 + erf)
-    if activation == "gelu_tanh":
-        return 0.5 * y * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y**3)))
-    if activation == "silu":
-        return y * (1.0 / (1.0 + np.exp(-y)))
-    return y
-
-
-def ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, activation: str | None) -> np.ndarray:
-    y = x.astype(np.float64) @ w.astype(np.float64).T
-    return act_ref(y if b is None else y + b.astype(np.float64), activation)
 
 
 # (N, K): vector kernel with a partial last warp of rows and a chunk tail (K = 8 * 513),
@@ -58,7 +35,7 @@ def test_gemv_matches_float64(
     x, w = rand((m, k), dtype), rand((n, k), dtype)
     y = gemv(gp.from_numpy(x), gp.from_numpy(w))
     assert y.shape == (m, n)
-    assert rel_err(y.to_numpy(), ref(x, w, None, None)) < LIMITS[np.dtype(dtype)]
+    assert rel_err(y.to_numpy(), linear_ref(x, w, None, None)) < LIMITS[np.dtype(dtype)]
 
 
 @pytest.mark.parametrize("variant", [v for v in GEMV_VARIANTS if v != "r4u2"])
@@ -80,12 +57,12 @@ def test_gemv_variants(
     base = linear(*args, activation="silu").to_numpy()
     monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", variant)
     got = linear(*args, activation="silu").to_numpy()
-    assert rel_err(got, ref(x, w, b, "silu")) < 1e-2
+    assert rel_err(got, linear_ref(x, w, b, "silu")) < 1e-2
     if variant != "mma":
         np.testing.assert_array_equal(got.view(np.uint16), base.view(np.uint16))
     f16 = rand((m, k), gp.float16), rand((n, k), gp.float16)
     y = gemv(gp.from_numpy(f16[0]), gp.from_numpy(f16[1]))
-    assert rel_err(y.to_numpy(), ref(f16[0], f16[1], None, None)) < 3e-3
+    assert rel_err(y.to_numpy(), linear_ref(f16[0], f16[1], None, None)) < 3e-3
 
 
 def test_gemv_unknown_variant_is_a_value_error(
@@ -105,14 +82,14 @@ def test_gemv_unaligned_view_uses_the_scalar_kernel(
     flat, w = rand((m * k + 1,), gp.bfloat16), rand((n, k), gp.bfloat16)
     x = gp.from_numpy(flat)[1:].reshape(m, k)  # 2-byte offset: not 16-byte aligned
     y = gemv(x, gp.from_numpy(w))
-    assert rel_err(y.to_numpy(), ref(flat[1:].reshape(m, k), w, None, None)) < 1e-2
+    assert rel_err(y.to_numpy(), linear_ref(flat[1:].reshape(m, k), w, None, None)) < 1e-2
 
 
 def test_gemv_into_out_and_vector_x(rand: Callable[..., np.ndarray]) -> None:
     x, w = rand((4096,), gp.bfloat16), rand((301, 4096), gp.bfloat16)
     out = gp.empty((301,), gp.bfloat16)
     assert gemv(gp.from_numpy(x), gp.from_numpy(w), out=out) is out
-    assert rel_err(out.to_numpy(), ref(x[None], w, None, None)[0]) < 1e-2
+    assert rel_err(out.to_numpy(), linear_ref(x[None], w, None, None)[0]) < 1e-2
 
 
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
@@ -126,7 +103,7 @@ def test_linear_matches_float64(
     x, w, b = rand((m, k), dtype), rand((n, k), dtype), rand((n,), dtype)
     bias = gp.from_numpy(b) if with_bias else None
     y = linear(gp.from_numpy(x), gp.from_numpy(w), bias, activation=activation)
-    expected = ref(x, w, b if with_bias else None, activation)
+    expected = linear_ref(x, w, b if with_bias else None, activation)
     assert rel_err(y.to_numpy(), expected) < LIMITS[np.dtype(dtype)]
 
 
@@ -135,7 +112,7 @@ def test_linear_leading_dims_and_out(rand: Callable[..., np.ndarray]) -> None:
     out = gp.empty((2, 3, 99), gp.bfloat16)
     y = linear(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b), activation="gelu", out=out)
     assert y is out
-    expected = ref(x.reshape(6, 512), w, b, "gelu").reshape(2, 3, 99)
+    expected = linear_ref(x.reshape(6, 512), w, b, "gelu").reshape(2, 3, 99)
     assert rel_err(out.to_numpy(), expected) < 1e-2
 
 
