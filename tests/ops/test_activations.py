@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from references import gated_ref, rel_err, softmax_ref
+from ops_references import gated_ref, rel_err, softmax_ref
 
 import pygpukit as gp
 from pygpukit import ops

@@ -1,13 +1,13 @@
 """pygpukit.ops attention on the CPU backend: the NumPy path vs float64 references.
 
-The references (references.py, shared with the GPU tests) are independent of pygpukit.ops' code.
+The references (ops_references.py, shared with the GPU tests) are independent of pygpukit.ops' code.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from references import gather_pages, qkv, ref_decode, ref_sdpa, rel_err
+from ops_references import gather_pages, qkv, ref_decode, ref_sdpa, rel_err
 
 import pygpukit as gp
 from pygpukit import ops

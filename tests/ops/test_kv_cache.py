@@ -1,10 +1,10 @@
-"""pygpukit.ops KV cache writes on the CPU backend, against the loops of references.py."""
+"""pygpukit.ops KV cache writes on the CPU backend, against the loops of ops_references.py."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from references import kv_append_ref, paged_write_ref
+from ops_references import kv_append_ref, paged_write_ref
 
 import pygpukit as gp
 from pygpukit import ops

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from references import ln_ref, rel_err, rms_ref
+from ops_references import ln_ref, rel_err, rms_ref
 
 import pygpukit as gp
 from pygpukit import ops

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from references import rel_err, rope_ref
+from ops_references import rel_err, rope_ref
 
 import pygpukit as gp
 from pygpukit import ops

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from references import (
+from ops_references import (
     gather_pages,
     kv_append_ref,
     paged_write_ref,

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from references import gated_ref, ln_ref, rel_err, rms_ref, rope_ref, softmax_ref
+from ops_references import gated_ref, ln_ref, rel_err, rms_ref, rope_ref, softmax_ref
 
 import pygpukit as gp
 from pygpukit import ops

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from references import linear_ref, rel_err
+from ops_references import linear_ref, rel_err
 
 import pygpukit as gp
 from pygpukit.ops import gemv, linear

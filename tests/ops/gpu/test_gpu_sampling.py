@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from references import chi2, probs_ref
+from ops_references import chi2, probs_ref
 
 import pygpukit as gp
 from pygpukit.ops import Generator, argmax, sample
