@@ -16,15 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-struct GemmParams {
-    const void* a;
-    const void* b;
-    void* c;
-    int m, n, k, batch;
-    long long sam, sak, sbk, sbn;
-    long long batch_a, batch_b, ldc;
-    long long batch_c;
-};
+#include "gemm_common.cuh"
 
 namespace {
 
@@ -40,10 +32,7 @@ struct Tile {
     T b[2][kBK][kLdB];
 };
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
+// The pointer form (gemm_common.cuh has the shared-address form the wgmma kernels use).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
                  "r"(valid ? 16 : 0));
