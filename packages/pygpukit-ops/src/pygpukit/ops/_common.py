@@ -102,3 +102,22 @@ def check_out(out: GPUArray | None, shape: tuple[int, ...], dtype: Any, name: st
 def result(out: GPUArray | None, shape: tuple[int, ...], dtype: Any) -> GPUArray:
     """``out`` when given (already checked), else a new uninitialised array."""
     return out if out is not None else gp.empty(shape, dtype)
+
+
+#: The largest value a kernel's ``int`` parameter holds.
+INT32_MAX = 2**31 - 1
+
+
+def check_int32(op: str, **sizes: int) -> None:
+    """Raise ``ValueError`` when a size for a kernel's ``int`` parameter exceeds ``INT32_MAX``.
+
+    The kernels take widths, head counts, vocabulary sizes and the like as 32-bit ints (their
+    offsets are 64-bit); a larger value would otherwise surface as a ``TypeError`` from the
+    argument packing. Called on the CUDA path only: the NumPy path has no such limit.
+    """
+    for name, value in sizes.items():
+        if value > INT32_MAX:
+            raise ValueError(
+                f"{op}: {name} = {value} is above 2**31 - 1, the most its GPU kernel takes; "
+                "split the call into smaller pieces"
+            )
