@@ -1,0 +1,45 @@
+"""pygpukit.ops._kernel_loader on any backend: cubin choice and the JIT fallback's source."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pygpukit.ops import _kernel_loader as kl
+
+
+@pytest.fixture
+def kernel_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private ``_kernels`` folder with one kernel and one header; the loader's caches cleared."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "k.cu").write_text('#include "h.cuh"\nextern "C" __global__ void f(int n) {}\n')
+    (src / "h.cuh").write_text("#define WIDTH 4\n")
+    monkeypatch.setattr(kl, "KERNEL_DIR", tmp_path)
+    kl._source.cache_clear()
+    kl._jit_source.cache_clear()
+    yield tmp_path
+    kl._source.cache_clear()
+    kl._jit_source.cache_clear()
+
+
+def test_jit_source_changes_with_a_header(kernel_dir: Path) -> None:
+    """gp.jit's cache keys on the source text: a header edit must change that text."""
+    first = kl._jit_source("k")
+    assert first.startswith(kl._source("k"))  # the kernel itself, unchanged, comes first
+    (kernel_dir / "src" / "h.cuh").write_text("#define WIDTH 8\n")
+    kl._jit_source.cache_clear()
+    second = kl._jit_source("k")
+    assert second != first and second.startswith(kl._source("k"))
+
+
+def test_choose_arch() -> None:
+    have = ["sm_80", "sm_86", "sm_90a"]
+    assert kl.choose_arch("sm_90a", have) == "sm_90a"
+    assert kl.choose_arch("sm_89", have) == "sm_86"  # newest lower minor of the same major
+    assert kl.choose_arch("sm_100a", have) is None  # another major: the JIT fallback
+    assert kl.choose_arch("sm_120a", ["sm_100a", "sm_120"]) == "sm_120"
+    assert kl.choose_arch("sm_103a", ["sm_100a"]) is None  # `a` builds: their exact SM only
+    assert kl.choose_arch("bogus", have) is None
