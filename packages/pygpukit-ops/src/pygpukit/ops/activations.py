@@ -64,6 +64,7 @@ def _gated(x: Any, act: str, out: GPUArray | None) -> GPUArray:
     rows = x.size // (2 * d) if d else 0
     if rows == 0:
         return y
+    c.check_int32("silu_mul/gelu_mul", d=d)
     vec = _rows.vector_width(d, x.itemsize, x, y)
     total = rows * (d // vec)
     block = 256
@@ -124,6 +125,7 @@ def embedding(ids: GPUArray, table: GPUArray, *, out: GPUArray | None = None) ->
         if row_bytes % w == 0 and table.data_ptr % w == 0 and y.data_ptr % w == 0
     )
     words = row_bytes // word
+    c.check_int32("embedding", words=words)
     block = 256
     grid = max(1, min(_MAX_BLOCKS, -(-(n_ids * words) // block)))
     kernel = kl.kernel("activations", f"embedding_w{word}")
@@ -152,6 +154,7 @@ def softmax(x: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
     rows = x.size // width if width else 0
     if rows == 0:
         return y
+    c.check_int32("softmax", width=width)
     vec = _rows.vector_width(width, x.itemsize, x, y)
     plan = _rows.plan_rows(rows, width, vec)
     kernel = kl.kernel("activations", f"softmax_{_rows.dtype_suffix(x.dtype)}_{plan.suffix}")

@@ -30,6 +30,7 @@ from . import _kernel_loader
 from ._common import (
     HALF_DTYPES,
     check_array,
+    check_int32,
     check_out,
     check_same_dtype,
     host,
@@ -138,7 +139,13 @@ def _causal_visible(sq: int, sk: int, rows: slice) -> np.ndarray:
 
 
 def _softmax_rows(s: np.ndarray) -> np.ndarray:
-    """Row softmax that gives a row of zeros, not NaN, when every entry is -inf."""
+    """Row softmax that gives a row of zeros, not NaN, when every entry is -inf (or none exists).
+
+    Sk = 0 (no keys at all) is the empty case of a row that sees no key: zeros, as the kernels
+    give (they run zero key tiles); ``max`` of an empty row would raise.
+    """
+    if s.shape[-1] == 0:
+        return np.zeros(s.shape, s.dtype)
     m = s.max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
     p = np.exp(s - m)
@@ -231,6 +238,7 @@ def scaled_dot_product_attention(
 
     if b > 65535 or hq > 65535:
         raise ValueError(f"at most 65535 batches and query heads per call, got {b} and {hq}")
+    check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     kind = _prefill_kernel(d)
     if kind != "mma":
@@ -345,7 +353,9 @@ def decode_attention(
     - contiguous: ``[B, Hkv, max_len, D]`` (``block_table=None``);
     - paged: ``[num_blocks, Hkv, block_size, D]`` with ``block_table`` int32
       ``[B, max_blocks]``: token ``t`` of sequence ``b`` is at block
-      ``block_table[b, t // block_size]``, offset ``t % block_size``.
+      ``block_table[b, t // block_size]``, offset ``t % block_size``. The entries a
+      sequence's length reaches must be valid block indices (``[0, num_blocks)``): the GPU
+      reads them without a check (checking would need a synchronisation).
 
     Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
     to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding)
@@ -386,6 +396,13 @@ def decode_attention(
             )
         max_blocks = block_table.shape[1]
         capacity = max_blocks * cache_len
+        if k_cache.shape[0] == 0 and capacity > 0:
+            # The kernel reads block block_table[b, i] unchecked: with no blocks any length > 0
+            # would read outside the cache.
+            raise ValueError(
+                f"the paged k_cache {tuple(k_cache.shape)} has no blocks but block_table gives "
+                f"each sequence {max_blocks} of them; allocate at least one block"
+            )
     if capacity >= 2**31:
         raise ValueError(f"the cache holds {capacity} tokens per sequence; at most 2**31 - 1")
     scale_f = _check_scale(scale, d)
@@ -399,6 +416,7 @@ def decode_attention(
 
     if b > 65535:
         raise ValueError(f"at most 65535 sequences per call, got {b}")
+    check_int32("decode_attention", Hq=hq, cache_len=cache_len, max_blocks=max_blocks)
     _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
     which = os.environ.get(DECODE_KERNEL_ENV, "") or "mma2"
     if which not in _DECODE_HEADS:

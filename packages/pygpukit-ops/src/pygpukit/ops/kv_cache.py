@@ -13,7 +13,7 @@ import numpy as np
 from pygpukit.array import GPUArray
 
 from . import _kernel_loader
-from ._common import FLOAT_DTYPES, check_array, check_same_dtype, host, on_cpu
+from ._common import FLOAT_DTYPES, check_array, check_int32, check_same_dtype, host, on_cpu
 
 __all__ = ["kv_cache_append", "paged_kv_cache_write"]
 
@@ -90,6 +90,7 @@ def kv_cache_append(
         host(k_cache)[bi, :, pi] = kh[bi, :, ti]
         host(v_cache)[bi, :, pi] = vh[bi, :, ti]
         return
+    check_int32("kv_cache_append", Hkv=hkv, T=t, max_len=max_len)
     suffix = "i32" if positions.dtype == np.int32 else "i64"
     row_chunks = d * k.itemsize // 16
     args = (k, v, k_cache, v_cache, positions, int(positions.ndim == 2), hkv, t, max_len)
@@ -123,6 +124,7 @@ def paged_kv_cache_write(
         host(k_cache)[blk, :, off] = host(k)[keep]
         host(v_cache)[blk, :, off] = host(v)[keep]
         return
+    check_int32("paged_kv_cache_write", Hkv=hkv, block_size=block_size)
     suffix = "i32" if slot_mapping.dtype == np.int32 else "i64"
     row_chunks = d * k.itemsize // 16
     args = (k, v, k_cache, v_cache, slot_mapping, hkv, block_size, num_blocks, row_chunks)

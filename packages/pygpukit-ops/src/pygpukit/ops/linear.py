@@ -127,6 +127,7 @@ def _launch_gemv(
     """Enqueue the GEMV kernel for x2 [M, K] (M <= 8) into y2 [M, N]."""
     m, k = (int(d) for d in x2.shape)
     n = int(weight.shape[0])
+    c.check_int32("gemv", N=n, K=k)
     sfx = _SUFFIX[x2.dtype]
     bias_arg: GPUArray | int = bias if bias is not None else 0
     vector = k % 8 == 0 and x2.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0
@@ -215,6 +216,7 @@ def linear(
         return y
     gp.matmul(x2, weight.T, out=y2)
     if bias is not None or act != 0:
+        c.check_int32("linear", N=n)
         bias_arg: GPUArray | int = bias if bias is not None else 0
         total = m * n
         grid = min((total + 255) // 256, 65535)

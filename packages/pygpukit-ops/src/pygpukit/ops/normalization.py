@@ -63,6 +63,8 @@ def _reference(
     dtype: np.dtype,
 ) -> np.ndarray:
     """The norm of ``x`` (float32 or wider) over the last axis, rounded to ``dtype``."""
+    if x.size == 0:  # no rows, or rows of width 0: nothing to normalise (and no empty mean)
+        return x.astype(dtype)
     if layer:
         mean = x.mean(axis=-1, keepdims=True)
         centered = x - mean
@@ -90,6 +92,7 @@ def _launch(
     rows = x.size // width if width else 0
     if rows == 0 or width == 0:
         return
+    c.check_int32("norm", width=width)
     vec = _rows.vector_width(width, x.itemsize, x, residual, weight, bias, out, sum_out)
     plan = _rows.plan_rows(rows, width, vec)
     kernel = kl.kernel("normalization", f"norm_{_rows.dtype_suffix(x.dtype)}_{plan.suffix}")

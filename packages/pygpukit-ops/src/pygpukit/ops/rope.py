@@ -145,6 +145,10 @@ def apply_rope(
         )
     c.check_shape(positions, "positions", q.shape[:-2])
     max_pos, half = cos.shape
+    if rotary_dim is not None and (
+        isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer))
+    ):
+        raise TypeError(f"rotary_dim must be an int or None, got {type(rotary_dim).__name__}")
     rd = 2 * half if rotary_dim is None else int(rotary_dim)
     if rd <= 0 or rd % 2 or rd > head_dim:
         raise ValueError(f"rotary_dim must be even and in [2, head_dim={head_dim}], got {rd}")
@@ -173,6 +177,8 @@ def apply_rope(
 
     if tokens == 0:
         return q_out, k_out
+    # The kernel loops over (q_heads + kv_heads) * head_dim / 2 pairs of a token in an int.
+    c.check_int32("apply_rope", heads_times_head_dim=(q_heads + kv_heads) * head_dim)
     flags = (
         (1 if positions.dtype == np.int64 else 0)
         | (2 if gptj else 0)

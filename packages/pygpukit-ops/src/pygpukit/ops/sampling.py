@@ -138,6 +138,8 @@ def _check_logits(logits: Any) -> tuple[int, int]:
     b, v = (int(d) for d in logits.shape)
     if v == 0:
         raise ValueError("logits has an empty vocabulary (V = 0)")
+    # On both backends, so that they agree: the kernels index a row with 32-bit ints.
+    c.check_int32("logits", V=v)
     return b, v
 
 
@@ -210,6 +212,8 @@ def sample(
     temp, temps = _row_param(temperature, "temperature", b, gp.float32, 0.0, None)
     k, ks = _row_param(top_k, "top_k", b, gp.int32, 0, None)
     p, ps = _row_param(top_p, "top_p", b, gp.float32, 0.0, 1.0)
+    if isinstance(min_p, GPUArray):  # the kernel has no per-row min_p: do not drop it silently
+        raise TypeError("min_p must be a number (one min_p for every row)")
     mp, _ = _row_param(min_p, "min_p", b, gp.float32, 0.0, 1.0)
     if isinstance(repetition_penalty, GPUArray):
         raise TypeError("repetition_penalty must be a number (one penalty for every row)")
@@ -225,6 +229,7 @@ def sample(
                 f"got {tuple(prev_tokens.shape)}"
             )
         n_prev = int(prev_tokens.shape[1])
+        c.check_int32("prev_tokens", P=n_prev)
     use_penalty = prev_tokens is not None and n_prev > 0 and pen != 1.0
     if use_penalty and v > MAX_PENALTY_VOCAB:
         raise ValueError(
@@ -259,7 +264,7 @@ def sample(
         v,
         float(temp),
         temps if temps is not None else 0,
-        int(k),
+        int(min(k, v)),  # k >= V keeps all, as 0 does: clamped to fit the kernel's int
         ks if ks is not None else 0,
         float(p),
         ps if ps is not None else 0,
