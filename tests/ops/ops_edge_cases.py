@@ -235,3 +235,22 @@ def check(got: Any, want: np.ndarray) -> None:
     assert host.shape == want.shape, (host.shape, want.shape)
     if host.size:
         np.testing.assert_allclose(host.astype(np.float64), want, rtol=1e-2, atol=0)
+
+
+def linear_out_overlap(rand: Rand) -> None:
+    """``out`` overlapping ``x`` or ``weight`` is refused; an adjacent, disjoint ``out`` works."""
+    import pytest  # here, not at the top: the module is also imported outside pytest's tests
+
+    w = gp.from_numpy(rand((16, 16)).astype(gp.bfloat16))
+    buf = gp.from_numpy(rand((4, 16)).astype(gp.bfloat16))
+    x, after = buf[0:2], buf[2:4]  # one allocation, two disjoint halves
+    for call in (ops.gemv, linear):
+        with pytest.raises(ValueError, match="out overlaps x"):
+            call(x, w, out=x)
+        with pytest.raises(ValueError, match="out overlaps weight"):
+            call(x, w, out=w[3:5])
+        want = x.to_numpy().astype(np.float64) @ w.to_numpy().astype(np.float64).T
+        got = call(x, w, out=after)
+        assert got is after
+        err = np.linalg.norm(got.to_numpy().astype(np.float64) - want) / np.linalg.norm(want)
+        assert err < 1e-2  # bfloat16 output

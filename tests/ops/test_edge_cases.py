@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from ops_edge_cases import CASES, ERROR_CASES, check
+from ops_edge_cases import CASES, ERROR_CASES, check, linear_out_overlap
 
 import pygpukit as gp
 from pygpukit import ops
@@ -66,3 +66,7 @@ def test_vocab_above_int32_is_refused_on_every_backend() -> None:
         ops.argmax(logits)
     with pytest.raises(ValueError, match=r"logits: V = 2147483648"):
         ops.sample(logits)
+
+
+def test_linear_out_must_not_overlap_an_input(rand: Rand) -> None:
+    linear_out_overlap(rand)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from ops_edge_cases import CASES, ERROR_CASES, check
+from ops_edge_cases import CASES, ERROR_CASES, check, linear_out_overlap
 
 import pygpukit as gp
 from pygpukit import ops
@@ -48,3 +48,7 @@ def test_sampling_vocab_above_int32() -> None:
         ops.argmax(logits)
     with pytest.raises(ValueError, match=r"logits: V = 2147483648"):
         ops.sample(logits)
+
+
+def test_linear_out_must_not_overlap_an_input(rand: Rand) -> None:
+    linear_out_overlap(rand)

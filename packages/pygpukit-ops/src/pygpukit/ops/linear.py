@@ -88,6 +88,20 @@ def _check_x(x: Any, ndim: int | tuple[int, ...] | None) -> GPUArray:
     return x
 
 
+def _check_no_overlap(out: GPUArray | None, *named: tuple[str, GPUArray | None]) -> None:
+    """Raise ``ValueError`` when ``out`` shares memory with an input (all are C-contiguous).
+
+    The GEMV kernel's blocks read all of ``x`` (and ``weight``) while others already write
+    ``out``: an overlapping ``out`` would be read half-updated. Refused on both backends alike.
+    """
+    if out is None or out.nbytes == 0:
+        return
+    lo, hi = out.data_ptr, out.data_ptr + out.nbytes
+    for name, a in named:
+        if a is not None and a.nbytes and a.data_ptr < hi and lo < a.data_ptr + a.nbytes:
+            raise ValueError(f"out overlaps {name}; pass a separate out array (or none)")
+
+
 def _reference(
     x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, activation: str | None
 ) -> np.ndarray:
@@ -155,7 +169,8 @@ def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUAr
 
     ``x`` is [M, K] with 1 <= M <= 8 (or [K], giving [N]); ``weight`` is [N, K]
     (``nn.Linear`` layout), both float16 or bfloat16, C-contiguous. Accumulates in
-    fp32 and rounds once. ``out`` ([M, N], same dtype) receives the result.
+    fp32 and rounds once. ``out`` ([M, N], same dtype, not overlapping an input) receives the
+    result.
     Use :func:`linear` for a bias, an activation, or more rows.
     """
     _check_x(x, (1, 2))
@@ -167,6 +182,7 @@ def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUAr
         raise ValueError(f"gemv takes 1 to {GEMV_MAX_ROWS} rows of x, got {m}; use linear()")
     shape = (n,) if x.ndim == 1 else (m, n)
     c.check_out(out, shape, x.dtype)
+    _check_no_overlap(out, ("x", x), ("weight", weight))
     y = c.result(out, shape, x.dtype)
     if c.on_cpu(x):
         c.write_into(
@@ -193,7 +209,8 @@ def linear(
     is None, ``"relu"``, ``"gelu"`` (erf), ``"gelu_tanh"`` or ``"silu"``. With at
     most 8 rows in half precision the GEMV kernel runs with bias and activation
     fused; otherwise ``gp.matmul`` and one bias + activation kernel (see the module
-    docstring). ``out`` ([..., N], same dtype, C-contiguous) receives the result.
+    docstring). ``out`` ([..., N], same dtype, C-contiguous, not overlapping an input)
+    receives the result.
     """
     _check_x(x, None)
     act = _activation_code(activation)
@@ -202,6 +219,7 @@ def linear(
     m = int(np.prod(lead, dtype=np.int64)) if lead else 1
     shape = (*lead, n)
     c.check_out(out, shape, x.dtype)
+    _check_no_overlap(out, ("x", x), ("weight", weight), ("bias", bias))
     y = c.result(out, shape, x.dtype)
     if m == 0 or n == 0:
         return y
