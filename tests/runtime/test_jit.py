@@ -297,6 +297,27 @@ def test_cache_key_covers_everything_that_changes_the_code() -> None:
     assert len({base, *variants}) == 6
 
 
+def test_cache_key_covers_included_headers(tmp_path) -> None:
+    (tmp_path / "outer.cuh").write_text('#include "inner.cuh"\n#define OUTER 1\n')
+    (tmp_path / "inner.cuh").write_text("#define WIDTH 4\n")
+    (tmp_path / "unused.cuh").write_text("#define UNUSED 1\n")
+    src = '#include "outer.cuh"\n#include "missing.cuh"\n' + README_KERNEL
+    opts = ("--gpu-architecture=sm_90a", f"-I{tmp_path}")
+    base = _key(source=src, options=opts)
+    assert _key(source=src, options=opts) == base
+    (tmp_path / "unused.cuh").write_text("#define UNUSED 2\n")
+    assert _key(source=src, options=opts) == base  # not included: no effect
+    (tmp_path / "inner.cuh").write_text("#define WIDTH 8\n")  # included through outer.cuh
+    changed = _key(source=src, options=opts)
+    assert changed != base
+    (tmp_path / "outer.cuh").write_text('#include "inner.cuh"\n#define OUTER 2\n')
+    assert _key(source=src, options=opts) not in (base, changed)
+    assert set(_jit_cache.included_headers(src, ("-I", str(tmp_path)))) == {
+        str((tmp_path / "outer.cuh").resolve()),
+        str((tmp_path / "inner.cuh").resolve()),
+    }
+
+
 def test_cache_key_covers_the_abi_version(monkeypatch) -> None:
     base = _key()
     monkeypatch.setattr(_jit_cache, "KERNEL_ABI_VERSION", _jit_cache.KERNEL_ABI_VERSION + 1)

@@ -1,7 +1,9 @@
 """The on-disk and in-memory cache of compiled kernels.
 
 Key: sha256 over everything that changes the code (source, name expressions,
-compile options, target arch, NVRTC version, :data:`KERNEL_ABI_VERSION`).
+compile options, target arch, NVRTC version, :data:`KERNEL_ABI_VERSION`, and the
+contents of every header the source pulls in with ``#include "..."`` from the
+``-I`` folders of the options: editing such a header recompiles).
 An entry file is ``MAGIC`` + the sha256 of its payload + the payload (a JSON
 header with the key and lowered names, then the cubin), so a truncated or
 corrupted file is detected on load and treated as a miss. Files are written to
@@ -19,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tempfile
 import threading
 import warnings
@@ -56,6 +59,51 @@ class CacheEntry:
     lowered: dict[str, str]
 
 
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.MULTILINE)
+_MAX_HEADERS = 256  # a bound on the walk; a real kernel includes a handful
+
+
+def _include_dirs(options: Sequence[str]) -> list[Path]:
+    dirs = []
+    for i, opt in enumerate(options):
+        if opt in ("-I", "--include-path") and i + 1 < len(options):
+            dirs.append(Path(options[i + 1]))
+        elif opt.startswith("--include-path="):
+            dirs.append(Path(opt.split("=", 1)[1]))
+        elif opt.startswith("-I") and len(opt) > 2:
+            dirs.append(Path(opt[2:]))
+    return dirs
+
+
+def included_headers(source: str, options: Sequence[str]) -> dict[str, str]:
+    """``{path: sha256}`` of the headers ``source`` includes with quotes, transitively.
+
+    Quoted names are looked up next to the including header (for nested includes), then in
+    the ``-I`` folders of ``options``, as NVRTC does; names found nowhere are left to NVRTC
+    to report. Angle-bracket includes (the CUDA headers) are covered by the NVRTC version.
+    """
+    dirs = _include_dirs(options)
+    found: dict[str, str] = {}
+    pending: list[tuple[str, Path | None]] = [
+        (name, None) for name in _QUOTED_INCLUDE.findall(source)
+    ]
+    while pending and len(found) < _MAX_HEADERS:
+        name, beside = pending.pop()
+        for folder in ([beside] if beside is not None else []) + dirs:
+            path = folder / name
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            key = str(path.resolve())
+            if key not in found:
+                found[key] = hashlib.sha256(data).hexdigest()
+                text = data.decode("utf-8", errors="replace")
+                pending += [(n, path.parent) for n in _QUOTED_INCLUDE.findall(text)]
+            break
+    return found
+
+
 def cache_key(
     source: str,
     name_expressions: Sequence[str],
@@ -63,7 +111,7 @@ def cache_key(
     arch: str,
     nvrtc_version: tuple[int, int],
 ) -> str:
-    """Return the hex sha256 identifying one compilation."""
+    """Return the hex sha256 identifying one compilation (included headers' contents too)."""
     blob = json.dumps(
         {
             "abi": KERNEL_ABI_VERSION,
@@ -72,6 +120,7 @@ def cache_key(
             "options": list(options),
             "names": list(name_expressions),
             "source": source,
+            "headers": sorted(included_headers(source, options).values()),
         },
         sort_keys=True,
         separators=(",", ":"),
