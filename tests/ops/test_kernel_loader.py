@@ -2,37 +2,43 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pygpukit import _jit_cache
 from pygpukit.ops import _kernel_loader as kl
 
 
 @pytest.fixture
 def kernel_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private ``_kernels`` folder with one kernel and one header; the loader's caches cleared."""
+    """A private ``_kernels`` folder with one kernel, one header and a manifest."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "k.cu").write_text('#include "h.cuh"\nextern "C" __global__ void f(int n) {}\n')
     (src / "h.cuh").write_text("#define WIDTH 4\n")
+    manifest = {"kernel_abi": 1, "archs": ["80"], "options": ["-std=c++17"]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.setattr(kl, "KERNEL_DIR", tmp_path)
     kl._source.cache_clear()
-    kl._jit_source.cache_clear()
+    kl.manifest.cache_clear()
     yield tmp_path
     kl._source.cache_clear()
-    kl._jit_source.cache_clear()
+    kl.manifest.cache_clear()
 
 
-def test_jit_source_changes_with_a_header(kernel_dir: Path) -> None:
-    """gp.jit's cache keys on the source text: a header edit must change that text."""
-    first = kl._jit_source("k")
-    assert first.startswith(kl._source("k"))  # the kernel itself, unchanged, comes first
+def test_jit_fallback_key_changes_with_a_shipped_header(kernel_dir: Path) -> None:
+    """gp.jit's cache key for the fallback compile covers the headers in the shipped src/."""
+
+    def key() -> str:
+        return _jit_cache.cache_key(kl._source("k"), (), kl.jit_options(), "sm_90a", (13, 0))
+
+    first = key()
+    assert first == key()
     (kernel_dir / "src" / "h.cuh").write_text("#define WIDTH 8\n")
-    kl._jit_source.cache_clear()
-    second = kl._jit_source("k")
-    assert second != first and second.startswith(kl._source("k"))
+    assert key() != first
 
 
 def test_choose_arch() -> None:

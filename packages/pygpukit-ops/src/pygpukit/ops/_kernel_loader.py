@@ -12,7 +12,6 @@ like any ``gp.jit`` kernel.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import pathlib
 import threading
@@ -57,18 +56,13 @@ def _source(file: str) -> str:
     return (KERNEL_DIR / "src" / f"{file}.cu").read_text(encoding="utf-8")
 
 
-@functools.cache
-def _jit_source(file: str) -> str:
-    """What the JIT fallback compiles: ``<file>.cu`` plus a digest of the shipped headers.
+def jit_options() -> list[str]:
+    """NVRTC options of the JIT fallback: the build's, plus the shipped headers' folder.
 
-    ``gp.jit``'s disk cache keys on the source text and the options, not on what the source
-    ``#include``s: without the digest, a cubin compiled against an older ``*.cuh`` would be
-    reused after an upgrade that changed only a header. The comment changes no code.
+    ``gp.jit``'s cache key covers the headers a source includes from its ``-I`` folders, so a
+    cubin compiled against an older ``*.cuh`` is never reused after an upgrade.
     """
-    digest = hashlib.sha256()
-    for header in sorted((KERNEL_DIR / "src").glob("*.cuh")):
-        digest.update(header.name.encode("utf-8") + b"\0" + header.read_bytes())
-    return f"{_source(file)}\n// pygpukit-ops headers sha256 {digest.hexdigest()}\n"
+    return [*manifest()["options"], f"-I{KERNEL_DIR / 'src'}"]
 
 
 def _parse_arch(folder: str) -> tuple[int, int, bool] | None:
@@ -123,8 +117,7 @@ def _module(file: str, device: int, backend: Any) -> Any:
             if folder is not None and cubin.exists():
                 module = backend.load_module(cubin.read_bytes(), device)
             else:  # a GPU this wheel has no cubin for: compile the shipped source once
-                options = [*manifest()["options"], f"-I{KERNEL_DIR / 'src'}"]
-                module, _ = _load(_jit_source(file), f"{file}.cu", (), options)
+                module, _ = _load(_source(file), f"{file}.cu", (), jit_options())
             _modules[key] = module
     return module
 
