@@ -6,18 +6,8 @@ import pytest
 
 import pygpukit as gp
 
-DTYPES = [
-    "float64",
-    "float32",
-    "float16",
-    "bfloat16",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "bool",
-]
+#: Every runtime dtype (tests/runtime/test_dtypes.py pins the list itself).
+DTYPES = list(gp.dtypes.SUPPORTED)
 
 
 def test_metadata(rand) -> None:

@@ -12,18 +12,8 @@ from hypothesis import strategies as st
 
 import pygpukit as gp
 
-DTYPES = [
-    "float32",
-    "float16",
-    "bfloat16",
-    "float64",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "bool",
-]
+#: Every runtime dtype (tests/runtime/test_dtypes.py pins the list itself).
+DTYPES = list(gp.dtypes.SUPPORTED)
 
 
 def _eq(res: gp.GPUArray, ref: np.ndarray) -> None:

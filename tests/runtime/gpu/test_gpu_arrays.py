@@ -9,18 +9,8 @@ import pygpukit as gp
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = [
-    "float64",
-    "float32",
-    "float16",
-    "bfloat16",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "bool",
-]
+#: Every runtime dtype (tests/runtime/test_dtypes.py pins the list itself).
+DTYPES = list(gp.dtypes.SUPPORTED)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
