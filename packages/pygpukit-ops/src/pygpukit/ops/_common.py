@@ -20,6 +20,18 @@ from pygpukit.array import GPUArray
 HALF_DTYPES = (np.dtype(gp.float16), np.dtype(gp.bfloat16))
 FLOAT_DTYPES = (np.dtype(gp.float32), *HALF_DTYPES)
 
+#: The dtype part of the kernels' ``extern "C"`` entry-point names (``rmsnorm_bf16``, ...).
+KERNEL_SUFFIX = {
+    np.dtype(gp.float32): "f32",
+    np.dtype(gp.float16): "f16",
+    np.dtype(gp.bfloat16): "bf16",
+}
+
+
+def kernel_suffix(dtype: np.dtype) -> str:
+    """``f32`` / ``f16`` / ``bf16``: the entry-point suffix of a dtype the op already checked."""
+    return KERNEL_SUFFIX[dtype]
+
 
 def on_cpu(x: GPUArray) -> bool:
     """True when ``x`` lives on the CPU simulation backend (the NumPy path)."""

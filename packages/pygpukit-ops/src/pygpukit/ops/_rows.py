@@ -14,13 +14,9 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from pygpukit.array import GPUArray
 from pygpukit.jit import Kernel
 
-#: Kernel-name suffix of each dtype.
-DTYPE_SUFFIX = {np.dtype("float32"): "f32", np.dtype("float16"): "f16"}
 #: Register buckets and the largest block each is compiled for (its __launch_bounds__).
 BUCKETS = ((1, 1024), (2, 1024), (4, 512))
 #: Lanes per row the planner aims for: a row gets at most this many threads while a larger bucket
@@ -31,13 +27,6 @@ TARGET_LANES = 64
 SMALL_BLOCK = 128
 #: Threads per block of the streaming fallback.
 STREAM_BLOCK = 1024
-
-
-def dtype_suffix(dtype: np.dtype) -> str:
-    """``f32`` / ``f16`` / ``bf16``."""
-    if dtype.name == "bfloat16":
-        return "bf16"
-    return DTYPE_SUFFIX[np.dtype(dtype)]
 
 
 def vector_width(width: int, itemsize: int, *arrays: GPUArray | None) -> int:

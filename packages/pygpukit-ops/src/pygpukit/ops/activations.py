@@ -69,7 +69,7 @@ def _gated(x: Any, act: str, out: GPUArray | None) -> GPUArray:
     total = rows * (d // vec)
     block = 256
     grid = max(1, min(_MAX_BLOCKS, -(-total // block)))
-    kernel = kl.kernel("activations", f"gated_{_rows.dtype_suffix(x.dtype)}_v{vec}")
+    kernel = kl.kernel("activations", f"gated_{c.kernel_suffix(x.dtype)}_v{vec}")
     _rows.launch(kernel, grid, block, x, y, rows, d, _ACT[act])
     return y
 
@@ -157,6 +157,6 @@ def softmax(x: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
     c.check_int32("softmax", width=width)
     vec = _rows.vector_width(width, x.itemsize, x, y)
     plan = _rows.plan_rows(rows, width, vec)
-    kernel = kl.kernel("activations", f"softmax_{_rows.dtype_suffix(x.dtype)}_{plan.suffix}")
+    kernel = kl.kernel("activations", f"softmax_{c.kernel_suffix(x.dtype)}_{plan.suffix}")
     _rows.launch(kernel, plan.grid, plan.block, x, y, rows, width, plan.group)
     return y

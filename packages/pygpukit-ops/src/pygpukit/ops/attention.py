@@ -34,6 +34,7 @@ from ._common import (
     check_out,
     check_same_dtype,
     host,
+    kernel_suffix,
     on_cpu,
     result,
     write_into,
@@ -81,10 +82,6 @@ def _prefill_kernel(d: int) -> str:
     if choice == "mma" or d not in _WGMMA_HEAD_DIMS or _arch(gp.get_device()) != "sm_90a":
         return "mma"
     return "wgmma_pipe" if choice == "auto" else choice
-
-
-def _suffix(dtype: np.dtype) -> str:
-    return "bf16" if dtype == np.dtype(gp.bfloat16) else "f16"
 
 
 def _check_head_dim(d: int, name: str) -> None:
@@ -243,12 +240,12 @@ def scaled_dot_product_attention(
     kind = _prefill_kernel(d)
     if kind != "mma":
         variant = "_pipe" if kind == "wgmma_pipe" else ""
-        name, rows, threads = f"attn_prefill_wgmma{variant}_d{d}_{_suffix(q.dtype)}", 128, 256
+        name, rows, threads = f"attn_prefill_wgmma{variant}_d{d}_{kernel_suffix(q.dtype)}", 128, 256
         smem = 7 * (d // 64) * 128 * 128 + 1024  # Q + 3 stages of K and V, 1 KiB alignment
     else:
         # attention_prefill.cu Config<D>: rows per CTA, keys per tile, padded shared rows.
         rows, threads = (128 if d <= 128 else 64), 128
-        name = f"attn_prefill_d{d}_{_suffix(q.dtype)}"
+        name = f"attn_prefill_d{d}_{kernel_suffix(q.dtype)}"
         block_n = 64 if d <= 80 else 32
         smem = (rows + 2 * block_n) * (d + 8) * 2
     kern = _kernel_loader.kernel("attention_prefill", name)
@@ -423,7 +420,7 @@ def decode_attention(
         raise ValueError(
             f"{DECODE_KERNEL_ENV} must be one of {', '.join(_DECODE_HEADS)}, got {which!r}"
         )
-    suffix = _suffix(q.dtype)
+    suffix = kernel_suffix(q.dtype)
     if which != "simt":
         stages = 2 if which == "mma2" else 1
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")

@@ -54,7 +54,6 @@ GEMV_VARIANTS: dict[str, tuple[str, int]] = {
 }
 _DEFAULT_VARIANT = "r4u2"
 _VARIANT_ENV = "PYGPUKIT_GEMV_VARIANT"
-_SUFFIX = {np.dtype(gp.bfloat16): "bf16", np.dtype(gp.float16): "f16", np.dtype(gp.float32): "f32"}
 
 
 def _activation_code(activation: str | None) -> int:
@@ -142,7 +141,7 @@ def _launch_gemv(
     m, k = (int(d) for d in x2.shape)
     n = int(weight.shape[0])
     c.check_int32("gemv", N=n, K=k)
-    sfx = _SUFFIX[x2.dtype]
+    sfx = c.kernel_suffix(x2.dtype)
     bias_arg: GPUArray | int = bias if bias is not None else 0
     vector = k % 8 == 0 and x2.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0
     if vector:
@@ -238,7 +237,7 @@ def linear(
         bias_arg: GPUArray | int = bias if bias is not None else 0
         total = m * n
         grid = min((total + 255) // 256, 65535)
-        kernel("epilogue", f"bias_act_{_SUFFIX[x.dtype]}")(
+        kernel("epilogue", f"bias_act_{c.kernel_suffix(x.dtype)}")(
             y2, bias_arg, m, n, act, grid=grid, block=256
         )
     return y

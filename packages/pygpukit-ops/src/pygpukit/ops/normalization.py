@@ -95,7 +95,7 @@ def _launch(
     c.check_int32("norm", width=width)
     vec = _rows.vector_width(width, x.itemsize, x, residual, weight, bias, out, sum_out)
     plan = _rows.plan_rows(rows, width, vec)
-    kernel = kl.kernel("normalization", f"norm_{_rows.dtype_suffix(x.dtype)}_{plan.suffix}")
+    kernel = kl.kernel("normalization", f"norm_{c.kernel_suffix(x.dtype)}_{plan.suffix}")
     _rows.launch(
         kernel,
         plan.grid,

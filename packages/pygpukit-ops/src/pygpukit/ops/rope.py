@@ -187,7 +187,7 @@ def apply_rope(
     )
     pairs = (q_heads + kv_heads) * half
     block = min(256, max(32, -(-pairs // 32) * 32))
-    kernel = kl.kernel("rope", f"rope_{_rows.dtype_suffix(q.dtype)}")
+    kernel = kl.kernel("rope", f"rope_{c.kernel_suffix(q.dtype)}")
     _rows.launch(
         kernel, tokens, block,
         q, k, q_out, k_out, cos, sin, positions, max_pos, q_heads, kv_heads, head_dim, rd, flags,

@@ -44,7 +44,6 @@ _THREADS = 1024  # threads per row (kernels/sampling.cu kThreads)
 _MASK_BYTES_MAX = 40 * 1024
 #: Largest vocabulary with a repetition penalty (one bit per token in shared memory).
 MAX_PENALTY_VOCAB = _MASK_BYTES_MAX * 8
-_SUFFIX = {np.dtype(gp.float32): "f32", np.dtype(gp.float16): "f16", np.dtype(gp.bfloat16): "bf16"}
 _U64 = (1 << 64) - 1
 
 
@@ -155,7 +154,7 @@ def argmax(logits: GPUArray) -> GPUArray:
         return c.to_array(np.argmax(np.where(np.isnan(host), -np.inf, host), axis=1), np.int32)
     out = gp.empty((b,), gp.int32)
     if b:
-        kernel("sampling", f"argmax_{_SUFFIX[logits.dtype]}")(
+        kernel("sampling", f"argmax_{c.kernel_suffix(logits.dtype)}")(
             logits, out, v, grid=b, block=_THREADS
         )
     return out
@@ -258,7 +257,7 @@ def sample(
     if b == 0:
         return out
     mask_bytes = ((v + 31) // 32) * 4 if use_penalty else 0
-    kernel("sampling", f"sample_{_SUFFIX[logits.dtype]}")(
+    kernel("sampling", f"sample_{c.kernel_suffix(logits.dtype)}")(
         logits,
         out,
         v,
