@@ -25,6 +25,7 @@ import numpy as np
 import pygpukit as gp
 from pygpukit.array import GPUArray
 from pygpukit.backend import select as _select
+from pygpukit.jit import Kernel
 
 from . import _kernel_loader
 from ._common import (
@@ -55,6 +56,15 @@ _MAX_SPLITS = 64  # attention_decode.cu kMaxSplits
 _CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block at a time
 
 _dynamic_smem_set: set[tuple[int, int]] = set()
+
+
+def _allow_dynamic_smem(kern: Kernel, d: int, smem: int) -> None:
+    """Opt ``kern`` into ``smem`` bytes of dynamic shared memory (above 48 KiB), once."""
+    key = (id(kern), d)
+    if smem > 48 * 1024 and key not in _dynamic_smem_set:
+        kern.set_max_dynamic_shared_memory(smem)
+        _dynamic_smem_set.add(key)
+
 
 #: Picks the prefill kernel. Unset or ``auto``: the Hopper kernel ``wgmma_pipe`` on SM 9.0 for
 #: the head dims it has (64 and 128), else ``mma`` (mma.sync, every SM 80+ GPU). ``mma`` forces
@@ -249,10 +259,7 @@ def scaled_dot_product_attention(
         block_n = 64 if d <= 80 else 32
         smem = (rows + 2 * block_n) * (d + 8) * 2
     kern = _kernel_loader.kernel("attention_prefill", name)
-    key = (id(kern), d)
-    if smem > 48 * 1024 and key not in _dynamic_smem_set:
-        kern.set_max_dynamic_shared_memory(smem)
-        _dynamic_smem_set.add(key)
+    _allow_dynamic_smem(kern, d, smem)
     mask_kind = 0 if attn_mask is None else (1 if attn_mask.dtype == np.float32 else 2)
     kern(
         q,
@@ -425,10 +432,7 @@ def decode_attention(
         stages = 2 if which == "mma2" else 1
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")
         smem = (16 + 2 * stages * 64) * (d + 8) * 2  # Q rows + 64-token K and V tiles
-        key = (id(kern), d)
-        if smem > 48 * 1024 and key not in _dynamic_smem_set:
-            kern.set_max_dynamic_shared_memory(smem)
-            _dynamic_smem_set.add(key)
+        _allow_dynamic_smem(kern, d, smem)
     else:
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
         smem = 0
