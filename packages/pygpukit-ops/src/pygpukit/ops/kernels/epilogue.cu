@@ -9,9 +9,9 @@ __device__ __forceinline__ void bias_act(T* y, const T* bias, long long rows, in
     const long long total = rows * (long long)cols;
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-        float v = to_f32<T>(y[i]);
-        if (bias != nullptr) v += to_f32<T>(bias[i % cols]);
-        y[i] = from_f32<T>(activate(v, act));
+        float v = widen(y[i]);
+        if (bias != nullptr) v += widen(bias[i % cols]);
+        y[i] = narrow<T>(activate(v, act));
     }
 }
 

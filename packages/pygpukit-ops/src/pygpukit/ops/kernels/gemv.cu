@@ -144,8 +144,8 @@ __device__ __forceinline__ void gemv_vec(const T* __restrict__ x, const T* __res
             if (lane == m * kRows + r) v = acc[m][r];
     const int m = lane / kRows, row = row0 + lane % kRows;
     if (m < M && row < N) {
-        if (bias != nullptr) v += to_f32<T>(bias[row]);
-        y[(size_t)m * N + row] = from_f32<T>(activate(v, act));
+        if (bias != nullptr) v += widen(bias[row]);
+        y[(size_t)m * N + row] = narrow<T>(activate(v, act));
     }
 }
 
@@ -232,8 +232,8 @@ __device__ __forceinline__ void gemv_mma(const T* __restrict__ x, const T* __res
         float v = part[0][r][m];
 #pragma unroll
         for (int i = 1; i < kWarps; ++i) v += part[i][r][m];
-        if (bias != nullptr) v += to_f32<T>(bias[row]);
-        y[(size_t)m * N + row] = from_f32<T>(activate(v, act));
+        if (bias != nullptr) v += widen(bias[row]);
+        y[(size_t)m * N + row] = narrow<T>(activate(v, act));
     }
 }
 
@@ -250,10 +250,10 @@ __device__ __forceinline__ void gemv_scalar(const T* __restrict__ x, const T* __
 #pragma unroll
     for (int m = 0; m < 8; ++m) acc[m] = 0.0f;
     for (int k = lane; k < K; k += 32) {
-        const float wk = to_f32<T>(wr[k]);
+        const float wk = widen(wr[k]);
 #pragma unroll
         for (int m = 0; m < 8; ++m)
-            if (m < M) acc[m] = fmaf(to_f32<T>(x[(size_t)m * K + k]), wk, acc[m]);
+            if (m < M) acc[m] = fmaf(widen(x[(size_t)m * K + k]), wk, acc[m]);
     }
     float v = 0.0f;
 #pragma unroll
@@ -263,8 +263,8 @@ __device__ __forceinline__ void gemv_scalar(const T* __restrict__ x, const T* __
         if (lane == m) v = acc[m];
     }
     if (lane < M) {
-        if (bias != nullptr) v += to_f32<T>(bias[row]);
-        y[(size_t)lane * N + row] = from_f32<T>(activate(v, act));
+        if (bias != nullptr) v += widen(bias[row]);
+        y[(size_t)lane * N + row] = narrow<T>(activate(v, act));
     }
 }
 

@@ -1,9 +1,11 @@
-// Shared by gemv.cu and epilogue.cu: the activations a linear layer can fuse into its epilogue,
-// and fp32 <-> storage conversions. Codes match pygpukit/ops/linear.py ACTIVATIONS.
+// Shared by gemv.cu and epilogue.cu: the activations a linear layer can fuse into its epilogue.
+// Codes match pygpukit/ops/linear.py ACTIVATIONS.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include "layers.cuh"
 
 namespace pygpukit_linear {
 
@@ -26,34 +28,8 @@ __device__ __forceinline__ float activate(float v, int act) {
     }
 }
 
-template <typename T>
-__device__ __forceinline__ float to_f32(T v);
-template <>
-__device__ __forceinline__ float to_f32<float>(float v) {
-    return v;
-}
-template <>
-__device__ __forceinline__ float to_f32<__half>(__half v) {
-    return __half2float(v);
-}
-template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
-    return __bfloat162float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) {
-    return v;
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) {
-    return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
+// fp32 <-> storage conversions: the row kernels' (layers.cuh).
+using pgk_layers::narrow;
+using pgk_layers::widen;
 
 }  // namespace pygpukit_linear
