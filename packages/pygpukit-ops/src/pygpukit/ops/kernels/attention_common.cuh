@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "layers.cuh"
+
 namespace pgk_attn {
 
 template <typename T>
@@ -30,8 +32,8 @@ struct Half2<__nv_bfloat16> {
     }
 };
 
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+// fp16/bf16 -> fp32 (a mask element): the row kernels' conversion (layers.cuh).
+using pgk_layers::widen;
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));

@@ -170,7 +170,7 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
                             const long long idx = b * msb + h * msh + row * msq + col * msk;
                             const float mv = mask_kind == 1
                                                  ? static_cast<const float*>(mask)[idx]
-                                                 : to_float(static_cast<const T*>(mask)[idx]);
+                                                 : widen(static_cast<const T*>(mask)[idx]);
                             x += mv * kLog2e;
                         }
                         if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;

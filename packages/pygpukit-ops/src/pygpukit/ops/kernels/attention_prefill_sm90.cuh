@@ -119,7 +119,7 @@ __device__ __forceinline__ void scale_mask(float (&s)[64], bool edge, float scal
                 if (mask_kind && row < sq && col < sk) {
                     const long long idx = mbase + row * msq + col * msk;
                     const float mv = mask_kind == 1 ? static_cast<const float*>(mask)[idx]
-                                                    : to_float(static_cast<const T*>(mask)[idx]);
+                                                    : widen(static_cast<const T*>(mask)[idx]);
                     x += mv * kLog2e;
                 }
                 if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;

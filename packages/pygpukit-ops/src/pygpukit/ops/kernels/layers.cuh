@@ -1,6 +1,6 @@
 // Shared pieces of the row-wise layer kernels (normalization.cu, activations.cu, rope.cu):
-// dtype conversions (also used by linear_epilogue.cuh), packed vector loads/stores, and the
-// row-group reductions.
+// dtype conversions (also used by the linear, attention and sampling kernels), packed vector
+// loads/stores, and the row-group reductions.
 //
 // Row kernels give each row a *group* of `group` consecutive threads: a power of two up to 32
 // (several rows per warp/block, reduced with warp shuffles alone), or the whole block (a multiple

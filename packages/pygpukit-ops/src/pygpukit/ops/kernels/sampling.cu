@@ -19,6 +19,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "layers.cuh"
+
 namespace {
 
 constexpr int kThreads = 1024;
@@ -27,18 +29,8 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 __device__ __forceinline__ float neg_inf() { return __uint_as_float(0xff800000u); }
 
 template <typename T>
-__device__ __forceinline__ float load_logit(const T* p, int i);
-template <>
-__device__ __forceinline__ float load_logit<float>(const float* p, int i) {
-    return p[i];
-}
-template <>
-__device__ __forceinline__ float load_logit<__half>(const __half* p, int i) {
-    return __half2float(p[i]);
-}
-template <>
-__device__ __forceinline__ float load_logit<__nv_bfloat16>(const __nv_bfloat16* p, int i) {
-    return __bfloat162float(p[i]);
+__device__ __forceinline__ float load_logit(const T* p, int i) {
+    return pgk_layers::widen(p[i]);
 }
 
 // Larger float <-> larger unsigned key (sign flip for positives, bit inversion for negatives).
