@@ -249,3 +249,20 @@ def test_sizes_dtypes_and_rotation() -> None:
     assert copies_for(12 << 20, l2) == 13
     assert copies_for(1024, l2) == 64
     assert copies_for(1 << 20, 0) == 1
+
+
+def test_plugins_named_in_the_environment_register(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "my_suites.py").write_text(
+        "from pygpukit.benchmark.registry import Suite\n"
+        "SUITE = Suite('my_suite', 'test only', lambda ctx: iter(()))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(registry.PLUGINS_ENV, " my_suites:SUITE , missing_module:SUITE ")
+    monkeypatch.setattr(registry, "_SUITES", {})
+    monkeypatch.setattr(registry, "_LOAD_ERRORS", {})
+    monkeypatch.setattr(registry, "_LOADED", False)
+    assert "my_suite" in registry.registered_suites()
+    assert "reduction" in registry.registered_suites()  # the built-ins too
+    assert "ModuleNotFoundError" in registry.load_errors()["missing_module:SUITE"]

@@ -16,12 +16,11 @@ named in ``PYGPUKIT_BENCHMARK_PLUGINS`` instead, with the same value syntax.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import numpy as np
@@ -131,27 +130,19 @@ def _load() -> None:
     for name in BUILTIN:
         module = importlib.import_module(f"{__package__}.suites.{name}")
         register_suite(module.SUITE)
-    plugins = [(ep.name, ep.value, ep.load) for ep in entry_points(group=ENTRY_POINT_GROUP)]
-    # Source checkouts on PYTHONPATH have no entry points: PLUGINS_ENV names them instead.
-    installed = {value for _, value, _ in plugins}
+    plugins = list(entry_points(group=ENTRY_POINT_GROUP))
+    # Source checkouts on PYTHONPATH have no entry points: PLUGINS_ENV names them instead,
+    # in the same ``module:attribute`` syntax, loaded the same way.
+    installed = {ep.value for ep in plugins}
     for value in os.environ.get(PLUGINS_ENV, "").split(","):
         value = value.strip()
         if value and value not in installed:
-            plugins.append((value, value, functools.partial(_load_object, value)))
-    for name, value, load in plugins:
+            plugins.append(EntryPoint(value, value, ENTRY_POINT_GROUP))
+    for ep in plugins:
         try:
-            _register_loaded(load(), f"plug-in {name} ({value})")
+            _register_loaded(ep.load(), f"plug-in {ep.name} ({ep.value})")
         except Exception as exc:  # a broken plug-in is reported, never fatal
-            _LOAD_ERRORS[name] = f"{type(exc).__name__}: {exc}"
-
-
-def _load_object(value: str) -> Any:
-    """``"package.module:attribute"`` -> the attribute (an entry point's value syntax)."""
-    module, _, attribute = value.partition(":")
-    obj: Any = importlib.import_module(module)
-    for part in filter(None, attribute.split(".")):
-        obj = getattr(obj, part)
-    return obj
+            _LOAD_ERRORS[ep.name] = f"{type(exc).__name__}: {exc}"
 
 
 def registered_suites() -> dict[str, Suite]:
