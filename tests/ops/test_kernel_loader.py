@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pygpukit import _jit_cache
+from pygpukit.backend import select as _select
 from pygpukit.ops import _kernel_loader as kl
 
 
@@ -41,11 +42,15 @@ def test_jit_fallback_key_changes_with_a_shipped_header(kernel_dir: Path) -> Non
     assert key() != first
 
 
-def test_choose_arch() -> None:
+def test_cubin_choice() -> None:
+    """The loader uses the runtime's rule (_native.choose_cubin_arch); the ops' cases."""
+    native = _select.native()
+    if native is None:
+        pytest.skip("pygpukit._native is not built here")
     have = ["sm_80", "sm_86", "sm_90a"]
-    assert kl.choose_arch("sm_90a", have) == "sm_90a"
-    assert kl.choose_arch("sm_89", have) == "sm_86"  # newest lower minor of the same major
-    assert kl.choose_arch("sm_100a", have) is None  # another major: the JIT fallback
-    assert kl.choose_arch("sm_120a", ["sm_100a", "sm_120"]) == "sm_120"
-    assert kl.choose_arch("sm_103a", ["sm_100a"]) is None  # `a` builds: their exact SM only
-    assert kl.choose_arch("bogus", have) is None
+    choose = native.choose_cubin_arch
+    assert choose(9, 0, have) == "sm_90a"
+    assert choose(8, 9, have) == "sm_86"  # newest lower minor of the same major
+    assert choose(10, 0, have) == ""  # another major: the JIT fallback
+    assert choose(12, 0, ["sm_100a", "sm_120"]) == "sm_120"
+    assert choose(10, 3, ["sm_100a"]) == ""  # `a` builds: their exact SM only

@@ -65,42 +65,18 @@ def jit_options() -> list[str]:
     return [*manifest()["options"], f"-I{KERNEL_DIR / 'src'}"]
 
 
-def _parse_arch(folder: str) -> tuple[int, int, bool] | None:
-    """``"sm_90a"`` -> (9, 0, True); None for anything else."""
-    if not folder.startswith("sm_"):
-        return None
-    digits = folder[3:]
-    specific = digits.endswith("a")
-    digits = digits.rstrip("a")
-    if len(digits) < 2 or not digits.isdigit():
-        return None
-    return int(digits[:-1]), int(digits[-1]), specific
+def _cubin_folder(device: int, backend: Any) -> str | None:
+    """The ``sm_<arch>`` folder whose cubins run on ``device``, or None (JIT fallback).
 
-
-def choose_arch(target: str, available: list[str]) -> str | None:
-    """The cubin folder to load on a GPU of arch ``target`` (``"sm_90a"``), or None.
-
-    Same rule as the runtime's built-in kernels: the exact arch (an ``a`` build
-    first), else the newest lower minor of the same major without ``a`` (those
-    are forward compatible within a major; ``a`` builds are not).
+    The runtime's rule for its own built-in kernels (``_native.choose_cubin_arch``): the exact
+    SM (an ``a`` build first), else the newest lower minor of the same major without ``a``.
     """
-    want = _parse_arch(target)
-    if want is None:
-        return None
-    exact_specific = exact = best = None
-    best_minor = -1
-    for folder in available:
-        arch = _parse_arch(folder)
-        if arch is None or arch[0] != want[0]:
-            continue
-        if arch[1] == want[1]:
-            if arch[2]:
-                exact_specific = folder
-            else:
-                exact = folder
-        elif not arch[2] and best_minor < arch[1] < want[1]:
-            best_minor, best = arch[1], folder
-    return exact_specific or exact or best
+    major, minor = backend.device_info(device)["sm"]
+    available = [f"sm_{a}" for a in manifest()["archs"]]
+    native = _select.native()
+    assert native is not None  # only the CUDA backend loads cubins, and it runs on _native
+    folder: str = native.choose_cubin_arch(major, minor, available)
+    return folder or None
 
 
 def _module(file: str, device: int, backend: Any) -> Any:
@@ -111,8 +87,7 @@ def _module(file: str, device: int, backend: Any) -> Any:
     with _lock:
         module = _modules.get(key)
         if module is None:
-            available = [f"sm_{a}" for a in manifest()["archs"]]
-            folder = choose_arch(backend.arch(device), available)
+            folder = _cubin_folder(device, backend)
             cubin = KERNEL_DIR / str(folder) / f"{file}.cubin"
             if folder is not None and cubin.exists():
                 module = backend.load_module(cubin.read_bytes(), device)
