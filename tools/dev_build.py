@@ -27,6 +27,21 @@ RUNTIME = ROOT / "packages" / "pygpukit-runtime"
 OPS = ROOT / "packages" / "pygpukit-ops"
 
 
+def cmake_steps(package: pathlib.Path, build: pathlib.Path, *defines: str) -> list[list[str]]:
+    """The commands that configure, build and install ``package`` into its own ``src`` folder.
+
+    Ninja is chosen on a first configure when it is installed (CMake keeps the generator).
+    """
+    configure = ["cmake", "-S", str(package), "-B", str(build), *defines]
+    if shutil.which("ninja") and not (build / "CMakeCache.txt").exists():
+        configure += ["-G", "Ninja"]
+    return [
+        configure,
+        ["cmake", "--build", str(build), "--parallel"],
+        ["cmake", "--install", str(build), "--prefix", str(package / "src")],
+    ]
+
+
 def main() -> int:
     """Configure (once), build and install into the source tree; return an exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -40,43 +55,22 @@ def main() -> int:
 
     build = pathlib.Path(args.build_dir)
     prebuilt = os.path.abspath(args.prebuilt_rust) if args.prebuilt_rust else ""
-    configure = [
-        "cmake",
-        "-S",
-        str(RUNTIME),
-        "-B",
-        str(build),
+    steps = cmake_steps(
+        RUNTIME,
+        build,
         f"-DPython_EXECUTABLE={sys.executable}",
         f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
         f"-DPYGPUKIT_CUDA_ARCHS={args.archs}",
         f"-DPYGPUKIT_PREBUILT_RUST={prebuilt}",
         f"-DCMAKE_BUILD_TYPE={'Debug' if args.debug else 'Release'}",
-    ]
-    if shutil.which("ninja"):
-        configure += ["-G", "Ninja"] if not (build / "CMakeCache.txt").exists() else []
-    steps = [
-        configure,
-        ["cmake", "--build", str(build), "--parallel"],
-        ["cmake", "--install", str(build), "--prefix", str(RUNTIME / "src")],
-    ]
+    )
     # pygpukit-ops: cubins only, installed into its source tree the same way.
-    ops_build = build.with_name(build.name + "-ops")
-    ops_configure = [
-        "cmake",
-        "-S",
-        str(OPS),
-        "-B",
-        str(ops_build),
+    steps += cmake_steps(
+        OPS,
+        build.with_name(build.name + "-ops"),
         f"-DPython_EXECUTABLE={sys.executable}",
         f"-DPYGPUKIT_CUDA_ARCHS={args.archs}",
-    ]
-    if shutil.which("ninja") and not (ops_build / "CMakeCache.txt").exists():
-        ops_configure += ["-G", "Ninja"]
-    steps += [
-        ops_configure,
-        ["cmake", "--build", str(ops_build), "--parallel"],
-        ["cmake", "--install", str(ops_build), "--prefix", str(OPS / "src")],
-    ]
+    )
     env = dict(os.environ, PYGPUKIT_CUDA_ARCHS=args.archs)
     for cmd in steps:
         print("+", " ".join(cmd), flush=True)
