@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from pygpukit.array import GPUArray
-from pygpukit.jit import Kernel
 
 #: Register buckets and the largest block each is compiled for (its __launch_bounds__).
 BUCKETS = ((1, 1024), (2, 1024), (4, 512))
@@ -71,12 +69,3 @@ def _plan(rows: int, width: int, vec: int, target: int) -> RowPlan:
         return RowPlan(f"v{vec}_n{nv}", -(-rows // rows_per_block), SMALL_BLOCK, group)
     group = -(-lanes // 32) * 32
     return RowPlan(f"v{vec}_n{nv}", rows, group, group)
-
-
-def launch(kernel: Kernel, grid: int, block: int, *args: Any) -> None:
-    """Launch ``kernel`` on the current stream with arguments already checked by the op.
-
-    ``Kernel.launch`` skips the name binding and default-grid logic of ``Kernel.__call__``,
-    which cost as much host time as a small kernel's run.
-    """
-    kernel.launch(grid, block, args)

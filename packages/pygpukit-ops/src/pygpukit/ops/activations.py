@@ -70,7 +70,7 @@ def _gated(x: Any, act: str, out: GPUArray | None) -> GPUArray:
     block = 256
     grid = max(1, min(_MAX_BLOCKS, -(-total // block)))
     kernel = kl.kernel("activations", f"gated_{c.kernel_suffix(x.dtype)}_v{vec}")
-    _rows.launch(kernel, grid, block, x, y, rows, d, _ACT[act])
+    kernel.launch(grid, block, (x, y, rows, d, _ACT[act]))
     return y
 
 
@@ -129,9 +129,7 @@ def embedding(ids: GPUArray, table: GPUArray, *, out: GPUArray | None = None) ->
     block = 256
     grid = max(1, min(_MAX_BLOCKS, -(-(n_ids * words) // block)))
     kernel = kl.kernel("activations", f"embedding_w{word}")
-    _rows.launch(
-        kernel, grid, block, ids, int(ids.dtype == np.int64), table, y, n_ids, vocab, words
-    )
+    kernel.launch(grid, block, (ids, int(ids.dtype == np.int64), table, y, n_ids, vocab, words))
     return y
 
 
@@ -158,5 +156,5 @@ def softmax(x: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
     vec = _rows.vector_width(width, x.itemsize, x, y)
     plan = _rows.plan_rows(rows, width, vec)
     kernel = kl.kernel("activations", f"softmax_{c.kernel_suffix(x.dtype)}_{plan.suffix}")
-    _rows.launch(kernel, plan.grid, plan.block, x, y, rows, width, plan.group)
+    kernel.launch(plan.grid, plan.block, (x, y, rows, width, plan.group))
     return y

@@ -96,21 +96,22 @@ def _launch(
     vec = _rows.vector_width(width, x.itemsize, x, residual, weight, bias, out, sum_out)
     plan = _rows.plan_rows(rows, width, vec)
     kernel = kl.kernel("normalization", f"norm_{c.kernel_suffix(x.dtype)}_{plan.suffix}")
-    _rows.launch(
-        kernel,
+    kernel.launch(
         plan.grid,
         plan.block,
-        x,
-        residual if residual is not None else 0,
-        weight,
-        bias if bias is not None else 0,
-        out,
-        sum_out if sum_out is not None else 0,
-        rows,
-        width,
-        plan.group,
-        float(eps),
-        int(layer),
+        (
+            x,
+            residual if residual is not None else 0,
+            weight,
+            bias if bias is not None else 0,
+            out,
+            sum_out if sum_out is not None else 0,
+            rows,
+            width,
+            plan.group,
+            float(eps),
+            int(layer),
+        ),
     )
 
 

@@ -22,7 +22,6 @@ from pygpukit.array import GPUArray
 
 from . import _common as c
 from . import _kernel_loader as kl
-from . import _rows
 
 __all__ = ["apply_rope", "rope_cos_sin"]
 
@@ -188,8 +187,8 @@ def apply_rope(
     pairs = (q_heads + kv_heads) * half
     block = min(256, max(32, -(-pairs // 32) * 32))
     kernel = kl.kernel("rope", f"rope_{c.kernel_suffix(q.dtype)}")
-    _rows.launch(
-        kernel, tokens, block,
-        q, k, q_out, k_out, cos, sin, positions, max_pos, q_heads, kv_heads, head_dim, rd, flags,
+    kernel.launch(
+        tokens, block,
+        (q, k, q_out, k_out, cos, sin, positions, max_pos, q_heads, kv_heads, head_dim, rd, flags),
     )  # fmt: skip
     return q_out, k_out
