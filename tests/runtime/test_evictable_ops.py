@@ -104,22 +104,6 @@ def test_softmax_cumsum_take_of_evictable_arrays(rand: Callable[..., np.ndarray]
     _close(gp.take(a, idx[idx < 33], axis=0), np.take(x64, idx[idx < 33], axis=0))
 
 
-@pytest.fixture(params=["own", "cublaslt"])
-def gemm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The GEMM backend (the CPU backend has one NumPy path, run once)."""
-    monkeypatch.delenv("PYGPUKIT_ALLOW_TF32", raising=False)
-    if gp.backend_name() != "cuda":
-        if request.param == "cublaslt":
-            pytest.skip("the CPU backend has one matmul (NumPy)")
-    elif request.param == "cublaslt":
-        from pygpukit.backend import cuda_linalg
-
-        if not cuda_linalg.cublaslt_status()["loaded"]:
-            pytest.skip("cuBLASLt is not installed")
-    monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", request.param)
-    return str(request.param)
-
-
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_matmul_of_evictable_arrays(gemm: str, rand: Callable[..., np.ndarray], dtype: str) -> None:
     x, y = rand((96, 136), dtype), rand((136, 72), dtype)

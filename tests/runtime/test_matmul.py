@@ -33,22 +33,6 @@ SHAPES = [
 ]
 
 
-@pytest.fixture(params=["own", "cublaslt"])
-def gemm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The GEMM backend of the test (CPU backend: one NumPy path, run once)."""
-    monkeypatch.delenv("PYGPUKIT_ALLOW_TF32", raising=False)
-    if gp.backend_name() != "cuda":
-        if request.param == "cublaslt":
-            pytest.skip("the CPU backend has one matmul (NumPy)")
-    elif request.param == "cublaslt":
-        from pygpukit.backend import cuda_linalg
-
-        if not cuda_linalg.cublaslt_status()["loaded"]:
-            pytest.skip("cuBLASLt is not installed")
-    monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", request.param)
-    return str(request.param)
-
-
 def _ref(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.dtype.kind in "iub" and b.dtype.kind in "iub":
         return np.matmul(a, b)  # exact, wrapping like the GPU kernel
