@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
 
 import pygpukit as gp
+from pygpukit import memory
 
 
 @pytest.fixture
@@ -18,3 +20,19 @@ def make(rand: Callable[..., np.ndarray]) -> Callable[[tuple[int, ...], str], np
     seed is in the report on failure.
     """
     return lambda shape, dtype: rand(shape, gp.dtypes.normalize(dtype))
+
+
+def _settle() -> None:
+    """Drop earlier tests' arrays and return cached memory: this test's numbers are its own."""
+    gc.collect()
+    gp.synchronize()
+    memory.set_limit(None, device=0)
+    memory.empty_cache(0)
+
+
+@pytest.fixture
+def fresh_pool() -> Iterator[None]:
+    """No device limit and an empty cache before and after the test."""
+    _settle()
+    yield
+    _settle()

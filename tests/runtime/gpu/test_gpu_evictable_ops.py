@@ -8,9 +8,6 @@ must make them resident together again before reading their addresses. An op tha
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-
 import numpy as np
 import pytest
 
@@ -20,20 +17,6 @@ from pygpukit import memory
 pytestmark = pytest.mark.gpu
 
 MIB = 1 << 20
-
-
-def _settle() -> None:
-    gc.collect()
-    gp.synchronize()
-    memory.set_limit(None, device=0)
-    memory.empty_cache(0)
-
-
-@pytest.fixture
-def fresh_pool() -> Iterator[None]:
-    _settle()
-    yield
-    _settle()
 
 
 def _limit_above_baseline(nbytes: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -28,21 +27,6 @@ extern "C" __global__ void affine(float* x, float a, float b, unsigned long long
     if (i < n) x[i] = x[i] * a + b;
 }
 """
-
-
-def _settle() -> None:
-    """Drop earlier tests' arrays and return cached memory: this test's numbers are its own."""
-    gc.collect()
-    gp.synchronize()
-    memory.set_limit(None, device=0)
-    memory.empty_cache(0)
-
-
-@pytest.fixture
-def fresh_pool() -> Iterator[None]:
-    _settle()
-    yield
-    _settle()
 
 
 def _in_use() -> tuple[int, int]:
