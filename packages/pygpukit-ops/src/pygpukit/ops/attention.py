@@ -440,25 +440,13 @@ def decode_attention(
     splits, chunk = _decode_split(b, head_ctas, max(capacity, 1))
     grid = (splits, head_ctas, b)
     table = block_table if block_table is not None else 0
-    tail = (hq, hkv, cache_len, max_blocks, capacity, chunk, scale_f)
-    if splits == 1:
-        kern(
-            q,
-            k_cache,
-            v_cache,
-            seq_lens,
-            table,
-            res,
-            0,
-            0,
-            *tail,
-            grid=grid,
-            block=128,
-            shared_mem=smem,
-        )
-        return res
-    o_part = gp.empty((b * hq * splits * d,), gp.float32)
-    lse = gp.empty((b * hq * splits,), gp.float32)
+    # One split writes the output itself; several write fp32 partials (0 = no pointer) that the
+    # combine kernel merges.
+    o_part: GPUArray | int = 0
+    lse: GPUArray | int = 0
+    if splits > 1:
+        o_part = gp.empty((b * hq * splits * d,), gp.float32)
+        lse = gp.empty((b * hq * splits,), gp.float32)
     kern(
         q,
         k_cache,
@@ -468,11 +456,19 @@ def decode_attention(
         res,
         o_part,
         lse,
-        *tail,
+        hq,
+        hkv,
+        cache_len,
+        max_blocks,
+        capacity,
+        chunk,
+        scale_f,
         grid=grid,
         block=128,
         shared_mem=smem,
     )
+    if splits == 1:
+        return res
     combine = _kernel_loader.kernel("attention_decode", f"attn_decode_combine_{suffix}")
     combine(o_part, lse, seq_lens, res, hq, d, splits, chunk, capacity, grid=b * hq, block=128)
     return res
