@@ -75,14 +75,17 @@ def check_array(
     """
     if not isinstance(x, GPUArray):
         raise TypeError(f"{name} must be a GPUArray, got {type(x).__name__}")
-    if dtypes is not None:
+    # The checks run on every launch: the common cases (dtype tuples such as FLOAT_DTYPES, an
+    # int or tuple rank) are tested as given; lists are normalized only on the error path.
+    if dtypes is not None and x.dtype not in dtypes:
         allowed = [np.dtype(d) for d in dtypes]
         if x.dtype not in allowed:
             names = ", ".join(str(d) for d in allowed)
             raise TypeError(f"{name} must have dtype {names}; got {x.dtype}")
     if ndim is not None:
-        ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
-        if x.ndim not in ranks:
+        rank = x.ndim
+        if rank != ndim if isinstance(ndim, int) else rank not in tuple(ndim):
+            ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
             want = " or ".join(str(r) for r in ranks)
             raise ValueError(f"{name} must be {want}-D, got shape {x.shape}")
     if contiguous and not x.is_contiguous():

@@ -24,6 +24,7 @@ Weights use PyTorch's ``nn.Linear`` layout, ``weight`` [N, K] row-major, and
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -67,7 +68,7 @@ def _check_weight(x: GPUArray, weight: Any, bias: Any) -> tuple[int, int]:
     """Validate ``weight`` [N, K] and ``bias`` [N] against ``x`` [..., K]; return (N, K)."""
     c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=2)
     c.check_same_dtype(x, ("weight", weight))
-    n, k = (int(d) for d in weight.shape)
+    n, k = weight.shape
     if x.shape[-1] != k:
         raise ValueError(
             f"x has {x.shape[-1]} features (last dimension) but weight is {tuple(weight.shape)}"
@@ -135,31 +136,42 @@ def gemv_variant() -> str:
 
 
 def _launch_gemv(
-    x2: GPUArray, weight: GPUArray, bias: GPUArray | None, y2: GPUArray, act: int
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None,
+    y: GPUArray,
+    m: int,
+    n: int,
+    k: int,
+    dtype: np.dtype[Any],
+    act: int,
 ) -> None:
-    """Enqueue the GEMV kernel for x2 [M, K] (M <= 8) into y2 [M, N]."""
-    m, k = (int(d) for d in x2.shape)
-    n = int(weight.shape[0])
+    """Enqueue the GEMV kernel: ``x`` holds M <= 8 rows of K, ``y`` M rows of N (both C-contiguous).
+
+    The decode loop calls this for every linear layer, and at M = 1 the kernel runs for only
+    ~30 us: the host side must stay well under that, so it takes the sizes its caller already
+    read, passes ``x`` and ``y`` as they are (the kernel sees only addresses; no reshaped view)
+    and uses the lean ``Kernel.launch``.
+    """
     c.check_int32("gemv", N=n, K=k)
-    sfx = c.kernel_suffix(x2.dtype)
+    sfx = c.KERNEL_SUFFIX[dtype]
     bias_arg: GPUArray | int = bias if bias is not None else 0
-    vector = k % 8 == 0 and x2.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0
-    if vector:
+    if k % 8 == 0 and x.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0:
         variant = gemv_variant()
         prefix, rows_per_block = GEMV_VARIANTS[variant]
         grid = (n + rows_per_block - 1) // rows_per_block
         if variant == "mma":
-            kernel("gemv", f"{prefix}{sfx}")(
-                x2, weight, bias_arg, y2, m, n, k, act, grid=grid, block=_WARPS * 32
+            kernel("gemv", f"{prefix}{sfx}").launch(
+                grid, _WARPS * 32, (x, weight, bias_arg, y, m, n, k, act)
             )
         else:
-            kernel("gemv", f"{prefix}{sfx}_m{m}")(
-                x2, weight, bias_arg, y2, n, k, act, grid=grid, block=_WARPS * 32
+            kernel("gemv", f"{prefix}{sfx}_m{m}").launch(
+                grid, _WARPS * 32, (x, weight, bias_arg, y, n, k, act)
             )
     else:
         grid = (n + _WARPS - 1) // _WARPS
-        kernel("gemv", f"gemv_scalar_{sfx}")(
-            x2, weight, bias_arg, y2, m, n, k, act, grid=grid, block=_WARPS * 32
+        kernel("gemv", f"gemv_scalar_{sfx}").launch(
+            grid, _WARPS * 32, (x, weight, bias_arg, y, m, n, k, act)
         )
 
 
@@ -173,23 +185,26 @@ def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUAr
     Use :func:`linear` for a bias, an activation, or more rows.
     """
     _check_x(x, (1, 2))
-    if x.dtype not in c.HALF_DTYPES:
-        raise TypeError(f"gemv takes float16 or bfloat16 arrays, got {x.dtype}; use linear()")
+    dtype = x.dtype
+    if dtype not in c.HALF_DTYPES:
+        raise TypeError(f"gemv takes float16 or bfloat16 arrays, got {dtype}; use linear()")
     n, k = _check_weight(x, weight, None)
-    m = 1 if x.ndim == 1 else int(x.shape[0])
+    x_shape = x.shape
+    m = 1 if len(x_shape) == 1 else x_shape[0]
     if not 1 <= m <= GEMV_MAX_ROWS:
         raise ValueError(f"gemv takes 1 to {GEMV_MAX_ROWS} rows of x, got {m}; use linear()")
-    shape = (n,) if x.ndim == 1 else (m, n)
-    c.check_out(out, shape, x.dtype)
-    _check_no_overlap(out, ("x", x), ("weight", weight))
-    y = c.result(out, shape, x.dtype)
+    shape = (n,) if len(x_shape) == 1 else (m, n)
+    if out is not None:
+        c.check_out(out, shape, dtype)
+        _check_no_overlap(out, ("x", x), ("weight", weight))
+    y = c.result(out, shape, dtype)
     if c.on_cpu(x):
         c.write_into(
             y, _reference(c.host(x).reshape(m, k), c.host(weight), None, None).reshape(shape)
         )
         return y
     if n:
-        _launch_gemv(x.reshape(m, k), weight, None, y.reshape(m, n), 0)
+        _launch_gemv(x, weight, None, y, m, n, k, dtype, 0)
     return y
 
 
@@ -214,8 +229,8 @@ def linear(
     _check_x(x, None)
     act = _activation_code(activation)
     n, k = _check_weight(x, weight, bias)
-    lead = tuple(int(d) for d in x.shape[:-1])
-    m = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    lead = tuple(x.shape[:-1])
+    m = math.prod(lead)
     shape = (*lead, n)
     c.check_out(out, shape, x.dtype)
     _check_no_overlap(out, ("x", x), ("weight", weight), ("bias", bias))
@@ -227,10 +242,11 @@ def linear(
         ref = _reference(c.host(x).reshape(m, k), c.host(weight), b, activation)
         c.write_into(y, ref.reshape(shape))
         return y
-    x2, y2 = x.reshape(m, k), y.reshape(m, n)
-    if m <= GEMV_MAX_ROWS and x.dtype in c.HALF_DTYPES and k > 0:
-        _launch_gemv(x2, weight, bias, y2, act)
+    dtype = x.dtype
+    if m <= GEMV_MAX_ROWS and dtype in c.HALF_DTYPES and k > 0:
+        _launch_gemv(x, weight, bias, y, m, n, k, dtype, act)
         return y
+    x2, y2 = x.reshape(m, k), y.reshape(m, n)
     gp.matmul(x2, weight.T, out=y2)
     if bias is not None or act != 0:
         c.check_int32("linear", N=n)
