@@ -52,6 +52,8 @@ GEMV_VARIANTS: dict[str, tuple[str, int]] = {
     "r1u16": ("gemv_r1u16_", _WARPS),
     "r1u8": ("gemv_r1u8_", _WARPS),
     "mma": ("gemv_mma_", 16),
+    "s2": ("gemv_s2_", _WARPS // 2),
+    "s4": ("gemv_s4_", _WARPS // 4),
 }
 _DEFAULT_VARIANT = "r4u2"
 _VARIANT_ENV = "PYGPUKIT_GEMV_VARIANT"

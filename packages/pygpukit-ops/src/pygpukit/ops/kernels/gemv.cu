@@ -26,6 +26,8 @@
 //         bytes in flight per warp and fewer registers (more resident warps).
 //   mma   (gemv_mma_<dtype>, runtime M): 16 rows per block, K split over its 4 warps, products on
 //         tensor cores (see gemv_mma); a different summation order, so not bit-identical.
+//   s2, s4 (gemv_s<S>_<dtype>_m<M>): S warps per row, each summing a contiguous slice of K
+//         (gemv_split); 8 and 4 chunks per lane in flight. Not bit-identical either.
 // Rows per warp trade x traffic (re-read from L1 once per row: M/kRows x the W bytes) against
 // contiguous DRAM runs (a warp's row reads are 512 * kUnroll bytes long).
 #include "linear_epilogue.cuh"
@@ -146,6 +148,71 @@ __device__ __forceinline__ void gemv_vec(const T* __restrict__ x, const T* __res
     if (m < M && row < N) {
         if (bias != nullptr) v += widen(bias[row]);
         y[(size_t)m * N + row] = narrow<T>(activate(v, act));
+    }
+}
+
+// kSplit warps share each output row, warp p reading the p-th contiguous slice of K with kUnroll
+// 16-byte chunks per lane in flight; the kSplit partial sums meet in shared memory. Neighbouring
+// warps thus read neighbouring bytes of one row, and a block covers kWarps / kSplit whole rows.
+// A different summation order from the r* kernels (not bit-identical to them).
+template <typename T, int M, int kSplit, int kUnroll>
+__device__ __forceinline__ void gemv_split(const T* __restrict__ x, const T* __restrict__ w,
+                                           const T* __restrict__ bias, T* __restrict__ y, int N,
+                                           int K, int act) {
+    constexpr int kRowsPerBlock = kWarps / kSplit;
+    __shared__ float part[kWarps][M];
+    const int lane = threadIdx.x & 31, wib = threadIdx.x >> 5;
+    const int row = blockIdx.x * kRowsPerBlock + wib / kSplit;
+    const int chunks = K >> 3;  // 16-byte chunks per row
+    const int per = (chunks + kSplit - 1) / kSplit;
+    const int lo = (wib % kSplit) * per, hi = min(chunks, lo + per);
+    // A row past N re-reads the last row (every warp reaches the barrier); it is not stored.
+    const uint4* wr = reinterpret_cast<const uint4*>(w + (size_t)min(row, N - 1) * K);
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+
+    float acc[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+    for (int c0 = lo + lane; c0 < hi; c0 += 32 * kUnroll) {
+        uint4 wv[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int c = c0 + 32 * u;
+            wv[u] = c < hi ? load_stream(wr + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int c = c0 + 32 * u;
+            if (c < hi) {
+#pragma unroll
+                for (int m = 0; m < M; ++m) {
+                    float xf[8];
+                    unpack8<T>(__ldg(xv + (size_t)m * chunks + c), xf);
+                    acc[m] = dot8<T>(xf, wv[u], acc[m]);
+                }
+            }
+        }
+    }
+    float v = 0.0f;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], off);
+        if (lane == m) v = acc[m];
+    }
+    if (lane < M) part[wib][lane] = v;
+    __syncthreads();
+    // Thread t finishes output (m = t % M, the block's row t / M).
+    const int t = threadIdx.x;
+    if (t < kRowsPerBlock * M) {
+        const int m = t % M, r = blockIdx.x * kRowsPerBlock + t / M;
+        if (r < N) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int p = 0; p < kSplit; ++p) sum += part[(t / M) * kSplit + p][m];
+            if (bias != nullptr) sum += widen(bias[r]);
+            y[(size_t)m * N + r] = narrow<T>(activate(sum, act));
+        }
     }
 }
 
@@ -591,6 +658,166 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_r1u8_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
                      int act) {
     gemv_vec<__half, 8, 1, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 1, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 2, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_bf16_m3(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 3, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 4, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_bf16_m5(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 5, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_bf16_m6(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 6, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_bf16_m7(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 7, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 8, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 1, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 2, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 3, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 4, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 5, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 6, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 7, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s2_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 8, 2, 8>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 1, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 2, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_bf16_m3(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 3, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 4, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_bf16_m5(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 5, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_bf16_m6(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 6, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_bf16_m7(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 7, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
+                    __nv_bfloat16* y, int N, int K, int act) {
+    gemv_split<__nv_bfloat16, 8, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 1, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 2, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 3, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 4, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 5, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 6, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 7, 4, 4>(x, w, bias, y, N, K, act);
+}
+extern "C" __global__ void __launch_bounds__(kWarps * 32)
+    gemv_s4_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
+                   int act) {
+    gemv_split<__half, 8, 4, 4>(x, w, bias, y, N, K, act);
 }
 extern "C" __global__ void __launch_bounds__(kWarps * 32)
     gemv_mma_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
