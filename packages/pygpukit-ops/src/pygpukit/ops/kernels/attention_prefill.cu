@@ -461,3 +461,58 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     __trap();
 #endif
 }
+
+// The warp-specialized variant (attention_prefill_sm90_ws.cuh): 384 threads (a producer
+// warpgroup and two consumers), same arguments and dynamic shared memory as the other wgmma
+// kernels.
+#include "attention_prefill_sm90_ws.cuh"
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_ws_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                                  const void* mask, int mask_kind, long long msb, long long msh,
+                                  long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                                  float scale, int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 64>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_ws_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
+                                   int mask_kind, long long msb, long long msh, long long msq,
+                                   long long msk, int hq, int hkv, int sq, int sk, float scale,
+                                   int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_ws_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                                   const void* mask, int mask_kind, long long msb, long long msh,
+                                   long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                                   float scale, int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 128>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_ws_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                    const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
+                                    int mask_kind, long long msb, long long msh, long long msq,
+                                    long long msk, int hq, int hkv, int sq, int sk, float scale,
+                                    int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}

@@ -1,0 +1,225 @@
+// Warp-specialized flash attention forward on Hopper (sm_90a), head dims 64 and 128:
+// attn_prefill_wgmma_ws, included by attention_prefill.cu after attention_prefill_sm90.cuh,
+// whose pieces (swizzled tile loads, descriptors, wgmma wrappers, masking, softmax, output)
+// it reuses. Same arguments, masking rules and output as the other prefill kernels.
+//   384 threads = 3 warpgroups. Warpgroup 0 is the producer: it loads Q once and the K/V tiles
+//   of 128 keys with cp.async into a ring of 3 stages and gives most of its registers to the
+//   consumers (setmaxnreg). Warpgroups 1 and 2 are consumers of 64 query rows each (CTA tile
+//   128 rows); each runs the wgmma_pipe loop (S_j issued, then P_{j-1} V_{j-1}, softmax of
+//   S_j while P_{j-1} V_{j-1} runs).
+//   Synchronization is by mbarriers only, no CTA-wide barrier inside the loop, so the two
+//   consumers drift apart and one's softmax overlaps the other's tensor-core work:
+//     FULL[s]  (count 128): every producer thread arrives through
+//              cp.async.mbarrier.arrive.noinc, i.e. when its copies into stage s have landed;
+//     EMPTY[s] (count 8): lane 0 of each consumer warp arrives once its last wgmma reading
+//              stage s (P V of that tile) has completed.
+//   Tile j lives in stage j % 3; a wait for its phase uses parity (j / 3) & 1. Every thread
+//   arrives once per tile on each barrier it arrives on, whatever n_tiles is, and no waiter can
+//   fall a whole phase behind (tile j + 3 needs both consumers' release of tile j, which needs
+//   each of them past its wait for tile j), so parity waits cannot be confused.
+// Shared memory as the other wgmma kernels (Q + 3 stages of K and V, 225 KiB for D = 128 with
+// the alignment slack); the six mbarriers are static shared memory (48 bytes).
+#pragma once
+
+#ifdef PGK_ATTN_HAS_WGMMA
+
+namespace pgk_attn_sm90 {
+
+constexpr int kWsThreads = 384, kWsStages = 3;
+// Registers per thread after the hand-over: 128 x 24 + 256 x 240 = 64512, the 168 x 384 the
+// CTA starts with (__launch_bounds__(384, 1)). The consumers need ~226 (acc, S, P fragments);
+// the producer only addresses.
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on bar when all of this thread's earlier cp.async have completed (noinc: the arrival
+// is one of the count the barrier was initialized with).
+__device__ __forceinline__ void cp_async_arrive(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+// The producer's share of a 128 x D tile in load_tile's swizzled layout (rows past valid_rows
+// zero-filled). Thread lt always copies the same 16-byte chunk of every kStep-th row starting at
+// row lt / kChunks, so its swizzled offset is fixed (kStep is a multiple of 8, the swizzle
+// period). load_tile's per-copy index arithmetic, fully unrolled, spills at the producer's 24
+// registers; so does this loop unrolled by 8 (ptxas -v, sm_90a); by 2 it spills nothing.
+template <typename T, int kD>
+struct WsTileCopy {
+    static constexpr int kChunks = kD / 8, kStep = 128 / kChunks;
+    unsigned dst_ofs;  // in the tile
+    int src_ofs, row;  // elements from the tile's first row; first row copied
+
+    __device__ __forceinline__ explicit WsTileCopy(int lt) {
+        row = lt / kChunks;
+        const int chunk = lt % kChunks;
+        dst_ofs = (chunk >> 3) * kBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+        src_ofs = row * kD + chunk * 8;
+    }
+    __device__ __forceinline__ void operator()(unsigned dst, const T* src, int valid_rows) const {
+#pragma unroll 2
+        for (int i = 0; i < 128 / kStep; ++i) {
+            const bool valid = row + i * kStep < valid_rows;
+            cp_async16_s(dst + dst_ofs + i * kStep * 128,
+                         valid ? src + src_ofs + (size_t)i * kStep * kD : src, valid);
+        }
+    }
+};
+
+template <typename T, int kD>
+__device__ __forceinline__ void attn_prefill_wgmma_ws(
+    const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
+    const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
+    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal) {
+    constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
+    constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ __align__(8) unsigned long long bars[2 * kWsStages];  // FULL[s], EMPTY[s]
+    const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const unsigned sQ = base;
+    const unsigned full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[kWsStages]);
+
+    const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
+    // Warp-uniform (broadcast from lane 0): wgmma and setmaxnreg under branches on it are then
+    // not treated as divergent.
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+    const int g = lane >> 2, t = lane & 3;
+    const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // longest causal rows first
+    const int h = blockIdx.y, b = blockIdx.z;
+    const int hk = h / (hq / hkv);
+    const int diag = sk - sq;
+
+    const T* qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+    const T* kp = k + ((size_t)b * hkv + hk) * sk * kD;
+    const T* vp = v + ((size_t)b * hkv + hk) * sk * kD;
+    T* op = o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+    const int rows_here = min(kBM, sq - m0);
+    const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
+    const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    auto stage = [&](int j) { return base + kQBytes + (j % kWsStages) * kStageBytes; };
+    auto parity = [](int j) { return static_cast<unsigned>((j / kWsStages) & 1); };
+
+    if (tid == 0) {
+        for (int s = 0; s < kWsStages; ++s) {
+            mbar_init(full0 + 8 * s, 128);
+            mbar_init(empty0 + 8 * s, 8);
+        }
+    }
+    __syncthreads();  // the barriers are initialized before anyone arrives or waits
+
+    if (wg == 0) {
+        // Producer. All 128 threads wait for the stage to be free, copy their share and arrive
+        // (when the copies land) on its FULL barrier, once per tile.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+        const WsTileCopy<T, kD> copy(tid);
+        for (int j = 0; j < n_tiles; ++j) {
+            if (j >= kWsStages) mbar_wait(empty0 + 8 * (j % kWsStages), parity(j) ^ 1);
+            // Q rides with tile 0: the consumers' wait for FULL of tile 0 covers it.
+            if (j == 0) copy(sQ, qp, rows_here);
+            const int n0 = j * kBN, rows = min(kBN, sk - n0);
+            copy(stage(j), kp + (size_t)n0 * kD, rows);
+            copy(stage(j) + kTileBytes, vp + (size_t)n0 * kD, rows);
+            cp_async_arrive(full0 + 8 * (j % kWsStages));
+        }
+        // Exit only with every copy landed (the consumers may still wait on the last ones).
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    const int c = wg - 1;                   // consumer: rows c * 64 + [0, 64) of the tile
+    const int r0 = c * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
+    float acc[kD / 2];
+#pragma unroll
+    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
+    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f}, alpha[2];
+    const float scale2 = scale * kLog2e;
+    const long long mbase = b * msb + h * msh;
+    unsigned pa[kBN / 16][4];  // P_{j-1} as A fragments
+    auto softmax_tile = [&](float (&s)[64], int j) {
+        const int n0 = j * kBN;
+        const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
+        scale_mask<T>(s, edge, scale2, mask, mask_kind, mbase, msq, msk, m0 + r0, n0, t, sq, sk,
+                      causal, diag);
+        softmax_rows(s, row_max, row_sum, alpha);
+    };
+    // Tile j has landed. cp.async writes through the generic proxy and wgmma reads through the
+    // async proxy: the fence orders the writes this thread has observed before its wgmma.
+    auto acquire = [&](int j) {
+        mbar_wait(full0 + 8 * (j % kWsStages), parity(j));
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    };
+    // Called after a wait_group that completed the last wgmma reading tile j (its P V); the
+    // wait is warpgroup-wide, so one lane per warp speaks for the warp.
+    auto release = [&](int j) {
+        if (lane == 0) mbar_arrive(empty0 + 8 * (j % kWsStages));
+    };
+
+    if (n_tiles == 0) {
+        store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
+        return;
+    }
+    {  // tile 0: S_0 and its softmax, nothing to overlap with yet
+        acquire(0);
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        issue_qk<T, kD>(s, sQ, stage(0), c);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        softmax_tile(s, 0);
+        pack_p<T>(pa, s);
+    }
+    for (int j = 1; j < n_tiles; ++j) {
+        acquire(j);
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        rescale(acc, alpha);  // for tile j - 1, before its P V is issued
+        // Every register the wgmma below use is written before the fence (not sunk past it).
+        fence_regs(s);
+        fence_regs(acc);
+        fence_regs(pa);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        issue_qk<T, kD>(s, sQ, stage(j), c);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        issue_pv<T>(acc, pa, stage(j - 1) + kTileBytes);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j
+        fence_regs(s);
+        softmax_tile(s, j);  // overlaps P_{j-1} V_{j-1}
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        fence_regs(acc);
+        release(j - 1);
+        pack_p<T>(pa, s);  // pa was read by P_{j-1} V_{j-1}: only after the wait
+    }
+    rescale(acc, alpha);
+    fence_regs(acc);
+    fence_regs(pa);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    issue_pv<T>(acc, pa, stage(n_tiles - 1) + kTileBytes);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    release(n_tiles - 1);  // nobody waits for it; keeps one arrival per tile per warp
+    store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
+}
+
+}  // namespace pgk_attn_sm90
+#endif  // PGK_ATTN_HAS_WGMMA
