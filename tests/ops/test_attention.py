@@ -5,6 +5,9 @@ The references (ops_references.py, shared with the GPU tests) are independent of
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from ops_references import gather_pages, qkv, ref_decode, ref_sdpa, rel_err
@@ -265,8 +268,11 @@ def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas):
      ("wgmma", "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
      ("mma", "sm_90a", ["mma"] * 4),
      ("wgmma_pipe", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
+     ("wgmma_ws", "sm_90a", ["wgmma_ws", "mma", "wgmma_ws", "mma"]),
      (None, "sm_80", ["mma"] * 4),
-     ("wgmma", "sm_100a", ["mma"] * 4)],
+     ("wgmma", "sm_100a", ["mma"] * 4),
+     ("wgmma_ws", "sm_100a", ["mma"] * 4),
+     ("wgmma_ws", "sm_89", ["mma"] * 4)],
 )  # fmt: skip
 def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
     """wgmma_pipe is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
@@ -286,3 +292,22 @@ def test_prefill_kernel_env_typo(monkeypatch):
     monkeypatch.setenv(attention.KERNEL_ENV, "wgma")
     with pytest.raises(ValueError, match="PYGPUKIT_ATTENTION_KERNEL must be one of"):
         attention._prefill_kernel(128)
+
+
+def test_wgmma_kernels_match_their_launch():
+    """Every Hopper variant the env var can pick has its four entry points in
+    attention_prefill.cu, declared with the thread count attention.py launches them with
+    (a mismatch would only show as a launch failure on an H100/H200)."""
+    from pygpukit.ops import attention
+
+    src = (Path(attention.__file__).parent / "kernels" / "attention_prefill.cu").read_text()
+    pattern = r"__launch_bounds__\((\d+), 1\)\s+(attn_prefill_wgmma\w*)\("
+    declared = {name: int(n) for n, name in re.findall(pattern, src)}
+    kinds = [c for c in attention._KERNEL_CHOICES if c not in ("auto", "mma")]
+    assert sorted(kinds) == sorted(attention._WGMMA_THREADS)
+    for kind in kinds:
+        for d in attention._WGMMA_HEAD_DIMS:
+            for suffix in ("f16", "bf16"):
+                name = f"attn_prefill_{kind}_d{d}_{suffix}"
+                assert declared.get(name) == attention._WGMMA_THREADS[kind], name
+    assert len(declared) == 4 * len(kinds)

@@ -44,10 +44,11 @@ def run(q, k, v, **kw) -> np.ndarray:
     return out.to_numpy()
 
 
-@pytest.fixture(params=["auto", "mma"])
+@pytest.fixture(params=["auto", "mma", "wgmma_ws"])
 def prefill_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a prefill test with the default kernel (wgmma on SM 9.0 for head dims 64 and 128)
-    and with the mma.sync kernel forced, so both stay covered on Hopper."""
+    """Runs a prefill test with the default kernel (wgmma on SM 9.0 for head dims 64 and 128),
+    with the mma.sync kernel forced, and with the warp-specialized Hopper kernel (mma off SM 9.0
+    and for the other head dims), so all stay covered on Hopper."""
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", request.param)
     return request.param
 
@@ -274,8 +275,9 @@ def test_write_then_decode(rand, decode_kernel):
 
 # --- Hopper wgmma prefill (head dims 64, 128): the default on SM 9.0; each variant forced ---
 # through PYGPUKIT_ATTENTION_KERNEL (wgmma: staggered warpgroups; wgmma_pipe: each warpgroup
-# overlaps its softmax with its own P V).
-WGMMA_VARIANTS = ["wgmma", "wgmma_pipe"]
+# overlaps its softmax with its own P V; wgmma_ws: a producer warpgroup and two consumers
+# synchronized by mbarriers).
+WGMMA_VARIANTS = ["wgmma", "wgmma_pipe", "wgmma_ws"]
 
 
 def _hopper() -> None:
@@ -313,6 +315,19 @@ def test_wgmma_prefill_masks(rand, monkeypatch, variant, dtype, shape):
     mask = rand(shape).astype(np.float32)
     got = run(q, k, v, attn_mask=mask, is_causal=True)
     assert rel_err(got, ref_sdpa(q, k, v, mask=mask, causal=True)) < LIMIT[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant", WGMMA_VARIANTS)
+def test_wgmma_prefill_no_keys(rand, monkeypatch, variant, d, causal):
+    """Sk = 0: every CTA runs zero key tiles (no load, no barrier phase) and writes zeros."""
+    _hopper()
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    q, k, v = qkv(rand, 2, 4, 2, 200, 0, d, gp.bfloat16)
+    got = run(q, k, v, is_causal=causal)
+    assert got.shape == q.shape
+    assert np.all(got.astype(np.float32) == 0)
 
 
 @pytest.mark.parametrize("d", [64, 128])

@@ -71,10 +71,14 @@ def _allow_dynamic_smem(kern: Kernel, d: int, smem: int) -> None:
 #: the mma.sync kernel everywhere; ``wgmma`` and ``wgmma_pipe`` apply where ``auto`` would pick
 #: a Hopper kernel and fall back to ``mma`` elsewhere. ``wgmma_pipe`` overlaps each warpgroup's
 #: softmax with its own matrix multiplies (379 TFLOP/s for causal bf16 B=4 H=32 S=4096 D=128 on
-#: an H200); ``wgmma`` staggers the two warpgroups instead (364 TFLOP/s).
+#: an H200); ``wgmma`` staggers the two warpgroups instead (364 TFLOP/s). ``wgmma_ws`` is
+#: warp-specialized: a producer warpgroup streams K/V while two consumer warpgroups, synchronized
+#: by mbarriers only, run the ``wgmma_pipe`` loop and drift apart.
 KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
-_KERNEL_CHOICES = ("auto", "mma", "wgmma", "wgmma_pipe")
+_KERNEL_CHOICES = ("auto", "mma", "wgmma", "wgmma_pipe", "wgmma_ws")
 _WGMMA_HEAD_DIMS = (64, 128)
+#: Threads per CTA of each Hopper kernel (attention_prefill.cu launch bounds).
+_WGMMA_THREADS = {"wgmma": 256, "wgmma_pipe": 256, "wgmma_ws": 384}
 
 
 @functools.cache
@@ -249,9 +253,11 @@ def scaled_dot_product_attention(
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     kind = _prefill_kernel(d)
     if kind != "mma":
-        variant = "_pipe" if kind == "wgmma_pipe" else ""
-        name, rows, threads = f"attn_prefill_wgmma{variant}_d{d}_{kernel_suffix(q.dtype)}", 128, 256
-        smem = 7 * (d // 64) * 128 * 128 + 1024  # Q + 3 stages of K and V, 1 KiB alignment
+        # Kernel names: attn_prefill_wgmma[_pipe|_ws]_d<D>_<dtype>. All three hold Q and 3 K/V
+        # stages with 1 KiB of alignment slack (wgmma_ws's mbarriers are static shared memory).
+        name = f"attn_prefill_{kind}_d{d}_{kernel_suffix(q.dtype)}"
+        rows, threads = 128, _WGMMA_THREADS[kind]
+        smem = 7 * (d // 64) * 128 * 128 + 1024
     else:
         # attention_prefill.cu Config<D>: rows per CTA, keys per tile, padded shared rows.
         rows, threads = (128 if d <= 128 else 64), 128
