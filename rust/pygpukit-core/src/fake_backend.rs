@@ -46,6 +46,12 @@ struct State {
     completions: HashMap<Stream, u64>,
     waits: Vec<(Stream, Event)>,
     copies: Vec<(u64, u64, u64, Stream)>,
+    /// Per event: how many `memcpy_async` calls came before its last record.
+    copies_at_record: HashMap<Event, usize>,
+    /// Per copy: its stream's completion count when it was enqueued.
+    copy_epochs: Vec<u64>,
+    /// `memcpy_async` calls left before one fails (then none again).
+    fail_copy_in: Option<u64>,
     host_used: u64,
 }
 
@@ -152,6 +158,32 @@ impl FakeBackend {
     /// Every `(dst, src, nbytes, stream)` passed to `memcpy_async`, in order.
     pub fn copies(&self) -> Vec<(u64, u64, u64, Stream)> {
         self.lock().copies.clone()
+    }
+
+    /// The `n`th `memcpy_async` from now (0: the next) fails without copying.
+    pub fn fail_copy_after(&self, n: u64) {
+        self.lock().fail_copy_in = Some(n);
+    }
+
+    /// True when a copy that reads `[addr, addr + len)` may still be running: it was enqueued
+    /// after its stream was last completed.
+    pub fn reads_pending(&self, addr: u64, len: u64) -> bool {
+        let s = self.lock();
+        s.copies.iter().zip(&s.copy_epochs).any(|(c, &epoch)| {
+            let (_, src, n, stream) = *c;
+            let done = s.completions.get(&stream).copied().unwrap_or(0);
+            epoch == done && src < addr + len && addr < src + n
+        })
+    }
+
+    /// How many `memcpy_async` calls (see [`FakeBackend::copies`]) came before `event`'s last
+    /// record: in stream order, the event covers those on its stream.
+    pub fn copies_before(&self, event: Event) -> usize {
+        self.lock()
+            .copies_at_record
+            .get(&event)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Writes `data` at `addr` (device or host), as a kernel or the user would.
@@ -265,9 +297,11 @@ impl DeviceBackend for FakeBackend {
         } else {
             EventState::Pending(stream)
         };
+        let copies = s.copies.len();
         match s.events.get_mut(&event) {
             Some(state) => {
                 *state = next;
+                s.copies_at_record.insert(event, copies);
                 Ok(())
             }
             None => Err(BackendError::new(CUDA_ERROR_INVALID_VALUE, "cuEventRecord")),
@@ -304,9 +338,23 @@ impl DeviceBackend for FakeBackend {
     }
 
     fn memcpy_async(&self, dst: u64, src: u64, nbytes: u64, stream: Stream) -> BackendResult<()> {
+        {
+            let mut s = self.lock();
+            match s.fail_copy_in {
+                Some(0) => {
+                    s.fail_copy_in = None;
+                    return Err(BackendError::new(CUDA_ERROR_INVALID_VALUE, "cuMemcpyAsync"));
+                }
+                Some(n) => s.fail_copy_in = Some(n - 1),
+                None => {}
+            }
+        }
         let data = self.read(src, nbytes as usize);
         self.write(dst, &data);
-        self.lock().copies.push((dst, src, nbytes, stream));
+        let mut s = self.lock();
+        let epoch = s.completions.get(&stream).copied().unwrap_or(0);
+        s.copies.push((dst, src, nbytes, stream));
+        s.copy_epochs.push(epoch);
         Ok(())
     }
 

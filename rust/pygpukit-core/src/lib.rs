@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod dispatch;
+pub mod download;
 pub mod events;
 pub mod evict;
 pub mod fake_backend;
@@ -18,3 +19,4 @@ pub mod runtime;
 pub mod scheduler;
 pub mod stats;
 pub mod transfer;
+pub mod upload;

@@ -12,7 +12,7 @@ use crate::limits::{current_partition, LimitSpec, PartitionId};
 use crate::pool::{
     AllocError, AllocOptions, BlockRef, DevicePool, GraphPoolId, PartitionQos, PoolError, ID_BITS,
 };
-use crate::transfer::{Direction, ProcessMemory, TransferEngine, TransferRequest, TransferState};
+use crate::transfer::{ProcessMemory, TransferEngine, TransferRequest};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -65,7 +65,9 @@ pub struct Runtime {
     devices: OnceLock<Devices>,
     dispatch: DispatchController,
     settings: Mutex<Settings>,
-    transfers: Mutex<HashMap<i32, TransferEngine>>,
+    /// Engines are shared out of the map: each has its own locks, and upload threads keep a
+    /// reference while they work.
+    transfers: Mutex<HashMap<i32, Arc<TransferEngine>>>,
 }
 
 impl Default for Runtime {
@@ -98,8 +100,12 @@ impl Runtime {
         }
     }
 
-    fn transfers(&self) -> MutexGuard<'_, HashMap<i32, TransferEngine>> {
+    fn transfers(&self) -> MutexGuard<'_, HashMap<i32, Arc<TransferEngine>>> {
         self.transfers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn transfer_engine(&self, device: i32) -> Option<Arc<TransferEngine>> {
+        self.transfers().get(&device).cloned()
     }
 
     fn settings(&self) -> MutexGuard<'_, Settings> {
@@ -370,20 +376,21 @@ impl Runtime {
         chunk: u64,
         slots: usize,
     ) -> Result<(), RuntimeError> {
-        self.backend(device)?;
+        let backend = self.backend(device)?;
         let mut engines = self.transfers();
         if engines.contains_key(&device) {
             return Err(RuntimeError::TransferAlreadyConfigured(device));
         }
-        let engine = TransferEngine::new(device, h2d_stream, d2h_stream, chunk, slots);
-        engines.insert(device, engine);
+        let host = Arc::new(ProcessMemory);
+        let engine =
+            TransferEngine::new(device, backend, host, h2d_stream, d2h_stream, chunk, slots);
+        engines.insert(device, Arc::new(engine));
         Ok(())
     }
 
     /// Submits a copy of pageable host memory on `device`'s transfer engine
     /// and drives it until every chunk is enqueued (host-to-device) or has
-    /// landed in host memory (device-to-host). The engine's lock is taken per
-    /// chunk, so copies submitted by other threads interleave by priority.
+    /// landed in host memory (device-to-host); see [`TransferEngine::submit`].
     /// Returns a ticket naming its device in the high bits.
     ///
     /// # Safety
@@ -394,53 +401,36 @@ impl Runtime {
         device: i32,
         request: TransferRequest,
     ) -> Result<u64, RuntimeError> {
-        let backend = self.backend(device)?;
-        let local = self
-            .transfers()
-            .get_mut(&device)
-            .ok_or(RuntimeError::TransferNotConfigured(device))?
-            .submit(request);
-        loop {
-            let mut engines = self.transfers();
-            let engine = engines.get_mut(&device).expect("engines are never removed");
-            match engine.state(local) {
-                Some(TransferState::Queued) => {
-                    engine.pump(&*backend, &ProcessMemory, 1)?;
-                }
-                Some(TransferState::InFlight) if request.direction == Direction::DeviceToHost => {
-                    engine.finish(&*backend, &ProcessMemory, local)?;
-                }
-                _ => break,
-            }
-        }
+        let engine = self
+            .transfer_engine(device)
+            .ok_or(RuntimeError::TransferNotConfigured(device))?;
+        // SAFETY: forwarded from the caller.
+        let local = unsafe { engine.submit(request) }?;
         Ok(((device + 2) as u64) << ID_BITS | local)
     }
 
     fn with_transfer<T>(
         &self,
         ticket: u64,
-        f: impl FnOnce(&mut TransferEngine, &dyn DeviceBackend, u64) -> Result<T, RuntimeError>,
+        f: impl FnOnce(&TransferEngine, u64) -> Result<T, RuntimeError>,
     ) -> Result<T, RuntimeError> {
         let device = (ticket >> ID_BITS) as i32 - 2;
         let local = ticket & ((1 << ID_BITS) - 1);
-        let backend = self
-            .backend(device)
-            .map_err(|_| RuntimeError::UnknownTransfer(ticket))?;
-        let mut engines = self.transfers();
-        let engine = engines
-            .get_mut(&device)
+        let engine = self
+            .transfer_engine(device)
             .ok_or(RuntimeError::UnknownTransfer(ticket))?;
         if engine.state(local).is_none() {
             return Err(RuntimeError::UnknownTransfer(ticket));
         }
-        f(engine, &*backend, local)
+        f(&engine, local)
     }
 
     /// Makes work enqueued on `stream` from now on wait for the copy of `ticket`.
     pub fn transfer_stream_wait(&self, ticket: u64, stream: Stream) -> Result<(), RuntimeError> {
-        self.with_transfer(ticket, |engine, backend, local| {
+        let device = (ticket >> ID_BITS) as i32 - 2;
+        self.with_transfer(ticket, |engine, local| {
             if let Some(ev) = engine.completion_event(local) {
-                backend.stream_wait_event(stream, ev)?;
+                self.backend(device)?.stream_wait_event(stream, ev)?;
             }
             Ok(())
         })
@@ -448,21 +438,18 @@ impl Runtime {
 
     /// Waits on the host for the copy of `ticket`, then forgets the ticket.
     pub fn transfer_wait(&self, ticket: u64) -> Result<(), RuntimeError> {
-        self.with_transfer(ticket, |engine, backend, local| {
-            Ok(engine.wait(backend, &ProcessMemory, local)?)
-        })
+        self.with_transfer(ticket, |engine, local| Ok(engine.wait(local)?))
     }
 
     /// Pinned staging bytes held by `device`'s transfer engine (0 before it is configured).
     pub fn transfer_staging_reserved(&self, device: i32) -> u64 {
-        self.transfers()
-            .get(&device)
-            .map_or(0, TransferEngine::staging_reserved)
+        self.transfer_engine(device)
+            .map_or(0, |e| e.staging_reserved())
     }
 
     /// Forgets a ticket that will not be waited on.
     pub fn transfer_release(&self, ticket: u64) -> Result<(), RuntimeError> {
-        self.with_transfer(ticket, |engine, _, local| {
+        self.with_transfer(ticket, |engine, local| {
             engine.release(local);
             Ok(())
         })
@@ -497,6 +484,7 @@ fn apply_settings(pool: &mut DevicePool, settings: &Settings) -> Result<(), Back
 mod tests {
     use super::*;
     use crate::fake_backend::FakeBackend;
+    use crate::transfer::Direction;
 
     #[test]
     fn host_pool_works_before_any_backend_and_ids_find_their_pool() {

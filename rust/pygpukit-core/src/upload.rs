@@ -1,0 +1,669 @@
+//! Host-to-device uploads of pageable memory, staged through pinned slots by
+//! several threads at once.
+//!
+//! Why several threads, and why this shape: one core copies pageable memory at
+//! ~11 GB/s while a PCIe 5 link moves ~55, so the staging copy bounds an upload
+//! unless most cores copy. On an H200 host a prototype in which each of 8
+//! threads copied a whole 4 MiB chunk into its own pinned slot and enqueued that
+//! chunk's DMA itself, with no barrier between threads, reached 48.7 GB/s (88%
+//! of pinned). Splitting every chunk across all threads behind a latch (32 GB/s)
+//! or staging batches of chunks behind a barrier (27-30 GB/s, reverted in
+//! aceb7f9) both idle either the copy engine or the cores at each barrier.
+//!
+//! So each chunk flows through [`Uploads::work`], the one worker loop, run by
+//! the submitting thread and by pool threads ([`crate::transfer::copy_threads`]):
+//! 1. under the lock: claim the next chunk of the highest-priority job (ties:
+//!    oldest first) and a free staging slot;
+//! 2. without the lock: wait for the slot's event, copy the chunk into the slot,
+//!    `memcpy_async` it on the H2D stream, record the slot's event;
+//! 3. under the lock: count the chunk enqueued and give the slot back. Whoever
+//!    counts a job's last chunk records the job's completion event on the H2D
+//!    stream: every DMA of the job was enqueued on that one stream before it, so
+//!    the event covers them all.
+//!
+//! Invariant: a slot is rewritten only after the event recorded after its last
+//! DMA has completed (the claimer waits for it before copying).
+//!
+//! Copies shorter than two chunks run on the submitting thread alone (waking
+//! pool threads would cost more than it saves), in smaller chunks so that the
+//! host copy of one overlaps the DMA of the previous one.
+
+use crate::backend::{BackendError, BackendResult, DeviceBackend, Event, Stream};
+use crate::events::EventPool;
+use crate::transfer::{copy_threads, HostMemory, Ticket, TransferRequest, TransferState};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// The chunk of a large upload: 4 MiB, each copied whole by one thread. The prototype's
+/// number (48.7 GB/s on an H200 host); long enough that a chunk's two driver calls and two
+/// short critical sections (~10 us) are a few percent of its ~90 us of DMA.
+pub const UPLOAD_CHUNK: u64 = 4 << 20;
+
+/// Threads that copy a large upload, its submitter included (fewer where the process has
+/// fewer copy threads): the prototype's 8, which together copy pageable memory faster than
+/// the link moves it while leaving the other cores of a 16-core host alone.
+pub const UPLOAD_WORKERS: usize = 8;
+
+/// Staging slots per copying thread: one being filled while the previous one's DMA runs (the
+/// prototype's 16 slots for 8 threads, 64 MiB of pinned memory).
+pub const SLOTS_PER_WORKER: usize = 2;
+
+/// A copy shorter than two chunks, done by its submitter alone, goes in chunks of 1/4 of the
+/// configured size (1 MiB of 4 MiB): short enough to overlap the host copy with the DMA of the
+/// previous chunk, long enough that the two driver calls per chunk (~5-10 us) stay noise.
+const INLINE_PARTS: u64 = 4;
+
+/// A pinned buffer of the configured chunk size and the event recorded after its last DMA.
+struct Slot {
+    ptr: u64,
+    event: Event,
+    /// The event was recorded and may not have completed yet.
+    armed: bool,
+}
+
+struct Job {
+    request: TransferRequest,
+    chunk: u64,
+    /// Bytes handed out to threads, from the start.
+    claimed: u64,
+    /// Chunks claimed and not yet counted.
+    in_progress: u32,
+    error: Option<BackendError>,
+}
+
+impl Job {
+    fn claimable(&self) -> bool {
+        self.error.is_none() && self.claimed < self.request.nbytes
+    }
+
+    fn finished(&self) -> bool {
+        self.in_progress == 0 && !self.claimable()
+    }
+}
+
+/// One chunk handed to a thread.
+struct Claim {
+    ticket: Ticket,
+    host: u64,
+    device: u64,
+    len: u64,
+    /// `None`: the thread creates a new slot (the engine has fewer than its maximum).
+    slot: Option<Slot>,
+    /// The slot was created for this claim (its bytes join the reserved count).
+    created: bool,
+    /// The slot's state is unknown after a failed wait or record: it is never reused.
+    lost: bool,
+}
+
+#[derive(Default)]
+struct State {
+    jobs: HashMap<Ticket, Job>,
+    /// Finished jobs: the completion event (none for an empty copy), or the first error.
+    done: HashMap<Ticket, BackendResult<Option<Event>>>,
+    /// Idle slots, the longest idle first (its DMA is the most likely to have completed).
+    free: VecDeque<Slot>,
+    /// Slots that exist or are being created.
+    slots: usize,
+    /// Pool threads inside `work`.
+    helpers: usize,
+    events: EventPool,
+    reserved: u64,
+}
+
+/// See the module documentation.
+pub struct Uploads {
+    device: i32,
+    stream: Stream,
+    chunk: u64,
+    max_slots: usize,
+    /// Pool threads a large copy asks for (its submitter is one more worker).
+    max_helpers: usize,
+    backend: Arc<dyn DeviceBackend>,
+    host: Arc<dyn HostMemory>,
+    state: Mutex<State>,
+    /// Signalled when a chunk is counted (a slot comes free, a job may finish).
+    changed: Condvar,
+}
+
+impl Uploads {
+    /// Uploads on `stream` in chunks of `chunk` bytes (production: [`UPLOAD_CHUNK`]); a copy
+    /// of two chunks or more is spread over up to `workers` threads (production:
+    /// [`UPLOAD_WORKERS`]), staged through `workers * SLOTS_PER_WORKER` pinned slots.
+    pub fn new(
+        device: i32,
+        backend: Arc<dyn DeviceBackend>,
+        host: Arc<dyn HostMemory>,
+        stream: Stream,
+        chunk: u64,
+        workers: usize,
+    ) -> Self {
+        let workers = workers.max(1);
+        Self {
+            device,
+            stream,
+            chunk: chunk.max(1),
+            max_slots: workers * SLOTS_PER_WORKER,
+            max_helpers: workers - 1,
+            backend,
+            host,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every critical section leaves the state consistent; a panic elsewhere must not
+        // make uploads unusable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wait_changed<'a>(&self, guard: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        self.changed.wait(guard).unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a copy under `ticket` (unique per engine) and, for a copy of two chunks or more,
+    /// wakes pool threads to work on it. The host and device ranges must stay valid until the
+    /// ticket is complete; nothing is copied until someone calls [`Uploads::finish`] (or
+    /// pool threads pick it up).
+    pub fn submit(self: &Arc<Self>, ticket: Ticket, request: TransferRequest) {
+        let mut st = self.lock();
+        if request.nbytes == 0 {
+            st.done.insert(ticket, Ok(None));
+            return;
+        }
+        let spread = request.nbytes >= 2 * self.chunk;
+        let chunk = if spread {
+            self.chunk
+        } else {
+            (self.chunk / INLINE_PARTS).max(1)
+        };
+        st.jobs.insert(
+            ticket,
+            Job {
+                request,
+                chunk,
+                claimed: 0,
+                in_progress: 0,
+                error: None,
+            },
+        );
+        if !spread {
+            return;
+        }
+        let pool = copy_threads();
+        let wanted = self.max_helpers.min(pool.helpers());
+        while st.helpers < wanted {
+            let me = self.clone();
+            if !pool.run(Box::new(move || me.work(None))) {
+                break;
+            }
+            st.helpers += 1;
+        }
+    }
+
+    /// Works on the copies (highest priority first) until every chunk of `ticket` is enqueued;
+    /// then its result: the first backend error of its chunks, which also forgets the ticket.
+    pub fn finish(&self, ticket: Ticket) -> BackendResult<()> {
+        self.work(Some(ticket));
+        let mut st = self.lock();
+        match st.done.get(&ticket) {
+            Some(Err(_)) => match st.done.remove(&ticket) {
+                Some(Err(e)) => Err(e),
+                _ => unreachable!("checked above"),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// The worker loop (see the module documentation). With `until`, the submitter's call:
+    /// returns once that job has finished. Without, a pool thread's: returns when no chunk is
+    /// left to claim.
+    fn work(&self, until: Option<Ticket>) {
+        if until.is_none() {
+            // A pool thread's first driver call names the stream: the CUDA backend binds the
+            // stream's context for it, which the slot waits that follow (naming only an event)
+            // need. Its answer does not matter here.
+            let _ = self.backend.stream_is_capturing(self.stream);
+        }
+        let mut st = self.lock();
+        loop {
+            let (guard, claim) = self.claim(st, until);
+            st = guard;
+            let Some(mut claim) = claim else { break };
+            drop(st);
+            let result = self.stage(&mut claim);
+            st = self.lock();
+            self.count(&mut st, claim, result);
+        }
+        match until {
+            // Decided under the same lock as "nothing to claim": a later submit sees the
+            // thread gone and wakes another.
+            None => st.helpers -= 1,
+            // Other threads may still be staging this job's last chunks.
+            Some(t) => {
+                while st.jobs.contains_key(&t) {
+                    st = self.wait_changed(st);
+                }
+            }
+        }
+    }
+
+    /// Step 1: the next chunk and a slot for it, waiting for a slot to come free if needed.
+    fn claim<'a>(
+        &self,
+        mut st: MutexGuard<'a, State>,
+        until: Option<Ticket>,
+    ) -> (MutexGuard<'a, State>, Option<Claim>) {
+        loop {
+            if let Some(t) = until {
+                if !st.jobs.get(&t).is_some_and(Job::claimable) {
+                    return (st, None);
+                }
+            }
+            let next = st
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.claimable())
+                .max_by_key(|(&t, j)| (j.request.priority, std::cmp::Reverse(t)))
+                .map(|(&t, _)| t);
+            let Some(ticket) = next else {
+                return (st, None);
+            };
+            let (slot, created) = match st.free.pop_front() {
+                Some(s) => (Some(s), false),
+                None if st.slots < self.max_slots => {
+                    st.slots += 1;
+                    (None, true)
+                }
+                None => {
+                    st = self.wait_changed(st);
+                    continue;
+                }
+            };
+            let job = st.jobs.get_mut(&ticket).expect("chosen above");
+            let offset = job.claimed;
+            let len = job.chunk.min(job.request.nbytes - offset);
+            job.claimed += len;
+            job.in_progress += 1;
+            let claim = Claim {
+                ticket,
+                host: job.request.host + offset,
+                device: job.request.device + offset,
+                len,
+                slot,
+                created,
+                lost: false,
+            };
+            return (st, Some(claim));
+        }
+    }
+
+    /// Step 2, without the lock: the slot is this thread's until it is counted.
+    fn stage(&self, c: &mut Claim) -> BackendResult<()> {
+        if c.slot.is_none() {
+            let ptr = self.backend.host_alloc(self.chunk)?;
+            let event = match self.backend.event_create(self.device) {
+                Ok(ev) => ev,
+                Err(e) => {
+                    // Nothing has read the buffer yet.
+                    let _ = self.backend.host_free(ptr);
+                    return Err(e);
+                }
+            };
+            c.slot = Some(Slot {
+                ptr,
+                event,
+                armed: false,
+            });
+        }
+        let slot = c.slot.as_mut().expect("created above");
+        if slot.armed {
+            if let Err(e) = self.backend.event_synchronize(slot.event) {
+                c.lost = true;
+                return Err(e);
+            }
+            slot.armed = false;
+        }
+        self.host.copy(slot.ptr, c.host, c.len);
+        // A failed enqueue read nothing: the slot stays idle and reusable.
+        self.backend
+            .memcpy_async(c.device, slot.ptr, c.len, self.stream)?;
+        if let Err(e) = self.backend.event_record(slot.event, self.stream) {
+            // The DMA may read the slot with no event to tell when it is done.
+            c.lost = true;
+            return Err(e);
+        }
+        slot.armed = true;
+        Ok(())
+    }
+
+    /// Step 3: the slot goes back, the chunk is counted, and the job finishes with its last one.
+    fn count(&self, st: &mut State, c: Claim, result: BackendResult<()>) {
+        match c.slot {
+            Some(slot) => {
+                if c.created {
+                    st.reserved += self.chunk;
+                }
+                if c.lost {
+                    // Kept pinned (and counted) but never reused: a DMA may still read it.
+                    st.slots -= 1;
+                } else {
+                    st.free.push_back(slot);
+                }
+            }
+            None => st.slots -= 1, // its creation failed
+        }
+        let job = st.jobs.get_mut(&c.ticket).expect("a claimed job stays");
+        job.in_progress -= 1;
+        if let Err(e) = result {
+            job.error.get_or_insert(e);
+        }
+        if job.finished() {
+            let job = st.jobs.remove(&c.ticket).expect("present above");
+            // Recorded under the lock so that whoever sees the job done finds the event.
+            let outcome = match job.error {
+                Some(e) => Err(e),
+                None => st
+                    .events
+                    .record(&*self.backend, self.device, self.stream)
+                    .map(Some),
+            };
+            st.done.insert(c.ticket, outcome);
+        }
+        self.changed.notify_all();
+    }
+
+    /// Where `ticket` stands; `None` for an unknown, released or failed ticket.
+    pub fn state(&self, ticket: Ticket) -> Option<TransferState> {
+        let st = self.lock();
+        if let Some(Ok(ev)) = st.done.get(&ticket) {
+            return Some(TransferState::Complete(*ev));
+        }
+        let job = st.jobs.get(&ticket)?;
+        Some(if job.claimable() {
+            TransferState::Queued
+        } else {
+            TransferState::InFlight
+        })
+    }
+
+    /// The event that completes with the whole copy of a finished ticket.
+    pub fn completion_event(&self, ticket: Ticket) -> Option<Event> {
+        match self.lock().done.get(&ticket) {
+            Some(Ok(ev)) => *ev,
+            _ => None,
+        }
+    }
+
+    /// Finishes `ticket`, waits on the host for its copy, then forgets it.
+    pub fn wait(&self, ticket: Ticket) -> BackendResult<()> {
+        self.finish(ticket)?;
+        if let Some(ev) = self.completion_event(ticket) {
+            self.backend.event_synchronize(ev)?;
+        }
+        self.release(ticket);
+        Ok(())
+    }
+
+    /// Forgets a ticket (its event returns to the engine's pool).
+    pub fn release(&self, ticket: Ticket) {
+        let mut st = self.lock();
+        if let Some(Ok(Some(ev))) = st.done.remove(&ticket) {
+            st.events.give(ev);
+        }
+    }
+
+    /// Pinned staging bytes held.
+    pub fn staging_reserved(&self) -> u64 {
+        self.lock().reserved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_backend::FakeBackend;
+    use crate::transfer::Direction;
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    const CHUNK: u64 = 64 << 10;
+    const STREAM: Stream = 11;
+
+    fn pattern(n: usize, seed: u8) -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    }
+
+    fn upload(host: u64, device: u64, nbytes: u64, priority: i32) -> TransferRequest {
+        TransferRequest {
+            direction: Direction::HostToDevice,
+            host,
+            device,
+            nbytes,
+            priority,
+        }
+    }
+
+    fn engine(fake: &Arc<FakeBackend>, host: Arc<dyn HostMemory>, workers: usize) -> Arc<Uploads> {
+        Arc::new(Uploads::new(0, fake.clone(), host, STREAM, CHUNK, workers))
+    }
+
+    /// Host copies as the engine makes them: checks that no staging slot is rewritten while a
+    /// DMA reading it may still run, counts how often each host byte is staged, and makes the
+    /// first copy wait (up to 10 s) for a copy on another thread, so a spread upload provably
+    /// runs on two threads at once.
+    struct Recorder {
+        fake: Arc<FakeBackend>,
+        host: (u64, u64),
+        seen: Mutex<Vec<u8>>,
+        threads: Mutex<HashSet<std::thread::ThreadId>>,
+        joined: Condvar,
+    }
+
+    impl HostMemory for Recorder {
+        fn copy(&self, dst: u64, src: u64, nbytes: u64) {
+            assert!(
+                !self.fake.reads_pending(dst, nbytes),
+                "staging {dst:#x} rewritten while a DMA may read it"
+            );
+            let (base, n) = self.host;
+            assert!(
+                src >= base && src + nbytes <= base + n,
+                "outside the host range"
+            );
+            for b in &mut self.seen.lock().unwrap()[(src - base) as usize..][..nbytes as usize] {
+                *b += 1;
+            }
+            let mut threads = self.threads.lock().unwrap();
+            threads.insert(std::thread::current().id());
+            self.joined.notify_all();
+            let _ = self
+                .joined
+                .wait_timeout_while(threads, Duration::from_secs(10), |t| t.len() < 2);
+            self.fake.copy(dst, src, nbytes);
+        }
+    }
+
+    #[test]
+    fn uploads_land_intact_for_every_size_and_host_alignment() {
+        let fake = Arc::new(FakeBackend::new(1 << 30));
+        let uploads = engine(&fake, fake.clone(), 4);
+        let sizes = [
+            0,
+            1,
+            CHUNK - 1,
+            CHUNK,
+            CHUNK + 1,
+            2 * CHUNK,
+            37 * CHUNK + 4097,
+        ];
+        for (i, n) in sizes.into_iter().enumerate() {
+            for skew in [0, 3] {
+                let src = fake.host_alloc(n + skew).unwrap() + skew;
+                let dev = fake.mem_alloc(0, n.max(1)).unwrap();
+                let data = pattern(n as usize, i as u8 + 1);
+                fake.write(src, &data);
+                let t = 2 * i as u64 + skew;
+                let before = fake.copies().len();
+                uploads.submit(t, upload(src, dev, n, 0));
+                uploads.finish(t).unwrap();
+                assert_eq!(fake.read(dev, n as usize), data, "{n} bytes, skew {skew}");
+                let Some(ev) = uploads.completion_event(t) else {
+                    assert_eq!(n, 0, "only an empty copy has no event");
+                    continue;
+                };
+                // The event was recorded after every DMA of the copy, on the one stream.
+                let copies = fake.copies();
+                let mine: Vec<usize> = (before..copies.len())
+                    .filter(|&k| copies[k].0 >= dev && copies[k].0 < dev + n)
+                    .collect();
+                assert_eq!(mine.len() as u64, n.div_ceil(uploads_chunk(n)));
+                assert!(mine
+                    .iter()
+                    .all(|&k| k < fake.copies_before(ev) && copies[k].3 == STREAM));
+                fake.stream_wait_event(5, ev).unwrap();
+                uploads.wait(t).unwrap();
+                assert_eq!(uploads.state(t), None);
+            }
+        }
+        assert!(
+            uploads.staging_reserved() <= 8 * CHUNK,
+            "at most 2 slots per worker"
+        );
+    }
+
+    fn uploads_chunk(n: u64) -> u64 {
+        if n >= 2 * CHUNK {
+            CHUNK
+        } else {
+            CHUNK / INLINE_PARTS
+        }
+    }
+
+    #[test]
+    fn slots_are_rewritten_only_after_their_dma_and_each_byte_is_staged_once() {
+        let fake = Arc::new(FakeBackend::new(1 << 30));
+        let n = 41 * CHUNK + 4097; // many more chunks than slots, a short last one
+        let src = fake.host_alloc(n).unwrap();
+        let dev = fake.mem_alloc(0, n).unwrap();
+        let data = pattern(n as usize, 5);
+        fake.write(src, &data);
+        let rec = Arc::new(Recorder {
+            fake: fake.clone(),
+            host: (src, n),
+            seen: Mutex::new(vec![0; n as usize]),
+            threads: Mutex::default(),
+            joined: Condvar::new(),
+        });
+        let uploads = engine(&fake, rec.clone(), 3);
+        uploads.submit(1, upload(src, dev, n, 0));
+        uploads.wait(1).unwrap();
+        assert_eq!(fake.read(dev, n as usize), data);
+        assert!(
+            rec.seen.lock().unwrap().iter().all(|&c| c == 1),
+            "a byte staged other than once"
+        );
+        if copy_threads().helpers() > 0 {
+            assert!(
+                rec.threads.lock().unwrap().len() >= 2,
+                "one thread did every chunk"
+            );
+        }
+        let mut offsets: Vec<u64> = fake.copies().iter().map(|c| c.0 - dev).collect();
+        offsets.sort_unstable();
+        let expected: Vec<u64> = (0..n.div_ceil(CHUNK)).map(|i| i * CHUNK).collect();
+        assert_eq!(offsets, expected, "each chunk enqueued exactly once");
+        assert!(
+            uploads.staging_reserved() <= 6 * CHUNK,
+            "at most six slots, reused"
+        );
+    }
+
+    /// Blocks the first host copy until the test opens the gate.
+    struct Gate {
+        fake: Arc<FakeBackend>,
+        entered: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+        open: Mutex<bool>,
+        opened: Condvar,
+    }
+
+    impl HostMemory for Gate {
+        fn copy(&self, dst: u64, src: u64, nbytes: u64) {
+            if let Some(tx) = self.entered.lock().unwrap().take() {
+                tx.send(()).unwrap();
+            }
+            let open = self.open.lock().unwrap();
+            drop(self.opened.wait_while(open, |o| !*o).unwrap());
+            self.fake.copy(dst, src, nbytes);
+        }
+    }
+
+    #[test]
+    fn a_higher_priority_upload_from_another_thread_is_claimed_before_the_bulk() {
+        let fake = Arc::new(FakeBackend::new(1 << 30));
+        let src = fake.host_alloc(12 * CHUNK).unwrap();
+        let dev = fake.mem_alloc(0, 12 * CHUNK).unwrap();
+        let data = pattern(12 * CHUNK as usize, 7);
+        fake.write(src, &data);
+        let (tx, entered) = std::sync::mpsc::channel();
+        let gate = Arc::new(Gate {
+            fake: fake.clone(),
+            entered: Mutex::new(Some(tx)),
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+        });
+        // One worker: the bulk's submitter is the only thread that copies.
+        let uploads = engine(&fake, gate.clone(), 1);
+        let bulk = {
+            let uploads = uploads.clone();
+            std::thread::spawn(move || {
+                uploads.submit(1, upload(src, dev, 8 * CHUNK, 0));
+                uploads.wait(1)
+            })
+        };
+        entered.recv().unwrap(); // the bulk's first chunk is being staged
+        let off = 8 * CHUNK;
+        uploads.submit(2, upload(src + off, dev + off, 4 * CHUNK, 5));
+        *gate.open.lock().unwrap() = true;
+        gate.opened.notify_all();
+        // The bulk's submitter claims every chunk, the urgent ones first.
+        bulk.join().unwrap().unwrap();
+        uploads.wait(2).unwrap();
+        let order: Vec<u64> = fake.copies().iter().map(|c| (c.0 - dev) / CHUNK).collect();
+        assert_eq!(order, vec![0, 8, 9, 10, 11, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(fake.read(dev, 12 * CHUNK as usize), data);
+    }
+
+    #[test]
+    fn a_failed_chunk_surfaces_once_and_the_engine_stays_usable() {
+        let fake = Arc::new(FakeBackend::new(1 << 30));
+        let uploads = engine(&fake, fake.clone(), 4);
+        let n = 10 * CHUNK + 5;
+        let src = fake.host_alloc(n).unwrap();
+        let dev = fake.mem_alloc(0, n).unwrap();
+        let data = pattern(n as usize, 3);
+        fake.write(src, &data);
+        for k in [0, 3, 10] {
+            fake.fail_copy_after(k);
+            let before = fake.copies().len();
+            uploads.submit(k, upload(src, dev, n, 0));
+            let err = uploads.finish(k).unwrap_err();
+            assert_eq!(err.call, "cuMemcpyAsync");
+            assert_eq!(uploads.state(k), None, "a failed ticket is forgotten");
+            let mut offsets: Vec<u64> = fake.copies()[before..].iter().map(|c| c.0).collect();
+            let issued = offsets.len();
+            offsets.dedup();
+            assert_eq!(offsets.len(), issued, "a chunk enqueued twice");
+            assert!(issued <= 10, "chunk {k} failed, yet all 11 went");
+        }
+        uploads.submit(99, upload(src, dev, n, 0));
+        uploads.wait(99).unwrap();
+        assert_eq!(fake.read(dev, n as usize), data);
+        assert!(
+            uploads.staging_reserved() <= 8 * CHUNK,
+            "no slot leaked by the failures"
+        );
+    }
+}
