@@ -49,6 +49,7 @@ namespace pgk {
     X(cuStreamDestroy, 4000)                    \
     X(cuStreamSynchronize, 2000)                \
     X(cuStreamQuery, 2000)                      \
+    X(cuStreamGetCtx, 9020)                     \
     X(cuStreamWaitEvent, 3020)                  \
     X(cuStreamIsCapturing, 10000)               \
     X(cuStreamBeginCapture, 10010)              \

@@ -59,6 +59,25 @@ int guarded(int device, F&& body) {
     }
 }
 
+// Calls that name a stream run in the stream's context. The transfer engine's upload workers
+// are pool threads that never called into CUDA (and a thread may have switched contexts since),
+// so the context is taken from the stream, not from a device the caller bound.
+void bind_stream_context(pgk_stream stream) {
+    CUcontext want = nullptr;
+    check(drv().cuStreamGetCtx(reinterpret_cast<CUstream>(stream), &want), "cuStreamGetCtx");
+    CUcontext current = nullptr;
+    check(drv().cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+    if (current != want) check(drv().cuCtxSetCurrent(want), "cuCtxSetCurrent");
+}
+
+template <typename F>
+int guarded_on(pgk_stream stream, F&& body) {
+    return guarded(-1, [&] {
+        bind_stream_context(stream);
+        return body();
+    });
+}
+
 int be_mem_alloc(void*, int32_t device, uint64_t nbytes, pgk_devptr* out) {
     return guarded(device, [&] {
         RelaxedCaptureMode relaxed;
@@ -107,7 +126,7 @@ int be_event_destroy(void*, pgk_event ev) {
     return guarded(-1, [&] { return drv().cuEventDestroy(reinterpret_cast<CUevent>(ev)); });
 }
 int be_event_record(void*, pgk_event ev, pgk_stream stream) {
-    return guarded(-1, [&] {
+    return guarded_on(stream, [&] {
         return drv().cuEventRecord(reinterpret_cast<CUevent>(ev),
                                    reinterpret_cast<CUstream>(stream));
     });
@@ -129,18 +148,18 @@ int be_event_synchronize(void*, pgk_event ev) {
     });
 }
 int be_stream_wait_event(void*, pgk_stream stream, pgk_event ev) {
-    return guarded(-1, [&] {
+    return guarded_on(stream, [&] {
         return drv().cuStreamWaitEvent(reinterpret_cast<CUstream>(stream),
                                        reinterpret_cast<CUevent>(ev), 0);
     });
 }
 int be_memcpy_async(void*, uint64_t dst, uint64_t src, uint64_t nbytes, pgk_stream stream) {
-    return guarded(-1, [&] {
+    return guarded_on(stream, [&] {
         return drv().cuMemcpyAsync(dst, src, nbytes, reinterpret_cast<CUstream>(stream));
     });
 }
 int be_stream_is_capturing(void*, pgk_stream stream, int* capturing) {
-    return guarded(-1, [&] {
+    return guarded_on(stream, [&] {
         CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
         CUresult r = drv().cuStreamIsCapturing(reinterpret_cast<CUstream>(stream), &status);
         *capturing = status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? 1 : 0;
