@@ -132,14 +132,19 @@ def test_benchmark_suite_smoke() -> None:
 
 
 def test_gemv_variant_knob(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PYGPUKIT_GEMV_VARIANT", raising=False)
-    assert gemv_variant() == "r4u2"
+    """Unset or auto: simt for one row of x, mma for more; a named variant applies to every M."""
+    for unset in (None, "", "auto"):
+        if unset is None:
+            monkeypatch.delenv("PYGPUKIT_GEMV_VARIANT", raising=False)
+        else:
+            monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", unset)
+        assert [gemv_variant(m) for m in range(1, 9)] == ["simt"] + ["mma"] * 7
     for name in GEMV_VARIANTS:
         monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", name)
-        assert gemv_variant() == name
+        assert {gemv_variant(m) for m in range(1, 9)} == {name}
     monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "r3u3")
-    with pytest.raises(ValueError, match="'r3u3' is not a GEMV variant"):
-        gemv_variant()
+    with pytest.raises(ValueError, match="'r3u3' is not a GEMV variant; use one of auto, simt"):
+        gemv_variant(1)
 
 
 def test_benchmark_rows_per_variant_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,6 +160,6 @@ def test_benchmark_rows_per_variant_on_gpu(monkeypatch: pytest.MonkeyPatch) -> N
     assert len(cases) == 3 * len(GEMV_VARIANTS)
     assert {c.params["kernel"] for c in cases} == set(GEMV_VARIANTS)
     assert len({c.peer_key for c in cases}) == 3
-    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "r1u16")
+    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "mma")
     cases = list(suite.SUITE.cases(ctx))
     assert len(cases) == 3 and all("kernel" not in c.params for c in cases)

@@ -38,7 +38,7 @@ def test_gemv_matches_float64(
     assert rel_err(y.to_numpy(), linear_ref(x, w, None, None)) < LIMITS[np.dtype(dtype)]
 
 
-@pytest.mark.parametrize("variant", [v for v in GEMV_VARIANTS if v != "r4u2"])
+@pytest.mark.parametrize("variant", list(GEMV_VARIANTS))
 @pytest.mark.parametrize("shape", [(37, 4104), (1025, 14336), (3, 8), (100, 1024)])
 @pytest.mark.parametrize("m", range(1, 9))
 def test_gemv_variants(
@@ -48,19 +48,13 @@ def test_gemv_variants(
     shape: tuple[int, int],
     variant: str,
 ) -> None:
-    """Every variant vs float64, with bias and activation; the r* ones also bit for bit vs r4u2
-    (each lane sums the same chunks in the same order, kernels/gemv.cu; mma and the split-K s*
-    kernels sum in another order)."""
+    """Each vector kernel pinned, at every M (the default uses one per M), vs float64, with bias
+    and activation, in both dtypes."""
     n, k = shape
     x, w, b = rand((m, k), gp.bfloat16), rand((n, k), gp.bfloat16), rand((n,), gp.bfloat16)
-    args = (gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b))
-    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "r4u2")
-    base = linear(*args, activation="silu").to_numpy()
     monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", variant)
-    got = linear(*args, activation="silu").to_numpy()
-    assert rel_err(got, linear_ref(x, w, b, "silu")) < 1e-2
-    if variant.startswith("r"):
-        np.testing.assert_array_equal(got.view(np.uint16), base.view(np.uint16))
+    got = linear(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b), activation="silu")
+    assert rel_err(got.to_numpy(), linear_ref(x, w, b, "silu")) < 1e-2
     f16 = rand((m, k), gp.float16), rand((n, k), gp.float16)
     y = gemv(gp.from_numpy(f16[0]), gp.from_numpy(f16[1]))
     assert rel_err(y.to_numpy(), linear_ref(f16[0], f16[1], None, None)) < 3e-3

@@ -6,8 +6,9 @@ memory bandwidth: bytes moved are W + x + y, and the ceiling is the card's copy
 bandwidth. ``--sizes`` sets N (K stays 4096); ``--dtypes`` float16/bfloat16.
 Results are checked against a float64 product. On the GPU, with
 ``PYGPUKIT_GEMV_VARIANT`` unset, PyGPUkit is timed once per vector kernel variant
-(``kernel=r4u2`` etc., see ``pygpukit.ops.linear.GEMV_VARIANTS``; PyTorch once per
-shape); with it set, only that variant runs.
+(``kernel=simt`` and ``kernel=mma``, see ``pygpukit.ops.linear.GEMV_VARIANTS``; PyTorch
+once per shape); with it set, only that variant runs. Unpinned, ``ops.gemv`` uses simt
+for M = 1 and mma above.
 """
 
 from __future__ import annotations
