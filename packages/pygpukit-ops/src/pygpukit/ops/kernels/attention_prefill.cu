@@ -462,9 +462,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-// The warp-specialized variant (attention_prefill_sm90_ws.cuh): 384 threads (a producer
+// The warp-specialized variants (attention_prefill_sm90_ws.cuh): 384 threads (a producer
 // warpgroup and two consumers), same arguments and dynamic shared memory as the other wgmma
-// kernels.
+// kernels; attn_prefill_wgmma_ws_pp_* add the consumers' ping-pong.
 #include "attention_prefill_sm90_ws.cuh"
 
 extern "C" __global__ void __launch_bounds__(384, 1)
@@ -473,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                   long long msq, long long msk, int hq, int hkv, int sq, int sk,
                                   float scale, int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 64>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 64, false>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif
@@ -486,7 +486,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                    long long msk, int hq, int hkv, int sq, int sk, float scale,
                                    int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 64, false>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif
@@ -498,7 +498,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                    long long msq, long long msk, int hq, int hkv, int sq, int sk,
                                    float scale, int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 128>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 128, false>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif
@@ -511,7 +511,57 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                     long long msk, int hq, int hkv, int sq, int sk, float scale,
                                     int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 128, false>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_ws_pp_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                                     const void* mask, int mask_kind, long long msb, long long msh,
+                                     long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                                     float scale, int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 64, true>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_ws_pp_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                      const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
+                                      int mask_kind, long long msb, long long msh, long long msq,
+                                      long long msk, int hq, int hkv, int sq, int sk, float scale,
+                                      int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 64, true>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_ws_pp_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                                      const void* mask, int mask_kind, long long msb, long long msh,
+                                      long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                                      float scale, int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 128, true>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_ws_pp_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                       const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
+                                       int mask_kind, long long msb, long long msh, long long msq,
+                                       long long msk, int hq, int hkv, int sq, int sk, float scale,
+                                       int causal) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 128, true>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif

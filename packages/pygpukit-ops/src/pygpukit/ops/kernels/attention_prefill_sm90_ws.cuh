@@ -17,6 +17,12 @@
 //   arrives once per tile on each barrier it arrives on, whatever n_tiles is, and no waiter can
 //   fall a whole phase behind (tile j + 3 needs both consumers' release of tile j, which needs
 //   each of them past its wait for tile j), so parity waits cannot be confused.
+// kPingPong (entry points attn_prefill_wgmma_ws_pp_*) adds FlashAttention-3's ping-pong: the
+// consumers take turns issuing their matrix multiplies (named barriers 1 and 2, 256 threads:
+// one consumer's bar.arrive lets the other's bar.sync pass), so the tensor cores run one
+// consumer's S and P V while the other consumer does its softmax. Consumer 0 issues first;
+// consumer 1 skips its last hand-over, which nobody would wait for, so each barrier sees as many
+// arrives as syncs.
 // Shared memory as the other wgmma kernels (Q + 3 stages of K and V, 225 KiB for D = 128 with
 // the alignment slack); the six mbarriers are static shared memory (48 bytes).
 #pragma once
@@ -82,7 +88,22 @@ struct WsTileCopy {
     }
 };
 
-template <typename T, int kD>
+// Ping-pong turns: wait until it is consumer c's turn to issue, hand the turn to the other.
+// Barrier ids are immediates (with a register id ptxas reserves all 16 barriers).
+__device__ __forceinline__ void turn_wait(int c) {
+    if (c == 0)
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    else
+        asm volatile("bar.sync 2, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void turn_pass(int c) {
+    if (c == 0)
+        asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+    else
+        asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+}
+
+template <typename T, int kD, bool kPingPong>
 __device__ __forceinline__ void attn_prefill_wgmma_ws(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
@@ -175,14 +196,17 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws(
         store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
         return;
     }
+    if (kPingPong && c == 1) turn_pass(c);  // consumer 0 issues first
     {  // tile 0: S_0 and its softmax, nothing to overlap with yet
         acquire(0);
         float s[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        if (kPingPong) turn_wait(c);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         issue_qk<T, kD>(s, sQ, stage(0), c);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (kPingPong) turn_pass(c);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         softmax_tile(s, 0);
         pack_p<T>(pa, s);
@@ -197,11 +221,13 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws(
         fence_regs(s);
         fence_regs(acc);
         fence_regs(pa);
+        if (kPingPong) turn_wait(c);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         issue_qk<T, kD>(s, sQ, stage(j), c);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         issue_pv<T>(acc, pa, stage(j - 1) + kTileBytes);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (kPingPong) turn_pass(c);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j
         fence_regs(s);
         softmax_tile(s, j);  // overlaps P_{j-1} V_{j-1}
@@ -213,9 +239,11 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws(
     rescale(acc, alpha);
     fence_regs(acc);
     fence_regs(pa);
+    if (kPingPong) turn_wait(c);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     issue_pv<T>(acc, pa, stage(n_tiles - 1) + kTileBytes);
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    if (kPingPong && c == 0) turn_pass(c);  // consumer 1 is done issuing: no hand-over back
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     release(n_tiles - 1);  // nobody waits for it; keeps one arrival per tile per warp
     store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
