@@ -269,10 +269,12 @@ def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas):
      ("mma", "sm_90a", ["mma"] * 4),
      ("wgmma_pipe", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
      ("wgmma_ws", "sm_90a", ["wgmma_ws", "mma", "wgmma_ws", "mma"]),
+     ("wgmma_ws_pp", "sm_90a", ["wgmma_ws_pp", "mma", "wgmma_ws_pp", "mma"]),
      (None, "sm_80", ["mma"] * 4),
      ("wgmma", "sm_100a", ["mma"] * 4),
      ("wgmma_ws", "sm_100a", ["mma"] * 4),
-     ("wgmma_ws", "sm_89", ["mma"] * 4)],
+     ("wgmma_ws", "sm_89", ["mma"] * 4),
+     ("wgmma_ws_pp", "sm_80", ["mma"] * 4)],
 )  # fmt: skip
 def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
     """wgmma_pipe is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""

@@ -276,8 +276,8 @@ def test_write_then_decode(rand, decode_kernel):
 # --- Hopper wgmma prefill (head dims 64, 128): the default on SM 9.0; each variant forced ---
 # through PYGPUKIT_ATTENTION_KERNEL (wgmma: staggered warpgroups; wgmma_pipe: each warpgroup
 # overlaps its softmax with its own P V; wgmma_ws: a producer warpgroup and two consumers
-# synchronized by mbarriers).
-WGMMA_VARIANTS = ["wgmma", "wgmma_pipe", "wgmma_ws"]
+# synchronized by mbarriers; wgmma_ws_pp: the same with the consumers' ping-pong).
+WGMMA_VARIANTS = ["wgmma", "wgmma_pipe", "wgmma_ws", "wgmma_ws_pp"]
 
 
 def _hopper() -> None:

@@ -73,12 +73,13 @@ def _allow_dynamic_smem(kern: Kernel, d: int, smem: int) -> None:
 #: softmax with its own matrix multiplies (379 TFLOP/s for causal bf16 B=4 H=32 S=4096 D=128 on
 #: an H200); ``wgmma`` staggers the two warpgroups instead (364 TFLOP/s). ``wgmma_ws`` is
 #: warp-specialized: a producer warpgroup streams K/V while two consumer warpgroups, synchronized
-#: by mbarriers only, run the ``wgmma_pipe`` loop and drift apart.
+#: by mbarriers only, run the ``wgmma_pipe`` loop and drift apart; ``wgmma_ws_pp`` makes the
+#: two consumers take turns issuing their matrix multiplies (FlashAttention-3's ping-pong).
 KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
-_KERNEL_CHOICES = ("auto", "mma", "wgmma", "wgmma_pipe", "wgmma_ws")
+_KERNEL_CHOICES = ("auto", "mma", "wgmma", "wgmma_pipe", "wgmma_ws", "wgmma_ws_pp")
 _WGMMA_HEAD_DIMS = (64, 128)
 #: Threads per CTA of each Hopper kernel (attention_prefill.cu launch bounds).
-_WGMMA_THREADS = {"wgmma": 256, "wgmma_pipe": 256, "wgmma_ws": 384}
+_WGMMA_THREADS = {"wgmma": 256, "wgmma_pipe": 256, "wgmma_ws": 384, "wgmma_ws_pp": 384}
 
 
 @functools.cache
@@ -253,7 +254,7 @@ def scaled_dot_product_attention(
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     kind = _prefill_kernel(d)
     if kind != "mma":
-        # Kernel names: attn_prefill_wgmma[_pipe|_ws]_d<D>_<dtype>. All three hold Q and 3 K/V
+        # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. All of them hold Q and 3 K/V
         # stages with 1 KiB of alignment slack (wgmma_ws's mbarriers are static shared memory).
         name = f"attn_prefill_{kind}_d{d}_{kernel_suffix(q.dtype)}"
         rows, threads = 128, _WGMMA_THREADS[kind]

@@ -4,7 +4,8 @@
   (``kernel=mma``: mma.sync; ``kernel=wgmma``: a Hopper kernel with staggered warpgroups;
   ``kernel=wgmma_pipe``: the default on SM 9.0, where each warpgroup overlaps its softmax with
   its own P V; ``kernel=wgmma_ws``: warp-specialized, a producer warpgroup feeding two consumer
-  warpgroups; the three Hopper rows skipped elsewhere), vs
+  warpgroups; ``kernel=wgmma_ws_pp``: the same, the consumers taking turns (ping-pong); the
+  Hopper rows skipped elsewhere), vs
   ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``. Default B=4, H=32,
   S=4096, D=128 bfloat16 (``--seq-lens`` sets S). TFLOP/s count ``4 B H S^2 D`` multiply-adds
   as flops, halved for causal; the ceiling is the card's bfloat16/float16 GEMM rate.
@@ -246,7 +247,9 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
     else:
         b, h, lens = (1, 2, [128]) if ctx.quick else (1, 4, [512])
         db, dn = (2, [256]) if ctx.quick else (4, [1024])
-    kernels: list[str | None] = ["mma", "wgmma", "wgmma_pipe", "wgmma_ws"] if ctx.on_gpu else [None]
+    kernels: list[str | None] = (
+        ["mma", "wgmma", "wgmma_pipe", "wgmma_ws", "wgmma_ws_pp"] if ctx.on_gpu else [None]
+    )
     decoders: list[str | None] = ["mma", "mma2", "simt"] if ctx.on_gpu else [None]
     saved = {name: os.environ.get(name) for name in (KERNEL_ENV, DECODE_KERNEL_ENV)}
     try:
