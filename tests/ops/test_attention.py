@@ -265,15 +265,13 @@ def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas):
     [(None, "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
      ("auto", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
      ("", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
-     ("wgmma", "sm_90a", ["wgmma", "mma", "wgmma", "mma"]),
      ("mma", "sm_90a", ["mma"] * 4),
      ("wgmma_pipe", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
-     ("wgmma_ws", "sm_90a", ["wgmma_ws", "mma", "wgmma_ws", "mma"]),
      ("wgmma_ws_pp", "sm_90a", ["wgmma_ws_pp", "mma", "wgmma_ws_pp", "mma"]),
      (None, "sm_80", ["mma"] * 4),
-     ("wgmma", "sm_100a", ["mma"] * 4),
-     ("wgmma_ws", "sm_100a", ["mma"] * 4),
-     ("wgmma_ws", "sm_89", ["mma"] * 4),
+     ("wgmma_pipe", "sm_100a", ["mma"] * 4),
+     ("wgmma_ws_pp", "sm_100a", ["mma"] * 4),
+     ("wgmma_ws_pp", "sm_89", ["mma"] * 4),
      ("wgmma_ws_pp", "sm_80", ["mma"] * 4)],
 )  # fmt: skip
 def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
@@ -288,11 +286,17 @@ def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
     assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == expect
 
 
-def test_prefill_kernel_env_typo(monkeypatch):
+@pytest.mark.parametrize("env", ["wgma", "wgmma", "wgmma_ws"])
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_prefill_kernel_env_invalid(monkeypatch, env, arch):
+    """A typo or a removed variant (wgmma, wgmma_ws) is an error on every GPU, naming the
+    valid choices, rather than a silent fallback."""
     from pygpukit.ops import attention
 
-    monkeypatch.setenv(attention.KERNEL_ENV, "wgma")
-    with pytest.raises(ValueError, match="PYGPUKIT_ATTENTION_KERNEL must be one of"):
+    monkeypatch.setattr(attention, "_arch", lambda device: arch)
+    monkeypatch.setenv(attention.KERNEL_ENV, env)
+    match = r"PYGPUKIT_ATTENTION_KERNEL must be one of auto, mma, wgmma_pipe, wgmma_ws_pp .*'"
+    with pytest.raises(ValueError, match=match + env + "'"):
         attention._prefill_kernel(128)
 
 

@@ -68,18 +68,21 @@ def _allow_dynamic_smem(kern: Kernel, d: int, smem: int) -> None:
 
 #: Picks the prefill kernel. Unset or ``auto``: the Hopper kernel ``wgmma_pipe`` on SM 9.0 for
 #: the head dims it has (64 and 128), else ``mma`` (mma.sync, every SM 80+ GPU). ``mma`` forces
-#: the mma.sync kernel everywhere; ``wgmma`` and ``wgmma_pipe`` apply where ``auto`` would pick
-#: a Hopper kernel and fall back to ``mma`` elsewhere. ``wgmma_pipe`` overlaps each warpgroup's
-#: softmax with its own matrix multiplies (379 TFLOP/s for causal bf16 B=4 H=32 S=4096 D=128 on
-#: an H200); ``wgmma`` staggers the two warpgroups instead (364 TFLOP/s). ``wgmma_ws`` is
-#: warp-specialized: a producer warpgroup streams K/V while two consumer warpgroups, synchronized
-#: by mbarriers only, run the ``wgmma_pipe`` loop and drift apart; ``wgmma_ws_pp`` makes the
-#: two consumers take turns issuing their matrix multiplies (FlashAttention-3's ping-pong).
+#: the mma.sync kernel everywhere; ``wgmma_pipe`` and ``wgmma_ws_pp`` apply where ``auto`` would
+#: pick a Hopper kernel and fall back to ``mma`` elsewhere. ``wgmma_pipe`` overlaps each
+#: warpgroup's softmax with its own matrix multiplies; ``wgmma_ws_pp`` is warp-specialized (a
+#: producer warpgroup streams K/V to two consumer warpgroups that take turns issuing their
+#: matrix multiplies, FlashAttention-3's ping-pong). Causal bf16 B=4 H=32 S=4096 D=128 on an
+#: H200 (PyTorch SDPA 0.96-1.06 ms in the same runs): mma 2.31 ms, wgmma_pipe 1.42-1.46,
+#: wgmma_ws_pp 1.40-1.45 (a tie within run-to-run noise; ws_pp 6% faster at B=16 S=1024, 4%
+#: slower at S=16384); non-causal S=4096: wgmma_pipe 2.61, wgmma_ws_pp 2.65. So ``auto`` stays
+#: on wgmma_pipe. Two variants that lost were removed: staggered warpgroups (1.60 ms) and
+#: warp-specialized without ping-pong (1.48-1.50 ms; 2.74 non-causal).
 KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
-_KERNEL_CHOICES = ("auto", "mma", "wgmma", "wgmma_pipe", "wgmma_ws", "wgmma_ws_pp")
+_KERNEL_CHOICES = ("auto", "mma", "wgmma_pipe", "wgmma_ws_pp")
 _WGMMA_HEAD_DIMS = (64, 128)
 #: Threads per CTA of each Hopper kernel (attention_prefill.cu launch bounds).
-_WGMMA_THREADS = {"wgmma": 256, "wgmma_pipe": 256, "wgmma_ws": 384, "wgmma_ws_pp": 384}
+_WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_ws_pp": 384}
 
 
 @functools.cache
@@ -254,8 +257,8 @@ def scaled_dot_product_attention(
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     kind = _prefill_kernel(d)
     if kind != "mma":
-        # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. All of them hold Q and 3 K/V
-        # stages with 1 KiB of alignment slack (wgmma_ws's mbarriers are static shared memory).
+        # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. Both hold Q and 3 K/V stages with
+        # 1 KiB of alignment slack (wgmma_ws_pp's mbarriers are static shared memory).
         name = f"attn_prefill_{kind}_d{d}_{kernel_suffix(q.dtype)}"
         rows, threads = 128, _WGMMA_THREADS[kind]
         smem = 7 * (d // 64) * 128 * 128 + 1024

@@ -356,62 +356,12 @@ extern "C" __global__ void __launch_bounds__(kThreads)
     attn_prefill<__nv_bfloat16, 256>(PGK_PREFILL_CALL);
 }
 
-// Hopper: wgmma kernels for head dims 64 and 128 (attention_prefill_sm90.cuh). 256 threads;
-// dynamic shared memory 7 * D / 64 * 16 KiB + 1 KiB for alignment. Elsewhere the entry points
-// trap: the host launches them only on SM 9.0.
+// Hopper: wgmma kernels for head dims 64 and 128, the same arguments as above; dynamic shared
+// memory 7 * D / 64 * 16 KiB + 1 KiB for alignment. Elsewhere the entry points trap: the host
+// launches them only on SM 9.0. attn_prefill_wgmma_pipe_* (attention_prefill_sm90.cuh, 256
+// threads): each warpgroup overlaps its softmax with its own P V.
 #include "attention_prefill_sm90.cuh"
 
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attn_prefill_wgmma_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                               const void* mask, int mask_kind, long long msb, long long msh,
-                               long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                               float scale, int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma<__half, 64>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attn_prefill_wgmma_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                int mask_kind, long long msb, long long msh, long long msq,
-                                long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attn_prefill_wgmma_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                const void* mask, int mask_kind, long long msb, long long msh,
-                                long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                float scale, int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma<__half, 128>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attn_prefill_wgmma_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                 const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                 int mask_kind, long long msb, long long msh, long long msq,
-                                 long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                 int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-// The pipelined variant (attention_prefill_sm90.cuh attn_prefill_wgmma_pipe), same arguments.
 extern "C" __global__ void __launch_bounds__(256, 1)
     attn_prefill_wgmma_pipe_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
                                     const void* mask, int mask_kind, long long msb, long long msh,
@@ -462,60 +412,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-// The warp-specialized variants (attention_prefill_sm90_ws.cuh): 384 threads (a producer
-// warpgroup and two consumers), same arguments and dynamic shared memory as the other wgmma
-// kernels; attn_prefill_wgmma_ws_pp_* add the consumers' ping-pong.
+// attn_prefill_wgmma_ws_pp_* (attention_prefill_sm90_ws.cuh, 384 threads): warp-specialized, a
+// producer warpgroup and two consumers taking turns at the tensor cores (ping-pong).
 #include "attention_prefill_sm90_ws.cuh"
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_ws_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                  const void* mask, int mask_kind, long long msb, long long msh,
-                                  long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                  float scale, int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 64, false>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_ws_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                   int mask_kind, long long msb, long long msh, long long msq,
-                                   long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                   int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 64, false>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_ws_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                   const void* mask, int mask_kind, long long msb, long long msh,
-                                   long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                   float scale, int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 128, false>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_ws_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                    const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                    int mask_kind, long long msb, long long msh, long long msq,
-                                    long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                    int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 128, false>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
 
 extern "C" __global__ void __launch_bounds__(384, 1)
     attn_prefill_wgmma_ws_pp_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
@@ -523,7 +422,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                      long long msq, long long msk, int hq, int hkv, int sq, int sk,
                                      float scale, int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 64, true>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__half, 64>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif
@@ -536,7 +435,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                       long long msk, int hq, int hkv, int sq, int sk, float scale,
                                       int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 64, true>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif
@@ -548,7 +447,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                       long long msq, long long msk, int hq, int hkv, int sq, int sk,
                                       float scale, int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__half, 128, true>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__half, 128>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif
@@ -561,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                        long long msk, int hq, int hkv, int sq, int sk, float scale,
                                        int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws<__nv_bfloat16, 128, true>(PGK_PREFILL_CALL);
+    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
 #else
     __trap();
 #endif

@@ -1,5 +1,5 @@
 // Flash attention forward on Hopper with wgmma (sm_90a), head dims 64 and 128: included by
-// attention_prefill.cu, which declares the entry points attn_prefill_wgmma_d<D>_<f16|bf16>.
+// attention_prefill.cu, which declares the entry points attn_prefill_wgmma_pipe_d<D>_<f16|bf16>.
 // Same arguments, masking rules and output as the mma.sync kernel (see there); only the
 // tiling differs:
 //   256 threads = 2 warpgroups, each owning 64 of the CTA's 128 query rows; key tiles of 128.
@@ -8,11 +8,9 @@
 //     elements are stored as D / 64 column blocks of 64 elements, 16 KiB each).
 //   O += P V: wgmma with P from registers (the S accumulator layout is the A-fragment layout,
 //     as with mma.sync) and V read MN-major (transposed), its 64-column blocks LBO apart.
-//   K/V tiles in 3 stages: tile j + 1 streams in (cp.async) while tile j is used and warpgroup
-//   1 still reads tile j - 1's V (the two warpgroups are staggered, see the loop).
-// Two schedules share these pieces: attn_prefill_wgmma staggers the two warpgroups (one's
-// softmax overlaps the other's wgmma); attn_prefill_wgmma_pipe (entry points
-// attn_prefill_wgmma_pipe_*) overlaps each warpgroup's softmax of S_j with its own P_{j-1} V_{j-1}.
+//   K/V tiles in 3 stages (see attn_prefill_wgmma_pipe for who reads which stage when).
+// The pieces before the kernel (swizzled tile loads, descriptors, wgmma wrappers, masking,
+// softmax, output) are shared with the warp-specialized kernel (attention_prefill_sm90_ws.cuh).
 // Shared memory: Q + 3 stages x (K + V), D / 64 x 16 KiB each, 1 KiB aligned (swizzle atoms):
 // 224 KiB for D = 128, 112 KiB for D = 64.
 #pragma once
@@ -220,130 +218,12 @@ __device__ __forceinline__ void issue_pv(float (&acc)[kAcc], const unsigned (&pa
         mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
 }
 
-template <typename T, int kD>
-__device__ __forceinline__ void attn_prefill_wgmma(const T* __restrict__ q, const T* __restrict__ k,
-                                                   const T* __restrict__ v, T* __restrict__ o,
-                                                   const void* __restrict__ mask, int mask_kind,
-                                                   long long msb, long long msh, long long msq,
-                                                   long long msk, int hq, int hkv, int sq, int sk,
-                                                   float scale, int causal) {
-    constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
-    constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
-    constexpr int kStages = 3;
-    extern __shared__ unsigned char smem_raw[];
-    const unsigned base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    const unsigned sQ = base;
-
-    const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
-    // Broadcast from lane 0 so the compiler knows wg is warp-uniform: wgmma under a branch
-    // on it is then not treated as divergent (which would serialize every wgmma).
-    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
-    const int g = lane >> 2, t = lane & 3;
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int hk = h / (hq / hkv);
-    const int diag = sk - sq;
-
-    const T* qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
-    const T* kp = k + ((size_t)b * hkv + hk) * sk * kD;
-    const T* vp = v + ((size_t)b * hkv + hk) * sk * kD;
-    T* op = o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
-    const int rows_here = min(kBM, sq - m0);
-    const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
-    const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
-    const int r0 = wg * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
-
-    float acc[kD / 2];
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
-    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f};
-    const float scale2 = scale * kLog2e;
-    // P as A fragments. Warpgroup 1 keeps them into the next iteration (see the loop).
-    unsigned pa[kBN / 16][4];
-
-    if (n_tiles > 0) {
-        load_tile<T, kD>(sQ, qp, rows_here);
-        load_tile<T, kD>(base + kQBytes, kp, min(kBN, sk));
-        load_tile<T, kD>(base + kQBytes + kTileBytes, vp, min(kBN, sk));
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-
-    for (int j = 0; j < n_tiles; ++j) {
-        const int n0 = j * kBN;
-        const unsigned sK = base + kQBytes + (j % kStages) * kStageBytes, sV = sK + kTileBytes;
-        asm volatile("cp.async.wait_group 0;\n" ::);
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        // Tile j is visible to wgmma. The stage tile j + 1 goes to was last read by tile j - 2:
-        // its S by both warpgroups in iteration j - 2, its P V by warpgroup 0 then and by
-        // warpgroup 1 in iteration j - 1, all waited for before arriving here.
-        __syncthreads();
-        if (j + 1 < n_tiles) {
-            const unsigned nK = base + kQBytes + ((j + 1) % kStages) * kStageBytes;
-            const int rows = min(kBN, sk - n0 - kBN);
-            load_tile<T, kD>(nK, kp + (size_t)(n0 + kBN) * kD, rows);
-            load_tile<T, kD>(nK + kTileBytes, vp + (size_t)(n0 + kBN) * kD, rows);
-        }
-        asm volatile("cp.async.commit_group;\n" ::);
-
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        // The two warpgroups run their iteration in different orders so that one's softmax
-        // overlaps the other's tensor-core work: warpgroup 0 does S_j, softmax, P_j V_j;
-        // warpgroup 1 does P_{j-1} V_{j-1} (kept from the last iteration), S_j, softmax.
-        if (wg == 1 && j > 0) {
-            const unsigned sVp = base + kQBytes + ((j - 1) % kStages) * kStageBytes + kTileBytes;
-#pragma unroll
-            for (int kk = 0; kk < kBN / 16; ++kk)
-                mma_pv(acc, pa[kk], desc(sVp + kk * 2048, kBlockBytes, 1024), T());
-        }
-#pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks) {
-            const unsigned blk = (ks >> 2) * kBlockBytes, kofs = (ks & 3) * 32;
-            mma_qk<T>(s, desc(sQ + blk + wg * 64 * 128 + kofs, 16, 1024),
-                      desc(sK + blk + kofs, 16, 1024));
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-
-        const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
-        scale_mask<T>(s, edge, scale2, mask, mask_kind, b * msb + h * msh, msq, msk, m0 + r0, n0, t,
-                      sq, sk, causal, diag);
-        float alpha[2];
-        softmax_rows(s, row_max, row_sum, alpha);
-        rescale(acc, alpha);
-        // P as A fragments, all written before the fence: wgmma may only read registers that
-        // were written before the wgmma.fence that precedes it.
-        pack_p<T>(pa, s);
-        if (wg == 0) {
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int kk = 0; kk < kBN / 16; ++kk)
-                mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        }
-    }
-    if (wg == 1 && n_tiles > 0) {  // warpgroup 1's last P V
-        const unsigned sVp = base + kQBytes + ((n_tiles - 1) % kStages) * kStageBytes + kTileBytes;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int kk = 0; kk < kBN / 16; ++kk)
-            mma_pv(acc, pa[kk], desc(sVp + kk * 2048, kBlockBytes, 1024), T());
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::);
-    store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
-}
-
-// The "pipe" variant (PYGPUKIT_ATTENTION_KERNEL=wgmma_pipe): both warpgroups run the same
-// order, and each overlaps its own softmax with its own tensor-core work. Iteration j issues
-// S_j = Q K_j^T, rescales O for tile j - 1 and issues O += P_{j-1} V_{j-1}, waits for S_j only
-// (wait_group 1) and runs the softmax of S_j while P_{j-1} V_{j-1} is in flight; then it waits
-// for everything, so no register is in flight across the loop's back edge (ptxas serializes
-// wgmma when loop-carried accumulators are copied while in flight).
+// The kernel (PYGPUKIT_ATTENTION_KERNEL=wgmma_pipe, the default on SM 9.0): both warpgroups
+// run the same order, and each overlaps its own softmax with its own tensor-core work.
+// Iteration j issues S_j = Q K_j^T, rescales O for tile j - 1 and issues O += P_{j-1} V_{j-1},
+// waits for S_j only (wait_group 1) and runs the softmax of S_j while P_{j-1} V_{j-1} is in
+// flight; then it waits for everything, so no register is in flight across the loop's back edge
+// (ptxas serializes wgmma when loop-carried accumulators are copied while in flight).
 // K/V in 3 stages: while S_j reads tile j and P_{j-1} V_{j-1} reads tile j - 1, tile j + 1
 // streams into the stage tile j - 2 left, whose last reader (P_{j-2} V_{j-2}) every warp waited
 // for before the barrier that precedes the refill.
@@ -360,7 +240,9 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     const unsigned sQ = base;
 
     const int tid = threadIdx.x, warp = (tid % 128) / 32, lane = tid % 32;
-    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform, see above
+    // Broadcast from lane 0 so the compiler knows wg is warp-uniform: wgmma under a branch
+    // on it is then not treated as divergent (which would serialize every wgmma).
+    const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int g = lane >> 2, t = lane & 3;
     const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // longest causal rows first
     const int h = blockIdx.y, b = blockIdx.z;

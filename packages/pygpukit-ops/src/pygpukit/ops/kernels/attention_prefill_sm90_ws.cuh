@@ -1,14 +1,14 @@
-// Warp-specialized flash attention forward on Hopper (sm_90a), head dims 64 and 128:
-// attn_prefill_wgmma_ws, included by attention_prefill.cu after attention_prefill_sm90.cuh,
-// whose pieces (swizzled tile loads, descriptors, wgmma wrappers, masking, softmax, output)
-// it reuses. Same arguments, masking rules and output as the other prefill kernels.
+// Warp-specialized flash attention forward on Hopper (sm_90a) with FlashAttention-3's ping-pong,
+// head dims 64 and 128: attn_prefill_wgmma_ws_pp, included by attention_prefill.cu after
+// attention_prefill_sm90.cuh, whose pieces (swizzled tile loads, descriptors, wgmma wrappers,
+// masking, softmax, output) it reuses. Same arguments, masking rules and output as the other
+// prefill kernels.
 //   384 threads = 3 warpgroups. Warpgroup 0 is the producer: it loads Q once and the K/V tiles
 //   of 128 keys with cp.async into a ring of 3 stages and gives most of its registers to the
 //   consumers (setmaxnreg). Warpgroups 1 and 2 are consumers of 64 query rows each (CTA tile
 //   128 rows); each runs the wgmma_pipe loop (S_j issued, then P_{j-1} V_{j-1}, softmax of
 //   S_j while P_{j-1} V_{j-1} runs).
-//   Synchronization is by mbarriers only, no CTA-wide barrier inside the loop, so the two
-//   consumers drift apart and one's softmax overlaps the other's tensor-core work:
+//   Tiles and stages are handed over by mbarriers only, no CTA-wide barrier inside the loop:
 //     FULL[s]  (count 128): every producer thread arrives through
 //              cp.async.mbarrier.arrive.noinc, i.e. when its copies into stage s have landed;
 //     EMPTY[s] (count 8): lane 0 of each consumer warp arrives once its last wgmma reading
@@ -17,13 +17,12 @@
 //   arrives once per tile on each barrier it arrives on, whatever n_tiles is, and no waiter can
 //   fall a whole phase behind (tile j + 3 needs both consumers' release of tile j, which needs
 //   each of them past its wait for tile j), so parity waits cannot be confused.
-// kPingPong (entry points attn_prefill_wgmma_ws_pp_*) adds FlashAttention-3's ping-pong: the
-// consumers take turns issuing their matrix multiplies (named barriers 1 and 2, 256 threads:
-// one consumer's bar.arrive lets the other's bar.sync pass), so the tensor cores run one
-// consumer's S and P V while the other consumer does its softmax. Consumer 0 issues first;
-// consumer 1 skips its last hand-over, which nobody would wait for, so each barrier sees as many
-// arrives as syncs.
-// Shared memory as the other wgmma kernels (Q + 3 stages of K and V, 225 KiB for D = 128 with
+//   Ping-pong: the consumers take turns issuing their matrix multiplies (named barriers 1 and
+//   2, 256 threads: one consumer's bar.arrive lets the other's bar.sync pass), so the tensor
+//   cores run one consumer's S and P V while the other consumer does its softmax. Consumer 0
+//   issues first; consumer 1 skips its last hand-over, which nobody would wait for, so each
+//   barrier sees as many arrives as syncs.
+// Shared memory as the other wgmma kernel (Q + 3 stages of K and V, 225 KiB for D = 128 with
 // the alignment slack); the six mbarriers are static shared memory (48 bytes).
 #pragma once
 
@@ -103,8 +102,8 @@ __device__ __forceinline__ void turn_pass(int c) {
         asm volatile("bar.arrive 1, 256;\n" ::: "memory");
 }
 
-template <typename T, int kD, bool kPingPong>
-__device__ __forceinline__ void attn_prefill_wgmma_ws(
+template <typename T, int kD>
+__device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
     long long msk, int hq, int hkv, int sq, int sk, float scale, int causal) {
@@ -196,17 +195,18 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws(
         store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
         return;
     }
-    if (kPingPong && c == 1) turn_pass(c);  // consumer 0 issues first
+    // Consumer 0 issues first.
+    if (c == 1) turn_pass(c);
     {  // tile 0: S_0 and its softmax, nothing to overlap with yet
         acquire(0);
         float s[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i) s[i] = 0.f;
-        if (kPingPong) turn_wait(c);
+        turn_wait(c);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         issue_qk<T, kD>(s, sQ, stage(0), c);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        if (kPingPong) turn_pass(c);
+        turn_pass(c);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         softmax_tile(s, 0);
         pack_p<T>(pa, s);
@@ -221,13 +221,13 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws(
         fence_regs(s);
         fence_regs(acc);
         fence_regs(pa);
-        if (kPingPong) turn_wait(c);
+        turn_wait(c);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         issue_qk<T, kD>(s, sQ, stage(j), c);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         issue_pv<T>(acc, pa, stage(j - 1) + kTileBytes);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        if (kPingPong) turn_pass(c);
+        turn_pass(c);
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j
         fence_regs(s);
         softmax_tile(s, j);  // overlaps P_{j-1} V_{j-1}
@@ -239,11 +239,11 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws(
     rescale(acc, alpha);
     fence_regs(acc);
     fence_regs(pa);
-    if (kPingPong) turn_wait(c);
+    turn_wait(c);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
     issue_pv<T>(acc, pa, stage(n_tiles - 1) + kTileBytes);
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    if (kPingPong && c == 0) turn_pass(c);  // consumer 1 is done issuing: no hand-over back
+    if (c == 0) turn_pass(c);  // consumer 1 is done issuing: no hand-over back
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     release(n_tiles - 1);  // nobody waits for it; keeps one arrival per tile per warp
     store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
