@@ -15,7 +15,7 @@ namespace pgk {
 namespace {
 
 // Downloads: 16 MiB chunks, 8 in flight (uploads use the engine's own constants, 4 MiB chunks
-// staged by up to 12 threads: rust/pygpukit-core/src/upload.rs). A chunk's per-chunk costs (an
+// staged by up to 16 threads: rust/pygpukit-core/src/upload.rs). A chunk's per-chunk costs (an
 // event, a driver call, handing 1 MiB parts to the engine's copy threads: ~10-20 us) are a few
 // percent of its ~300 us of DMA at 55 GB/s. Eight slots let the host copy of the next chunks run up
 // to 7 chunks ahead of the copy engine, so a late host copy (page faults, another process) never

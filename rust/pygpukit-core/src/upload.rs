@@ -40,13 +40,15 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 pub const UPLOAD_CHUNK: u64 = 4 << 20;
 
 /// Threads that copy a large upload, its submitter included (fewer where the process has
-/// fewer copy threads). Measured with this engine on an H200 host (16 cores, 1 GiB, pinned
-/// 54 GB/s): 4 threads 28 GB/s, 8 threads 44-45, 12 threads 49-50, 16 threads 49-50. 12 reach
-/// the plateau and leave a few cores to the rest of the process.
-pub const UPLOAD_WORKERS: usize = 12;
+/// fewer copy threads, which is at most one per core). The host copy, not the link, is the
+/// limit: each uploaded byte is read from the source, written to staging and read again by the
+/// DMA. 1 GiB from random pageable data on two H200 hosts (16 cores, pinned 54-55 GB/s), median
+/// GB/s: 8 threads 44 / -, 12 threads 49 / 40, 16 threads 49 / 44. Smaller chunks (0.25-2 MiB)
+/// and cached stores instead of streaming ones were slower on both.
+pub const UPLOAD_WORKERS: usize = 16;
 
 /// Staging slots per copying thread: one being filled while the previous one's DMA runs (as in
-/// the prototype: 16 slots for 8 threads; 24 slots, 96 MiB of pinned memory, for 12).
+/// the prototype: 16 slots for 8 threads; 32 slots, 128 MiB of pinned memory, for 16).
 pub const SLOTS_PER_WORKER: usize = 2;
 
 /// A copy shorter than two chunks, done by its submitter alone, goes in chunks of 1/4 of the
