@@ -6,7 +6,6 @@ The references (ops_references.py, shared with the GPU tests) are independent of
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -304,9 +303,9 @@ def test_wgmma_kernels_match_their_launch():
     """Every Hopper variant the env var can pick has its four entry points in
     attention_prefill.cu, declared with the thread count attention.py launches them with
     (a mismatch would only show as a launch failure on an H100/H200)."""
-    from pygpukit.ops import attention
+    from pygpukit.ops import _kernel_loader, attention
 
-    src = (Path(attention.__file__).parent / "kernels" / "attention_prefill.cu").read_text()
+    src = _kernel_loader._source("attention_prefill")  # the shipped copy (wheel or dev build)
     pattern = r"__launch_bounds__\((\d+), 1\)\s+(attn_prefill_wgmma\w*)\("
     declared = {name: int(n) for n, name in re.findall(pattern, src)}
     kinds = [c for c in attention._KERNEL_CHOICES if c not in ("auto", "mma")]
