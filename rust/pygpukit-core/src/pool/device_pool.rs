@@ -164,7 +164,10 @@ pub struct DevicePool {
     partitions: PartitionTable,
     /// Partitions the scheduler admitted; empty: no reservations, plain steps 5-6.
     qos: HashMap<PartitionId, PartitionQos>,
-    /// The bytes reservations are made against (the scheduler's total memory).
+    /// The scheduler's total memory, as set (`None`: reservations are not held back).
+    qos_configured: Option<u64>,
+    /// `qos_configured` bounded by what the device could back when last looked at (see
+    /// [`DevicePool::refresh_qos_capacity`]): the bytes reservations are made against.
     qos_capacity: Option<u64>,
     stats: PoolStats,
     /// Blocks [`DevicePool::touch_all`] is making resident together: never spilled meanwhile.
@@ -194,6 +197,7 @@ impl DevicePool {
             limit: None,
             partitions: PartitionTable::default(),
             qos: HashMap::new(),
+            qos_configured: None,
             qos_capacity: None,
             stats: PoolStats::default(),
             keep: Vec::new(),
@@ -255,13 +259,26 @@ impl DevicePool {
     /// (modules, library workspaces). A capacity the device cannot back would let
     /// BestEffort fill the device before the reservation check ever refused it.
     pub fn set_qos_capacity(&mut self, capacity: Option<u64>) {
-        self.qos_capacity = capacity.map(|c| match self.backend.mem_get_info(self.device) {
-            Ok((free, total)) => {
-                let margin = (total / 50).min(256 << 20);
-                c.min((free + self.stats.reserved_bytes).saturating_sub(margin))
-            }
-            Err(_) => c,
-        });
+        self.qos_configured = capacity;
+        self.refresh_qos_capacity();
+    }
+
+    /// Bounds the configured capacity by the device's free memory plus what the pool holds,
+    /// less the margin. Also called before every new segment while reservations are held
+    /// back: memory taken outside the pool after they were made (a green context's own
+    /// allocations, another library's cache, another process) would otherwise leave a
+    /// reservation the device can no longer back, and a Guaranteed partition would meet
+    /// OutOfMemoryError within its request once BestEffort had filled the rest.
+    fn refresh_qos_capacity(&mut self) {
+        self.qos_capacity =
+            self.qos_configured
+                .map(|c| match self.backend.mem_get_info(self.device) {
+                    Ok((free, total)) => {
+                        let margin = (total / 50).min(256 << 20);
+                        c.min((free + self.stats.reserved_bytes).saturating_sub(margin))
+                    }
+                    Err(_) => c,
+                });
     }
 
     /// Every partition with QoS or usage, as the reclaim plan sees it (the cache is
@@ -527,6 +544,10 @@ impl DevicePool {
                 .map_or(u64::MAX, |l| l.saturating_sub(self.stats.reserved_bytes));
             let seg = segment_size(size, room);
             let mut device_full = false;
+            if !self.qos.is_empty() {
+                // The slow path (a new segment) only: one cuMemGetInfo next to a cuMemAlloc.
+                self.refresh_qos_capacity();
+            }
             let short = self.reservation_short(partition, size, seg);
             if short > 0 {
                 let freed = self

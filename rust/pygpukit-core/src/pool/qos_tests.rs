@@ -1,6 +1,7 @@
 //! The pool under the scheduler's QoS: reservations held back, reclaim in plan order.
 
 use super::*;
+use crate::backend::DeviceBackend;
 use crate::fake_backend::FakeBackend;
 use crate::scheduler::QosClass;
 use std::sync::Arc;
@@ -67,6 +68,29 @@ fn best_effort_never_takes_a_guaranteed_reservation() {
     }
     assert!(p.alloc(4 * MIB, 0, opts(false), BURSTABLE).is_ok());
     drop(mine);
+}
+
+#[test]
+fn memory_taken_outside_the_pool_later_still_leaves_the_reservation_backed() {
+    // Capacity set while the device had 64 MiB free; then 16 MiB go to something outside the
+    // pool (a green context, another library). BestEffort must stop where the device can still
+    // give the Guaranteed partition its 32 MiB, not where the stale capacity says.
+    let (fake, mut p) = qos_pool(64 * MIB, Some(64 * MIB));
+    let outside = fake.mem_alloc(0, 16 * MIB).unwrap();
+    let mut held = Vec::new();
+    while let Ok(b) = p.alloc(4 * MIB, 0, opts(false), BEST_EFFORT) {
+        held.push(b);
+    }
+    let mine: Vec<BlockRef> = (0..8)
+        .map(|i| {
+            p.alloc(4 * MIB, 0, opts(false), GUARANTEED)
+                .unwrap_or_else(|e| panic!("Guaranteed block {i} within its request: {e:?}"))
+        })
+        .collect();
+    assert_eq!(p.partition_usage(GUARANTEED).allocated, 32 * MIB);
+    assert!(!held.is_empty(), "BestEffort got the unreserved remainder");
+    drop(mine);
+    fake.mem_free(0, outside).unwrap();
 }
 
 #[test]
