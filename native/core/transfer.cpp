@@ -17,12 +17,12 @@ namespace {
 // Downloads: 16 MiB chunks, 8 in flight (uploads use the engine's own constants, 4 MiB chunks
 // staged by up to 16 threads: rust/pygpukit-core/src/upload.rs). A chunk's per-chunk costs (an
 // event, a driver call, handing 1 MiB parts to the engine's copy threads: ~10-20 us) are a few
-// percent of its ~300 us of DMA at 55 GB/s. Eight slots let the host copy of the next chunks run up
-// to 7 chunks ahead of the copy engine, so a late host copy (page faults, another process) never
-// idles the DMA, and the first DMA starts after 16 MiB instead of 32. Still 128 MiB of pinned
-// staging per direction at most; the Rust pinned pool keeps it (pinned and touched) for the next
-// transfer. A copy shorter than 8 chunks is cut into 8 (down to 1 MiB) so that it still pipelines
-// (TransferEngine::chunk_for).
+// percent of its ~300 us of DMA at 55 GB/s. Eight slots let the DMA run up to 7 chunks ahead of
+// the host copy out of staging, so a late host copy (page faults, another process) never idles
+// the copy engine, and the first copy-out starts after 16 MiB instead of 32. Still 128 MiB of
+// pinned staging at most (as for uploads: 32 slots of 4 MiB); the Rust pinned pool keeps it
+// (pinned and touched) for the next transfer. A copy shorter than 8 chunks is cut into 8 (down to
+// 1 MiB) so that it still pipelines (Downloads::chunk_for in rust/pygpukit-core/src/download.rs).
 constexpr uint64_t kChunkBytes = 16ull << 20;
 constexpr uint32_t kSlots = 8;
 
