@@ -59,15 +59,19 @@ int guarded(int device, F&& body) {
     }
 }
 
-// Calls that name a stream run in the stream's context. The transfer engine's upload workers
-// are pool threads that never called into CUDA (and a thread may have switched contexts since),
-// so the context is taken from the stream, not from a device the caller bound.
+// Calls that name a stream need a context on the calling thread. The transfer engine's upload
+// workers are pool threads that never called into CUDA: they get the stream's context. A thread
+// that already has one keeps it, as before the workers existed: a partition's stream belongs to
+// a green context, which must not become current behind the caller's back (a green context may be
+// current to one thread at a time, and the pool binds the primary context again on its next
+// allocation).
 void bind_stream_context(pgk_stream stream) {
-    CUcontext want = nullptr;
-    check(drv().cuStreamGetCtx(reinterpret_cast<CUstream>(stream), &want), "cuStreamGetCtx");
     CUcontext current = nullptr;
     check(drv().cuCtxGetCurrent(&current), "cuCtxGetCurrent");
-    if (current != want) check(drv().cuCtxSetCurrent(want), "cuCtxSetCurrent");
+    if (current != nullptr) return;
+    CUcontext own = nullptr;
+    check(drv().cuStreamGetCtx(reinterpret_cast<CUstream>(stream), &own), "cuStreamGetCtx");
+    check(drv().cuCtxSetCurrent(own), "cuCtxSetCurrent");
 }
 
 template <typename F>

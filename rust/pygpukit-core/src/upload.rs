@@ -223,10 +223,12 @@ impl Uploads {
     /// left to claim.
     fn work(&self, until: Option<Ticket>) {
         if until.is_none() {
-            // A pool thread's first driver call names the stream: the CUDA backend binds the
-            // stream's context for it, which the slot waits that follow (naming only an event)
-            // need. Its answer does not matter here.
-            let _ = self.backend.stream_is_capturing(self.stream);
+            // A pool thread's first driver call names the device: the CUDA backend binds that
+            // device's primary context for it (the one the upload stream belongs to), which the
+            // calls that follow, naming only streams and events, need. The pool's threads serve
+            // every device's engine, so this runs per task, not once per thread. Its answer
+            // does not matter here.
+            let _ = self.backend.mem_get_info(self.device);
         }
         let mut st = self.lock();
         loop {
