@@ -30,7 +30,7 @@
 
 namespace pgk_attn_sm90 {
 
-constexpr int kWsThreads = 384, kWsStages = 3;
+constexpr int kWsStages = 3;  // the launch is 384 threads: attention.py _WGMMA_THREADS
 // Registers per thread after the hand-over: 128 x 24 + 256 x 240 = 64512, the 168 x 384 the
 // CTA starts with (__launch_bounds__(384, 1)). The consumers need ~226 (acc, S, P fragments);
 // the producer only addresses.
