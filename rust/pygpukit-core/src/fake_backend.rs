@@ -165,6 +165,17 @@ impl FakeBackend {
         self.lock().fail_copy_in = Some(n);
     }
 
+    /// True when a copy enqueued on `stream` may still be running (enqueued after the stream
+    /// was last completed).
+    pub fn copies_pending(&self, stream: Stream) -> bool {
+        let s = self.lock();
+        let done = s.completions.get(&stream).copied().unwrap_or(0);
+        s.copies
+            .iter()
+            .zip(&s.copy_epochs)
+            .any(|(c, &epoch)| c.3 == stream && epoch == done)
+    }
+
     /// True when a copy that reads `[addr, addr + len)` may still be running: it was enqueued
     /// after its stream was last completed.
     pub fn reads_pending(&self, addr: u64, len: u64) -> bool {

@@ -206,16 +206,28 @@ impl Uploads {
 
     /// Works on the copies (highest priority first) until every chunk of `ticket` is enqueued;
     /// then its result: the first backend error of its chunks, which also forgets the ticket.
+    /// A failed copy returns only after the chunks already enqueued have landed: the caller
+    /// may free the destination on the error, and a late DMA would write into its next owner.
     pub fn finish(&self, ticket: Ticket) -> BackendResult<()> {
         self.work(Some(ticket));
         let mut st = self.lock();
-        match st.done.get(&ticket) {
+        let error = match st.done.get(&ticket) {
             Some(Err(_)) => match st.done.remove(&ticket) {
-                Some(Err(e)) => Err(e),
+                Some(Err(e)) => e,
                 _ => unreachable!("checked above"),
             },
-            _ => Ok(()),
+            _ => return Ok(()),
+        };
+        // Every DMA of the job was enqueued on the one stream before this event.
+        if let Ok(ev) = st.events.record(&*self.backend, self.device, self.stream) {
+            drop(st);
+            let waited = self.backend.event_synchronize(ev);
+            st = self.lock();
+            if waited.is_ok() {
+                st.events.give(ev);
+            }
         }
+        Err(error)
     }
 
     /// The worker loop (see the module documentation). With `until`, the submitter's call:
@@ -656,6 +668,10 @@ mod tests {
             uploads.submit(k, upload(src, dev, n, 0));
             let err = uploads.finish(k).unwrap_err();
             assert_eq!(err.call, "cuMemcpyAsync");
+            assert!(
+                !fake.copies_pending(STREAM),
+                "chunk {k} failed: the error came back while enqueued chunks could still land"
+            );
             assert_eq!(uploads.state(k), None, "a failed ticket is forgotten");
             let mut offsets: Vec<u64> = fake.copies()[before..].iter().map(|c| c.0).collect();
             let issued = offsets.len();
