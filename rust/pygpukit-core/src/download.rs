@@ -265,16 +265,10 @@ impl Downloads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_backend::FakeBackend;
+    use crate::fake_backend::{pattern, FakeBackend};
     use crate::transfer::Direction;
 
     const CHUNK: u64 = 64 << 10;
-
-    fn pattern(n: usize, seed: u8) -> Vec<u8> {
-        (0..n)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-            .collect()
-    }
 
     fn request(host: u64, device: u64, nbytes: u64) -> TransferRequest {
         TransferRequest {

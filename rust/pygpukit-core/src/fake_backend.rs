@@ -61,6 +61,13 @@ pub struct FakeBackend {
     state: Mutex<State>,
 }
 
+/// Bytes that differ from their neighbours (never all zero), for round-trip checks in tests.
+pub fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
 impl FakeBackend {
     /// A device with `budget` bytes of memory.
     pub fn new(budget: u64) -> Self {

@@ -409,12 +409,17 @@ impl Runtime {
         Ok(((device + 2) as u64) << ID_BITS | local)
     }
 
+    /// The device a transfer ticket names in its high bits (see `transfer_submit`).
+    fn transfer_device(ticket: u64) -> i32 {
+        (ticket >> ID_BITS) as i32 - 2
+    }
+
     fn with_transfer<T>(
         &self,
         ticket: u64,
         f: impl FnOnce(&TransferEngine, u64) -> Result<T, RuntimeError>,
     ) -> Result<T, RuntimeError> {
-        let device = (ticket >> ID_BITS) as i32 - 2;
+        let device = Self::transfer_device(ticket);
         let local = ticket & ((1 << ID_BITS) - 1);
         let engine = self
             .transfer_engine(device)
@@ -427,7 +432,7 @@ impl Runtime {
 
     /// Makes work enqueued on `stream` from now on wait for the copy of `ticket`.
     pub fn transfer_stream_wait(&self, ticket: u64, stream: Stream) -> Result<(), RuntimeError> {
-        let device = (ticket >> ID_BITS) as i32 - 2;
+        let device = Self::transfer_device(ticket);
         self.with_transfer(ticket, |engine, local| {
             if let Some(ev) = engine.completion_event(local) {
                 self.backend(device)?.stream_wait_event(stream, ev)?;

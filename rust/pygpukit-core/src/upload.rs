@@ -439,19 +439,13 @@ impl Uploads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_backend::FakeBackend;
+    use crate::fake_backend::{pattern, FakeBackend};
     use crate::transfer::Direction;
     use std::collections::HashSet;
     use std::time::Duration;
 
     const CHUNK: u64 = 64 << 10;
     const STREAM: Stream = 11;
-
-    fn pattern(n: usize, seed: u8) -> Vec<u8> {
-        (0..n)
-            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-            .collect()
-    }
 
     fn upload(host: u64, device: u64, nbytes: u64, priority: i32) -> TransferRequest {
         TransferRequest {
