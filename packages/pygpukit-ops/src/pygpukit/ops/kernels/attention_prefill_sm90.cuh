@@ -218,15 +218,103 @@ __device__ __forceinline__ void issue_pv(float (&acc)[kAcc], const unsigned (&pa
         mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
 }
 
-// The kernel (PYGPUKIT_ATTENTION_KERNEL=wgmma_pipe, the default on SM 9.0): both warpgroups
-// run the same order, and each overlaps its own softmax with its own tensor-core work.
-// Iteration j issues S_j = Q K_j^T, rescales O for tile j - 1 and issues O += P_{j-1} V_{j-1},
-// waits for S_j only (wait_group 1) and runs the softmax of S_j while P_{j-1} V_{j-1} is in
-// flight; then it waits for everything, so no register is in flight across the loop's back edge
-// (ptxas serializes wgmma when loop-carried accumulators are copied while in flight).
-// K/V in 3 stages: while S_j reads tile j and P_{j-1} V_{j-1} reads tile j - 1, tile j + 1
-// streams into the stage tile j - 2 left, whose last reader (P_{j-2} V_{j-2}) every warp waited
-// for before the barrier that precedes the refill.
+// Where one CTA's query rows and their keys live: blocks run the longest causal rows first
+// (m0 from the last row tile down), key tiles end at the causal diagonal.
+template <typename T, int kD>
+struct PrefillTile {
+    int m0, h, b, diag, rows_here, n_tiles;
+    const T *qp, *kp, *vp;
+    T* op;
+    __device__ __forceinline__ PrefillTile(const T* q, const T* k, const T* v, T* o, int hq,
+                                           int hkv, int sq, int sk, int causal) {
+        m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
+        h = blockIdx.y, b = blockIdx.z;
+        const int hk = h / (hq / hkv);
+        diag = sk - sq;
+        qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+        kp = k + ((size_t)b * hkv + hk) * sk * kD;
+        vp = v + ((size_t)b * hkv + hk) * sk * kD;
+        op = o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+        rows_here = min(kBM, sq - m0);
+        const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
+        n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    }
+};
+
+// One warpgroup's pass over n_tiles >= 1 key tiles, the loop both wgmma kernels run: iteration j
+// issues S_j = Q K_j^T, rescales O for tile j - 1 and issues O += P_{j-1} V_{j-1}, waits for S_j
+// only (wait_group 1) and runs the softmax of S_j while P_{j-1} V_{j-1} is in flight; then it
+// waits for everything, so no register is in flight across the loop's back edge (ptxas
+// serializes wgmma when loop-carried accumulators are copied while in flight). Ends with the
+// last P V done. The kernels differ only in the hooks:
+//   acquire(j)     tile j's K and V are in shared memory and visible to wgmma;
+//   turn_wait()    right before this warpgroup issues wgmma, turn_pass() right after;
+//   last_pass()    after the last issue (in place of turn_pass);
+//   release(j)     the last wgmma reading tile j (its P V) has completed.
+template <typename T, int kD, typename Stage, typename Softmax, typename Acquire, typename TurnWait,
+          typename TurnPass, typename LastPass, typename Release>
+__device__ __forceinline__ void pipe_tiles(float (&acc)[kD / 2], unsigned (&pa)[kBN / 16][4],
+                                           float (&alpha)[2], int n_tiles, unsigned sQ, int wg,
+                                           Stage stage, Softmax softmax_tile, Acquire acquire,
+                                           TurnWait turn_wait, TurnPass turn_pass,
+                                           LastPass last_pass, Release release) {
+    constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
+    {  // tile 0: S_0 and its softmax, nothing to overlap with yet
+        acquire(0);
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        turn_wait();
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        issue_qk<T, kD>(s, sQ, stage(0), wg);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        turn_pass();
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        softmax_tile(s, 0);
+        pack_p<T>(pa, s);
+    }
+    for (int j = 1; j < n_tiles; ++j) {
+        acquire(j);
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        rescale(acc, alpha);  // for tile j - 1, before its P V is issued
+        // Every register the wgmma below use is written before the fence (not sunk past it).
+        fence_regs(s);
+        fence_regs(acc);
+        fence_regs(pa);
+        turn_wait();
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        issue_qk<T, kD>(s, sQ, stage(j), wg);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        issue_pv<T>(acc, pa, stage(j - 1) + kTileBytes);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        turn_pass();
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j
+        fence_regs(s);
+        softmax_tile(s, j);  // overlaps P_{j-1} V_{j-1}
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        fence_regs(acc);
+        release(j - 1);
+        pack_p<T>(pa, s);  // pa was read by P_{j-1} V_{j-1}: only after the wait
+    }
+    rescale(acc, alpha);
+    fence_regs(acc);
+    fence_regs(pa);
+    turn_wait();
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    issue_pv<T>(acc, pa, stage(n_tiles - 1) + kTileBytes);
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    last_pass();
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    release(n_tiles - 1);
+}
+
+// The kernel (PYGPUKIT_ATTENTION_KERNEL=wgmma_pipe, the default on SM 9.0): both warpgroups run
+// pipe_tiles, each overlapping its own softmax with its own tensor-core work, and every thread
+// loads a share of each tile. K/V in 3 stages: while S_j reads tile j and P_{j-1} V_{j-1} reads
+// tile j - 1, tile j + 1 streams into the stage tile j - 2 left, whose last reader (P_{j-2}
+// V_{j-2}) every warp waited for before the barrier that precedes the refill.
 template <typename T, int kD>
 __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
@@ -244,18 +332,8 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     // on it is then not treated as divergent (which would serialize every wgmma).
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int g = lane >> 2, t = lane & 3;
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // longest causal rows first
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int hk = h / (hq / hkv);
-    const int diag = sk - sq;
-
-    const T* qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
-    const T* kp = k + ((size_t)b * hkv + hk) * sk * kD;
-    const T* vp = v + ((size_t)b * hkv + hk) * sk * kD;
-    T* op = o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
-    const int rows_here = min(kBM, sq - m0);
-    const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
-    const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    const PrefillTile<T, kD> tile(q, k, v, o, hq, hkv, sq, sk, causal);
+    const int n_tiles = tile.n_tiles;
     const int r0 = wg * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
 
     float acc[kD / 2];
@@ -263,19 +341,20 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
     float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f}, alpha[2];
     const float scale2 = scale * kLog2e;
-    const long long mbase = b * msb + h * msh;
+    const long long mbase = tile.b * msb + tile.h * msh;
     unsigned pa[kBN / 16][4];  // P_{j-1} as A fragments
     auto stage = [&](int j) { return base + kQBytes + (j % kStages) * kStageBytes; };
     auto load_kv = [&](int j) {
         const int n0 = j * kBN, rows = min(kBN, sk - n0);
-        load_tile<T, kD>(stage(j), kp + (size_t)n0 * kD, rows);
-        load_tile<T, kD>(stage(j) + kTileBytes, vp + (size_t)n0 * kD, rows);
+        load_tile<T, kD>(stage(j), tile.kp + (size_t)n0 * kD, rows);
+        load_tile<T, kD>(stage(j) + kTileBytes, tile.vp + (size_t)n0 * kD, rows);
     };
     auto softmax_tile = [&](float (&s)[64], int j) {
         const int n0 = j * kBN;
-        const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
-        scale_mask<T>(s, edge, scale2, mask, mask_kind, mbase, msq, msk, m0 + r0, n0, t, sq, sk,
-                      causal, diag);
+        const bool edge =
+            n0 + kBN > sk || (causal && n0 + kBN - 1 > tile.m0 + tile.diag) || mask_kind;
+        scale_mask<T>(s, edge, scale2, mask, mask_kind, mbase, msq, msk, tile.m0 + r0, n0, t, sq,
+                      sk, causal, tile.diag);
         softmax_rows(s, row_max, row_sum, alpha);
     };
     // Waits for tile j (the only cp.async group in flight) and refills the stage of tile j - 2.
@@ -286,58 +365,21 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
         if (j + 1 < n_tiles) load_kv(j + 1);
         asm volatile("cp.async.commit_group;\n" ::);
     };
+    auto nothing = [] {};
 
     if (n_tiles == 0) {
-        store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
+        store_out<T, kD>(tile.op, acc, row_sum, r0, t, tile.rows_here);
         return;
     }
-    load_tile<T, kD>(sQ, qp, rows_here);
+    load_tile<T, kD>(sQ, tile.qp, tile.rows_here);
     load_kv(0);
     asm volatile("cp.async.commit_group;\n" ::);
-
-    {  // tile 0: S_0 and its softmax, nothing to overlap with yet
-        next_tile(0);
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        issue_qk<T, kD>(s, sQ, stage(0), wg);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        softmax_tile(s, 0);
-        pack_p<T>(pa, s);
-    }
-    for (int j = 1; j < n_tiles; ++j) {
-        next_tile(j);
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
-        rescale(acc, alpha);  // for tile j - 1, before its P V is issued
-        // Every register the wgmma below use is written before the fence (not sunk past it).
-        fence_regs(s);
-        fence_regs(acc);
-        fence_regs(pa);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        issue_qk<T, kD>(s, sQ, stage(j), wg);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        issue_pv<T>(acc, pa, stage(j - 1) + kTileBytes);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j
-        fence_regs(s);
-        softmax_tile(s, j);  // overlaps P_{j-1} V_{j-1}
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        fence_regs(acc);
-        pack_p<T>(pa, s);  // pa was read by P_{j-1} V_{j-1}: only after the wait
-    }
-    rescale(acc, alpha);
-    fence_regs(acc);
-    fence_regs(pa);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    issue_pv<T>(acc, pa, stage(n_tiles - 1) + kTileBytes);
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    // The CTA-wide barrier in next_tile paces both warpgroups: no turns, and a stage is free
+    // once every warp has passed the barrier after its last reader.
+    pipe_tiles<T, kD>(acc, pa, alpha, n_tiles, sQ, wg, stage, softmax_tile, next_tile, nothing,
+                      nothing, nothing, [](int) {});
     asm volatile("cp.async.wait_group 0;\n" ::);
-    store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
+    store_out<T, kD>(tile.op, acc, row_sum, r0, t, tile.rows_here);
 }
 
 }  // namespace pgk_attn_sm90

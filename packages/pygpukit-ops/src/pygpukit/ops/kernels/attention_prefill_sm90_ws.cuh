@@ -6,8 +6,8 @@
 //   384 threads = 3 warpgroups. Warpgroup 0 is the producer: it loads Q once and the K/V tiles
 //   of 128 keys with cp.async into a ring of 3 stages and gives most of its registers to the
 //   consumers (setmaxnreg). Warpgroups 1 and 2 are consumers of 64 query rows each (CTA tile
-//   128 rows); each runs the wgmma_pipe loop (S_j issued, then P_{j-1} V_{j-1}, softmax of
-//   S_j while P_{j-1} V_{j-1} runs).
+//   128 rows); each runs pipe_tiles, the wgmma_pipe loop (S_j issued, then P_{j-1} V_{j-1},
+//   softmax of S_j while P_{j-1} V_{j-1} runs).
 //   Tiles and stages are handed over by mbarriers only, no CTA-wide barrier inside the loop:
 //     FULL[s]  (count 128): every producer thread arrives through
 //              cp.async.mbarrier.arrive.noinc, i.e. when its copies into stage s have landed;
@@ -120,18 +120,8 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
     // not treated as divergent.
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int g = lane >> 2, t = lane & 3;
-    const int m0 = (gridDim.x - 1 - blockIdx.x) * kBM;  // longest causal rows first
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int hk = h / (hq / hkv);
-    const int diag = sk - sq;
-
-    const T* qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
-    const T* kp = k + ((size_t)b * hkv + hk) * sk * kD;
-    const T* vp = v + ((size_t)b * hkv + hk) * sk * kD;
-    T* op = o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
-    const int rows_here = min(kBM, sq - m0);
-    const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
-    const int n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    const PrefillTile<T, kD> tile(q, k, v, o, hq, hkv, sq, sk, causal);
+    const int n_tiles = tile.n_tiles;
     auto stage = [&](int j) { return base + kQBytes + (j % kWsStages) * kStageBytes; };
     auto parity = [](int j) { return static_cast<unsigned>((j / kWsStages) & 1); };
 
@@ -151,10 +141,10 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
         for (int j = 0; j < n_tiles; ++j) {
             if (j >= kWsStages) mbar_wait(empty0 + 8 * (j % kWsStages), parity(j) ^ 1);
             // Q rides with tile 0: the consumers' wait for FULL of tile 0 covers it.
-            if (j == 0) copy(sQ, qp, rows_here);
+            if (j == 0) copy(sQ, tile.qp, tile.rows_here);
             const int n0 = j * kBN, rows = min(kBN, sk - n0);
-            copy(stage(j), kp + (size_t)n0 * kD, rows);
-            copy(stage(j) + kTileBytes, vp + (size_t)n0 * kD, rows);
+            copy(stage(j), tile.kp + (size_t)n0 * kD, rows);
+            copy(stage(j) + kTileBytes, tile.vp + (size_t)n0 * kD, rows);
             cp_async_arrive(full0 + 8 * (j % kWsStages));
         }
         // Exit only with every copy landed (the consumers may still wait on the last ones).
@@ -170,13 +160,14 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
     for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
     float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f}, alpha[2];
     const float scale2 = scale * kLog2e;
-    const long long mbase = b * msb + h * msh;
+    const long long mbase = tile.b * msb + tile.h * msh;
     unsigned pa[kBN / 16][4];  // P_{j-1} as A fragments
     auto softmax_tile = [&](float (&s)[64], int j) {
         const int n0 = j * kBN;
-        const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > m0 + diag) || mask_kind;
-        scale_mask<T>(s, edge, scale2, mask, mask_kind, mbase, msq, msk, m0 + r0, n0, t, sq, sk,
-                      causal, diag);
+        const bool edge =
+            n0 + kBN > sk || (causal && n0 + kBN - 1 > tile.m0 + tile.diag) || mask_kind;
+        scale_mask<T>(s, edge, scale2, mask, mask_kind, mbase, msq, msk, tile.m0 + r0, n0, t, sq,
+                      sk, causal, tile.diag);
         softmax_rows(s, row_max, row_sum, alpha);
     };
     // Tile j has landed. cp.async writes through the generic proxy and wgmma reads through the
@@ -192,61 +183,19 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
     };
 
     if (n_tiles == 0) {
-        store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
+        store_out<T, kD>(tile.op, acc, row_sum, r0, t, tile.rows_here);
         return;
     }
-    // Consumer 0 issues first.
+    // Consumer 0 issues first; consumer 1 is done issuing after its last P V: no hand-over back.
     if (c == 1) turn_pass(c);
-    {  // tile 0: S_0 and its softmax, nothing to overlap with yet
-        acquire(0);
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
-        turn_wait(c);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        issue_qk<T, kD>(s, sQ, stage(0), c);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        turn_pass(c);
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        softmax_tile(s, 0);
-        pack_p<T>(pa, s);
-    }
-    for (int j = 1; j < n_tiles; ++j) {
-        acquire(j);
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
-        rescale(acc, alpha);  // for tile j - 1, before its P V is issued
-        // Every register the wgmma below use is written before the fence (not sunk past it).
-        fence_regs(s);
-        fence_regs(acc);
-        fence_regs(pa);
-        turn_wait(c);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        issue_qk<T, kD>(s, sQ, stage(j), c);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        issue_pv<T>(acc, pa, stage(j - 1) + kTileBytes);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        turn_pass(c);
-        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j
-        fence_regs(s);
-        softmax_tile(s, j);  // overlaps P_{j-1} V_{j-1}
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        fence_regs(acc);
-        release(j - 1);
-        pack_p<T>(pa, s);  // pa was read by P_{j-1} V_{j-1}: only after the wait
-    }
-    rescale(acc, alpha);
-    fence_regs(acc);
-    fence_regs(pa);
-    turn_wait(c);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    issue_pv<T>(acc, pa, stage(n_tiles - 1) + kTileBytes);
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    if (c == 0) turn_pass(c);  // consumer 1 is done issuing: no hand-over back
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-    release(n_tiles - 1);  // nobody waits for it; keeps one arrival per tile per warp
-    store_out<T, kD>(op, acc, row_sum, r0, t, rows_here);
+    pipe_tiles<T, kD>(
+        acc, pa, alpha, n_tiles, sQ, c, stage, softmax_tile, acquire, [&] { turn_wait(c); },
+        [&] { turn_pass(c); },
+        [&] {
+            if (c == 0) turn_pass(c);
+        },
+        release);  // the last release: nobody waits for it; one arrival per tile per warp
+    store_out<T, kD>(tile.op, acc, row_sum, r0, t, tile.rows_here);
 }
 
 }  // namespace pgk_attn_sm90
