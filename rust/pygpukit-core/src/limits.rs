@@ -147,6 +147,11 @@ impl PartitionTable {
         self.usage.get(&id).copied().unwrap_or_default()
     }
 
+    /// Every partition that has a quota or has been charged, in no order (no allocation).
+    pub fn iter(&self) -> impl Iterator<Item = (PartitionId, PartitionUsage)> + '_ {
+        self.usage.iter().map(|(k, u)| (*k, *u))
+    }
+
     /// Every partition that has a quota or has been charged, by id.
     pub fn all(&self) -> Vec<(PartitionId, PartitionUsage)> {
         let mut v: Vec<_> = self.usage.iter().map(|(k, u)| (*k, *u)).collect();

@@ -345,6 +345,38 @@ impl DevicePool {
         reservation_shortfall(capacity, cached, partition, size, &parts)
     }
 
+    /// Bytes by which `partition`, already charged for a block it is about to take from the
+    /// cache, leaves other partitions' unused reservations unbacked; 0 within its request or
+    /// without QoS. The cache itself does not count as committed here (unlike for a new
+    /// segment): the reclaim plan releases it for whoever is owed memory. Without this check
+    /// a BestEffort partition that had filled its share could take the blocks a Guaranteed
+    /// partition had just freed, and the Guaranteed partition's next allocation would find the
+    /// device full. Cheap enough for the hot path: one pass over the partitions, no allocation.
+    fn cache_hit_short(&self, partition: PartitionId) -> u64 {
+        let Some(capacity) = self.qos_capacity else {
+            return 0;
+        };
+        let request = |id: PartitionId| self.qos.get(&id).map_or(0, |q| q.request);
+        if self.qos.is_empty() || self.partitions.get(partition).allocated <= request(partition) {
+            return 0;
+        }
+        let capacity = self.limit.map_or(capacity, |l| l.min(capacity));
+        // Partitions with QoS commit the larger of their request and their allocation; the
+        // others (BestEffort without a request) commit what they hold.
+        let with_qos: u64 = self
+            .qos
+            .iter()
+            .map(|(id, q)| q.request.max(self.partitions.get(*id).allocated))
+            .sum();
+        let without: u64 = self
+            .partitions
+            .iter()
+            .filter(|(id, _)| !self.qos.contains_key(id))
+            .map(|(_, u)| u.allocated)
+            .sum();
+        (with_qos + without).saturating_sub(capacity)
+    }
+
     /// Carries out the reclaim plan for `needed` bytes for `partition`; returns the
     /// bytes actually freed (0 when the plan cannot cover the need: nobody else
     /// is made to give anything up for an allocation that would fail anyway).
@@ -488,7 +520,9 @@ impl DevicePool {
             kind: AllocErrorKind::OutOfMemory,
             requested,
             in_use: self.partitions.get(partition).allocated,
-            limit: self.qos_capacity,
+            // The partition's own quota, if it has one: the capacity partitions share is not a
+            // limit the user set, and naming it made the message read as "under the limit".
+            limit: self.partitions.get(partition).limit,
             partition: Some(partition),
         }
     }
@@ -534,7 +568,21 @@ impl DevicePool {
                 .find_cached(size, stream, graph)
                 .map_err(|e| self.backend_failure(e, requested))?;
             if let Some(ptr) = cached {
-                return Ok((ptr, self.take(ptr, size, id)));
+                let short = if graph.is_none() {
+                    self.cache_hit_short(partition)
+                } else {
+                    0
+                };
+                if short == 0 {
+                    return Ok((ptr, self.take(ptr, size, id)));
+                }
+                let freed = self
+                    .reclaim_for(partition, size, short, id)
+                    .map_err(|e| self.backend_failure(e, requested))?;
+                if freed > 0 {
+                    continue;
+                }
+                return Err(self.qos_oom(partition, requested));
             }
             if no_wait {
                 return Err(self.would_block(requested));

@@ -71,6 +71,41 @@ fn best_effort_never_takes_a_guaranteed_reservation() {
 }
 
 #[test]
+fn best_effort_never_takes_a_guaranteed_partitions_freed_blocks_from_the_cache() {
+    // BestEffort has filled what the reservation leaves it; the Guaranteed partition then
+    // runs a round of work and frees it into the shared cache. BestEffort, still allocating,
+    // must not take those cached blocks: once the device is full they are all that backs the
+    // reservation, and the Guaranteed partition's next round would meet OutOfMemoryError.
+    let (_fake, mut p) = qos_pool(64 * MIB, Some(64 * MIB));
+    let mut held = Vec::new();
+    let fill = |p: &mut DevicePool, held: &mut Vec<BlockRef>| {
+        while let Ok(b) = p.alloc(4 * MIB, 0, opts(false), BEST_EFFORT) {
+            held.push(b);
+        }
+    };
+    fill(&mut p, &mut held);
+    for round in 0..3 {
+        let work: Vec<BlockRef> = (0..8)
+            .map(|i| {
+                p.alloc(4 * MIB, 0, opts(false), GUARANTEED)
+                    .unwrap_or_else(|e| {
+                        panic!("round {round}, Guaranteed block {i} within its request: {e:?}")
+                    })
+            })
+            .collect();
+        for b in work {
+            p.free(b.id, 0).unwrap();
+        }
+        fill(&mut p, &mut held);
+        let taken: u64 = held.iter().map(|b| b.size).sum();
+        assert!(
+            taken <= 32 * MIB,
+            "round {round}: BestEffort holds {taken} of 64 MiB"
+        );
+    }
+}
+
+#[test]
 fn memory_taken_outside_the_pool_later_still_leaves_the_reservation_backed() {
     // Capacity set while the device had 64 MiB free; then 16 MiB go to something outside the
     // pool (a green context, another library). BestEffort must stop where the device can still
