@@ -7,6 +7,7 @@
 #include "jit/kernel_args.hpp"
 #include "jit/module.hpp"
 #include "jit/nvrtc.hpp"
+#include "jit/tensor_map.hpp"
 
 namespace py = pybind11;
 
@@ -109,6 +110,16 @@ void bind_jit(py::module_& m) {
             },
             py::arg("grid"), py::arg("block"), py::arg("shared_mem"), py::arg("stream"),
             py::arg("args"));
+
+    py::class_<TensorMap>(m, "TensorMap")
+        .def(py::init<const Array&, const Dims&, int>(), py::arg("array"), py::arg("box"),
+             py::arg("swizzle"),
+             "Encode a TMA descriptor of `array` (cuTensorMapEncodeTiled); box outermost first.")
+        .def_property_readonly("device", &TensorMap::device)
+        .def_property_readonly("box", &TensorMap::box)
+        .def("to_bytes", [](const TensorMap& t) {
+            return py::bytes(reinterpret_cast<const char*>(&t.map()), sizeof(CUtensorMap));
+        });
 }
 
 }  // namespace pgk

@@ -81,7 +81,8 @@ namespace pgk {
     X(cuDevResourceGenerateDesc, 12040)   \
     X(cuGreenCtxCreate, 12040)            \
     X(cuGreenCtxDestroy, 12040)           \
-    X(cuGreenCtxStreamCreate, 12050)
+    X(cuGreenCtxStreamCreate, 12050)      \
+    X(cuTensorMapEncodeTiled, 12000)
 
 struct DriverTable {
 #define PGK_DECLARE_DRIVER_POINTER(name, version) PFN_##name##_v##version name = nullptr;

@@ -8,6 +8,7 @@
 
 #include "core/array.hpp"
 #include "core/residency.hpp"
+#include "jit/tensor_map.hpp"
 #include "ops/scalar.hpp"
 
 namespace py = pybind11;
@@ -17,9 +18,6 @@ namespace pgk {
 namespace {
 
 constexpr size_t kInlineParams = 16;  // packed on the stack up to this many parameters
-
-const char* const kCodeNames[] = {"ptr", "i8",  "u8",  "i16",  "u16", "i32", "u32",
-                                  "i64", "u64", "f16", "bf16", "f32", "f64", "bool"};
 
 // The Array behind a kernel argument: an Array, or an object whose `_impl` is one (GPUArray).
 const Array* as_array(py::handle obj) {
@@ -33,7 +31,7 @@ const Array* as_array(py::handle obj) {
 
 std::string describe(const Function& f, size_t index, ArgCode code) {
     return "kernel '" + f.name() + "' parameter " + std::to_string(index) + " (" +
-           kCodeNames[static_cast<int>(code)] + ")";
+           kArgCodeNames[static_cast<int>(code)] + ")";
 }
 
 // The value of one argument in the low bytes of a 64-bit slot. Error messages are built only on
@@ -83,8 +81,34 @@ uint64_t pack_value(py::handle obj, ArgCode code, size_t index, const Function& 
             return scalar_bits(obj, ScalarKind::floating, arg_code_size(code), "");
         case ArgCode::b1:
             return scalar_bits(obj, ScalarKind::boolean, 1, "");
+        case ArgCode::tmap:
+            break;  // passed by address: tensor_map_arg
     }
     return 0;
+}
+
+// The CUtensorMap behind a tmap argument (a TensorMap, or an object whose `_impl` is one); its
+// array is marked used on the launch stream like a pointer argument's.
+const CUtensorMap* tensor_map_arg(py::handle obj, size_t index, const Function& f,
+                                  const StreamPtr& stream) {
+    py::handle impl = obj;
+    if (!py::isinstance<TensorMap>(impl) && PyObject_HasAttrString(obj.ptr(), "_impl")) {
+        impl = obj.attr("_impl");
+    }
+    if (!py::isinstance<TensorMap>(impl)) {
+        throw py::type_error(describe(f, index, ArgCode::tmap) + ": expected a gp.TensorMap, got " +
+                             std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+    }
+    const TensorMap& tm = impl.cast<const TensorMap&>();
+    if (tm.device() != f.device()) {
+        throw std::invalid_argument(describe(f, index, ArgCode::tmap) +
+                                    ": map of an array on "
+                                    "device " +
+                                    std::to_string(tm.device()) + ", kernel loaded on device " +
+                                    std::to_string(f.device()));
+    }
+    tm.buffer()->used_on(stream);
+    return &tm.map();
 }
 
 uint64_t pack_one(py::handle obj, ArgCode code, size_t index, const Function& f,
@@ -153,6 +177,11 @@ void launch_function(const Function& f, const LaunchConfig& config, const Stream
     std::vector<std::pair<size_t, const Array*>> evictable;
     for (size_t i = 0; i < n; ++i) {
         const Array* spillable = nullptr;
+        if (signature[i] == ArgCode::tmap) {
+            // cuLaunchKernel copies the 128 bytes before returning: the map object outlives it.
+            pointers[i] = const_cast<CUtensorMap*>(tensor_map_arg(args[i], i, f, stream));
+            continue;
+        }
         values[i] = pack_one(args[i], signature[i], i, f, stream, spillable);
         pointers[i] = &values[i];
         if (spillable != nullptr) evictable.emplace_back(i, spillable);

@@ -23,14 +23,15 @@ CUfunction Module::function(const std::string& name) const {
     return f;
 }
 
+const char* const kArgCodeNames[15] = {"ptr", "i8",  "u8",   "i16", "u16", "i32",  "u32", "i64",
+                                       "u64", "f16", "bf16", "f32", "f64", "bool", "tmap"};
+
 ArgCode parse_arg_code(const std::string& code) {
-    static const char* const kNames[] = {"ptr", "i8",  "u8",  "i16",  "u16", "i32", "u32",
-                                         "i64", "u64", "f16", "bf16", "f32", "f64", "bool"};
-    for (size_t i = 0; i < sizeof(kNames) / sizeof(kNames[0]); ++i) {
-        if (code == kNames[i]) return static_cast<ArgCode>(i);
+    for (size_t i = 0; i < sizeof(kArgCodeNames) / sizeof(kArgCodeNames[0]); ++i) {
+        if (code == kArgCodeNames[i]) return static_cast<ArgCode>(i);
     }
     throw std::invalid_argument("unknown kernel parameter type code '" + code +
-                                "' (ptr i8 u8 i16 u16 i32 u32 i64 u64 f16 bf16 f32 f64 bool)");
+                                "' (ptr i8 u8 i16 u16 i32 u32 i64 u64 f16 bf16 f32 f64 bool tmap)");
 }
 
 int arg_code_size(ArgCode code) {
@@ -48,6 +49,8 @@ int arg_code_size(ArgCode code) {
         case ArgCode::u32:
         case ArgCode::f32:
             return 4;
+        case ArgCode::tmap:
+            return static_cast<int>(sizeof(CUtensorMap));
         default:
             return 8;
     }

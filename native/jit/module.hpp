@@ -26,7 +26,26 @@ class Module {
 };
 
 // Kernel parameter type codes of Function.set_signature (docs/internals.md).
-enum class ArgCode : uint8_t { ptr, i8, u8, i16, u16, i32, u32, i64, u64, f16, bf16, f32, f64, b1 };
+// tmap: a CUtensorMap passed by value (jit/tensor_map.hpp), 128 bytes.
+enum class ArgCode : uint8_t {
+    ptr,
+    i8,
+    u8,
+    i16,
+    u16,
+    i32,
+    u32,
+    i64,
+    u64,
+    f16,
+    bf16,
+    f32,
+    f64,
+    b1,
+    tmap
+};
+// The code names, in ArgCode order ("ptr", ..., "bool", "tmap").
+extern const char* const kArgCodeNames[15];
 ArgCode parse_arg_code(const std::string& code);  // throws std::invalid_argument
 int arg_code_size(ArgCode code);
 

@@ -118,6 +118,33 @@ def test_unpassable_parameter_types(decl: str, match: str) -> None:
         parse_signature(src, "k")
 
 
+def test_tensor_map_parameters() -> None:
+    """A TMA descriptor is passed by value: code tmap, only as `const __grid_constant__`."""
+    src = (
+        'extern "C" __global__ void k(const __grid_constant__ CUtensorMap tq, float* out,'
+        " int n) { }"
+    )
+    assert _sig(src, "k") == [("tq", "tmap"), ("out", "ptr"), ("n", "i32")]
+    for decl in ("CUtensorMap m", "const CUtensorMap m", "__grid_constant__ CUtensorMap m"):
+        with pytest.raises(ValueError, match="const __grid_constant__ CUtensorMap m"):
+            parse_signature(f'extern "C" __global__ void k({decl}) {{ }}', "k")
+
+
+def test_tensor_map_needs_a_gpu_and_a_gpuarray(rand) -> None:
+    with pytest.raises(TypeError, match="GPUArray"):
+        gp.TensorMap(rand((8, 8)), (8, 8))
+    with pytest.raises(gp.DeviceNotSupportedError, match="need a CUDA GPU"):
+        gp.TensorMap(gp.from_numpy(rand((8, 8))), (8, 8))
+
+
+def test_check_arguments_wants_a_tensor_map_for_tmap(rand) -> None:
+    src = 'extern "C" __global__ void k(const __grid_constant__ CUtensorMap m, int n) { }'
+    k, _ = _kernel(src, "k")
+    x = gp.from_numpy(rand((4,)))
+    with pytest.raises(TypeError, match=r"parameter 'm'.*gp.TensorMap"):
+        k.check_arguments((x, 1))
+
+
 class FakeFunction:
     """Stands in for _native.Function: records launches, rejects a str like the C++ packer."""
 

@@ -138,6 +138,7 @@ from .interop import from_dlpack
 from .jit import (
     Kernel,
     Module,
+    TensorMap,
     get_jit_cache_dir,
     get_nvrtc_path,
     get_nvrtc_version,
@@ -209,6 +210,7 @@ __all__ = [
     "OutOfMemoryError",
     "PyGPUkitError",
     "Stream",
+    "TensorMap",
     "__version__",
     "abs",
     "absolute",

@@ -9,8 +9,10 @@ They return callable :class:`Kernel` objects.
 
 The kernel's parameters are parsed once from its source (a small regex-based C
 declaration parser) into the type codes ``_native`` packs arguments by:
-``ptr i8 u8 i16 u16 i32 u32 i64 u64 f16 bf16 f32 f64 bool``. Pointers take a
-GPUArray (or an int device address); scalars take Python or NumPy numbers.
+``ptr i8 u8 i16 u16 i32 u32 i64 u64 f16 bf16 f32 f64 bool tmap``. Pointers take a
+GPUArray (or an int device address); scalars take Python or NumPy numbers; a
+``const __grid_constant__ CUtensorMap`` parameter (``tmap``, Hopper's TMA) takes a
+:class:`TensorMap`.
 
 Default launch (when ``grid`` is not given): 1-D, ``block = 256`` threads (fewer
 when the kernel's ``max_threads_per_block`` is lower), ``grid = ceil(n / block)``
@@ -41,6 +43,7 @@ __all__ = [
     "Kernel",
     "Module",
     "Param",
+    "TensorMap",
     "get_jit_cache_dir",
     "get_nvrtc_path",
     "get_nvrtc_version",
@@ -177,9 +180,18 @@ _TYPE_CODES = {
     "unsigned long long int": "u64",
     "uint64_t": "u64",
     "size_t": "u64",
+    "CUtensorMap": "tmap",
 }
 _TYPE_WORDS = {w for key in _TYPE_CODES for w in key.split()}
-_QUALIFIERS = {"const", "volatile", "__restrict__", "__restrict", "restrict", "struct"}
+_QUALIFIERS = {
+    "const",
+    "volatile",
+    "__restrict__",
+    "__restrict",
+    "restrict",
+    "struct",
+    "__grid_constant__",
+}
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _TOKENS = re.compile(r"[A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*|\*|&|\[[^\]]*\]")
 _TEMPLATE = re.compile(r"template\s*<(?P<params>[^{;]*)>\s*$", re.S)
@@ -285,6 +297,13 @@ def _parse_param(text: str, index: int, bindings: dict[str, str]) -> Param:
     if any(t == "*" or t.startswith("[") for t in type_tokens) or ctype.endswith("*"):
         return Param(name, ctype, "ptr")
     code = _TYPE_CODES.get(" ".join(t for t in type_tokens))
+    if code == "tmap" and not ("__grid_constant__" in tokens and "const" in tokens):
+        # TMA reads the descriptor where the launch put it (parameter space); a plain by-value
+        # parameter may be copied to local memory first, where TMA cannot use it.
+        raise ValueError(
+            f"kernel parameter {name!r} is a CUtensorMap; declare it "
+            f"`const __grid_constant__ CUtensorMap {name}`"
+        )
     if code is None:
         raise ValueError(
             f"kernel parameter {name!r} has type {ctype!r}, which gp.jit cannot pass; "
@@ -330,6 +349,53 @@ def _dim3(value: Any, what: str) -> tuple[int, int, int]:
         raise ValueError(f"{what} must be a positive int or 1-3 positive ints, got {value!r}")
     padded = tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
     return padded  # type: ignore[return-value]
+
+
+class TensorMap:
+    """A TMA descriptor (``CUtensorMap``) of a device array, for Hopper and later kernels.
+
+    Pass it to a kernel parameter declared ``const __grid_constant__ CUtensorMap name``;
+    the kernel moves ``box``-shaped tiles between the array and shared memory with
+    ``cp.async.bulk.tensor`` (one instruction per tile, completion on an mbarrier).
+
+    ``box`` is the tile in elements per dimension, outermost first like ``array.shape``
+    (at most 256 each); reads of a box that hangs over the array's edge are zero-filled.
+    ``swizzle`` (0, 32, 64 or 128 bytes) lays rows out in shared memory in the pattern
+    wgmma's swizzled operand modes read; the box's innermost extent must fit in it.
+    The array's innermost dimension must be contiguous and its other strides multiples
+    of 16 bytes; views (``reshape``, slices) describe other layouts of the same memory.
+    The map holds the array's address, so the array cannot be evictable. Raises
+    ``ValueError`` for a layout TMA cannot describe (before any driver call),
+    ``DeviceNotSupportedError`` on the CPU backend.
+
+    The map keeps the array alive, and a launch with it orders the array's memory
+    after the kernel like a pointer argument does. Encoding costs about a microsecond
+    of host time: build maps once per array where a loop launches many times.
+    """
+
+    __slots__ = ("_impl", "array", "box", "swizzle")
+
+    def __init__(self, array: Any, box: Sequence[int], swizzle: int = 0) -> None:
+        from .array import GPUArray
+
+        if not isinstance(array, GPUArray):
+            raise TypeError(f"TensorMap needs a GPUArray, got {type(array).__name__}")
+        b = _backend()
+        _require_gpu(b)
+        self.box = tuple(int(x) for x in box)
+        self.swizzle = int(swizzle)
+        self._impl = b.tensor_map(array._impl, self.box, self.swizzle)
+        self.array = array
+
+    def to_bytes(self) -> bytes:
+        """The 128 encoded bytes, as the kernel receives them."""
+        return bytes(self._impl.to_bytes())
+
+    def __repr__(self) -> str:
+        return (
+            f"TensorMap(shape={tuple(self.array.shape)}, dtype={self.array.dtype}, "
+            f"box={self.box}, swizzle={self.swizzle})"
+        )
 
 
 class Kernel:
@@ -416,6 +482,9 @@ class Kernel:
             elif p.code == "bool":
                 ok = isinstance(v, (bool, np.bool_))
                 want = "a bool"
+            elif p.code == "tmap":
+                ok = isinstance(v, TensorMap)
+                want = "a gp.TensorMap"
             elif p.code in _INT_CODES:
                 ok = isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
                 lo, hi = _INT_RANGES[p.code]

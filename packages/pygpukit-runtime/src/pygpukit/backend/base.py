@@ -419,3 +419,7 @@ class Backend(Protocol):
     def load_module(self, cubin: bytes, device: int) -> ModuleImpl:
         """Load a cubin on ``device``."""
         ...
+
+    def tensor_map(self, impl: Any, box: Sequence[int], swizzle: int) -> Any:
+        """A TMA descriptor of ``impl`` (``gp.TensorMap``); CUDA only."""
+        ...

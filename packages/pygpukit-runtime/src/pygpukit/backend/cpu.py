@@ -380,6 +380,11 @@ def load_module(cubin: bytes, device: int) -> Any:
     raise DeviceNotSupportedError(_NEEDS_GPU.format(what="Custom CUDA kernels (gp.jit)"))
 
 
+def tensor_map(impl: Any, box: Sequence[int], swizzle: int) -> Any:
+    """Raise: tensor maps describe device memory for GPU kernels."""
+    raise DeviceNotSupportedError(_NEEDS_GPU.format(what="Tensor maps (gp.TensorMap)"))
+
+
 # The array ops live in one module per family; imported last because they use the helpers above.
 from .cpu_elementwise import binary, clip, unary, where  # noqa: E402, F401
 from .cpu_linalg import matmul  # noqa: E402, F401

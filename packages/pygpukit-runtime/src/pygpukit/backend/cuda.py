@@ -299,6 +299,11 @@ def load_module(cubin: bytes, device: int) -> Any:
     return _native.Module(cubin, device)
 
 
+def tensor_map(impl: Any, box: Sequence[int], swizzle: int) -> Any:
+    """A TMA descriptor of ``impl`` (cuTensorMapEncodeTiled); ValueError for a bad layout."""
+    return _native.TensorMap(impl, list(box), swizzle)
+
+
 # The array ops live in one module per family; imported last because they use the helpers above.
 from .cuda_linalg import matmul  # noqa: E402, F401
 from .cuda_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401
