@@ -294,7 +294,10 @@ def test_prefill_kernel_env_invalid(monkeypatch, env, arch):
 
     monkeypatch.setattr(attention, "_arch", lambda device: arch)
     monkeypatch.setenv(attention.KERNEL_ENV, env)
-    match = r"PYGPUKIT_ATTENTION_KERNEL must be one of auto, mma, wgmma_pipe, wgmma_ws_pp .*'"
+    match = (
+        r"PYGPUKIT_ATTENTION_KERNEL must be one of auto, mma, wgmma_pipe, wgmma_ws_pp, "
+        r"wgmma_tma .*'"
+    )
     with pytest.raises(ValueError, match=match + env + "'"):
         attention._prefill_kernel(128)
 

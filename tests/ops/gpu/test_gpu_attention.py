@@ -277,7 +277,7 @@ def test_write_then_decode(rand, decode_kernel):
 # through PYGPUKIT_ATTENTION_KERNEL (wgmma_pipe: each warpgroup overlaps its softmax with its
 # own P V; wgmma_ws_pp: a producer warpgroup and two consumers synchronized by mbarriers, taking
 # turns at the tensor cores).
-WGMMA_VARIANTS = ["wgmma_pipe", "wgmma_ws_pp"]
+WGMMA_VARIANTS = ["wgmma_pipe", "wgmma_ws_pp", "wgmma_tma"]
 
 
 def _hopper() -> None:

@@ -79,10 +79,10 @@ def _allow_dynamic_smem(kern: Kernel, d: int, smem: int) -> None:
 #: on wgmma_pipe. Two variants that lost were removed: staggered warpgroups (1.60 ms) and
 #: warp-specialized without ping-pong (1.48-1.50 ms; 2.74 non-causal).
 KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
-_KERNEL_CHOICES = ("auto", "mma", "wgmma_pipe", "wgmma_ws_pp")
+_KERNEL_CHOICES = ("auto", "mma", "wgmma_pipe", "wgmma_ws_pp", "wgmma_tma")
 _WGMMA_HEAD_DIMS = (64, 128)
 #: Threads per CTA of each Hopper kernel (attention_prefill.cu launch bounds).
-_WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_ws_pp": 384}
+_WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_ws_pp": 384, "wgmma_tma": 384}
 
 
 @functools.cache
@@ -100,6 +100,14 @@ def _prefill_kernel(d: int) -> str:
     if choice == "mma" or d not in _WGMMA_HEAD_DIMS or _arch(gp.get_device()) != "sm_90a":
         return "mma"
     return "wgmma_pipe" if choice == "auto" else choice
+
+
+def _tma_maps(q: GPUArray, k: GPUArray, v: GPUArray) -> tuple[gp.TensorMap, ...]:
+    """The wgmma_tma kernel's tensor maps: q, k, v as [B * H, S, D], boxes of 128 rows x 64."""
+    return tuple(
+        gp.TensorMap(x.reshape(x.shape[0] * x.shape[1], x.shape[2], x.shape[3]), (1, 128, 64), 128)
+        for x in (q, k, v)
+    )
 
 
 def _check_head_dim(d: int, name: str) -> None:
@@ -271,6 +279,7 @@ def scaled_dot_product_attention(
     kern = _kernel_loader.kernel("attention_prefill", name)
     _allow_dynamic_smem(kern, d, smem)
     mask_kind = 0 if attn_mask is None else (1 if attn_mask.dtype == np.float32 else 2)
+    maps = _tma_maps(q, k, v) if kind == "wgmma_tma" else ()
     kern(
         q,
         k,
@@ -285,6 +294,7 @@ def scaled_dot_product_attention(
         sk,
         scale_f,
         int(is_causal),
+        *maps,
         grid=((sq + rows - 1) // rows, hq, b),
         block=threads,
         shared_mem=smem,

@@ -246,7 +246,9 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
     else:
         b, h, lens = (1, 2, [128]) if ctx.quick else (1, 4, [512])
         db, dn = (2, [256]) if ctx.quick else (4, [1024])
-    kernels: list[str | None] = ["mma", "wgmma_pipe", "wgmma_ws_pp"] if ctx.on_gpu else [None]
+    kernels: list[str | None] = (
+        ["mma", "wgmma_pipe", "wgmma_ws_pp", "wgmma_tma"] if ctx.on_gpu else [None]
+    )
     decoders: list[str | None] = ["mma", "mma2", "simt"] if ctx.on_gpu else [None]
     saved = {name: os.environ.get(name) for name in (KERNEL_ENV, DECODE_KERNEL_ENV)}
     try:

@@ -412,6 +412,15 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
+// The TMA descriptor a kernel parameter `const __grid_constant__ CUtensorMap` receives
+// (gp.TensorMap on the host; cuda.h's type where it is included). Every arch's entry points
+// declare it; only sm_90a's use it.
+#ifndef CUDA_VERSION
+struct alignas(64) CUtensorMap {
+    unsigned long long opaque[16];
+};
+#endif
+
 // attn_prefill_wgmma_ws_pp_* (attention_prefill_sm90_ws.cuh, 384 threads): warp-specialized, a
 // producer warpgroup and two consumers taking turns at the tensor cores (ping-pong).
 #include "attention_prefill_sm90_ws.cuh"
@@ -461,6 +470,72 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                        int causal) {
 #ifdef PGK_ATTN_HAS_WGMMA
     pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
+#else
+    __trap();
+#endif
+}
+
+// attn_prefill_wgmma_tma_*: the same kernel with one producer thread loading Q, K and V by TMA;
+// tq, tk and tv are gp.TensorMap of q, k and v viewed as [B * H, S, D], boxes of 128 x 64 with
+// a 128-byte swizzle.
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_tma_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                                   const void* mask, int mask_kind, long long msb, long long msh,
+                                   long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                                   float scale, int causal, const __grid_constant__ CUtensorMap tq,
+                                   const __grid_constant__ CUtensorMap tk,
+                                   const __grid_constant__ CUtensorMap tv) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
+    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__half, 64>(PGK_PREFILL_CALL, &maps);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_tma_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                    const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
+                                    int mask_kind, long long msb, long long msh, long long msq,
+                                    long long msk, int hq, int hkv, int sq, int sk, float scale,
+                                    int causal, const __grid_constant__ CUtensorMap tq,
+                                    const __grid_constant__ CUtensorMap tk,
+                                    const __grid_constant__ CUtensorMap tv) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
+    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 64>(PGK_PREFILL_CALL, &maps);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_tma_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
+                                    const void* mask, int mask_kind, long long msb, long long msh,
+                                    long long msq, long long msk, int hq, int hkv, int sq, int sk,
+                                    float scale, int causal, const __grid_constant__ CUtensorMap tq,
+                                    const __grid_constant__ CUtensorMap tk,
+                                    const __grid_constant__ CUtensorMap tv) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
+    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__half, 128>(PGK_PREFILL_CALL, &maps);
+#else
+    __trap();
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1)
+    attn_prefill_wgmma_tma_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                     const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
+                                     int mask_kind, long long msb, long long msh, long long msq,
+                                     long long msk, int hq, int hkv, int sq, int sk, float scale,
+                                     int causal, const __grid_constant__ CUtensorMap tq,
+                                     const __grid_constant__ CUtensorMap tk,
+                                     const __grid_constant__ CUtensorMap tv) {
+#ifdef PGK_ATTN_HAS_WGMMA
+    const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
+    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 128>(PGK_PREFILL_CALL, &maps);
 #else
     __trap();
 #endif

@@ -60,6 +60,35 @@ __device__ __forceinline__ void cp_async_arrive(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
 
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// One box of a 3-d tensor map ({column, row, head} innermost first) into shared memory at dst;
+// its bytes count towards bar's transaction count. Rows past the tensor's end arrive as zeros.
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const CUtensorMap* map, int c0, int c1,
+                                            int c2, unsigned bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+        : "memory");
+}
+
+// The TMA producer's tiles: Q, K and V seen as [B * H, S, D] with boxes of 128 rows x 64
+// columns and a 128-byte swizzle, which is load_tile's layout (16-byte chunk c of a 128-byte
+// row r at c ^ (r % 8), column blocks of 64 kBlockBytes apart) when dst is 1 KiB aligned.
+struct TmaMaps {
+    const CUtensorMap *q, *k, *v;
+};
+template <int kD>
+__device__ __forceinline__ void tma_tile(unsigned dst, const CUtensorMap* map, int row, int bh,
+                                         unsigned bar) {
+#pragma unroll
+    for (int blk = 0; blk < kD / 64; ++blk)
+        tma_load_3d(dst + blk * kBlockBytes, map, blk * 64, row, bh, bar);
+}
+
 // The producer's share of a 128 x D tile in load_tile's swizzled layout (rows past valid_rows
 // zero-filled). Thread lt always copies the same 16-byte chunk of every kStep-th row starting at
 // row lt / kChunks, so its swizzled offset is fixed (kStep is a multiple of 8, the swizzle
@@ -102,11 +131,15 @@ __device__ __forceinline__ void turn_pass(int c) {
         asm volatile("bar.arrive 1, 256;\n" ::: "memory");
 }
 
+// `maps` null: the producer warpgroup loads with cp.async (wgmma_ws_pp). Otherwise one producer
+// thread loads every tile with TMA (wgmma_tma): FULL[s] then counts that thread's arrival, with
+// the tile's bytes as its transaction count, and the other producer warps exit.
 template <typename T, int kD>
 __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
-    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal) {
+    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal,
+    const TmaMaps* maps = nullptr) {
     constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
     constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
     extern __shared__ unsigned char smem_raw[];
@@ -127,9 +160,11 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
 
     if (tid == 0) {
         for (int s = 0; s < kWsStages; ++s) {
-            mbar_init(full0 + 8 * s, 128);
+            mbar_init(full0 + 8 * s, maps ? 1 : 128);
             mbar_init(empty0 + 8 * s, 8);
         }
+        // Visible to the async proxy (TMA's complete_tx) as well as to the other threads.
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();  // the barriers are initialized before anyone arrives or waits
 
@@ -137,6 +172,19 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
         // Producer. All 128 threads wait for the stage to be free, copy their share and arrive
         // (when the copies land) on its FULL barrier, once per tile.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+        if (maps) {
+            if (tid != 0) return;
+            const int bhq = tile.b * hq + tile.h, bhk = tile.b * hkv + tile.h / (hq / hkv);
+            for (int j = 0; j < n_tiles; ++j) {
+                const unsigned full = full0 + 8 * (j % kWsStages);
+                if (j >= kWsStages) mbar_wait(empty0 + 8 * (j % kWsStages), parity(j) ^ 1);
+                mbar_expect_tx(full, (j == 0 ? 3 : 2) * kTileBytes);
+                if (j == 0) tma_tile<kD>(sQ, maps->q, tile.m0, bhq, full);
+                tma_tile<kD>(stage(j), maps->k, j * kBN, bhk, full);
+                tma_tile<kD>(stage(j) + kTileBytes, maps->v, j * kBN, bhk, full);
+            }
+            return;  // the consumers' FULL waits cover every load still in flight
+        }
         const WsTileCopy<T, kD> copy(tid);
         for (int j = 0; j < n_tiles; ++j) {
             if (j >= kWsStages) mbar_wait(empty0 + 8 * (j % kWsStages), parity(j) ^ 1);
@@ -172,9 +220,10 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
     };
     // Tile j has landed. cp.async writes through the generic proxy and wgmma reads through the
     // async proxy: the fence orders the writes this thread has observed before its wgmma.
+    // (TMA writes through the async proxy already: no fence.)
     auto acquire = [&](int j) {
         mbar_wait(full0 + 8 * (j % kWsStages), parity(j));
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (!maps) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     };
     // Called after a wait_group that completed the last wgmma reading tile j (its P V); the
     // wait is warpgroup-wide, so one lane per warp speaks for the warp.
