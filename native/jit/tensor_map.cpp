@@ -70,6 +70,7 @@ TensorMap::TensorMap(const Array& array, const Dims& box, int swizzle_bytes)
             "spills it; use a non-evictable array");
     }
     if (array.size() == 0) bad("the array is empty");
+    if (array.strides()[rank - 1] != item) bad("the innermost dimension must be contiguous");
     const CUtensorMapSwizzle swizzle = tma_swizzle(swizzle_bytes);
     // The driver counts dimensions innermost first; strides exclude the innermost (unit) one.
     cuuint64_t dims[5], strides[4];
@@ -92,7 +93,6 @@ TensorMap::TensorMap(const Array& array, const Dims& box, int swizzle_bytes)
             strides[i - 1] = static_cast<cuuint64_t>(s);
         }
     }
-    if (array.strides()[rank - 1] != item) bad("the innermost dimension must be contiguous");
     const int64_t inner_bytes = box[rank - 1] * item;
     if (inner_bytes % 16 != 0) {
         bad("the box's innermost extent must span a multiple of 16 bytes, it spans " +

@@ -259,11 +259,11 @@ def scaled_dot_product_attention(
         _sdpa_cpu(q, k, v, attn_mask, is_causal, scale_f, res)
         return res
 
-    if b > 65535 or hq > 65535:
-        raise ValueError(f"at most 65535 batches and query heads per call, got {b} and {hq}")
-    check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
+    check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv, **{"B * Hq": b * hq})
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     kind = _prefill_kernel(d)
+    if kind == "wgmma_tma" and sk == 0:
+        kind = "wgmma_pipe"  # no key tile to load (and TMA cannot map an empty k)
     if kind != "mma":
         # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. Both hold Q and 3 K/V stages with
         # 1 KiB of alignment slack (wgmma_ws_pp's mbarriers are static shared memory).
@@ -276,6 +276,9 @@ def scaled_dot_product_attention(
         name = f"attn_prefill_d{d}_{kernel_suffix(q.dtype)}"
         block_n = 64 if d <= 80 else 32
         smem = (rows + 2 * block_n) * (d + 8) * 2
+    row_tiles = (sq + rows - 1) // rows
+    if row_tiles > 65535:  # gridDim.y
+        raise ValueError(f"at most {65535 * rows} query tokens per call, got Sq={sq}")
     kern = _kernel_loader.kernel("attention_prefill", name)
     _allow_dynamic_smem(kern, d, smem)
     mask_kind = 0 if attn_mask is None else (1 if attn_mask.dtype == np.float32 else 2)
@@ -295,7 +298,7 @@ def scaled_dot_product_attention(
         scale_f,
         int(is_causal),
         *maps,
-        grid=((sq + rows - 1) // rows, hq, b),
+        grid=(b * hq, row_tiles),
         block=threads,
         shared_mem=smem,
     )

@@ -100,53 +100,55 @@ __device__ __forceinline__ void fence_regs(unsigned (&r)[N][4]) {
 }
 
 // Scales S (log2 domain), adds the mask and sets keys past the end or above the causal
-// diagonal to -inf; only tiles that touch an edge (or any masked call) pay for the checks.
+// diagonal to -inf: for the tiles that touch an edge (or any masked call); softmax_tile_of
+// folds the scale of the others into softmax_rows.
 template <typename T>
-__device__ __forceinline__ void scale_mask(float (&s)[64], bool edge, float scale2,
-                                           const void* mask, int mask_kind, long long mbase,
-                                           long long msq, long long msk, int row0, int n0, int t,
-                                           int sq, int sk, int causal, int diag) {
+__device__ __forceinline__ void scale_mask(float (&s)[64], float scale2, const void* mask,
+                                           int mask_kind, long long mbase, long long msq,
+                                           long long msk, int row0, int n0, int t, int sq, int sk,
+                                           int causal, int diag) {
 #pragma unroll
     for (int nt = 0; nt < kBN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             float x = s[4 * nt + e] * scale2;
-            if (edge) {
-                const int row = row0 + (e >> 1) * 8;
-                const int col = n0 + nt * 8 + 2 * t + (e & 1);
-                if (mask_kind && row < sq && col < sk) {
-                    const long long idx = mbase + row * msq + col * msk;
-                    const float mv = mask_kind == 1 ? static_cast<const float*>(mask)[idx]
-                                                    : widen(static_cast<const T*>(mask)[idx]);
-                    x += mv * kLog2e;
-                }
-                if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;
+            const int row = row0 + (e >> 1) * 8;
+            const int col = n0 + nt * 8 + 2 * t + (e & 1);
+            if (mask_kind && row < sq && col < sk) {
+                const long long idx = mbase + row * msq + col * msk;
+                const float mv = mask_kind == 1 ? static_cast<const float*>(mask)[idx]
+                                                : widen(static_cast<const T*>(mask)[idx]);
+                x += mv * kLog2e;
             }
+            if (col >= sk || (causal && col > row + diag)) x = PGK_NEG_INF;
             s[4 * nt + e] = x;
         }
     }
 }
 
-// Online softmax of one 128-key tile: new row maxima, P = exp2(S - max) in place, running sums,
-// and alpha = exp2(old max - new max), by which the accumulator must be rescaled.
+// Online softmax of one 128-key tile whose scores are S * mul in the log2 domain (mul > 0: the
+// scale is folded in here, one FFMA per score, for tiles scale_mask left unscaled; 1 for tiles
+// it scaled): new row maxima, P = exp2(S * mul - max) in place, running sums, and
+// alpha = exp2(old max - new max), by which the accumulator must be rescaled.
 __device__ __forceinline__ void softmax_rows(float (&s)[64], float (&row_max)[2],
-                                             float (&row_sum)[2], float (&alpha)[2]) {
+                                             float (&row_sum)[2], float (&alpha)[2], float mul) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        float mx = row_max[r];
+        float mx = PGK_NEG_INF;
 #pragma unroll
         for (int nt = 0; nt < kBN / 8; ++nt)
             mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(row_max[r], mx * mul);                // max(S * mul) = max(S) * mul for mul > 0
         const float ref = mx == PGK_NEG_INF ? 0.f : mx;  // no visible key yet: no NaN
         alpha[r] = fast_exp2(row_max[r] - ref);
         row_max[r] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kBN / 8; ++nt) {
-            s[4 * nt + 2 * r] = fast_exp2(s[4 * nt + 2 * r] - ref);
-            s[4 * nt + 2 * r + 1] = fast_exp2(s[4 * nt + 2 * r + 1] - ref);
+            s[4 * nt + 2 * r] = fast_exp2(fmaf(s[4 * nt + 2 * r], mul, -ref));
+            s[4 * nt + 2 * r + 1] = fast_exp2(fmaf(s[4 * nt + 2 * r + 1], mul, -ref));
             sum += s[4 * nt + 2 * r] + s[4 * nt + 2 * r + 1];
         }
         row_sum[r] = row_sum[r] * alpha[r] + sum;
@@ -163,6 +165,29 @@ __device__ __forceinline__ void rescale(float (&acc)[kAcc], const float (&alpha)
             acc[4 * dt + 2 * r + 1] *= alpha[r];
         }
     }
+}
+
+template <typename T, int kD>
+struct PrefillTile;
+
+// Scale, mask and online softmax of S_j for rows r0 and r0 + 8 of the tile. Interior tiles (no
+// key past the end or above the diagonal, no mask) skip scale_mask: softmax_rows folds the scale
+// into its exp2 argument. A scale <= 0 takes the scale_mask path everywhere (the folding needs
+// max(S * scale) = max(S) * scale).
+template <typename T, int kD>
+__device__ __forceinline__ void softmax_tile_of(float (&s)[64], int j,
+                                                const PrefillTile<T, kD>& tile, int r0, int t,
+                                                float scale2, const void* mask, int mask_kind,
+                                                long long mbase, long long msq, long long msk,
+                                                int sq, int sk, int causal, float (&row_max)[2],
+                                                float (&row_sum)[2], float (&alpha)[2]) {
+    const int n0 = j * kBN;
+    const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > tile.m0 + tile.diag) ||
+                      mask_kind || !(scale2 > 0.f);
+    if (edge)
+        scale_mask<T>(s, scale2, mask, mask_kind, mbase, msq, msk, tile.m0 + r0, n0, t, sq, sk,
+                      causal, tile.diag);
+    softmax_rows(s, row_max, row_sum, alpha, edge ? 1.f : scale2);
 }
 
 // P as A fragments (the S accumulator layout is the A-fragment layout).
@@ -218,8 +243,9 @@ __device__ __forceinline__ void issue_pv(float (&acc)[kAcc], const unsigned (&pa
         mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
 }
 
-// Where one CTA's query rows and their keys live: blocks run the longest causal rows first
-// (m0 from the last row tile down), key tiles end at the causal diagonal.
+// Where one CTA's query rows and their keys live (grid and order as in attention_prefill.cu:
+// blockIdx.x is batch x head, blockIdx.y the row tile from the last down, so the longest causal
+// rows start first); key tiles end at the causal diagonal.
 template <typename T, int kD>
 struct PrefillTile {
     int m0, h, b, diag, rows_here, n_tiles;
@@ -227,8 +253,8 @@ struct PrefillTile {
     T* op;
     __device__ __forceinline__ PrefillTile(const T* q, const T* k, const T* v, T* o, int hq,
                                            int hkv, int sq, int sk, int causal) {
-        m0 = (gridDim.x - 1 - blockIdx.x) * kBM;
-        h = blockIdx.y, b = blockIdx.z;
+        m0 = (gridDim.y - 1 - blockIdx.y) * kBM;
+        h = blockIdx.x % hq, b = blockIdx.x / hq;
         const int hk = h / (hq / hkv);
         diag = sk - sq;
         qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
@@ -350,12 +376,8 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
         load_tile<T, kD>(stage(j) + kTileBytes, tile.vp + (size_t)n0 * kD, rows);
     };
     auto softmax_tile = [&](float (&s)[64], int j) {
-        const int n0 = j * kBN;
-        const bool edge =
-            n0 + kBN > sk || (causal && n0 + kBN - 1 > tile.m0 + tile.diag) || mask_kind;
-        scale_mask<T>(s, edge, scale2, mask, mask_kind, mbase, msq, msk, tile.m0 + r0, n0, t, sq,
-                      sk, causal, tile.diag);
-        softmax_rows(s, row_max, row_sum, alpha);
+        softmax_tile_of<T>(s, j, tile, r0, t, scale2, mask, mask_kind, mbase, msq, msk, sq, sk,
+                           causal, row_max, row_sum, alpha);
     };
     // Waits for tile j (the only cp.async group in flight) and refills the stage of tile j - 2.
     auto next_tile = [&](int j) {

@@ -211,12 +211,8 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
     const long long mbase = tile.b * msb + tile.h * msh;
     unsigned pa[kBN / 16][4];  // P_{j-1} as A fragments
     auto softmax_tile = [&](float (&s)[64], int j) {
-        const int n0 = j * kBN;
-        const bool edge =
-            n0 + kBN > sk || (causal && n0 + kBN - 1 > tile.m0 + tile.diag) || mask_kind;
-        scale_mask<T>(s, edge, scale2, mask, mask_kind, mbase, msq, msk, tile.m0 + r0, n0, t, sq,
-                      sk, causal, tile.diag);
-        softmax_rows(s, row_max, row_sum, alpha);
+        softmax_tile_of<T>(s, j, tile, r0, t, scale2, mask, mask_kind, mbase, msq, msk, sq, sk,
+                           causal, row_max, row_sum, alpha);
     };
     // Tile j has landed. cp.async writes through the generic proxy and wgmma reads through the
     // async proxy: the fence orders the writes this thread has observed before its wgmma.
