@@ -259,7 +259,7 @@ def scaled_dot_product_attention(
         _sdpa_cpu(q, k, v, attn_mask, is_causal, scale_f, res)
         return res
 
-    check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv, **{"B * Hq": b * hq})
+    check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     kind = _prefill_kernel(d)
     if kind == "wgmma_tma" and sk == 0:
@@ -276,9 +276,8 @@ def scaled_dot_product_attention(
         name = f"attn_prefill_d{d}_{kernel_suffix(q.dtype)}"
         block_n = 64 if d <= 80 else 32
         smem = (rows + 2 * block_n) * (d + 8) * 2
-    row_tiles = (sq + rows - 1) // rows
-    if row_tiles > 65535:  # gridDim.y
-        raise ValueError(f"at most {65535 * rows} query tokens per call, got Sq={sq}")
+    ctas = b * hq * ((sq + rows - 1) // rows)  # a 1-d grid (kernels: PrefillOrder)
+    check_int32("scaled_dot_product_attention", **{"B * Hq * row tiles": ctas})
     kern = _kernel_loader.kernel("attention_prefill", name)
     _allow_dynamic_smem(kern, d, smem)
     mask_kind = 0 if attn_mask is None else (1 if attn_mask.dtype == np.float32 else 2)
@@ -298,7 +297,7 @@ def scaled_dot_product_attention(
         scale_f,
         int(is_causal),
         *maps,
-        grid=(b * hq, row_tiles),
+        grid=ctas,
         block=threads,
         shared_mem=smem,
     )

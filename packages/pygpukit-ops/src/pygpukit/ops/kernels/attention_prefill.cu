@@ -15,11 +15,8 @@
 // Masking: keys >= Sk; causal keys j > i + (Sk - Sq) (bottom-right aligned, PyTorch's rule
 // when Sq == Sk); an optional additive mask (fp32, or the input dtype: mask_kind 1 / 2) read
 // through element strides, 0 on broadcast dimensions. Rows with no visible key output 0.
-// Grid (B * Hq, query tiles), heaviest causal tiles first across the whole grid: blockIdx.y
-// counts query tiles from the end, and blockIdx.x, which the hardware launches fastest, runs
-// over batch x heads, so every head's longest row tile starts before any head's next one and
-// the last CTAs to start are the shortest (with heads fastest-varying in blockIdx.y instead,
-// the last head's longest tile started last and ran alone: a 5% tail at B4 H32 S4096).
+// Grid: 1-d, B * Hq * query tiles, in PrefillOrder (attention_common.cuh): longest causal tiles
+// first within groups of heads.
 #include "attention_common.cuh"
 
 using namespace pgk_attn;
@@ -71,8 +68,8 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane >> 2, t = lane & 3;
-    const int m0 = (gridDim.y - 1 - blockIdx.y) * kBM;
-    const int h = blockIdx.x % hq, b = blockIdx.x / hq;
+    const PrefillOrder order(sq, kBM, hq);
+    const int m0 = order.m0, h = order.h, b = order.b;
     const int hk = h / (hq / hkv);
     const int diag = sk - sq;  // key j is visible to query i when j <= i + diag (causal)
 

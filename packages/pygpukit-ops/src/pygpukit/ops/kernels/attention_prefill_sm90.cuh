@@ -243,9 +243,8 @@ __device__ __forceinline__ void issue_pv(float (&acc)[kAcc], const unsigned (&pa
         mma_pv(acc, pa[kk], desc(sV + kk * 2048, kBlockBytes, 1024), T());
 }
 
-// Where one CTA's query rows and their keys live (grid and order as in attention_prefill.cu:
-// blockIdx.x is batch x head, blockIdx.y the row tile from the last down, so the longest causal
-// rows start first); key tiles end at the causal diagonal.
+// Where one CTA's query rows and their keys live (which rows: PrefillOrder); key tiles end at
+// the causal diagonal.
 template <typename T, int kD>
 struct PrefillTile {
     int m0, h, b, diag, rows_here, n_tiles;
@@ -253,8 +252,8 @@ struct PrefillTile {
     T* op;
     __device__ __forceinline__ PrefillTile(const T* q, const T* k, const T* v, T* o, int hq,
                                            int hkv, int sq, int sk, int causal) {
-        m0 = (gridDim.y - 1 - blockIdx.y) * kBM;
-        h = blockIdx.x % hq, b = blockIdx.x / hq;
+        const PrefillOrder order(sq, kBM, hq);
+        m0 = order.m0, h = order.h, b = order.b;
         const int hk = h / (hq / hkv);
         diag = sk - sq;
         qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
