@@ -261,20 +261,20 @@ def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas):
 
 @pytest.mark.parametrize(
     ("env", "arch", "expect"),
-    [(None, "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
-     ("auto", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
-     ("", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
+    [(None, "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
+     ("auto", "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
+     ("", "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
      ("mma", "sm_90a", ["mma"] * 4),
      ("wgmma_pipe", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
-     ("wgmma_ws_pp", "sm_90a", ["wgmma_ws_pp", "mma", "wgmma_ws_pp", "mma"]),
+     ("wgmma_tma", "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
      (None, "sm_80", ["mma"] * 4),
      ("wgmma_pipe", "sm_100a", ["mma"] * 4),
-     ("wgmma_ws_pp", "sm_100a", ["mma"] * 4),
-     ("wgmma_ws_pp", "sm_89", ["mma"] * 4),
-     ("wgmma_ws_pp", "sm_80", ["mma"] * 4)],
+     ("wgmma_tma", "sm_100a", ["mma"] * 4),
+     ("wgmma_tma", "sm_89", ["mma"] * 4),
+     ("wgmma_tma", "sm_80", ["mma"] * 4)],
 )  # fmt: skip
 def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
-    """wgmma_pipe is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
+    """wgmma_tma is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
     from pygpukit.ops import attention
 
     monkeypatch.setattr(attention, "_arch", lambda device: arch)
@@ -285,19 +285,16 @@ def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
     assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == expect
 
 
-@pytest.mark.parametrize("env", ["wgma", "wgmma", "wgmma_ws"])
+@pytest.mark.parametrize("env", ["wgma", "wgmma", "wgmma_ws", "wgmma_ws_pp"])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_prefill_kernel_env_invalid(monkeypatch, env, arch):
-    """A typo or a removed variant (wgmma, wgmma_ws) is an error on every GPU, naming the
-    valid choices, rather than a silent fallback."""
+    """A typo or a removed variant (wgmma, wgmma_ws, wgmma_ws_pp) is an error on every GPU,
+    naming the valid choices, rather than a silent fallback."""
     from pygpukit.ops import attention
 
     monkeypatch.setattr(attention, "_arch", lambda device: arch)
     monkeypatch.setenv(attention.KERNEL_ENV, env)
-    match = (
-        r"PYGPUKIT_ATTENTION_KERNEL must be one of auto, mma, wgmma_pipe, wgmma_ws_pp, "
-        r"wgmma_tma .*'"
-    )
+    match = r"PYGPUKIT_ATTENTION_KERNEL must be one of auto, mma, wgmma_pipe, wgmma_tma .*'"
     with pytest.raises(ValueError, match=match + env + "'"):
         attention._prefill_kernel(128)
 

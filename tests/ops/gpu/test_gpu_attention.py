@@ -44,11 +44,11 @@ def run(q, k, v, **kw) -> np.ndarray:
     return out.to_numpy()
 
 
-@pytest.fixture(params=["auto", "mma", "wgmma_ws_pp"])
+@pytest.fixture(params=["auto", "mma", "wgmma_pipe"])
 def prefill_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a prefill test with the default kernel (wgmma_pipe on SM 9.0 for head dims 64 and
-    128), with the mma.sync kernel forced, and with the warp-specialized Hopper kernel (mma off
-    SM 9.0 and for the other head dims), so all three stay covered on Hopper."""
+    """Runs a prefill test with the default kernel (wgmma_tma on SM 9.0 for head dims 64 and
+    128), with the mma.sync kernel forced, and with the other Hopper kernel (mma off SM 9.0 and
+    for the other head dims), so all three stay covered on Hopper."""
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", request.param)
     return request.param
 
@@ -275,9 +275,9 @@ def test_write_then_decode(rand, decode_kernel):
 
 # --- Hopper wgmma prefill (head dims 64, 128): the default on SM 9.0; each variant forced ---
 # through PYGPUKIT_ATTENTION_KERNEL (wgmma_pipe: each warpgroup overlaps its softmax with its
-# own P V; wgmma_ws_pp: a producer warpgroup and two consumers synchronized by mbarriers, taking
-# turns at the tensor cores).
-WGMMA_VARIANTS = ["wgmma_pipe", "wgmma_ws_pp", "wgmma_tma"]
+# own P V; wgmma_tma: one TMA producer thread and two consumer warpgroups synchronized by
+# mbarriers, taking turns at the tensor cores).
+WGMMA_VARIANTS = ["wgmma_pipe", "wgmma_tma"]
 
 
 def _hopper() -> None:
@@ -344,13 +344,13 @@ def test_wgmma_matches_mma(rand, monkeypatch, variant, d):
 
 
 def test_wgmma_is_the_hopper_default(monkeypatch):
-    """Unset or auto: wgmma_pipe for head dims 64 and 128 on SM 9.0, mma for the others."""
+    """Unset or auto: wgmma_tma for head dims 64 and 128 on SM 9.0, mma for the others."""
     _hopper()
     from pygpukit.ops import attention
 
     monkeypatch.delenv("PYGPUKIT_ATTENTION_KERNEL", raising=False)
     assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == [
-        "wgmma_pipe", "mma", "wgmma_pipe", "mma",
+        "wgmma_tma", "mma", "wgmma_tma", "mma",
     ]  # fmt: skip
     monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "mma")
     assert attention._prefill_kernel(128) == "mma"

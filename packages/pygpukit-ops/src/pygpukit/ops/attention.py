@@ -66,23 +66,23 @@ def _allow_dynamic_smem(kern: Kernel, d: int, smem: int) -> None:
         _dynamic_smem_set.add(key)
 
 
-#: Picks the prefill kernel. Unset or ``auto``: the Hopper kernel ``wgmma_pipe`` on SM 9.0 for
+#: Picks the prefill kernel. Unset or ``auto``: the Hopper kernel ``wgmma_tma`` on SM 9.0 for
 #: the head dims it has (64 and 128), else ``mma`` (mma.sync, every SM 80+ GPU). ``mma`` forces
-#: the mma.sync kernel everywhere; ``wgmma_pipe`` and ``wgmma_ws_pp`` apply where ``auto`` would
-#: pick a Hopper kernel and fall back to ``mma`` elsewhere. ``wgmma_pipe`` overlaps each
-#: warpgroup's softmax with its own matrix multiplies; ``wgmma_ws_pp`` is warp-specialized (a
-#: producer warpgroup streams K/V to two consumer warpgroups that take turns issuing their
-#: matrix multiplies, FlashAttention-3's ping-pong). Causal bf16 B=4 H=32 S=4096 D=128 on an
-#: H200 (PyTorch SDPA 0.96-1.06 ms in the same runs): mma 2.31 ms, wgmma_pipe 1.42-1.46,
-#: wgmma_ws_pp 1.40-1.45 (a tie within run-to-run noise; ws_pp 6% faster at B=16 S=1024, 4%
-#: slower at S=16384); non-causal S=4096: wgmma_pipe 2.61, wgmma_ws_pp 2.65. So ``auto`` stays
-#: on wgmma_pipe. Two variants that lost were removed: staggered warpgroups (1.60 ms) and
-#: warp-specialized without ping-pong (1.48-1.50 ms; 2.74 non-causal).
+#: the mma.sync kernel everywhere; ``wgmma_tma`` and ``wgmma_pipe`` apply where ``auto`` would
+#: pick a Hopper kernel and fall back to ``mma`` elsewhere. ``wgmma_tma`` is warp-specialized:
+#: one producer thread loads Q, K and V by TMA for two consumer warpgroups that take turns
+#: issuing their matrix multiplies (FlashAttention-3's ping-pong). ``wgmma_pipe`` has no
+#: producer: each of its two warpgroups overlaps its softmax with its own matrix multiplies, and
+#: all threads load with cp.async. Causal bf16 B=4 H=32 S=4096 D=128 on an H200, same run
+#: (PyTorch SDPA 0.92 ms): wgmma_tma 1.06 ms, wgmma_pipe 1.40, mma 2.31 (an earlier run);
+#: non-causal 2.01 against 2.64. Removed after losing: the same warp-specialized kernel with a
+#: cp.async producer warpgroup (``wgmma_ws_pp``, 1.27 ms in that run), staggered warpgroups
+#: (1.60 ms) and warp-specialized without ping-pong (1.48-1.50 ms).
 KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
-_KERNEL_CHOICES = ("auto", "mma", "wgmma_pipe", "wgmma_ws_pp", "wgmma_tma")
+_KERNEL_CHOICES = ("auto", "mma", "wgmma_pipe", "wgmma_tma")
 _WGMMA_HEAD_DIMS = (64, 128)
 #: Threads per CTA of each Hopper kernel (attention_prefill.cu launch bounds).
-_WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_ws_pp": 384, "wgmma_tma": 384}
+_WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_tma": 384}
 
 
 @functools.cache
@@ -99,7 +99,7 @@ def _prefill_kernel(d: int) -> str:
         )
     if choice == "mma" or d not in _WGMMA_HEAD_DIMS or _arch(gp.get_device()) != "sm_90a":
         return "mma"
-    return "wgmma_pipe" if choice == "auto" else choice
+    return "wgmma_tma" if choice == "auto" else choice
 
 
 def _tma_maps(q: GPUArray, k: GPUArray, v: GPUArray) -> tuple[gp.TensorMap, ...]:
@@ -263,10 +263,10 @@ def scaled_dot_product_attention(
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     kind = _prefill_kernel(d)
     if kind == "wgmma_tma" and sk == 0:
-        kind = "wgmma_pipe"  # no key tile to load (and TMA cannot map an empty k)
+        kind = "wgmma_pipe"  # no key tile to load, and TMA cannot map an empty k
     if kind != "mma":
         # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. Both hold Q and 3 K/V stages with
-        # 1 KiB of alignment slack (wgmma_ws_pp's mbarriers are static shared memory).
+        # 1 KiB of alignment slack (wgmma_tma's mbarriers are static shared memory).
         name = f"attn_prefill_{kind}_d{d}_{kernel_suffix(q.dtype)}"
         rows, threads = 128, _WGMMA_THREADS[kind]
         smem = 7 * (d // 64) * 128 * 128 + 1024

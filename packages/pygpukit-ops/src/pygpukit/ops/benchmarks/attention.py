@@ -1,10 +1,10 @@
 """ops_attention: flash-attention prefill vs PyTorch SDPA, decode attention vs a PyTorch decode.
 
 - ``sdpa_prefill``: ``q, k, v [B, H, S, D]``, causal, once per PyGPUkit kernel on the GPU
-  (``kernel=mma``: mma.sync; ``kernel=wgmma_pipe``: the default on SM 9.0, where each
-  warpgroup overlaps its softmax with its own P V; ``kernel=wgmma_ws_pp``: warp-specialized, a
-  producer warpgroup feeding two consumer warpgroups that take turns at the tensor cores
-  (ping-pong); the Hopper rows skipped elsewhere), vs
+  (``kernel=mma``: mma.sync; ``kernel=wgmma_tma``: the default on SM 9.0, warp-specialized,
+  one TMA producer thread feeding two consumer warpgroups that take turns at the tensor cores
+  (ping-pong); ``kernel=wgmma_pipe``: each warpgroup overlaps its softmax with its own P V;
+  the Hopper rows skipped elsewhere), vs
   ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``. Default B=4, H=32,
   S=4096, D=128 bfloat16 (``--seq-lens`` sets S). TFLOP/s count ``4 B H S^2 D`` multiply-adds
   as flops, halved for causal; the ceiling is the card's bfloat16/float16 GEMM rate.
@@ -246,9 +246,7 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
     else:
         b, h, lens = (1, 2, [128]) if ctx.quick else (1, 4, [512])
         db, dn = (2, [256]) if ctx.quick else (4, [1024])
-    kernels: list[str | None] = (
-        ["mma", "wgmma_pipe", "wgmma_ws_pp", "wgmma_tma"] if ctx.on_gpu else [None]
-    )
+    kernels: list[str | None] = ["mma", "wgmma_pipe", "wgmma_tma"] if ctx.on_gpu else [None]
     decoders: list[str | None] = ["mma", "mma2", "simt"] if ctx.on_gpu else [None]
     saved = {name: os.environ.get(name) for name in (KERNEL_ENV, DECODE_KERNEL_ENV)}
     try:

@@ -422,63 +422,11 @@ struct alignas(64) CUtensorMap {
 };
 #endif
 
-// attn_prefill_wgmma_ws_pp_* (attention_prefill_sm90_ws.cuh, 384 threads): warp-specialized, a
-// producer warpgroup and two consumers taking turns at the tensor cores (ping-pong).
-#include "attention_prefill_sm90_ws.cuh"
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_ws_pp_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                     const void* mask, int mask_kind, long long msb, long long msh,
-                                     long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                     float scale, int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__half, 64>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_ws_pp_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                      const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                      int mask_kind, long long msb, long long msh, long long msq,
-                                      long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                      int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_ws_pp_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                      const void* mask, int mask_kind, long long msb, long long msh,
-                                      long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                      float scale, int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__half, 128>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_ws_pp_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                       const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                       int mask_kind, long long msb, long long msh, long long msq,
-                                       long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                       int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-// attn_prefill_wgmma_tma_*: the same kernel with one producer thread loading Q, K and V by TMA;
-// tq, tk and tv are gp.TensorMap of q, k and v viewed as [B * H, S, D], boxes of 128 x 64 with
-// a 128-byte swizzle.
+// attn_prefill_wgmma_tma_* (attention_prefill_sm90_tma.cuh, 384 threads): warp-specialized, one
+// producer thread loading Q, K and V by TMA and two consumer warpgroups taking turns at the
+// tensor cores (ping-pong); tq, tk and tv are gp.TensorMap of q, k and v viewed as
+// [B * H, S, D], boxes of 128 x 64 with a 128-byte swizzle (attention.py _tma_maps).
+#include "attention_prefill_sm90_tma.cuh"
 
 extern "C" __global__ void __launch_bounds__(384, 1)
     attn_prefill_wgmma_tma_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
@@ -489,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                    const __grid_constant__ CUtensorMap tv) {
 #ifdef PGK_ATTN_HAS_WGMMA
     const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
-    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__half, 64>(PGK_PREFILL_CALL, &maps);
+    pgk_attn_sm90::attn_prefill_wgmma_tma<__half, 64>(PGK_PREFILL_CALL, maps);
 #else
     __trap();
 #endif
@@ -505,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                     const __grid_constant__ CUtensorMap tv) {
 #ifdef PGK_ATTN_HAS_WGMMA
     const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
-    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 64>(PGK_PREFILL_CALL, &maps);
+    pgk_attn_sm90::attn_prefill_wgmma_tma<__nv_bfloat16, 64>(PGK_PREFILL_CALL, maps);
 #else
     __trap();
 #endif
@@ -520,7 +468,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                     const __grid_constant__ CUtensorMap tv) {
 #ifdef PGK_ATTN_HAS_WGMMA
     const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
-    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__half, 128>(PGK_PREFILL_CALL, &maps);
+    pgk_attn_sm90::attn_prefill_wgmma_tma<__half, 128>(PGK_PREFILL_CALL, maps);
 #else
     __trap();
 #endif
@@ -536,7 +484,7 @@ extern "C" __global__ void __launch_bounds__(384, 1)
                                      const __grid_constant__ CUtensorMap tv) {
 #ifdef PGK_ATTN_HAS_WGMMA
     const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
-    pgk_attn_sm90::attn_prefill_wgmma_ws_pp<__nv_bfloat16, 128>(PGK_PREFILL_CALL, &maps);
+    pgk_attn_sm90::attn_prefill_wgmma_tma<__nv_bfloat16, 128>(PGK_PREFILL_CALL, maps);
 #else
     __trap();
 #endif

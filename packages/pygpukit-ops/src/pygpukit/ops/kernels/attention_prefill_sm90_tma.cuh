@@ -1,27 +1,32 @@
-// Warp-specialized flash attention forward on Hopper (sm_90a) with FlashAttention-3's ping-pong,
-// head dims 64 and 128: attn_prefill_wgmma_ws_pp, included by attention_prefill.cu after
-// attention_prefill_sm90.cuh, whose pieces (swizzled tile loads, descriptors, wgmma wrappers,
-// masking, softmax, output) it reuses. Same arguments, masking rules and output as the other
-// prefill kernels.
-//   384 threads = 3 warpgroups. Warpgroup 0 is the producer: it loads Q once and the K/V tiles
-//   of 128 keys with cp.async into a ring of 3 stages and gives most of its registers to the
-//   consumers (setmaxnreg). Warpgroups 1 and 2 are consumers of 64 query rows each (CTA tile
-//   128 rows); each runs pipe_tiles, the wgmma_pipe loop (S_j issued, then P_{j-1} V_{j-1},
-//   softmax of S_j while P_{j-1} V_{j-1} runs).
+// Warp-specialized flash attention forward on Hopper (sm_90a) with TMA loads and
+// FlashAttention-3's ping-pong, head dims 64 and 128: attn_prefill_wgmma_tma, included by
+// attention_prefill.cu after attention_prefill_sm90.cuh, whose pieces (swizzled tile layout,
+// descriptors, wgmma wrappers, masking, softmax, output) it reuses. Same arguments, masking rules
+// and output as the other prefill kernels, plus TMA descriptors of q, k and v.
+//   384 threads = 3 warpgroups. Warpgroup 0 is the producer: it gives most of its registers to
+//   the consumers (setmaxnreg) and one of its threads loads Q once and the K/V tiles of 128 keys
+//   into a ring of 3 stages with cp.async.bulk.tensor (the other producer threads exit).
+//   Warpgroups 1 and 2 are consumers of 64 query rows each (CTA tile 128 rows); each runs
+//   pipe_tiles, the wgmma_pipe loop (S_j issued, then P_{j-1} V_{j-1}, softmax of S_j while
+//   P_{j-1} V_{j-1} runs).
 //   Tiles and stages are handed over by mbarriers only, no CTA-wide barrier inside the loop:
-//     FULL[s]  (count 128): every producer thread arrives through
-//              cp.async.mbarrier.arrive.noinc, i.e. when its copies into stage s have landed;
+//     FULL[s]  (count 1): the producer thread arrives with the tile's bytes as transaction
+//              count (expect_tx); the phase completes when TMA has written them all;
 //     EMPTY[s] (count 8): lane 0 of each consumer warp arrives once its last wgmma reading
 //              stage s (P V of that tile) has completed.
-//   Tile j lives in stage j % 3; a wait for its phase uses parity (j / 3) & 1. Every thread
-//   arrives once per tile on each barrier it arrives on, whatever n_tiles is, and no waiter can
+//   Tile j lives in stage j % 3; a wait for its phase uses parity (j / 3) & 1. No waiter can
 //   fall a whole phase behind (tile j + 3 needs both consumers' release of tile j, which needs
-//   each of them past its wait for tile j), so parity waits cannot be confused.
+//   each of them past its wait for tile j), so parity waits cannot be confused. TMA and wgmma
+//   both go through the async proxy: no proxy fence between a tile's arrival and its use.
 //   Ping-pong: the consumers take turns issuing their matrix multiplies (named barriers 1 and
 //   2, 256 threads: one consumer's bar.arrive lets the other's bar.sync pass), so the tensor
 //   cores run one consumer's S and P V while the other consumer does its softmax. Consumer 0
 //   issues first; consumer 1 skips its last hand-over, which nobody would wait for, so each
 //   barrier sees as many arrives as syncs.
+// Why TMA: the same kernel with a producer warpgroup issuing 16-byte cp.async (wgmma_ws_pp,
+// removed) took 1.27 ms where this one takes 1.06 (causal bf16 B4 H32 S4096 D128, H200, one
+// run; wgmma_pipe 1.40): one instruction per 16 KiB box instead of 1024 cp.async, and no
+// proxy fence or arrival per producer thread.
 // Shared memory as the other wgmma kernel (Q + 3 stages of K and V, 225 KiB for D = 128 with
 // the alignment slack); the six mbarriers are static shared memory (48 bytes).
 #pragma once
@@ -54,12 +59,6 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Arrives on bar when all of this thread's earlier cp.async have completed (noinc: the arrival
-// is one of the count the barrier was initialized with).
-__device__ __forceinline__ void cp_async_arrive(unsigned bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
 __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                  : "memory");
@@ -89,33 +88,6 @@ __device__ __forceinline__ void tma_tile(unsigned dst, const CUtensorMap* map, i
         tma_load_3d(dst + blk * kBlockBytes, map, blk * 64, row, bh, bar);
 }
 
-// The producer's share of a 128 x D tile in load_tile's swizzled layout (rows past valid_rows
-// zero-filled). Thread lt always copies the same 16-byte chunk of every kStep-th row starting at
-// row lt / kChunks, so its swizzled offset is fixed (kStep is a multiple of 8, the swizzle
-// period). load_tile's per-copy index arithmetic, fully unrolled, spills at the producer's 24
-// registers; so does this loop unrolled by 8 (ptxas -v, sm_90a); by 2 it spills nothing.
-template <typename T, int kD>
-struct WsTileCopy {
-    static constexpr int kChunks = kD / 8, kStep = 128 / kChunks;
-    unsigned dst_ofs;  // in the tile
-    int src_ofs, row;  // elements from the tile's first row; first row copied
-
-    __device__ __forceinline__ explicit WsTileCopy(int lt) {
-        row = lt / kChunks;
-        const int chunk = lt % kChunks;
-        dst_ofs = (chunk >> 3) * kBlockBytes + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
-        src_ofs = row * kD + chunk * 8;
-    }
-    __device__ __forceinline__ void operator()(unsigned dst, const T* src, int valid_rows) const {
-#pragma unroll 2
-        for (int i = 0; i < 128 / kStep; ++i) {
-            const bool valid = row + i * kStep < valid_rows;
-            cp_async16_s(dst + dst_ofs + i * kStep * 128,
-                         valid ? src + src_ofs + (size_t)i * kStep * kD : src, valid);
-        }
-    }
-};
-
 // Ping-pong turns: wait until it is consumer c's turn to issue, hand the turn to the other.
 // Barrier ids are immediates (with a register id ptxas reserves all 16 barriers).
 __device__ __forceinline__ void turn_wait(int c) {
@@ -131,15 +103,11 @@ __device__ __forceinline__ void turn_pass(int c) {
         asm volatile("bar.arrive 1, 256;\n" ::: "memory");
 }
 
-// `maps` null: the producer warpgroup loads with cp.async (wgmma_ws_pp). Otherwise one producer
-// thread loads every tile with TMA (wgmma_tma): FULL[s] then counts that thread's arrival, with
-// the tile's bytes as its transaction count, and the other producer warps exit.
 template <typename T, int kD>
-__device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
+__device__ __forceinline__ void attn_prefill_wgmma_tma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
-    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal,
-    const TmaMaps* maps = nullptr) {
+    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal, const TmaMaps& maps) {
     constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
     constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
     extern __shared__ unsigned char smem_raw[];
@@ -160,7 +128,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
 
     if (tid == 0) {
         for (int s = 0; s < kWsStages; ++s) {
-            mbar_init(full0 + 8 * s, maps ? 1 : 128);
+            mbar_init(full0 + 8 * s, 1);
             mbar_init(empty0 + 8 * s, 8);
         }
         // Visible to the async proxy (TMA's complete_tx) as well as to the other threads.
@@ -169,35 +137,20 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
     __syncthreads();  // the barriers are initialized before anyone arrives or waits
 
     if (wg == 0) {
-        // Producer. All 128 threads wait for the stage to be free, copy their share and arrive
-        // (when the copies land) on its FULL barrier, once per tile.
+        // Producer: one thread issues every load; the stage's FULL barrier counts its bytes.
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-        if (maps) {
-            if (tid != 0) return;
-            const int bhq = tile.b * hq + tile.h, bhk = tile.b * hkv + tile.h / (hq / hkv);
-            for (int j = 0; j < n_tiles; ++j) {
-                const unsigned full = full0 + 8 * (j % kWsStages);
-                if (j >= kWsStages) mbar_wait(empty0 + 8 * (j % kWsStages), parity(j) ^ 1);
-                mbar_expect_tx(full, (j == 0 ? 3 : 2) * kTileBytes);
-                if (j == 0) tma_tile<kD>(sQ, maps->q, tile.m0, bhq, full);
-                tma_tile<kD>(stage(j), maps->k, j * kBN, bhk, full);
-                tma_tile<kD>(stage(j) + kTileBytes, maps->v, j * kBN, bhk, full);
-            }
-            return;  // the consumers' FULL waits cover every load still in flight
-        }
-        const WsTileCopy<T, kD> copy(tid);
+        if (tid != 0) return;
+        const int bhq = tile.b * hq + tile.h, bhk = tile.b * hkv + tile.h / (hq / hkv);
         for (int j = 0; j < n_tiles; ++j) {
+            const unsigned full = full0 + 8 * (j % kWsStages);
             if (j >= kWsStages) mbar_wait(empty0 + 8 * (j % kWsStages), parity(j) ^ 1);
             // Q rides with tile 0: the consumers' wait for FULL of tile 0 covers it.
-            if (j == 0) copy(sQ, tile.qp, tile.rows_here);
-            const int n0 = j * kBN, rows = min(kBN, sk - n0);
-            copy(stage(j), tile.kp + (size_t)n0 * kD, rows);
-            copy(stage(j) + kTileBytes, tile.vp + (size_t)n0 * kD, rows);
-            cp_async_arrive(full0 + 8 * (j % kWsStages));
+            mbar_expect_tx(full, (j == 0 ? 3 : 2) * kTileBytes);
+            if (j == 0) tma_tile<kD>(sQ, maps.q, tile.m0, bhq, full);
+            tma_tile<kD>(stage(j), maps.k, j * kBN, bhk, full);
+            tma_tile<kD>(stage(j) + kTileBytes, maps.v, j * kBN, bhk, full);
         }
-        // Exit only with every copy landed (the consumers may still wait on the last ones).
-        asm volatile("cp.async.wait_all;\n" ::: "memory");
-        return;
+        return;  // the consumers' FULL waits cover every load still in flight
     }
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
@@ -214,13 +167,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_ws_pp(
         softmax_tile_of<T>(s, j, tile, r0, t, scale2, mask, mask_kind, mbase, msq, msk, sq, sk,
                            causal, row_max, row_sum, alpha);
     };
-    // Tile j has landed. cp.async writes through the generic proxy and wgmma reads through the
-    // async proxy: the fence orders the writes this thread has observed before its wgmma.
-    // (TMA writes through the async proxy already: no fence.)
-    auto acquire = [&](int j) {
-        mbar_wait(full0 + 8 * (j % kWsStages), parity(j));
-        if (!maps) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    };
+    auto acquire = [&](int j) { mbar_wait(full0 + 8 * (j % kWsStages), parity(j)); };
     // Called after a wait_group that completed the last wgmma reading tile j (its P V); the
     // wait is warpgroup-wide, so one lane per warp speaks for the warp.
     auto release = [&](int j) {
