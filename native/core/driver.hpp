@@ -40,8 +40,6 @@ namespace pgk {
     X(cuMemGetInfo, 3020)                       \
     X(cuMemHostAlloc, 2020)                     \
     X(cuMemFreeHost, 2000)                      \
-    X(cuMemHostRegister, 6050)                  \
-    X(cuMemHostUnregister, 4000)                \
     X(cuMemcpyAsync, 4000)                      \
     X(cuMemcpyHtoDAsync, 3020)                  \
     X(cuMemcpyDtoHAsync, 3020)                  \

@@ -1,9 +1,7 @@
 #include "core/rust_api.hpp"
 
 #include <Python.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -173,68 +171,11 @@ int be_stream_is_capturing(void*, pgk_stream stream, int* capturing) {
     });
 }
 
-// Host registration flags per device, asked once (0: not yet; else the flags + 1).
-std::atomic<unsigned int> g_register_flags[kMaxDevices] = {};
-
-// CU_MEMHOSTREGISTER_READ_ONLY where the device supports it: the engine only reads the source,
-// and the flag is what lets the driver lock memory the process maps read-only (a NumPy array
-// over a read-only mapping). Elsewhere 0, the flags the measurements in upload.rs used.
-unsigned int register_flags(int32_t device) {
-    const unsigned int cached = g_register_flags[device].load(std::memory_order_relaxed);
-    if (cached != 0) return cached - 1;
-    unsigned int flags = 0;
-    CUdevice dev = 0;
-    int read_only = 0;
-    if (drv().cuDeviceGet(&dev, device) == CUDA_SUCCESS &&
-        drv().cuDeviceGetAttribute(&read_only,
-                                   CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
-                                   dev) == CUDA_SUCCESS &&
-        read_only != 0) {
-        flags = CU_MEMHOSTREGISTER_READ_ONLY;
-    }
-    g_register_flags[device].store(flags + 1, std::memory_order_relaxed);
-    return flags;
-}
-
-int be_host_register_granularity(void*, int32_t device, uint64_t* granularity) {
-    return guarded(device, [&] {
-        *granularity = 0;
-        CUdevice dev = 0;
-        CUresult r = drv().cuDeviceGet(&dev, device);
-        if (r != CUDA_SUCCESS) return r;
-        int supported = 0;
-        r = drv().cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED,
-                                       dev);
-        const long page = sysconf(_SC_PAGESIZE);
-        if (r == CUDA_SUCCESS && supported != 0 && page > 0) {
-            *granularity = static_cast<uint64_t>(page);
-        }
-        return r;
-    });
-}
-// In the device's primary context, the one its copy streams belong to (registration without
-// CU_MEMHOSTREGISTER_PORTABLE is seen by that context only).
-int be_host_register(void*, int32_t device, uint64_t ptr, uint64_t nbytes) {
-    return guarded(device, [&] {
-        RelaxedCaptureMode relaxed;
-        return drv().cuMemHostRegister(reinterpret_cast<void*>(ptr), nbytes,
-                                       register_flags(device));
-    });
-}
-int be_host_unregister(void*, int32_t device, uint64_t ptr) {
-    return guarded(device, [&] {
-        RelaxedCaptureMode relaxed;
-        return drv().cuMemHostUnregister(reinterpret_cast<void*>(ptr));
-    });
-}
-
 const pgk_device_backend kBackend = {
-    nullptr,          be_mem_alloc,           be_mem_free,
-    be_mem_get_info,  be_host_alloc,          be_host_free,
-    be_event_create,  be_event_destroy,       be_event_record,
-    be_event_query,   be_event_synchronize,   be_stream_wait_event,
-    be_memcpy_async,  be_stream_is_capturing, be_host_register_granularity,
-    be_host_register, be_host_unregister,
+    nullptr,         be_mem_alloc,           be_mem_free,          be_mem_get_info,
+    be_host_alloc,   be_host_free,           be_event_create,      be_event_destroy,
+    be_event_record, be_event_query,         be_event_synchronize, be_stream_wait_event,
+    be_memcpy_async, be_stream_is_capturing,
 };
 
 std::string python_error_text() {

@@ -56,51 +56,6 @@ CopyStreams& copy_streams(int device) {
     return s;
 }
 
-// The engine's release of an upload source it kept (rust_capi.h, transfer_upload): on a copy
-// thread, or on the submitter with the GIL released. Nothing to release once the interpreter is
-// finalizing (the process is exiting; its atexit drain has run).
-void release_source(void* owner) {
-#if PY_VERSION_HEX >= 0x030D0000
-    const bool finalizing = Py_IsFinalizing();
-#else
-    const bool finalizing = _Py_IsFinalizing();
-#endif
-    if (!Py_IsInitialized() || finalizing) return;
-    PyGILState_STATE gil = PyGILState_Ensure();
-    Py_DECREF(static_cast<PyObject*>(owner));
-    PyGILState_Release(gil);
-}
-
-// atexit: before finalization, wait until every kept source is unregistered and released, so no
-// copy thread takes the GIL while the interpreter goes away. The GIL is released meanwhile: the
-// releases need it.
-PyObject* drain_at_exit(PyObject*, PyObject*) {
-    {
-        GilRelease nogil;
-        rust_api().transfer_drain();
-    }
-    Py_RETURN_NONE;
-}
-
-PyMethodDef g_drain_def = {"_pygpukit_transfer_drain", drain_at_exit, METH_NOARGS, nullptr};
-
-// Once the engine first keeps a source; called with the GIL, which guards `registered` (not a
-// std::call_once: the import may release the GIL, and a second caller blocked in call_once while
-// holding it would deadlock). A failure leaves the drain undone: the releases then skip the
-// DECREF at exit, as above.
-void drain_sources_at_exit() {
-    static bool registered = false;
-    if (registered) return;
-    registered = true;
-    PyObject* fn = PyCFunction_New(&g_drain_def, nullptr);
-    PyObject* atexit = PyImport_ImportModule("atexit");
-    PyObject* done = fn && atexit ? PyObject_CallMethod(atexit, "register", "O", fn) : nullptr;
-    if (done == nullptr) PyErr_Clear();
-    Py_XDECREF(done);
-    Py_XDECREF(atexit);
-    Py_XDECREF(fn);
-}
-
 // `waiter` waits for the work enqueued on `producer` so far.
 void order_after(const Stream& waiter, const Stream& producer) {
     Event ready(producer.device(), false);
@@ -110,8 +65,7 @@ void order_after(const Stream& waiter, const Stream& producer) {
 
 }  // namespace
 
-void transfer_to_device(uint64_t dev, const void* host, uint64_t nbytes, const StreamPtr& stream,
-                        PyObject* owner) {
+void transfer_to_device(uint64_t dev, const void* host, uint64_t nbytes, const StreamPtr& stream) {
     const int device = stream->device();
     CopyStreams& copy = copy_streams(device);
     bind_device(device);  // the engine's copies run on this thread, in the device's context
@@ -120,22 +74,13 @@ void transfer_to_device(uint64_t dev, const void* host, uint64_t nbytes, const S
     order_after(*copy.h2d, *stream);
     const pgk_api& api = rust_api();
     uint64_t ticket = 0;
-    int kept = 0;
     pgk_status status;
-    // The engine's reference, should it keep the source past this call (it says so in `kept`;
-    // else this one is dropped below, without any callback taking the GIL).
-    Py_INCREF(owner);
     {
         GilRelease nogil;
-        status = api.transfer_upload(device, reinterpret_cast<uint64_t>(host), dev, nbytes, 0,
-                                     owner, release_source, &kept, &ticket);
+        status = api.transfer_submit(device, PGK_HOST_TO_DEVICE, reinterpret_cast<uint64_t>(host),
+                                     dev, nbytes, 0, &ticket);
     }
-    if (kept != 0) {
-        drain_sources_at_exit();
-    } else {
-        Py_DECREF(owner);
-    }
-    if (status != PGK_OK) transfer_failed("transfer_upload");
+    if (status != PGK_OK) transfer_failed("transfer_submit");
     status = api.transfer_stream_wait(ticket, stream->id());
     api.transfer_release(ticket);
     if (status != PGK_OK) transfer_failed("transfer_stream_wait");

@@ -3,8 +3,6 @@
 // (one per direction) that the runtime owns, so the pinned memory is accounted in one place.
 #pragma once
 
-#include <Python.h>
-
 #include <cstdint>
 
 #include "core/stream.hpp"
@@ -13,12 +11,8 @@ namespace pgk {
 
 // Copies nbytes of pageable `host` memory to device address `dev` after the work enqueued on
 // `stream` so far; work enqueued on `stream` afterwards sees the data. Every byte of `host` has
-// been read when this returns (it waits, with the GIL released, for staging buffers and for the
-// DMA of the parts it reads straight from `host`). `owner` is the Python object that keeps
-// `host` mapped; call with the GIL. For a large copy the engine may keep it (a new reference)
-// until it has unregistered the parts of `host` it page-locked, on a copy thread.
-void transfer_to_device(uint64_t dev, const void* host, uint64_t nbytes, const StreamPtr& stream,
-                        PyObject* owner);
+// been read when this returns (it waits, with the GIL released, only for staging buffers).
+void transfer_to_device(uint64_t dev, const void* host, uint64_t nbytes, const StreamPtr& stream);
 
 // Makes the device-to-host copy stream of `stream`'s device wait for the work enqueued on
 // `stream` so far (no host wait). Call with the GIL, in the caller's order of operations.

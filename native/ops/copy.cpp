@@ -88,9 +88,8 @@ void copy_from_host(const Array& dst, py::array host, const StreamPtr& stream, b
         check(drv().cuMemcpyHtoDAsync(target.data_ptr(), src.data(), nbytes, stream->handle()),
               "cuMemcpyHtoDAsync");
     } else {
-        // The engine has read all of `src` when this returns; it may keep `src` alive a while
-        // longer, while parts of it stay page-locked.
-        transfer_to_device(target.data_ptr(), src.data(), nbytes, stream, src.ptr());
+        // `src` stays referenced here and the engine has read all of it when this returns.
+        transfer_to_device(target.data_ptr(), src.data(), nbytes, stream);
     }
     if (!dst.is_c_contiguous()) {
         strided_copy(dst.data_ptr(), dst.strides(), target.data_ptr(), target.strides(),

@@ -207,11 +207,8 @@ _u64, _i32, _u32, _int = ctypes.c_uint64, ctypes.c_int32, ctypes.c_uint32, ctype
 _P = ctypes.POINTER
 
 
-_Release = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-
-
 class _Api(ctypes.Structure):
-    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 5)."""
+    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 4)."""
 
     _fields_ = [
         ("version", ctypes.c_uint32),
@@ -232,13 +229,6 @@ class _Api(ctypes.Structure):
         ("transfer_wait", ctypes.CFUNCTYPE(_int, _u64)),
         ("transfer_release", ctypes.CFUNCTYPE(None, _u64)),
         ("pool_touch_all", ctypes.CFUNCTYPE(_int, _P(_u64), ctypes.c_size_t, _u64, _P(_Block))),
-        (
-            "transfer_upload",
-            ctypes.CFUNCTYPE(
-                _int, _i32, _u64, _u64, _u64, _i32, ctypes.c_void_p, _Release, _P(_int), _P(_u64)
-            ),
-        ),
-        ("transfer_drain", ctypes.CFUNCTYPE(None)),
     ]
 
 
@@ -259,7 +249,7 @@ def _last_error(api: _Api) -> str:
 
 def test_c_api_capsule_allocates_dispatches_and_transfers_on_the_host() -> None:
     api = _c_api()
-    assert api.version == 5 and api.struct_size == ctypes.sizeof(_Api)
+    assert api.version == 4 and api.struct_size == ctypes.sizeof(_Api)
     block = _Block()
     assert api.pool_alloc(HOST, 1000, 0, 0, ctypes.byref(block)) == 0
     assert block.id != 0 and block.size >= 1000
@@ -305,19 +295,6 @@ def test_c_api_capsule_allocates_dispatches_and_transfers_on_the_host() -> None:
     assert api.transfer_submit(HOST, 0, data.ctypes.data, dev.ptr, data.nbytes, 0, h2d) == 0
     assert api.transfer_stream_wait(h2d.value, 3) == 0
     assert api.transfer_wait(h2d.value) == 0
-    # With a keep-alive: the host backend registers nothing, so the owner is not kept (and its
-    # release never called).
-    released = []
-    release = _Release(released.append)
-    kept = _int(7)
-    up = ctypes.c_uint64()
-    args = (HOST, data.ctypes.data, dev.ptr, data.nbytes, 0, 1234, release)
-    assert api.transfer_upload(*args, ctypes.byref(kept), ctypes.byref(up)) == 0
-    assert kept.value == 0 and api.transfer_wait(up.value) == 0
-    assert api.transfer_upload(5, *args[1:], ctypes.byref(kept), ctypes.byref(up)) == 4
-    assert kept.value == 0 and "no transfer engine on device 5" in _last_error(api)
-    api.transfer_drain()
-    assert released == []
     back = np.zeros_like(data)
     d2h = ctypes.c_uint64()
     assert api.transfer_submit(HOST, 1, back.ctypes.data, dev.ptr, data.nbytes, 0, d2h) == 0

@@ -23,9 +23,8 @@ extern "C" {
 
 #define PGK_CAPI_CAPSULE_NAME "pygpukit._rust._C_API"
 /* 2: transfer engine functions appended; 3: pool_touch_all; 4: PGK_ALLOC_NO_WAIT and
-   PGK_WOULD_BLOCK; 5: host registration in the device backend, transfer_upload and
-   transfer_drain */
-#define PGK_CAPI_VERSION 5u
+   PGK_WOULD_BLOCK */
+#define PGK_CAPI_VERSION 4u
 
 typedef uint64_t pgk_stream; /* CUstream as an integer; 0 is the legacy default stream */
 typedef uint64_t pgk_event;  /* CUevent as an integer */
@@ -74,16 +73,6 @@ typedef struct pgk_device_backend {
     int (*memcpy_async)(void* ctx, uint64_t dst, uint64_t src, uint64_t nbytes, pgk_stream stream);
     /* *capturing = 1 when stream is being captured into a CUDA graph. */
     int (*stream_is_capturing)(void* ctx, pgk_stream stream, int* capturing);
-    /* ---- version 5: uploads DMA straight from page-locked parts of their source ---- */
-    /* *granularity = the host page size when `device` can DMA from registered (page-locked)
-       host memory, else 0 (then host_register is never called). */
-    int (*host_register_granularity)(void* ctx, int32_t device, uint64_t* granularity);
-    /* Page-locks [ptr, ptr + nbytes) (page-aligned) for copies in `device`'s context, read-only
-       where the device supports it. A refusal (e.g. CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
-       is an answer: the engine stages those bytes instead. */
-    int (*host_register)(void* ctx, int32_t device, uint64_t ptr, uint64_t nbytes);
-    /* Unregisters the range registered at ptr (after every copy reading it has completed). */
-    int (*host_unregister)(void* ctx, int32_t device, uint64_t ptr);
 } pgk_device_backend;
 
 typedef struct pgk_block {
@@ -153,22 +142,6 @@ typedef struct pgk_api {
        PGK_LIMIT_EXCEEDED / PGK_OUT_OF_MEMORY when they do not fit together. */
     pgk_status (*pool_touch_all)(const uint64_t* block_ids, size_t n, pgk_stream stream,
                                  pgk_block* out);
-
-    /* ---- version 5 ---- */
-    /* transfer_submit of a host-to-device copy whose source `owner` keeps alive: the engine may
-       then page-lock parts of `host` and DMA straight from them. Returns once every byte of
-       `host` has been read (the caller may modify it then). *owner_kept (set on every return,
-       errors included): 1 when the engine took `owner` and will call release(owner) exactly
-       once, from any thread and without the GIL, after it has unregistered the last part of
-       `host` it locked (`host` must stay mapped until then); 0 when it did not, and the caller
-       keeps its owner as with transfer_submit. release = NULL: staged only, as transfer_submit. */
-    pgk_status (*transfer_upload)(int32_t device, uint64_t host, pgk_devptr dev, uint64_t nbytes,
-                                  int32_t priority, void* owner, void (*release)(void* owner),
-                                  int* owner_kept, uint64_t* ticket);
-    /* Blocks until every engine has unregistered what its uploads keep page-locked and released
-       their owners (at shutdown, before owners can no longer be released). Call without the
-       GIL: release functions may take it. */
-    void (*transfer_drain)(void);
 } pgk_api;
 
 #ifdef __cplusplus

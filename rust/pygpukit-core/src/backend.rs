@@ -22,11 +22,6 @@ pub type DevPtr = u64;
 pub const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
 /// `CUDA_ERROR_NOT_READY`: what `event_query` returns for a pending event.
 pub const CUDA_ERROR_NOT_READY: i32 = 600;
-/// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`: `host_register` of a range that overlaps one
-/// registered before (by us or by anyone else in the process).
-pub const CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: i32 = 712;
-/// `CUDA_ERROR_NOT_SUPPORTED`: what a backend without host registration answers.
-pub const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
 
 /// A failed backend call: the `CUresult` and which call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,14 +71,4 @@ pub trait DeviceBackend: Send + Sync {
     fn memcpy_async(&self, dst: u64, src: u64, nbytes: u64, stream: Stream) -> BackendResult<()>;
     /// True while `stream` is being captured into a CUDA graph.
     fn stream_is_capturing(&self, stream: Stream) -> BackendResult<bool>;
-    /// The granularity (the host page size) at which [`DeviceBackend::host_register`] page-locks
-    /// pageable memory for `device`'s copies, or `None` where it cannot (then it is never called).
-    fn host_register_granularity(&self, device: i32) -> BackendResult<Option<u64>>;
-    /// Page-locks the pageable host range `[ptr, ptr + nbytes)` (both multiples of the
-    /// granularity) so that `memcpy_async` on `device`'s streams reads it straight by DMA.
-    /// Refused (e.g. [`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`]) when it overlaps a range
-    /// registered before; the range is then unchanged.
-    fn host_register(&self, device: i32, ptr: u64, nbytes: u64) -> BackendResult<()>;
-    /// Makes a range registered at `ptr` pageable again. Only once no copy reads it any more.
-    fn host_unregister(&self, device: i32, ptr: u64) -> BackendResult<()>;
 }

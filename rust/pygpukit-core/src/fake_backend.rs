@@ -6,31 +6,17 @@
 //! models is *completion*: an event recorded on a stream stays pending until
 //! [`FakeBackend::complete_stream`] or [`FakeBackend::complete_all`] runs (or at
 //! once with [`FakeBackend::set_auto_complete`]).
-//!
-//! Host registration is simulated too: registered ranges (overlaps refused as the
-//! driver refuses them), injectable refusals, copies that read a registered range
-//! counted, and every breach of the registration contract (unregistering a range a
-//! pending copy still reads, a copy straddling a registration's edge) recorded in
-//! [`FakeBackend::violations`] rather than panicking on the engine's threads.
 
 use crate::backend::{BackendError, BackendResult, DevPtr, DeviceBackend, Event, Stream};
-use crate::backend::{
-    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, CUDA_ERROR_NOT_READY, CUDA_ERROR_NOT_SUPPORTED,
-    CUDA_ERROR_OUT_OF_MEMORY,
-};
+use crate::backend::{CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Condvar, Mutex};
+use std::sync::Mutex;
 
 const DEVICE_BASE: u64 = 0x1000_0000_0000;
 const HOST_BASE: u64 = 0x7000_0000_0000;
 /// Gap between fake allocations, so an overrun never lands in a neighbour.
 const GUARD: u64 = 1 << 20;
 const CUDA_ERROR_INVALID_VALUE: i32 = 1;
-/// What the driver answers for memory it will not page-lock (e.g. some file-backed mappings).
-pub const CUDA_ERROR_NOT_PERMITTED: i32 = 800;
-const CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: i32 = 713;
-/// The page size the fake reports unless told otherwise.
-pub const FAKE_PAGE: u64 = 4096;
 
 #[derive(Default)]
 struct Region {
@@ -67,41 +53,12 @@ struct State {
     /// `memcpy_async` calls left before one fails (then none again).
     fail_copy_in: Option<u64>,
     host_used: u64,
-    /// `None`: registration unsupported; else the page size reported.
-    register_granularity: Option<u64>,
-    /// Registered host ranges: start -> length.
-    registered: BTreeMap<u64, u64>,
-    /// `host_register` calls left before one is refused (then none again).
-    fail_register_in: Option<u64>,
-    register_calls: u64,
-    /// `(src, nbytes)` of every copy that read a registered range.
-    registered_copies: Vec<(u64, u64)>,
-    /// `(ptr, nbytes)` of every successful unregistration, in order.
-    unregistered: Vec<(u64, u64)>,
-    violations: Vec<String>,
-}
-
-impl State {
-    /// See [`FakeBackend::reads_pending`].
-    fn reads_pending(&self, addr: u64, len: u64) -> bool {
-        self.copies
-            .iter()
-            .zip(&self.copy_epochs)
-            .any(|(c, &epoch)| {
-                let (_, src, n, stream) = *c;
-                let done = self.completions.get(&stream).copied().unwrap_or(0);
-                epoch == done && src < addr + len && addr < src + n
-            })
-    }
 }
 
 /// See the module documentation.
 pub struct FakeBackend {
     budget: u64,
     state: Mutex<State>,
-    /// While true, `host_unregister` blocks (before touching the state) until it is false.
-    unregister_held: Mutex<bool>,
-    unregister_released: Condvar,
 }
 
 /// Bytes that differ from their neighbours (never all zero), for round-trip checks in tests.
@@ -118,14 +75,11 @@ impl FakeBackend {
             next_device: DEVICE_BASE,
             next_host: HOST_BASE,
             next_event: 1,
-            register_granularity: Some(FAKE_PAGE),
             ..State::default()
         };
         Self {
             budget,
             state: Mutex::new(state),
-            unregister_held: Mutex::new(false),
-            unregister_released: Condvar::new(),
         }
     }
 
@@ -232,54 +186,12 @@ impl FakeBackend {
     /// True when a copy that reads `[addr, addr + len)` may still be running: it was enqueued
     /// after its stream was last completed.
     pub fn reads_pending(&self, addr: u64, len: u64) -> bool {
-        self.lock().reads_pending(addr, len)
-    }
-
-    /// The page size `host_register_granularity` reports; `None`: registration unsupported.
-    pub fn set_register_granularity(&self, granularity: Option<u64>) {
-        self.lock().register_granularity = granularity;
-    }
-
-    /// The `n`th `host_register` from now (0: the next) is refused with
-    /// [`CUDA_ERROR_NOT_PERMITTED`], as the driver refuses memory it cannot page-lock.
-    pub fn fail_register_after(&self, n: u64) {
-        self.lock().fail_register_in = Some(n);
-    }
-
-    /// `host_register` calls so far, refused ones included.
-    pub fn register_calls(&self) -> u64 {
-        self.lock().register_calls
-    }
-
-    /// Host ranges registered now, `(ptr, nbytes)` by address.
-    pub fn registered_ranges(&self) -> Vec<(u64, u64)> {
-        self.lock()
-            .registered
-            .iter()
-            .map(|(&p, &n)| (p, n))
-            .collect()
-    }
-
-    /// `(src, nbytes)` of every `memcpy_async` that read a registered range, in order.
-    pub fn registered_copies(&self) -> Vec<(u64, u64)> {
-        self.lock().registered_copies.clone()
-    }
-
-    /// `(ptr, nbytes)` of every successful `host_unregister`, in order.
-    pub fn unregistered(&self) -> Vec<(u64, u64)> {
-        self.lock().unregistered.clone()
-    }
-
-    /// While `held`, every `host_unregister` blocks until this is called again with false (so a
-    /// test can keep ranges registered past the point where they would be unregistered).
-    pub fn hold_unregistrations(&self, held: bool) {
-        *self.unregister_held.lock().expect("fake backend poisoned") = held;
-        self.unregister_released.notify_all();
-    }
-
-    /// Breaches of the registration contract seen so far (empty when the engine obeyed it).
-    pub fn violations(&self) -> Vec<String> {
-        self.lock().violations.clone()
+        let s = self.lock();
+        s.copies.iter().zip(&s.copy_epochs).any(|(c, &epoch)| {
+            let (_, src, n, stream) = *c;
+            let done = s.completions.get(&stream).copied().unwrap_or(0);
+            epoch == done && src < addr + len && addr < src + n
+        })
     }
 
     /// How many `memcpy_async` calls (see [`FakeBackend::copies`]) came before `event`'s last
@@ -461,86 +373,11 @@ impl DeviceBackend for FakeBackend {
         let epoch = s.completions.get(&stream).copied().unwrap_or(0);
         s.copies.push((dst, src, nbytes, stream));
         s.copy_epochs.push(epoch);
-        let overlapping: Vec<(u64, u64)> = s
-            .registered
-            .range(..src + nbytes.max(1))
-            .map(|(&p, &n)| (p, n))
-            .filter(|&(p, n)| p + n > src)
-            .collect();
-        match overlapping[..] {
-            [] => {}
-            [(p, n)] if p <= src && src + nbytes <= p + n => {
-                s.registered_copies.push((src, nbytes))
-            }
-            _ => s.violations.push(format!(
-                "copy of {nbytes} bytes from {src:#x} straddles registered ranges {overlapping:x?}"
-            )),
-        }
         Ok(())
     }
 
     fn stream_is_capturing(&self, stream: Stream) -> BackendResult<bool> {
         Ok(self.lock().capturing.contains(&stream))
-    }
-
-    fn host_register_granularity(&self, _device: i32) -> BackendResult<Option<u64>> {
-        Ok(self.lock().register_granularity)
-    }
-
-    fn host_register(&self, _device: i32, ptr: u64, nbytes: u64) -> BackendResult<()> {
-        let mut s = self.lock();
-        s.register_calls += 1;
-        let refuse = |code| Err(BackendError::new(code, "cuMemHostRegister"));
-        match s.fail_register_in {
-            Some(0) => {
-                s.fail_register_in = None;
-                return refuse(CUDA_ERROR_NOT_PERMITTED);
-            }
-            Some(n) => s.fail_register_in = Some(n - 1),
-            None => {}
-        }
-        let Some(page) = s.register_granularity else {
-            return refuse(CUDA_ERROR_NOT_SUPPORTED);
-        };
-        if nbytes == 0 || ptr % page != 0 || nbytes % page != 0 || ptr < HOST_BASE {
-            return refuse(CUDA_ERROR_INVALID_VALUE);
-        }
-        if find_region(&mut s.regions, ptr, nbytes).is_none() {
-            return refuse(CUDA_ERROR_INVALID_VALUE);
-        }
-        let overlaps = s
-            .registered
-            .range(..ptr + nbytes)
-            .next_back()
-            .is_some_and(|(&p, &n)| p + n > ptr);
-        if overlaps {
-            return refuse(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
-        }
-        s.registered.insert(ptr, nbytes);
-        Ok(())
-    }
-
-    fn host_unregister(&self, _device: i32, ptr: u64) -> BackendResult<()> {
-        let held = self.unregister_held.lock().expect("fake backend poisoned");
-        drop(
-            self.unregister_released
-                .wait_while(held, |h| *h)
-                .expect("fake backend poisoned"),
-        );
-        let mut s = self.lock();
-        let Some(nbytes) = s.registered.remove(&ptr) else {
-            return Err(BackendError::new(
-                CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,
-                "cuMemHostUnregister",
-            ));
-        };
-        if s.reads_pending(ptr, nbytes) {
-            s.violations.push(format!(
-                "{nbytes} bytes at {ptr:#x} unregistered while a copy may still read them"
-            ));
-        }
-        s.unregistered.push((ptr, nbytes));
-        Ok(())
     }
 }
 
@@ -567,36 +404,6 @@ mod tests {
         assert!(!fake.event_query(ev).unwrap());
         fake.complete_stream(7);
         assert!(fake.event_query(ev).unwrap());
-    }
-
-    #[test]
-    fn registration_refuses_overlaps_and_flags_early_unregistration() {
-        let fake = FakeBackend::new(1 << 20);
-        let host = fake.host_alloc(8 * FAKE_PAGE).unwrap(); // HOST_BASE: page-aligned
-        let dev = fake.mem_alloc(0, 8 * FAKE_PAGE).unwrap();
-        fake.host_register(0, host, 4 * FAKE_PAGE).unwrap();
-        let again = fake.host_register(0, host + FAKE_PAGE, 4 * FAKE_PAGE);
-        assert_eq!(
-            again.unwrap_err().code,
-            CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
-        );
-        assert_eq!(
-            fake.host_register(0, host + 5, FAKE_PAGE).unwrap_err().code,
-            CUDA_ERROR_INVALID_VALUE
-        );
-        fake.fail_register_after(0);
-        let refused = fake.host_register(0, host + 4 * FAKE_PAGE, FAKE_PAGE);
-        assert_eq!(refused.unwrap_err().code, CUDA_ERROR_NOT_PERMITTED);
-        fake.memcpy_async(dev, host + 8, 100, 3).unwrap();
-        assert_eq!(fake.registered_copies(), vec![(host + 8, 100)]);
-        fake.host_unregister(0, host).unwrap(); // the copy is still pending
-        assert_eq!(fake.violations().len(), 1);
-        assert!(fake.host_unregister(0, host).is_err());
-        fake.host_register(0, host, FAKE_PAGE).unwrap();
-        fake.memcpy_async(dev, host, 2 * FAKE_PAGE, 3).unwrap(); // straddles the edge
-        assert_eq!(fake.violations().len(), 2);
-        assert_eq!(fake.unregistered(), vec![(host, 4 * FAKE_PAGE)]);
-        assert_eq!(fake.registered_ranges(), vec![(host, FAKE_PAGE)]);
     }
 
     #[test]

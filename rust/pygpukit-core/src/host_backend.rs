@@ -5,8 +5,8 @@
 //! is no asynchronous work on the host, so events are always complete, streams
 //! never wait and copies happen at once.
 
+use crate::backend::CUDA_ERROR_OUT_OF_MEMORY;
 use crate::backend::{BackendError, BackendResult, DevPtr, DeviceBackend, Event, Stream};
-use crate::backend::{CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY};
 use std::alloc::{alloc, dealloc, Layout};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,22 +135,6 @@ impl DeviceBackend for HostBackend {
     fn stream_is_capturing(&self, _stream: Stream) -> BackendResult<bool> {
         Ok(false)
     }
-
-    /// Host "uploads" are plain copies: there is no DMA to read pageable memory straight.
-    fn host_register_granularity(&self, _device: i32) -> BackendResult<Option<u64>> {
-        Ok(None)
-    }
-
-    fn host_register(&self, _device: i32, _ptr: u64, _nbytes: u64) -> BackendResult<()> {
-        Err(BackendError::new(CUDA_ERROR_NOT_SUPPORTED, "host_register"))
-    }
-
-    fn host_unregister(&self, _device: i32, _ptr: u64) -> BackendResult<()> {
-        Err(BackendError::new(
-            CUDA_ERROR_NOT_SUPPORTED,
-            "host_unregister",
-        ))
-    }
 }
 
 impl Drop for HostBackend {
@@ -184,15 +168,6 @@ mod tests {
         host.mem_free(-1, a).unwrap();
         host.host_free(b).unwrap();
         assert!(host.mem_free(-1, a).is_err());
-    }
-
-    #[test]
-    fn host_registration_is_unsupported() {
-        let host = HostBackend::new();
-        assert_eq!(host.host_register_granularity(-1).unwrap(), None);
-        let err = host.host_register(-1, 4096, 4096).unwrap_err();
-        assert_eq!(err.code, CUDA_ERROR_NOT_SUPPORTED);
-        assert!(host.host_unregister(-1, 4096).is_err());
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::limits::{current_partition, LimitSpec, PartitionId};
 use crate::pool::{
     AllocError, AllocOptions, BlockRef, DevicePool, GraphPoolId, PartitionQos, PoolError, ID_BITS,
 };
-use crate::transfer::{ProcessMemory, SourceOwner, TransferEngine, TransferRequest};
+use crate::transfer::{ProcessMemory, TransferEngine, TransferRequest};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -409,48 +409,6 @@ impl Runtime {
         Ok(((device + 2) as u64) << ID_BITS | local)
     }
 
-    /// A host-to-device copy whose source `owner` keeps alive, so that the engine may DMA
-    /// straight from parts of it (see [`TransferEngine::submit_upload`]). Returns the ticket,
-    /// as [`Runtime::transfer_submit`], and `owner` unless the engine keeps it.
-    ///
-    /// # Safety
-    /// As [`Runtime::transfer_submit`]; beyond it, the memory stays valid while `owner` lives.
-    pub unsafe fn transfer_upload(
-        &self,
-        device: i32,
-        request: TransferRequest,
-        owner: SourceOwner,
-    ) -> (Result<u64, RuntimeError>, Option<SourceOwner>) {
-        let Some(engine) = self.transfer_engine(device) else {
-            return (
-                Err(RuntimeError::TransferNotConfigured(device)),
-                Some(owner),
-            );
-        };
-        // SAFETY: forwarded from the caller.
-        let (result, owner) = unsafe { engine.submit_upload(request, owner) };
-        let ticket = result
-            .map(|local| ((device + 2) as u64) << ID_BITS | local)
-            .map_err(RuntimeError::from);
-        (ticket, owner)
-    }
-
-    /// Blocks until no engine keeps any upload source page-locked or alive (at shutdown; see
-    /// [`TransferEngine::drain`]).
-    pub fn transfer_drain(&self) {
-        let engines: Vec<Arc<TransferEngine>> = self.transfers().values().cloned().collect();
-        for engine in engines {
-            engine.drain();
-        }
-    }
-
-    /// Bytes `device`'s uploads DMA'd straight from registered sources (0 before its transfer
-    /// engine is configured).
-    pub fn transfer_registered_bytes(&self, device: i32) -> u64 {
-        self.transfer_engine(device)
-            .map_or(0, |e| e.registered_bytes())
-    }
-
     /// The device a transfer ticket names in its high bits (see `transfer_submit`).
     fn transfer_device(ticket: u64) -> i32 {
         (ticket >> ID_BITS) as i32 - 2
@@ -602,48 +560,6 @@ mod tests {
         let t = unsafe { rt.transfer_submit(HOST_DEVICE, d2h) }.unwrap();
         assert_eq!(back, data);
         rt.transfer_release(t).unwrap();
-        rt.free(dev.id, 0).unwrap();
-    }
-
-    #[test]
-    fn uploads_with_an_owner_hand_it_back_where_nothing_is_registered() {
-        let rt = Runtime::new();
-        let data: Vec<u8> = (0..(70u32 << 20)).map(|i| (i * 13 + 1) as u8).collect();
-        let dev = rt
-            .alloc(HOST_DEVICE, data.len() as u64, 0, AllocOptions::default())
-            .unwrap();
-        let request = TransferRequest {
-            direction: Direction::HostToDevice,
-            host: data.as_ptr() as u64,
-            device: dev.ptr,
-            nbytes: data.len() as u64,
-            priority: 0,
-        };
-        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let owner = || {
-            let r = released.clone();
-            SourceOwner::new(move || r.store(true, std::sync::atomic::Ordering::SeqCst))
-        };
-        // SAFETY: `data` outlives every ticket here, each waited for.
-        let (err, back) = unsafe { rt.transfer_upload(HOST_DEVICE, request, owner()) };
-        assert_eq!(err, Err(RuntimeError::TransferNotConfigured(HOST_DEVICE)));
-        back.expect("an unconfigured engine gives the owner back")
-            .disarm();
-        rt.transfer_configure(HOST_DEVICE, 1, 2, 64 << 10, 2)
-            .unwrap();
-        // The host backend cannot register: everything is staged, the owner comes back.
-        // SAFETY: as above.
-        let (t, back) = unsafe { rt.transfer_upload(HOST_DEVICE, request, owner()) };
-        let t = t.unwrap();
-        back.expect("nothing registered: the owner comes back")
-            .disarm();
-        rt.transfer_wait(t).unwrap();
-        rt.transfer_drain();
-        assert!(!released.load(std::sync::atomic::Ordering::SeqCst));
-        assert_eq!(rt.transfer_registered_bytes(HOST_DEVICE), 0);
-        // SAFETY: dev is a live block of data.len() bytes.
-        let got = unsafe { std::slice::from_raw_parts(dev.ptr as *const u8, data.len()) };
-        assert!(got == data);
         rt.free(dev.id, 0).unwrap();
     }
 

@@ -13,12 +13,11 @@
 //! completes when its last chunk has reached the pageable destination.
 //!
 //! This module also holds what both sides share: the request types, host
-//! copies ([`HostMemory`], [`ProcessMemory`]), the keep-alive of an upload's
-//! source ([`SourceOwner`]) and the copy threads.
+//! copies ([`HostMemory`], [`ProcessMemory`]) and the copy threads.
 
 use crate::backend::{BackendResult, DeviceBackend, Event, Stream};
 use crate::download::Downloads;
-use crate::upload::{RegisterSizes, Uploads, REGISTER_SIZES, UPLOAD_CHUNK, UPLOAD_WORKERS};
+use crate::upload::{Uploads, UPLOAD_CHUNK, UPLOAD_WORKERS};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -32,33 +31,6 @@ pub trait HostMemory: Send + Sync {
     /// Copies, possibly spread over the copy threads (never call it from one of them).
     fn copy_spread(&self, dst: u64, src: u64, nbytes: u64) {
         self.copy(dst, src, nbytes);
-    }
-}
-
-/// Keeps an upload's host memory alive while the engine may still need it: an upload handed
-/// one may DMA straight from parts of its source, which it page-locks and unlocks again after
-/// the copy (see `upload.rs`). Dropping it releases the memory (for the C API: calls the
-/// caller's release function), on whichever thread drops it last, never under an engine lock.
-pub struct SourceOwner(Option<Box<dyn FnOnce() + Send + Sync>>);
-
-impl SourceOwner {
-    /// An owner whose drop runs `release` once.
-    pub fn new(release: impl FnOnce() + Send + Sync + 'static) -> Self {
-        Self(Some(Box::new(release)))
-    }
-
-    /// Forgets the release: the memory stays in the care of whoever made this owner (the engine
-    /// gives an owner back when it never DMA'd from the source).
-    pub fn disarm(mut self) {
-        self.0 = None;
-    }
-}
-
-impl Drop for SourceOwner {
-    fn drop(&mut self) {
-        if let Some(release) = self.0.take() {
-            release();
-        }
     }
 }
 
@@ -306,17 +278,6 @@ pub enum TransferState {
 /// Tickets carry their direction in the low bit, so the engine routes them without a table.
 const DOWNLOAD_BIT: Ticket = 1;
 
-/// `PYGPUKIT_UPLOAD_REGISTER=0` turns off DMA straight from registered sources (every upload is
-/// staged), for same-run A/B measurements; read once, when an engine is made.
-pub const UPLOAD_REGISTER_ENV: &str = "PYGPUKIT_UPLOAD_REGISTER";
-
-fn register_sizes_from_env() -> Option<RegisterSizes> {
-    match std::env::var(UPLOAD_REGISTER_ENV) {
-        Ok(v) if v.trim() == "0" => None,
-        _ => Some(REGISTER_SIZES),
-    }
-}
-
 /// See the module documentation.
 pub struct TransferEngine {
     backend: Arc<dyn DeviceBackend>,
@@ -329,8 +290,7 @@ pub struct TransferEngine {
 
 impl TransferEngine {
     /// An engine copying on the given streams: downloads in chunks of `chunk` bytes with
-    /// `slots` staging buffers in flight, uploads as [`Uploads`] with its constants (the
-    /// registered path as [`UPLOAD_REGISTER_ENV`] says).
+    /// `slots` staging buffers in flight, uploads as [`Uploads`] with its constants.
     pub fn new(
         device: i32,
         backend: Arc<dyn DeviceBackend>,
@@ -347,7 +307,6 @@ impl TransferEngine {
             h2d_stream,
             UPLOAD_CHUNK,
             UPLOAD_WORKERS,
-            register_sizes_from_env(),
         );
         Self {
             downloads: Mutex::new(Downloads::new(device, d2h_stream, chunk, slots)),
@@ -373,8 +332,8 @@ impl TransferEngine {
         let n = self.next.fetch_add(1, Ordering::Relaxed) << 1;
         match request.direction {
             Direction::HostToDevice => {
-                self.uploads.submit(n, request, None);
-                self.uploads.finish(n).result?;
+                self.uploads.submit(n, request);
+                self.uploads.finish(n)?;
                 Ok(n)
             }
             Direction::DeviceToHost => {
@@ -400,38 +359,6 @@ impl TransferEngine {
                 }
             }
         }
-    }
-
-    /// A host-to-device copy as [`TransferEngine::submit`], whose source `owner` keeps alive:
-    /// the engine may then DMA straight from parts of `request.host` (page-locked for the copy)
-    /// instead of staging them. Returns once every byte of the source has been read (staged, or
-    /// its DMA completed), and hands `owner` back unless the engine still holds part of the
-    /// source page-locked; it then drops `owner` once that part is unregistered, on a copy
-    /// thread (see `upload.rs`). On an error too, the owner comes back or is kept.
-    ///
-    /// # Safety
-    /// As [`TransferEngine::submit`]; beyond it, the memory stays valid while `owner` lives.
-    pub unsafe fn submit_upload(
-        &self,
-        request: TransferRequest,
-        owner: SourceOwner,
-    ) -> (BackendResult<Ticket>, Option<SourceOwner>) {
-        debug_assert_eq!(request.direction, Direction::HostToDevice);
-        let n = self.next.fetch_add(1, Ordering::Relaxed) << 1;
-        self.uploads.submit(n, request, Some(owner));
-        let done = self.uploads.finish(n);
-        (done.result.map(|()| n), done.owner)
-    }
-
-    /// Blocks until every source range the uploads still keep page-locked is unregistered and
-    /// its owner dropped (at shutdown: before the memory's owners can no longer be released).
-    pub fn drain(&self) {
-        self.uploads.drain();
-    }
-
-    /// Bytes uploaded by DMA straight from registered sources since the engine was made.
-    pub fn registered_bytes(&self) -> u64 {
-        self.uploads.registered_bytes()
     }
 
     /// Where `ticket` stands; `None` for an unknown or released ticket.

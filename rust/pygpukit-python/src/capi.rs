@@ -1,5 +1,5 @@
 //! The C API capsule `pygpukit._rust._C_API`: `#[repr(C)]` mirrors of
-//! `native/include/pygpukit/rust_capi.h` (version 5) and the `extern "C"`
+//! `native/include/pygpukit/rust_capi.h` (version 2) and the `extern "C"`
 //! functions behind it, plus the adapter that turns the C++ device backend's
 //! function pointers into a [`DeviceBackend`].
 //!
@@ -12,13 +12,13 @@ use pygpukit_core::backend::{
 };
 use pygpukit_core::pool::{AllocError, AllocErrorKind, AllocOptions, BlockRef, PoolError};
 use pygpukit_core::runtime::RuntimeError;
-use pygpukit_core::transfer::{Direction, SourceOwner, TransferRequest};
+use pygpukit_core::transfer::{Direction, TransferRequest};
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
 pub const CAPSULE_NAME: &CStr = c"pygpukit._rust._C_API";
-pub const PGK_CAPI_VERSION: u32 = 5;
+pub const PGK_CAPI_VERSION: u32 = 4;
 
 pub type PgkStatus = c_int;
 pub const PGK_OK: PgkStatus = 0;
@@ -55,9 +55,6 @@ pub struct PgkDeviceBackend {
     pub stream_wait_event: Option<unsafe extern "C" fn(Ctx, u64, u64) -> c_int>,
     pub memcpy_async: Option<unsafe extern "C" fn(Ctx, u64, u64, u64, u64) -> c_int>,
     pub stream_is_capturing: Option<unsafe extern "C" fn(Ctx, u64, *mut c_int) -> c_int>,
-    pub host_register_granularity: Option<unsafe extern "C" fn(Ctx, i32, *mut u64) -> c_int>,
-    pub host_register: Option<unsafe extern "C" fn(Ctx, i32, u64, u64) -> c_int>,
-    pub host_unregister: Option<unsafe extern "C" fn(Ctx, i32, u64) -> c_int>,
 }
 
 /// Mirror of `pgk_block`.
@@ -90,22 +87,7 @@ pub struct PgkApi {
     pub transfer_wait: unsafe extern "C" fn(u64) -> PgkStatus,
     pub transfer_release: unsafe extern "C" fn(u64),
     pub pool_touch_all: unsafe extern "C" fn(*const u64, usize, u64, *mut PgkBlock) -> PgkStatus,
-    pub transfer_upload: unsafe extern "C" fn(
-        i32,
-        u64,
-        u64,
-        u64,
-        i32,
-        *mut c_void,
-        Option<ReleaseFn>,
-        *mut c_int,
-        *mut u64,
-    ) -> PgkStatus,
-    pub transfer_drain: unsafe extern "C" fn(),
 }
-
-/// `void (*release)(void* owner)` of `transfer_upload`.
-pub type ReleaseFn = unsafe extern "C" fn(*mut c_void);
 
 /// The table the capsule points to; it lives as long as the process.
 pub static API: PgkApi = PgkApi {
@@ -127,8 +109,6 @@ pub static API: PgkApi = PgkApi {
     transfer_wait,
     transfer_release,
     pool_touch_all,
-    transfer_upload,
-    transfer_drain,
 };
 
 thread_local! {
@@ -323,20 +303,6 @@ impl DeviceBackend for CapiBackend {
         call!(self.stream_is_capturing(stream, &mut capturing))?;
         Ok(capturing != 0)
     }
-
-    fn host_register_granularity(&self, device: i32) -> BackendResult<Option<u64>> {
-        let mut page = 0u64;
-        call!(self.host_register_granularity(device, &mut page))?;
-        Ok((page > 0).then_some(page))
-    }
-
-    fn host_register(&self, device: i32, ptr: u64, nbytes: u64) -> BackendResult<()> {
-        call!(self.host_register(device, ptr, nbytes))
-    }
-
-    fn host_unregister(&self, device: i32, ptr: u64) -> BackendResult<()> {
-        call!(self.host_unregister(device, ptr))
-    }
 }
 
 unsafe extern "C" fn register_backend(
@@ -362,10 +328,7 @@ unsafe extern "C" fn register_backend(
         && table.event_synchronize.is_some()
         && table.stream_wait_event.is_some()
         && table.memcpy_async.is_some()
-        && table.stream_is_capturing.is_some()
-        && table.host_register_granularity.is_some()
-        && table.host_register.is_some()
-        && table.host_unregister.is_some();
+        && table.stream_is_capturing.is_some();
     if !complete || device_count < 0 {
         return fail(
             PGK_INVALID_ARGUMENT,
@@ -588,93 +551,6 @@ unsafe extern "C" fn transfer_submit(
         }
         Err(e) => status_of(&e),
     }
-}
-
-/// The caller's keep-alive of an upload's source: `release(owner)` runs once, when the engine
-/// drops it (from any thread, without the GIL).
-struct ForeignOwner {
-    owner: *mut c_void,
-    release: ReleaseFn,
-}
-
-// SAFETY: the C API makes `release` callable from any thread with the owner it was given, and
-// nothing else touches `owner` here.
-unsafe impl Send for ForeignOwner {}
-// SAFETY: as above; the owner is only handed to `release`, once.
-unsafe impl Sync for ForeignOwner {}
-
-impl ForeignOwner {
-    fn release(self) {
-        // SAFETY: per the contract, `release` accepts this owner, exactly once (the engine
-        // drops a SourceOwner once).
-        unsafe { (self.release)(self.owner) };
-    }
-}
-
-unsafe extern "C" fn transfer_upload(
-    device: i32,
-    host: u64,
-    dev: u64,
-    nbytes: u64,
-    priority: i32,
-    owner: *mut c_void,
-    release: Option<ReleaseFn>,
-    owner_kept: *mut c_int,
-    ticket: *mut u64,
-) -> PgkStatus {
-    if ticket.is_null() || owner_kept.is_null() || (host == 0 && nbytes > 0) {
-        return fail(
-            PGK_INVALID_ARGUMENT,
-            "transfer_upload: ticket, owner_kept or host is NULL".to_string(),
-        );
-    }
-    let request = TransferRequest {
-        direction: Direction::HostToDevice,
-        host,
-        device: dev,
-        nbytes,
-        priority,
-    };
-    // Without a release function the engine cannot keep the source: staged only, as
-    // transfer_submit.
-    let Some(release) = release else {
-        // SAFETY: checked non-null; caller-owned storage.
-        unsafe { *owner_kept = 0 };
-        // SAFETY: the contract makes the caller keep `host` valid until the ticket completes.
-        return match unsafe { runtime().transfer_submit(device, request) } {
-            Ok(t) => {
-                // SAFETY: checked non-null; caller-owned storage.
-                unsafe { *ticket = t };
-                PGK_OK
-            }
-            Err(e) => status_of(&e),
-        };
-    };
-    let foreign = ForeignOwner { owner, release };
-    let keep = SourceOwner::new(move || foreign.release());
-    // SAFETY: the contract makes the caller keep `host` valid until the ticket completes, and
-    // for as long as the owner is not released.
-    let (result, back) = unsafe { runtime().transfer_upload(device, request, keep) };
-    let kept = back.is_none();
-    // Given back: the caller still owns it, and no release call must happen (it may need the
-    // GIL, which the caller may not give up here).
-    if let Some(back) = back {
-        back.disarm();
-    }
-    // SAFETY: checked non-null; caller-owned storage.
-    unsafe { *owner_kept = c_int::from(kept) };
-    match result {
-        Ok(t) => {
-            // SAFETY: checked non-null; caller-owned storage.
-            unsafe { *ticket = t };
-            PGK_OK
-        }
-        Err(e) => status_of(&e),
-    }
-}
-
-unsafe extern "C" fn transfer_drain() {
-    runtime().transfer_drain();
 }
 
 unsafe extern "C" fn transfer_stream_wait(ticket: u64, stream: u64) -> PgkStatus {

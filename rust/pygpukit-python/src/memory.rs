@@ -91,11 +91,6 @@ pub fn pool_stats<'py>(py: Python<'py>, device: Option<i32>) -> PyResult<Bound<'
         "transfer_staging_bytes",
         rt.transfer_staging_reserved(device),
     )?;
-    // Cumulative: bytes uploads DMA'd straight from page-locked (registered) sources.
-    dict.set_item(
-        "transfer_registered_bytes",
-        rt.transfer_registered_bytes(device),
-    )?;
     Ok(dict)
 }
 
