@@ -130,9 +130,14 @@ def test_tensor_map_parameters() -> None:
             parse_signature(f'extern "C" __global__ void k({decl}) {{ }}', "k")
 
 
-def test_tensor_map_needs_a_gpu_and_a_gpuarray(rand) -> None:
+def test_tensor_map_needs_a_gpuarray(rand) -> None:
     with pytest.raises(TypeError, match="GPUArray"):
         gp.TensorMap(rand((8, 8)), (8, 8))
+
+
+def test_tensor_map_on_the_cpu_backend_says_it_needs_a_gpu(rand) -> None:
+    if gp.backend_name() != "cpu":
+        pytest.skip("the CPU backend's error (tests/runtime/gpu/test_gpu_tensor_map.py: GPU)")
     with pytest.raises(gp.DeviceNotSupportedError, match="need a CUDA GPU"):
         gp.TensorMap(gp.from_numpy(rand((8, 8))), (8, 8))
 
