@@ -214,6 +214,12 @@ def test_out_of_memory_message_says_what_to_do() -> None:
     assert "3.0 GiB" in text and "1.0 GiB" in text and "2.0 GiB" in text
     assert "'inference'" in text and "empty_cache" in text
     assert "partition a larger memory limit" in text and "set_limit" not in text
+    # Under its quota (or without one), a partition was refused by the scheduler's QoS: the
+    # message points at the other partitions, not at the quota or the cache.
+    qos = str(OutOfMemoryError(2**28, 2**29, None, "batch"))
+    assert "'batch'" in qos and "other partitions" in qos and "empty_cache" not in qos
+    assert "other partitions" in str(OutOfMemoryError(2**28, 2**29, 2**31, "batch"))
+    assert "other partitions" not in text
     small = str(OutOfMemoryError(4096, 100, None))
     assert "4.0 KiB" in small and "100 B" in small and "gp.memory.set_limit" in small
     assert (err.requested, err.in_use, err.limit, err.partition) == (

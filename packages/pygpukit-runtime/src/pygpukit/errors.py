@@ -74,6 +74,16 @@ class OutOfMemoryError(PyGPUkitError, MemoryError):
         self.partition = partition
         where = f"partition {partition!r}" if partition else "the memory pool"
         cap = f" of a {_size(limit)} limit" if limit is not None else ""
+        if partition and (limit is None or in_use + requested <= limit):
+            # Not the partition's own quota: the scheduler's QoS refused it, because the rest of
+            # the device is allocated or reserved by other partitions.
+            super().__init__(
+                f"out of memory: requested {_size(requested)} in {where} with"
+                f" {_size(in_use)} already in use{cap}; the rest of the device is allocated to"
+                " or reserved for other partitions. Free arrays in this partition, or lower"
+                " the memory requests (reservations) of the others."
+            )
+            return
         # A partition's quota is its own; the global limit does not change it.
         remedy = (
             "or give the partition a larger memory limit"

@@ -351,7 +351,7 @@ impl DevicePool {
     /// segment): the reclaim plan releases it for whoever is owed memory. Without this check
     /// a BestEffort partition that had filled its share could take the blocks a Guaranteed
     /// partition had just freed, and the Guaranteed partition's next allocation would find the
-    /// device full. Cheap enough for the hot path: one pass over the partitions, no allocation.
+    /// device full. Cheap enough for the hot path: two passes over the partitions, no allocation.
     fn cache_hit_short(&self, partition: PartitionId) -> u64 {
         let Some(capacity) = self.qos_capacity else {
             return 0;
@@ -387,6 +387,19 @@ impl DevicePool {
         needed: u64,
         exclude: u64,
     ) -> Result<u64, BackendError> {
+        self.reclaim(partition, size, needed, exclude, self.stats.cached_bytes())
+    }
+
+    /// [`Self::reclaim_for`] with `cache` bytes of the cache offered to the plan (0: spills
+    /// only, for a shortfall that releasing cache cannot reduce).
+    fn reclaim(
+        &mut self,
+        partition: PartitionId,
+        size: u64,
+        needed: u64,
+        exclude: u64,
+        cache: u64,
+    ) -> Result<u64, BackendError> {
         let parts = self.partition_memory(partition, size);
         let me = parts
             .iter()
@@ -397,7 +410,7 @@ impl DevicePool {
         let plan = plan_reclaim(
             needed,
             Requester::allocating(&me, size),
-            self.stats.cached_bytes(),
+            cache,
             &parts,
             |id| qos.get(&id).map_or(0, |q| q.priority),
         );
@@ -576,8 +589,10 @@ impl DevicePool {
                 if short == 0 {
                     return Ok((ptr, self.take(ptr, size, id)));
                 }
+                // Releasing cache cannot reduce this shortfall (the cache is not counted in
+                // it): only spilling others' evictable blocks, where the plan allows, can.
                 let freed = self
-                    .reclaim_for(partition, size, short, id)
+                    .reclaim(partition, size, short, id, 0)
                     .map_err(|e| self.backend_failure(e, requested))?;
                 if freed > 0 {
                     continue;

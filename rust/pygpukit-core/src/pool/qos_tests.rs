@@ -96,11 +96,20 @@ fn best_effort_never_takes_a_guaranteed_partitions_freed_blocks_from_the_cache()
         for b in work {
             p.free(b.id, 0).unwrap();
         }
+        let (reserved, cached) = (p.stats().reserved_bytes, p.stats().cached_bytes());
         fill(&mut p, &mut held);
         let taken: u64 = held.iter().map(|b| b.size).sum();
         assert!(
             taken <= 32 * MIB,
             "round {round}: BestEffort holds {taken} of 64 MiB"
+        );
+        // The refused cache hits gave nothing back to the device: the cache still holds the
+        // Guaranteed partition's blocks for its next round.
+        let s = p.stats();
+        assert_eq!(
+            (s.reserved_bytes, s.cached_bytes()),
+            (reserved, cached),
+            "round {round}"
         );
     }
 }
