@@ -1,8 +1,10 @@
 #include "jit/tensor_map.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "core/device.hpp"
 #include "core/driver.hpp"
 #include "core/errors.hpp"
 
@@ -81,11 +83,21 @@ TensorMap::TensorMap(const Array& array, const Dims& box, int swizzle_bytes)
             bad("box extents must be 1 to 256, dimension " + std::to_string(src) + " is " +
                 std::to_string(box[src]));
         }
+        if (array.shape()[src] > (int64_t{1} << 31)) {
+            bad("dimension " + std::to_string(src) + " has " + std::to_string(array.shape()[src]) +
+                " elements, TMA allows at most 2**31");
+        }
         dims[i] = static_cast<cuuint64_t>(array.shape()[src]);
         boxes[i] = static_cast<cuuint32_t>(box[src]);
         elem_strides[i] = 1;
         if (i > 0) {
-            const int64_t s = array.strides()[src];
+            // An extent-1 dimension's stride is never used (x[None] may carry any stride): give
+            // the driver one it accepts, the span of the next inner dimension.
+            const int64_t inner_span =
+                array.shape()[src + 1] * (i == 1 ? item : static_cast<int64_t>(strides[i - 2]));
+            const int64_t s = array.shape()[src] == 1
+                                  ? std::max<int64_t>(16, (inner_span + 15) / 16 * 16)
+                                  : array.strides()[src];
             if (s <= 0 || s % 16 != 0 || s >= (int64_t{1} << 40)) {
                 bad("the byte stride of dimension " + std::to_string(src) + " (" +
                     std::to_string(s) + ") must be a positive multiple of 16 below 2**40");
@@ -110,6 +122,7 @@ TensorMap::TensorMap(const Array& array, const Dims& box, int swizzle_bytes)
         throw CudaError(CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED",
                         "this driver lacks cuTensorMapEncodeTiled (CUDA 12.0 or newer needed)");
     }
+    bind_device(device_);  // the driver wants a context current: the array's device's
     check(drv().cuTensorMapEncodeTiled(
               &map_, tma_dtype(array.dtype()), static_cast<cuuint32_t>(rank),
               reinterpret_cast<void*>(address), dims, strides, boxes, elem_strides,

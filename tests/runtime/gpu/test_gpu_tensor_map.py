@@ -88,6 +88,16 @@ def test_tma_copy_of_a_strided_view(rand):
     np.testing.assert_array_equal(out.to_numpy(), host[8:72, 32:96])
 
 
+def test_an_extent_one_dimension_may_have_any_stride(rand):
+    """x[None] adds a dimension whose stride is never used (and need not be a multiple of 16):
+    the map still encodes."""
+    _hopper()
+    host = rand((64, 64))
+    a = gp.from_numpy(host)
+    m3 = gp.TensorMap(a[None], (1, 32, 32))
+    assert len(m3.to_bytes()) == 128
+
+
 def test_encoded_bytes_and_repr(rand):
     _hopper()
     a = gp.from_numpy(rand((64, 64)))

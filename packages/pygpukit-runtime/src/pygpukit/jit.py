@@ -369,8 +369,14 @@ class TensorMap:
     ``DeviceNotSupportedError`` on the CPU backend.
 
     The map keeps the array alive, and a launch with it orders the array's memory
-    after the kernel like a pointer argument does. Encoding costs about a microsecond
-    of host time: build maps once per array where a loop launches many times.
+    after the kernel like a pointer argument does. Encoding is a host-side driver call:
+    build maps once per array where a loop launches many times.
+
+    NVRTC sources have no ``cuda.h``: declare the type yourself as
+    ``struct alignas(64) CUtensorMap { unsigned long long opaque[16]; };``. TMA needs a
+    128-byte aligned shared-memory destination; for a swizzled box to land in the
+    layout wgmma's swizzled modes read, align it to the pattern's repeat (1024 bytes
+    for the 128-byte swizzle).
     """
 
     __slots__ = ("_impl", "array", "box", "swizzle")
