@@ -343,6 +343,41 @@ def test_wgmma_matches_mma(rand, monkeypatch, variant, d):
     assert rel_err(b, a) < 1e-2
 
 
+@pytest.mark.parametrize("scale", [-0.1, 0.0, 0.04])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("variant", WGMMA_VARIANTS)
+def test_wgmma_prefill_explicit_scales(rand, monkeypatch, variant, scale, causal):
+    """Interior tiles fold a positive scale into exp2; zero and negative scales take the
+    explicitly scaled path on every tile (the fold needs max(S * scale) = max(S) * scale)."""
+    _hopper()
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    q, k, v = qkv(rand, 1, 2, 2, 300, 300, 128, gp.bfloat16)
+    got = run(q, k, v, is_causal=causal, scale=scale)
+    ref = ref_sdpa(q, k, v, causal=causal, scale=scale)
+    assert rel_err(got, ref) < LIMIT[np.dtype(gp.bfloat16)]
+
+
+@pytest.mark.parametrize("variant", WGMMA_VARIANTS)
+def test_wgmma_prefill_head_groups_with_a_partial_last_group(rand, monkeypatch, variant):
+    """B * Hq = 12 heads: one full group of 8 and a last group of 4 (the kernels' PrefillOrder),
+    with GQA, causal, row tiles of unequal length."""
+    _hopper()
+    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    q, k, v = qkv(rand, 3, 4, 2, 700, 700, 64, gp.float16)
+    got = run(q, k, v, is_causal=True)
+    assert rel_err(got, ref_sdpa(q, k, v, causal=True)) < LIMIT[np.dtype(gp.float16)]
+
+
+def test_prefill_of_evictable_inputs(rand, monkeypatch):
+    """Evictable q, k, v (their address may change) run on the Hopper kernel that takes
+    pointers: the TMA kernel's maps would hold a stale address."""
+    monkeypatch.delenv("PYGPUKIT_ATTENTION_KERNEL", raising=False)
+    q, k, v = qkv(rand, 2, 4, 2, 200, 200, 128, gp.bfloat16)
+    ga = [gp.from_numpy(x, evictable=True) for x in (q, k, v)]
+    got = ops.scaled_dot_product_attention(*ga, is_causal=True).to_numpy()
+    assert rel_err(got, ref_sdpa(q, k, v, causal=True)) < LIMIT[np.dtype(gp.bfloat16)]
+
+
 def test_wgmma_is_the_hopper_default(monkeypatch):
     """Unset or auto: wgmma_tma for head dims 64 and 128 on SM 9.0, mma for the others."""
     _hopper()

@@ -262,8 +262,10 @@ def scaled_dot_product_attention(
     check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
     _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
     kind = _prefill_kernel(d)
-    if kind == "wgmma_tma" and sk == 0:
-        kind = "wgmma_pipe"  # no key tile to load, and TMA cannot map an empty k
+    if kind == "wgmma_tma" and (sk == 0 or q.evictable or k.evictable or v.evictable):
+        # No key tile to load (TMA cannot map an empty k), or an input whose address may change
+        # (a tensor map holds the address; wgmma_pipe takes pointers made resident at launch).
+        kind = "wgmma_pipe"
     if kind != "mma":
         # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. Both hold Q and 3 K/V stages with
         # 1 KiB of alignment slack (wgmma_tma's mbarriers are static shared memory).

@@ -10,7 +10,7 @@
 //     as with mma.sync) and V read MN-major (transposed), its 64-column blocks LBO apart.
 //   K/V tiles in 3 stages (see attn_prefill_wgmma_pipe for who reads which stage when).
 // The pieces before the kernel (swizzled tile loads, descriptors, wgmma wrappers, masking,
-// softmax, output) are shared with the warp-specialized kernel (attention_prefill_sm90_ws.cuh).
+// softmax, output) are shared with the warp-specialized kernel (attention_prefill_sm90_tma.cuh).
 // Shared memory: Q + 3 stages x (K + V), D / 64 x 16 KiB each, 1 KiB aligned (swizzle atoms):
 // 224 KiB for D = 128, 112 KiB for D = 64.
 #pragma once
@@ -335,7 +335,7 @@ __device__ __forceinline__ void pipe_tiles(float (&acc)[kD / 2], unsigned (&pa)[
     release(n_tiles - 1);
 }
 
-// The kernel (PYGPUKIT_ATTENTION_KERNEL=wgmma_pipe, the default on SM 9.0): both warpgroups run
+// The kernel (PYGPUKIT_ATTENTION_KERNEL=wgmma_pipe; the default is wgmma_tma): both warpgroups run
 // pipe_tiles, each overlapping its own softmax with its own tensor-core work, and every thread
 // loads a share of each tile. K/V in 3 stages: while S_j reads tile j and P_{j-1} V_{j-1} reads
 // tile j - 1, tile j + 1 streams into the stage tile j - 2 left, whose last reader (P_{j-2}
