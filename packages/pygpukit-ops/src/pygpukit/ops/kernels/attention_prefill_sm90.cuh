@@ -170,6 +170,31 @@ __device__ __forceinline__ void rescale(float (&acc)[kAcc], const float (&alpha)
 template <typename T, int kD>
 struct PrefillTile;
 
+// What scaling and masking S needs besides the tile: the scale in the log2 domain, the optional
+// additive mask (kind 1 fp32, 2 the input dtype) with its strides and this (batch, head)'s
+// offset, the lengths and the causal flag.
+struct ScoreRules {
+    float scale2;
+    const void* mask;
+    int mask_kind;
+    long long mbase, msq, msk;
+    int sq, sk, causal;
+};
+
+// One warpgroup's running state over its 64 query rows (rows r0 and r0 + 8 per thread): the O
+// accumulator, the online softmax's row maxima and sums, the last rescale factors, and
+// P_{j-1} as A fragments.
+template <int kD>
+struct RowState {
+    float acc[kD / 2];
+    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f}, alpha[2];
+    unsigned pa[kBN / 16][4];
+    __device__ __forceinline__ RowState() {
+#pragma unroll
+        for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
+    }
+};
+
 // Scale, mask and online softmax of S_j for rows r0 and r0 + 8 of the tile. Interior tiles (no
 // key past the end or above the diagonal, no mask) skip scale_mask: softmax_rows folds the scale
 // into its exp2 argument. A scale <= 0 takes the scale_mask path everywhere (the folding needs
@@ -177,17 +202,14 @@ struct PrefillTile;
 template <typename T, int kD>
 __device__ __forceinline__ void softmax_tile_of(float (&s)[64], int j,
                                                 const PrefillTile<T, kD>& tile, int r0, int t,
-                                                float scale2, const void* mask, int mask_kind,
-                                                long long mbase, long long msq, long long msk,
-                                                int sq, int sk, int causal, float (&row_max)[2],
-                                                float (&row_sum)[2], float (&alpha)[2]) {
+                                                const ScoreRules& rules, RowState<kD>& st) {
     const int n0 = j * kBN;
-    const bool edge = n0 + kBN > sk || (causal && n0 + kBN - 1 > tile.m0 + tile.diag) ||
-                      mask_kind || !(scale2 > 0.f);
+    const bool edge = n0 + kBN > rules.sk || (rules.causal && n0 + kBN - 1 > tile.m0 + tile.diag) ||
+                      rules.mask_kind || !(rules.scale2 > 0.f);
     if (edge)
-        scale_mask<T>(s, scale2, mask, mask_kind, mbase, msq, msk, tile.m0 + r0, n0, t, sq, sk,
-                      causal, tile.diag);
-    softmax_rows(s, row_max, row_sum, alpha, edge ? 1.f : scale2);
+        scale_mask<T>(s, rules.scale2, rules.mask, rules.mask_kind, rules.mbase, rules.msq,
+                      rules.msk, tile.m0 + r0, n0, t, rules.sq, rules.sk, rules.causal, tile.diag);
+    softmax_rows(s, st.row_max, st.row_sum, st.alpha, edge ? 1.f : rules.scale2);
 }
 
 // P as A fragments (the S accumulator layout is the A-fragment layout).
@@ -361,13 +383,9 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     const int n_tiles = tile.n_tiles;
     const int r0 = wg * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
 
-    float acc[kD / 2];
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
-    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f}, alpha[2];
-    const float scale2 = scale * kLog2e;
-    const long long mbase = tile.b * msb + tile.h * msh;
-    unsigned pa[kBN / 16][4];  // P_{j-1} as A fragments
+    RowState<kD> st;
+    const ScoreRules rules{
+        scale * kLog2e, mask, mask_kind, tile.b * msb + tile.h * msh, msq, msk, sq, sk, causal};
     auto stage = [&](int j) { return base + kQBytes + (j % kStages) * kStageBytes; };
     auto load_kv = [&](int j) {
         const int n0 = j * kBN, rows = min(kBN, sk - n0);
@@ -375,8 +393,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
         load_tile<T, kD>(stage(j) + kTileBytes, tile.vp + (size_t)n0 * kD, rows);
     };
     auto softmax_tile = [&](float (&s)[64], int j) {
-        softmax_tile_of<T>(s, j, tile, r0, t, scale2, mask, mask_kind, mbase, msq, msk, sq, sk,
-                           causal, row_max, row_sum, alpha);
+        softmax_tile_of<T>(s, j, tile, r0, t, rules, st);
     };
     // Waits for tile j (the only cp.async group in flight) and refills the stage of tile j - 2.
     auto next_tile = [&](int j) {
@@ -389,7 +406,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     auto nothing = [] {};
 
     if (n_tiles == 0) {
-        store_out<T, kD>(tile.op, acc, row_sum, r0, t, tile.rows_here);
+        store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
         return;
     }
     load_tile<T, kD>(sQ, tile.qp, tile.rows_here);
@@ -397,10 +414,10 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     asm volatile("cp.async.commit_group;\n" ::);
     // The CTA-wide barrier in next_tile paces both warpgroups: no turns, and a stage is free
     // once every warp has passed the barrier after its last reader.
-    pipe_tiles<T, kD>(acc, pa, alpha, n_tiles, sQ, wg, stage, softmax_tile, next_tile, nothing,
-                      nothing, nothing, [](int) {});
+    pipe_tiles<T, kD>(st.acc, st.pa, st.alpha, n_tiles, sQ, wg, stage, softmax_tile, next_tile,
+                      nothing, nothing, nothing, [](int) {});
     asm volatile("cp.async.wait_group 0;\n" ::);
-    store_out<T, kD>(tile.op, acc, row_sum, r0, t, tile.rows_here);
+    store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
 }
 
 }  // namespace pgk_attn_sm90

@@ -156,16 +156,11 @@ __device__ __forceinline__ void attn_prefill_wgmma_tma(
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     const int c = wg - 1;                   // consumer: rows c * 64 + [0, 64) of the tile
     const int r0 = c * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
-    float acc[kD / 2];
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
-    float row_max[2] = {PGK_NEG_INF, PGK_NEG_INF}, row_sum[2] = {0.f, 0.f}, alpha[2];
-    const float scale2 = scale * kLog2e;
-    const long long mbase = tile.b * msb + tile.h * msh;
-    unsigned pa[kBN / 16][4];  // P_{j-1} as A fragments
+    RowState<kD> st;
+    const ScoreRules rules{
+        scale * kLog2e, mask, mask_kind, tile.b * msb + tile.h * msh, msq, msk, sq, sk, causal};
     auto softmax_tile = [&](float (&s)[64], int j) {
-        softmax_tile_of<T>(s, j, tile, r0, t, scale2, mask, mask_kind, mbase, msq, msk, sq, sk,
-                           causal, row_max, row_sum, alpha);
+        softmax_tile_of<T>(s, j, tile, r0, t, rules, st);
     };
     auto acquire = [&](int j) { mbar_wait(full0 + 8 * (j % kWsStages), parity(j)); };
     // Called after a wait_group that completed the last wgmma reading tile j (its P V); the
@@ -175,19 +170,19 @@ __device__ __forceinline__ void attn_prefill_wgmma_tma(
     };
 
     if (n_tiles == 0) {
-        store_out<T, kD>(tile.op, acc, row_sum, r0, t, tile.rows_here);
+        store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
         return;
     }
     // Consumer 0 issues first; consumer 1 is done issuing after its last P V: no hand-over back.
     if (c == 1) turn_pass(c);
     pipe_tiles<T, kD>(
-        acc, pa, alpha, n_tiles, sQ, c, stage, softmax_tile, acquire, [&] { turn_wait(c); },
-        [&] { turn_pass(c); },
+        st.acc, st.pa, st.alpha, n_tiles, sQ, c, stage, softmax_tile, acquire,
+        [&] { turn_wait(c); }, [&] { turn_pass(c); },
         [&] {
             if (c == 0) turn_pass(c);
         },
         release);  // the last release: nobody waits for it; one arrival per tile per warp
-    store_out<T, kD>(tile.op, acc, row_sum, r0, t, tile.rows_here);
+    store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
 }
 
 }  // namespace pgk_attn_sm90
