@@ -249,14 +249,27 @@ def test_benchmark_suite_quick_on_cpu(rng):
 @pytest.mark.parametrize("sms", [1, 8, 132])
 @pytest.mark.parametrize("capacity", [1, 63, 256, 1000, 8192, 500_000])
 @pytest.mark.parametrize(("batch", "ctas"), [(1, 1), (8, 8), (64, 32)])
-def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas):
-    """The flash-decoding split: whole 64-key steps, at most 64 splits, every key in one split."""
+@pytest.mark.parametrize("per_sm", [2, 8])
+def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas, per_sm):
+    """The flash-decoding split: whole 64-key steps, at most 64 splits, every key in one split,
+    and no more CTAs than per_sm per SM unless a single split already exceeds that."""
     from pygpukit.ops import attention
 
     monkeypatch.setattr(attention, "_sm_count", lambda device: sms)
-    splits, chunk = attention._decode_split(batch, ctas, capacity)
+    splits, chunk = attention._decode_split(batch, ctas, capacity, per_sm)
     assert 1 <= splits <= 64 and chunk % 64 == 0
     assert (splits - 1) * chunk < capacity <= splits * chunk
+    assert splits == 1 or splits * batch * ctas <= per_sm * sms
+
+
+def test_decode_split_of_the_benchmark_shape(monkeypatch):
+    """B=8 with 8 head CTAs on 132 SMs: 4 splits of 2048 keys for the tensor-core kernels (two
+    CTAs per SM, all resident at once), 16 of 512 for the SIMT kernel."""
+    from pygpukit.ops import attention
+
+    monkeypatch.setattr(attention, "_sm_count", lambda device: 132)
+    assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["mma2"]) == (4, 2048)
+    assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["simt"]) == (16, 512)
 
 
 @pytest.mark.parametrize(

@@ -314,14 +314,26 @@ def _sm_count(device: int) -> int:
     return int(gp.get_device_info(device)["sm_count"] or 1)
 
 
-def _decode_split(batch: int, ctas: int, capacity: int) -> tuple[int, int]:
-    """(splits, chunk): about 8 CTAs per SM, chunks of at least 256 keys.
+#: CTAs per SM the flash-decoding split aims for, per decode kernel. The tensor-core kernels'
+#: CTAs hold 72 KiB of shared memory (3 fit on an SM): two per SM keeps every CTA resident at
+#: once, so no partial last wave runs alone, and makes each CTA's key range long. Measured on an
+#: H200 (B=8, Hq=32, Hkv=8, 8192 tokens, D=128, bf16; 64 head CTAs per split; copy bandwidth
+#: 4224 GB/s), mma2 at 4 / 6 / 8 / 12 / 16 splits: 78.4 / 81.6 / 96.3 / 84.3 / 87.1 us (81% /
+#: 78% / 66% / 75% / 73% of the copy bandwidth; 8 splits = 1.3 waves). The SIMT kernel (no
+#: shared memory, many CTAs per SM) keeps the earlier eight per SM, 16 splits here (89.0 us; 84.4
+#: at 8 splits, 109 at 4 in the same run).
+_DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "simt": 8}
 
-    Eight per SM, not the 4 that fit at once: with several waves of small CTAs no SM ends
-    up with a third more of the cache to read than another. Sized by the cache capacity:
-    the lengths live on the device and are not read back.
+
+def _decode_split(
+    batch: int, ctas: int, capacity: int, per_sm: int = _DECODE_CTAS_PER_SM["mma2"]
+) -> tuple[int, int]:
+    """(splits, chunk): about ``per_sm`` CTAs per SM at most, chunks of at least 256 keys.
+
+    ``ctas`` counts the CTAs of one split for one sequence. Sized by the cache capacity: the
+    lengths live on the device and are not read back.
     """
-    want = max(1, -(-8 * _sm_count(gp.get_device()) // max(1, batch * ctas)))
+    want = max(1, per_sm * _sm_count(gp.get_device()) // max(1, batch * ctas))
     splits = max(1, min(_MAX_SPLITS, want, -(-capacity // 256)))
     chunk = -(-capacity // splits)
     chunk = -(-chunk // 64) * 64  # whole steps of the kernel's key loop
@@ -461,7 +473,7 @@ def decode_attention(
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
         smem = 0
     head_ctas = hkv * -(-(hq // hkv) // _DECODE_HEADS[which])
-    splits, chunk = _decode_split(b, head_ctas, max(capacity, 1))
+    splits, chunk = _decode_split(b, head_ctas, max(capacity, 1), _DECODE_CTAS_PER_SM[which])
     grid = (splits, head_ctas, b)
     table = block_table if block_table is not None else 0
     # One split writes the output itself; several write fp32 partials (0 = no pointer) that the
