@@ -1,55 +1,7 @@
 // Element type conversion between every pair of runtime dtypes (built-in runtime kernel):
 // cast_<from>_<to>(const From* in, To* out, n) over contiguous buffers, NumPy's semantics
 // (bool -> 0/1, anything -> bool is "!= 0", float -> int truncates).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-// Half types are widened to float before converting; everything else converts directly.
-template <typename T>
-struct Wide {
-    using type = T;
-};
-template <>
-struct Wide<__half> {
-    using type = float;
-};
-template <>
-struct Wide<__nv_bfloat16> {
-    using type = float;
-};
-
-template <typename D>
-struct To {
-    template <typename W>
-    __device__ static D from(W w) {
-        return static_cast<D>(w);
-    }
-};
-template <>
-struct To<bool> {
-    template <typename W>
-    __device__ static bool from(W w) {
-        return w != W(0);
-    }
-};
-template <>
-struct To<__half> {
-    __device__ static __half from(double w) { return __double2half(w); }
-    __device__ static __half from(float w) { return __float2half_rn(w); }
-    template <typename W>
-    __device__ static __half from(W w) {
-        return __float2half_rn(static_cast<float>(w));
-    }
-};
-template <>
-struct To<__nv_bfloat16> {
-    __device__ static __nv_bfloat16 from(double w) { return __double2bfloat16(w); }
-    __device__ static __nv_bfloat16 from(float w) { return __float2bfloat16_rn(w); }
-    template <typename W>
-    __device__ static __nv_bfloat16 from(W w) {
-        return __float2bfloat16_rn(static_cast<float>(w));
-    }
-};
+#include "dtype_convert.cuh"
 
 template <typename S, typename D>
 __device__ D convert(S s) {

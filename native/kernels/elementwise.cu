@@ -11,8 +11,7 @@
 // index (N <= 8, element strides, 0 for broadcast axes). Half types compute in float.
 // Integer semantics follow NumPy: floor_divide / mod by zero give 0, shifts past the width
 // give 0 (or -1 for negative values shifted right), wrap-around on overflow.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "dtype_convert.cuh"
 
 typedef unsigned long long u64;
 
@@ -26,48 +25,7 @@ struct EwLayout {
 constexpr int kScalarA = 1, kScalarB = 2, kContiguous = 4;
 
 // ---- type plumbing ------------------------------------------------------------------------
-template <typename T>
-struct Wide {
-    using type = T;
-};
-template <>
-struct Wide<__half> {
-    using type = float;
-};
-template <>
-struct Wide<__nv_bfloat16> {
-    using type = float;
-};
-
-__device__ __forceinline__ float up(__half x) { return __half2float(x); }
-__device__ __forceinline__ float up(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T up(T x) {
-    return x;
-}
-
-template <typename R>
-struct Down {
-    template <typename W>
-    __device__ static R to(W w) {
-        return static_cast<R>(w);
-    }
-};
-template <>
-struct Down<bool> {
-    template <typename W>
-    __device__ static bool to(W w) {
-        return w != W(0);
-    }
-};
-template <>
-struct Down<__half> {
-    __device__ static __half to(float w) { return __float2half_rn(w); }
-};
-template <>
-struct Down<__nv_bfloat16> {
-    __device__ static __nv_bfloat16 to(float w) { return __float2bfloat16_rn(w); }
-};
+// Wide, widen and To: dtype_convert.cuh.
 
 template <typename T>
 __device__ __forceinline__ T from_bits(u64 bits) {
@@ -389,11 +347,11 @@ struct Heavy {
 
 template <typename Op, typename T, typename R>
 __device__ __noinline__ R apply2_call(T a, T b) {
-    return Down<R>::to(Op::template f<T>(up(a), up(b)));
+    return To<R>::from(Op::template f<T>(widen(a), widen(b)));
 }
 template <typename Op, typename T, typename R>
 __device__ __noinline__ R apply1_call(T a) {
-    return Down<R>::to(Op::template f<T>(up(a)));
+    return To<R>::from(Op::template f<T>(widen(a)));
 }
 
 template <typename Op, typename T, typename R>
@@ -401,14 +359,14 @@ __device__ __forceinline__ R apply2(T a, T b) {
     if constexpr (Heavy<Op>::value)
         return apply2_call<Op, T, R>(a, b);
     else
-        return Down<R>::to(Op::template f<T>(up(a), up(b)));
+        return To<R>::from(Op::template f<T>(widen(a), widen(b)));
 }
 template <typename Op, typename T, typename R>
 __device__ __forceinline__ R apply1(T a) {
     if constexpr (Heavy<Op>::value)
         return apply1_call<Op, T, R>(a);
     else
-        return Down<R>::to(Op::template f<T>(up(a)));
+        return To<R>::from(Op::template f<T>(widen(a)));
 }
 
 template <typename Op, typename T, typename R>
