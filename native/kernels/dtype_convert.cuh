@@ -1,4 +1,5 @@
-// Conversions between the runtime's dtypes in device code, shared by cast.cu and elementwise.cu.
+// Conversions between the runtime's dtypes in device code, shared by the runtime kernels (cast,
+// elementwise, reduce, scan, softmax).
 // Half types are computed in float: Wide<T>::type is the type a value of T is computed in and
 // widen() converts to it. To<D>::from(w) narrows a computed value to D with NumPy's rules: bool is
 // "!= 0", float -> int truncates, float -> half types rounds to nearest (double -> half types

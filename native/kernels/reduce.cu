@@ -16,15 +16,7 @@
 // for all/any. `sumf` sums integers in double (mean/var of ints); `sqdev` sums (x - center)^2
 // with the per-output mean in `center` (variance). The final pass multiplies by `scale` and,
 // with post == 1, takes the square root (float accumulators only).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
-__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T widen(T x) {
-    return x;
-}
+#include "dtype_convert.cuh"  // widen: half types to float
 
 template <typename A>
 __device__ __forceinline__ bool is_nan(A x) {

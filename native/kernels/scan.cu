@@ -11,15 +11,7 @@
 // kernel again, and cumsum_add_<out> adds each segment's offset. Accumulators: float for float/half
 // types, double for double, long long for integers; the output is the input type for floats, int64
 // otherwise.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
-__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T widen(T x) {
-    return x;
-}
+#include "dtype_convert.cuh"  // widen: half types to float
 
 template <typename O, typename A>
 __device__ __forceinline__ O store(A x) {

@@ -7,13 +7,7 @@
 // sum of exp(x - max)) per thread and merges them in a fixed shared-memory tree (deterministic);
 // pass 2 writes exp(x - m) / s or x - m - log(s). Accumulation in float (double for double); the
 // output keeps the input type.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
-__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float widen(float x) { return x; }
-__device__ __forceinline__ double widen(double x) { return x; }
+#include "dtype_convert.cuh"  // widen: half types to float
 
 template <typename T>
 __device__ __forceinline__ T narrow(float x);
