@@ -41,6 +41,7 @@ namespace pgk {
     X(cuMemHostAlloc, 2020)                     \
     X(cuMemFreeHost, 2000)                      \
     X(cuMemcpyAsync, 4000)                      \
+    X(cuMemsetD32Async, 3020)                   \
     X(cuMemcpyHtoDAsync, 3020)                  \
     X(cuMemcpyDtoHAsync, 3020)                  \
     X(cuPointerGetAttribute, 4000)              \

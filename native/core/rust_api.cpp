@@ -10,6 +10,7 @@
 #include "core/driver.hpp"
 #include "core/errors.hpp"
 #include "core/gil.hpp"
+#include "core/transfer.hpp"
 
 namespace pgk {
 
@@ -171,11 +172,17 @@ int be_stream_is_capturing(void*, pgk_stream stream, int* capturing) {
     });
 }
 
+int be_pull_launch(void*, int32_t device, pgk_stream stream, const pgk_pull_args* args) {
+    return guarded(device, [&] {
+        return launch_upload_pull(device, reinterpret_cast<CUstream>(stream), *args);
+    });
+}
+
 const pgk_device_backend kBackend = {
     nullptr,         be_mem_alloc,           be_mem_free,          be_mem_get_info,
     be_host_alloc,   be_host_free,           be_event_create,      be_event_destroy,
     be_event_record, be_event_query,         be_event_synchronize, be_stream_wait_event,
-    be_memcpy_async, be_stream_is_capturing,
+    be_memcpy_async, be_stream_is_capturing, be_pull_launch,
 };
 
 std::string python_error_text() {

@@ -1,5 +1,7 @@
 #include "core/transfer.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -9,6 +11,7 @@
 #include "core/event.hpp"
 #include "core/gil.hpp"
 #include "core/rust_api.hpp"
+#include "jit/builtin.hpp"
 
 namespace pgk {
 
@@ -26,12 +29,40 @@ namespace {
 constexpr uint64_t kChunkBytes = 16ull << 20;
 constexpr uint32_t kSlots = 8;
 
+// Large uploads are pulled through a cached ring by this kernel (see upload_pull.cu), 512 threads
+// per block.
+const BuiltinKernel& upload_kernel() {
+    static const BuiltinKernel kernel("upload_pull", "upload_pull");
+    return kernel;
+}
+constexpr unsigned kUploadThreads = 512;
+
 struct CopyStreams {
     std::once_flag configured;
     // Held for the life of the process: the Rust engine keeps their handles.
     StreamPtr h2d;
     StreamPtr d2h;
+    StreamPtr pull;  // null when uploads are staged only
 };
+
+// PYGPUKIT_UPLOAD_KERNEL=0 keeps every upload on the copy engine: no SMs used for uploads.
+bool upload_kernel_enabled() {
+    const char* env = std::getenv("PYGPUKIT_UPLOAD_KERNEL");
+    return env == nullptr || std::strcmp(env, "0") != 0;
+}
+
+// The stream of the upload kernel, at the device's highest priority so that its blocks get SMs
+// as soon as running kernels free some; null when the kernel is off or cannot be loaded (no cubin
+// for this device and no NVRTC): uploads are then staged, as the C API allows.
+StreamPtr pull_stream(int device) {
+    if (!upload_kernel_enabled()) return nullptr;
+    try {
+        upload_kernel().get(device);  // loads it now, not under the engine's lock
+    } catch (const std::exception&) {
+        return nullptr;
+    }
+    return Stream::create(device, priority_range(device).second);
+}
 
 CopyStreams g_streams[kMaxDevices];
 
@@ -46,12 +77,14 @@ CopyStreams& copy_streams(int device) {
     std::call_once(s.configured, [&] {
         StreamPtr h2d = Stream::create(device, 0);
         StreamPtr d2h = Stream::create(device, 0);
-        if (rust_api().transfer_configure(device, h2d->id(), d2h->id(), kChunkBytes, kSlots) !=
-            PGK_OK) {
+        StreamPtr pull = pull_stream(device);
+        if (rust_api().transfer_configure(device, h2d->id(), d2h->id(), pull ? pull->id() : 0,
+                                          kChunkBytes, kSlots) != PGK_OK) {
             transfer_failed("transfer_configure");
         }
         s.h2d = std::move(h2d);
         s.d2h = std::move(d2h);
+        s.pull = std::move(pull);
     });
     return s;
 }
@@ -64,6 +97,21 @@ void order_after(const Stream& waiter, const Stream& producer) {
 }
 
 }  // namespace
+
+CUresult launch_upload_pull(int device, CUstream stream, const pgk_pull_args& a) {
+    CUfunction f = upload_kernel().get(device);
+    CUresult r = drv().cuMemsetD32Async(a.counter, 0, 1, stream);
+    if (r != CUDA_SUCCESS) return r;
+    unsigned long long dst = a.dst, first_seq = a.first_seq, nbytes = a.nbytes,
+                       chunk_bytes = a.chunk_bytes;
+    void* ring = reinterpret_cast<void*>(a.ring);
+    void* ready = reinterpret_cast<void*>(a.ready);
+    void* freed = reinterpret_cast<void*>(a.freed);
+    void* counter = reinterpret_cast<void*>(a.counter);
+    unsigned slots = a.slots;
+    void* args[] = {&dst, &ring, &ready, &freed, &counter, &first_seq, &nbytes, &chunk_bytes, &slots};
+    return drv().cuLaunchKernel(f, a.ctas, 1, 1, kUploadThreads, 1, 1, 0, stream, args, nullptr);
+}
 
 void transfer_to_device(uint64_t dev, const void* host, uint64_t nbytes, const StreamPtr& stream) {
     const int device = stream->device();

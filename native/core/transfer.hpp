@@ -3,9 +3,12 @@
 // (one per direction) that the runtime owns, so the pinned memory is accounted in one place.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "core/stream.hpp"
+#include "pygpukit/rust_capi.h"
 
 namespace pgk {
 
@@ -22,5 +25,10 @@ void order_download_after(const StreamPtr& stream);
 // (ordered by order_download_after); returns once the bytes are in `host`. Waits: call without
 // the GIL.
 void transfer_to_host(int device, void* host, uint64_t dev, uint64_t nbytes);
+
+// The backend's pull_launch (C API v5): zeroes the kernel's chunk counter and launches the upload
+// kernel on `stream`, bypassing the dispatch controller (the Rust engine calls this under its own
+// lock, and the kernel is the engine's, like its copies). The caller binds the device.
+CUresult launch_upload_pull(int device, CUstream stream, const pgk_pull_args& args);
 
 }  // namespace pgk

@@ -208,7 +208,7 @@ _P = ctypes.POINTER
 
 
 class _Api(ctypes.Structure):
-    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 4)."""
+    """Mirror of pgk_api (native/include/pygpukit/rust_capi.h, version 5)."""
 
     _fields_ = [
         ("version", ctypes.c_uint32),
@@ -223,7 +223,7 @@ class _Api(ctypes.Structure):
         ("dispatch_begin", ctypes.CFUNCTYPE(_int, _i32, _u64, _P(_u64))),
         ("dispatch_end", ctypes.CFUNCTYPE(None, _u64, _int)),
         ("last_error", ctypes.CFUNCTYPE(ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)),
-        ("transfer_configure", ctypes.CFUNCTYPE(_int, _i32, _u64, _u64, _u64, _u32)),
+        ("transfer_configure", ctypes.CFUNCTYPE(_int, _i32, _u64, _u64, _u64, _u64, _u32)),
         ("transfer_submit", ctypes.CFUNCTYPE(_int, _i32, _i32, _u64, _u64, _u64, _i32, _P(_u64))),
         ("transfer_stream_wait", ctypes.CFUNCTYPE(_int, _u64, _u64)),
         ("transfer_wait", ctypes.CFUNCTYPE(_int, _u64)),
@@ -249,7 +249,7 @@ def _last_error(api: _Api) -> str:
 
 def test_c_api_capsule_allocates_dispatches_and_transfers_on_the_host() -> None:
     api = _c_api()
-    assert api.version == 4 and api.struct_size == ctypes.sizeof(_Api)
+    assert api.version == 5 and api.struct_size == ctypes.sizeof(_Api)
     block = _Block()
     assert api.pool_alloc(HOST, 1000, 0, 0, ctypes.byref(block)) == 0
     assert block.id != 0 and block.size >= 1000
@@ -289,7 +289,7 @@ def test_c_api_capsule_allocates_dispatches_and_transfers_on_the_host() -> None:
     data = np.random.default_rng().integers(0, 256, 300_000, dtype=np.uint8)
     dev = _Block()
     assert api.pool_alloc(HOST, data.nbytes, 0, 0, ctypes.byref(dev)) == 0
-    status = api.transfer_configure(HOST, 1, 2, 64 << 10, 2)
+    status = api.transfer_configure(HOST, 1, 2, 0, 64 << 10, 2)
     assert status == 0 or "already configured" in _last_error(api)
     h2d = ctypes.c_uint64()
     assert api.transfer_submit(HOST, 0, data.ctypes.data, dev.ptr, data.nbytes, 0, h2d) == 0

@@ -23,8 +23,9 @@ extern "C" {
 
 #define PGK_CAPI_CAPSULE_NAME "pygpukit._rust._C_API"
 /* 2: transfer engine functions appended; 3: pool_touch_all; 4: PGK_ALLOC_NO_WAIT and
-   PGK_WOULD_BLOCK */
-#define PGK_CAPI_VERSION 4u
+   PGK_WOULD_BLOCK; 5: the upload kernel (pull_launch, pgk_pull_args, transfer_configure's
+   pull_stream) */
+#define PGK_CAPI_VERSION 5u
 
 typedef uint64_t pgk_stream; /* CUstream as an integer; 0 is the legacy default stream */
 typedef uint64_t pgk_event;  /* CUevent as an integer */
@@ -52,6 +53,28 @@ typedef enum pgk_status {
 #define PGK_ALLOC_NO_WAIT 0x2u
 
 /*
+ * One launch of the upload kernel (native/kernels/upload_pull.cu). It copies `nbytes` to `dst`
+ * out of a ring of `slots` pinned chunks that the Rust engine's threads fill
+ * (rust/pygpukit-core/src/pull_ring.rs). Chunk i has sequence number seq = first_seq + i, sits in
+ * slot seq % slots during lap seq / slots, and is ready once the slot's `ready` flag reaches
+ * lap + 1 (u32, wrapping); after reading it the kernel sets the slot's `freed` flag to lap + 1.
+ * Flags are u32s PGK_PULL_FLAG_STRIDE bytes apart.
+ */
+#define PGK_PULL_FLAG_STRIDE 64
+typedef struct pgk_pull_args {
+    pgk_devptr dst;       /* 16-byte aligned */
+    uint64_t ring;        /* pinned, slots * chunk_bytes */
+    uint64_t ready;       /* pinned flags, host -> device */
+    uint64_t freed;       /* pinned flags, device -> host */
+    pgk_devptr counter;   /* one u32 of device memory; the launch zeroes it first (stream order) */
+    uint64_t first_seq;
+    uint64_t nbytes;
+    uint64_t chunk_bytes; /* a multiple of 16 */
+    uint32_t slots;
+    uint32_t ctas;        /* thread blocks */
+} pgk_pull_args;
+
+/*
  * The device backend _native implements over the CUDA driver. Each function
  * returns 0 on success or a CUresult (CUDA_ERROR_NOT_READY = 600 from
  * event_query means "still pending"). `ctx` is passed back unchanged.
@@ -73,6 +96,9 @@ typedef struct pgk_device_backend {
     int (*memcpy_async)(void* ctx, uint64_t dst, uint64_t src, uint64_t nbytes, pgk_stream stream);
     /* *capturing = 1 when stream is being captured into a CUDA graph. */
     int (*stream_is_capturing)(void* ctx, pgk_stream stream, int* capturing);
+    /* Version 5, may be NULL: enqueue the upload kernel on `stream` of `device`. Not through the
+       dispatch controller (the engine calls it under its own lock). */
+    int (*pull_launch)(void* ctx, int32_t device, pgk_stream stream, const pgk_pull_args* args);
 } pgk_device_backend;
 
 typedef struct pgk_block {
@@ -119,10 +145,11 @@ typedef struct pgk_api {
 
     /* ---- transfer engine (version 2): pageable host <-> device copies chunked through
        pinned staging buffers on dedicated copy streams, higher priority first ---- */
-    /* Once per device before transfer_submit: the copy streams (made by _native), the staging
-       chunk size and how many chunks may be in flight (2 = double buffering). */
+    /* Once per device before transfer_submit: the copy streams (made by _native), the stream of
+       the upload kernel (0: none, every upload is staged), the download chunk size and how many
+       chunks may be in flight (2 = double buffering). */
     pgk_status (*transfer_configure)(int32_t device, pgk_stream h2d_stream, pgk_stream d2h_stream,
-                                     uint64_t chunk_bytes, uint32_t slots);
+                                     pgk_stream pull_stream, uint64_t chunk_bytes, uint32_t slots);
     /* Copies nbytes between pageable `host` memory and `dev` (direction PGK_HOST_TO_DEVICE or
        PGK_DEVICE_TO_HOST). Returns once every chunk is enqueued (host-to-device) or has landed in
        `host` (device-to-host), waiting on the host for staging buffers: call without the GIL.

@@ -22,6 +22,9 @@ pub type DevPtr = u64;
 pub const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
 /// `CUDA_ERROR_NOT_READY`: what `event_query` returns for a pending event.
 pub const CUDA_ERROR_NOT_READY: i32 = 600;
+/// `CUDA_ERROR_NOT_SUPPORTED`: what [`DeviceBackend::pull_launch`] returns on a backend that
+/// cannot launch the upload kernel (the engine then stages through the copy engine).
+pub const CUDA_ERROR_NOT_SUPPORTED: i32 = 801;
 
 /// A failed backend call: the `CUresult` and which call failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +52,38 @@ impl fmt::Display for BackendError {
 
 pub type BackendResult<T> = Result<T, BackendError>;
 
+/// One launch of the upload kernel (mirrors `pgk_pull_args`): it copies `nbytes` to `dst`,
+/// chunk by chunk, out of a ring of pinned slots that host threads fill (see `pull_ring.rs`).
+///
+/// Chunk `i` of the launch has the ring-wide sequence number `seq = first_seq + i`; it sits in
+/// slot `seq % slots` during lap `seq / slots`. The kernel waits until the slot's `ready` flag
+/// reaches `lap + 1` (wrapping u32 comparison), copies `min(chunk_bytes, nbytes - i *
+/// chunk_bytes)` bytes, then writes `lap + 1` to the slot's `freed` flag, after its reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PullArgs {
+    /// Destination of the first byte; 16-byte aligned.
+    pub dst: DevPtr,
+    /// `slots * chunk_bytes` bytes of pinned host memory.
+    pub ring: u64,
+    /// Pinned: one u32 per slot, [`PULL_FLAG_STRIDE`] bytes apart (host writes, device reads).
+    pub ready: u64,
+    /// Pinned: as `ready`, device writes and host reads.
+    pub freed: u64,
+    /// One u32 of device memory the launch zeroes (in stream order) before the kernel runs.
+    pub counter: DevPtr,
+    pub first_seq: u64,
+    pub nbytes: u64,
+    /// A multiple of 16.
+    pub chunk_bytes: u64,
+    pub slots: u32,
+    /// Thread blocks; each copies whole chunks, taking the next one in sequence order.
+    pub ctas: u32,
+}
+
+/// Bytes between two flags of [`PullArgs::ready`] (and `freed`): one cache line each, so the
+/// device's polls and the host's writes of different slots never share a line.
+pub const PULL_FLAG_STRIDE: u64 = 64;
+
 /// What the pool needs from a device. See the module documentation.
 pub trait DeviceBackend: Send + Sync {
     fn mem_alloc(&self, device: i32, nbytes: u64) -> BackendResult<DevPtr>;
@@ -71,4 +106,11 @@ pub trait DeviceBackend: Send + Sync {
     fn memcpy_async(&self, dst: u64, src: u64, nbytes: u64, stream: Stream) -> BackendResult<()>;
     /// True while `stream` is being captured into a CUDA graph.
     fn stream_is_capturing(&self, stream: Stream) -> BackendResult<bool>;
+
+    /// Enqueues the upload kernel on `stream` of `device` (see [`PullArgs`]). Backends that cannot run it
+    /// return [`CUDA_ERROR_NOT_SUPPORTED`], and uploads stage through `memcpy_async` instead.
+    fn pull_launch(&self, device: i32, stream: Stream, args: &PullArgs) -> BackendResult<()> {
+        let _ = (device, stream, args);
+        Err(BackendError::new(CUDA_ERROR_NOT_SUPPORTED, "pull_launch"))
+    }
 }

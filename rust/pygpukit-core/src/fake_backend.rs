@@ -6,11 +6,18 @@
 //! models is *completion*: an event recorded on a stream stays pending until
 //! [`FakeBackend::complete_stream`] or [`FakeBackend::complete_all`] runs (or at
 //! once with [`FakeBackend::set_auto_complete`]).
+//!
+//! The upload kernel ([`DeviceBackend::pull_launch`]) runs for real, on host threads that
+//! follow the kernel's protocol over the fake memory; events recorded on its stream after a
+//! launch complete when those threads have copied every chunk.
 
 use crate::backend::{BackendError, BackendResult, DevPtr, DeviceBackend, Event, Stream};
-use crate::backend::{CUDA_ERROR_NOT_READY, CUDA_ERROR_OUT_OF_MEMORY};
+use crate::backend::{PullArgs, PULL_FLAG_STRIDE};
+use crate::backend::{CUDA_ERROR_NOT_READY, CUDA_ERROR_NOT_SUPPORTED, CUDA_ERROR_OUT_OF_MEMORY};
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 const DEVICE_BASE: u64 = 0x1000_0000_0000;
 const HOST_BASE: u64 = 0x7000_0000_0000;
@@ -24,12 +31,38 @@ struct Region {
     bytes: Option<Vec<u8>>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 enum EventState {
     Created,
     Pending(Stream),
+    /// Recorded after upload kernels that had not finished: complete once they all have.
+    AfterPulls(Vec<Arc<AtomicBool>>),
     Complete,
 }
+
+impl EventState {
+    fn pending_on(&self, stream: Stream) -> bool {
+        matches!(self, EventState::Pending(s) if *s == stream)
+    }
+}
+
+/// How the fake's upload kernel behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PullMode {
+    /// Launches run (the default).
+    Run,
+    /// `pull_launch` returns `CUDA_ERROR_NOT_SUPPORTED`, as a backend without the kernel would.
+    Unsupported,
+    /// The next launch fails with `CUDA_ERROR_LAUNCH_FAILED` (719), then `Run`.
+    FailNext,
+    /// Launches succeed but the kernel faults before reading anything: its events report 719.
+    Fault,
+}
+
+/// What `event_query` and `event_synchronize` report after a faulted upload kernel.
+const CUDA_ERROR_LAUNCH_FAILED: i32 = 719;
+/// An emulated kernel that waits this long for a chunk gives up (a test would otherwise hang).
+const PULL_PATIENCE: Duration = Duration::from_secs(20);
 
 #[derive(Default)]
 struct State {
@@ -53,12 +86,17 @@ struct State {
     /// `memcpy_async` calls left before one fails (then none again).
     fail_copy_in: Option<u64>,
     host_used: u64,
+    pull_mode: Option<PullMode>,
+    /// Per stream: the done flags of upload kernels launched on it.
+    pulls: HashMap<Stream, Vec<Arc<AtomicBool>>>,
+    pull_launches: Vec<PullArgs>,
+    faulted: bool,
 }
 
 /// See the module documentation.
 pub struct FakeBackend {
     budget: u64,
-    state: Mutex<State>,
+    state: Arc<Mutex<State>>,
 }
 
 /// Bytes that differ from their neighbours (never all zero), for round-trip checks in tests.
@@ -79,12 +117,37 @@ impl FakeBackend {
         };
         Self {
             budget,
-            state: Mutex::new(state),
+            state: Arc::new(Mutex::new(state)),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("fake backend poisoned")
+        lock(&self.state)
+    }
+
+    /// How the upload kernel behaves from now on (see [`PullMode`]).
+    pub fn set_pull_mode(&self, mode: PullMode) {
+        self.lock().pull_mode = Some(mode);
+    }
+
+    /// Every successful `pull_launch`, in order.
+    pub fn pull_launches(&self) -> Vec<PullArgs> {
+        self.lock().pull_launches.clone()
+    }
+
+    /// Upload kernels launched and not finished.
+    pub fn pulls_running(&self) -> usize {
+        self.lock()
+            .pulls
+            .values()
+            .flatten()
+            .filter(|d| !d.load(Ordering::Acquire))
+            .count()
+    }
+
+    /// Reads a little-endian u32 at `addr`.
+    pub fn read_u32(&self, addr: u64) -> u32 {
+        read_u32(&self.state, addr)
     }
 
     /// Events complete as soon as they are recorded.
@@ -106,7 +169,7 @@ impl FakeBackend {
     pub fn complete_stream(&self, stream: Stream) {
         let mut s = self.lock();
         for state in s.events.values_mut() {
-            if *state == EventState::Pending(stream) {
+            if state.pending_on(stream) {
                 *state = EventState::Complete;
             }
         }
@@ -206,29 +269,75 @@ impl FakeBackend {
 
     /// Writes `data` at `addr` (device or host), as a kernel or the user would.
     pub fn write(&self, addr: u64, data: &[u8]) {
-        let mut s = self.lock();
-        let (base, region) =
-            find_region(&mut s.regions, addr, data.len() as u64).expect("fake write out of bounds");
-        let off = (addr - base) as usize;
-        let size = region.size as usize;
-        region.bytes.get_or_insert_with(|| vec![0; size])[off..off + data.len()]
-            .copy_from_slice(data);
+        write(&self.state, addr, data);
     }
 
     /// Reads `len` bytes at `addr`.
     pub fn read(&self, addr: u64, len: usize) -> Vec<u8> {
-        let mut s = self.lock();
-        let (base, region) =
-            find_region(&mut s.regions, addr, len as u64).expect("fake read out of bounds");
-        let off = (addr - base) as usize;
-        match &region.bytes {
-            Some(bytes) => bytes[off..off + len].to_vec(),
-            None => vec![0; len],
-        }
+        read(&self.state, addr, len)
+    }
+
+    /// True when every upload kernel behind an `AfterPulls` event has finished.
+    fn pulls_done(done: &[Arc<AtomicBool>]) -> bool {
+        done.iter().all(|d| d.load(Ordering::Acquire))
     }
 
     fn new_region(s: &mut State, base: u64, size: u64) {
         s.regions.insert(base, Region { size, bytes: None });
+    }
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().expect("fake backend poisoned")
+}
+
+fn write(state: &Mutex<State>, addr: u64, data: &[u8]) {
+    let mut s = lock(state);
+    let (base, region) =
+        find_region(&mut s.regions, addr, data.len() as u64).expect("fake write out of bounds");
+    let off = (addr - base) as usize;
+    let size = region.size as usize;
+    region.bytes.get_or_insert_with(|| vec![0; size])[off..off + data.len()].copy_from_slice(data);
+}
+
+fn read(state: &Mutex<State>, addr: u64, len: usize) -> Vec<u8> {
+    let mut s = lock(state);
+    let (base, region) =
+        find_region(&mut s.regions, addr, len as u64).expect("fake read out of bounds");
+    let off = (addr - base) as usize;
+    match &region.bytes {
+        Some(bytes) => bytes[off..off + len].to_vec(),
+        None => vec![0; len],
+    }
+}
+
+fn read_u32(state: &Mutex<State>, addr: u64) -> u32 {
+    let b = read(state, addr, 4);
+    u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+}
+
+/// One thread block of the emulated upload kernel: takes chunks in sequence order from
+/// `next`, waits for each one's `ready` flag, copies it, then sets its `freed` flag.
+fn pull_worker(state: &Mutex<State>, args: &PullArgs, next: &AtomicU64) {
+    let chunks = args.nbytes.div_ceil(args.chunk_bytes);
+    loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        if i >= chunks {
+            return;
+        }
+        let seq = args.first_seq + i;
+        let slot = seq % args.slots as u64;
+        let want = ((seq / args.slots as u64) as u32).wrapping_add(1);
+        let ready = args.ready + slot * PULL_FLAG_STRIDE;
+        let start = Instant::now();
+        while (read_u32(state, ready).wrapping_sub(want) as i32) < 0 {
+            assert!(start.elapsed() < PULL_PATIENCE, "fake upload kernel: chunk {seq} never ready");
+            std::thread::yield_now();
+        }
+        let len = args.chunk_bytes.min(args.nbytes - i * args.chunk_bytes);
+        let data = read(state, args.ring + slot * args.chunk_bytes, len as usize);
+        write(state, args.dst + i * args.chunk_bytes, &data);
+        write(state, args.freed + slot * PULL_FLAG_STRIDE, &want.to_le_bytes());
     }
 }
 
@@ -248,7 +357,8 @@ impl DeviceBackend for FakeBackend {
             return Err(BackendError::new(CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc"));
         }
         let base = s.next_device;
-        s.next_device += nbytes.max(1) + GUARD;
+        // 256-byte aligned, as cuMemAlloc is.
+        s.next_device += (nbytes.max(1) + GUARD).next_multiple_of(256);
         s.device_used += nbytes;
         Self::new_region(&mut s, base, nbytes);
         Ok(base)
@@ -310,7 +420,17 @@ impl DeviceBackend for FakeBackend {
     fn event_record(&self, event: Event, stream: Stream) -> BackendResult<()> {
         let mut s = self.lock();
         let idle = s.auto_complete || s.idle_streams.contains(&stream);
-        let next = if idle {
+        let running: Vec<Arc<AtomicBool>> = s
+            .pulls
+            .get(&stream)
+            .into_iter()
+            .flatten()
+            .filter(|d| !d.load(Ordering::Acquire))
+            .cloned()
+            .collect();
+        let next = if !running.is_empty() {
+            EventState::AfterPulls(running)
+        } else if idle {
             EventState::Complete
         } else {
             EventState::Pending(stream)
@@ -327,19 +447,37 @@ impl DeviceBackend for FakeBackend {
     }
 
     fn event_query(&self, event: Event) -> BackendResult<bool> {
-        match self.lock().events.get(&event) {
+        let s = self.lock();
+        if s.faulted {
+            return Err(BackendError::new(CUDA_ERROR_LAUNCH_FAILED, "cuEventQuery"));
+        }
+        match s.events.get(&event) {
             Some(EventState::Pending(_)) => Ok(false),
+            Some(EventState::AfterPulls(done)) => Ok(Self::pulls_done(done)),
             Some(_) => Ok(true),
             None => Err(BackendError::new(CUDA_ERROR_INVALID_VALUE, "cuEventQuery")),
         }
     }
 
-    /// The fake has no device to wait for: synchronizing completes the event's stream.
+    /// The fake has no device to wait for: synchronizing completes the event's stream, or
+    /// waits for the upload kernels the event was recorded after.
     fn event_synchronize(&self, event: Event) -> BackendResult<()> {
-        let state = self.lock().events.get(&event).copied();
+        let (state, faulted) = {
+            let s = self.lock();
+            (s.events.get(&event).cloned(), s.faulted)
+        };
+        if faulted {
+            return Err(BackendError::new(CUDA_ERROR_LAUNCH_FAILED, "cuEventSynchronize"));
+        }
         match state {
             Some(EventState::Pending(stream)) => {
                 self.complete_stream(stream);
+                Ok(())
+            }
+            Some(EventState::AfterPulls(done)) => {
+                while !Self::pulls_done(&done) {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
                 Ok(())
             }
             Some(_) => Ok(()),
@@ -378,6 +516,50 @@ impl DeviceBackend for FakeBackend {
 
     fn stream_is_capturing(&self, stream: Stream) -> BackendResult<bool> {
         Ok(self.lock().capturing.contains(&stream))
+    }
+
+    /// Runs the kernel on up to four host threads (see [`pull_worker`]).
+    fn pull_launch(&self, _device: i32, stream: Stream, args: &PullArgs) -> BackendResult<()> {
+        let mut s = self.lock();
+        match s.pull_mode.unwrap_or(PullMode::Run) {
+            PullMode::Unsupported => {
+                return Err(BackendError::new(CUDA_ERROR_NOT_SUPPORTED, "pull_launch"))
+            }
+            PullMode::FailNext => {
+                s.pull_mode = Some(PullMode::Run);
+                return Err(BackendError::new(CUDA_ERROR_LAUNCH_FAILED, "cuLaunchKernel"));
+            }
+            PullMode::Fault => {
+                s.faulted = true;
+                s.pull_launches.push(*args);
+                return Ok(());
+            }
+            PullMode::Run => {}
+        }
+        assert!(args.dst % 16 == 0 && args.chunk_bytes % 16 == 0, "misaligned pull");
+        let done = Arc::new(AtomicBool::new(false));
+        s.pulls.entry(stream).or_default().push(done.clone());
+        s.pull_launches.push(*args);
+        drop(s);
+        let (state, args) = (self.state.clone(), *args);
+        std::thread::spawn(move || {
+            // Marks the kernel finished even if a worker panics, so no wait on it hangs.
+            struct Finished(Arc<AtomicBool>);
+            impl Drop for Finished {
+                fn drop(&mut self) {
+                    self.0.store(true, Ordering::Release);
+                }
+            }
+            let _finished = Finished(done);
+            let next = AtomicU64::new(0);
+            let workers = args.ctas.clamp(1, 4);
+            std::thread::scope(|scope| {
+                for _ in 0..workers {
+                    scope.spawn(|| pull_worker(&state, &args, &next));
+                }
+            });
+        });
+        Ok(())
     }
 }
 

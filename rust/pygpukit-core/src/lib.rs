@@ -14,6 +14,7 @@ pub mod fake_backend;
 pub mod host_backend;
 pub mod limits;
 pub mod pinned;
+pub mod pull_ring;
 pub mod pool;
 pub mod runtime;
 pub mod scheduler;

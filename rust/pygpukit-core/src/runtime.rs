@@ -373,6 +373,7 @@ impl Runtime {
         device: i32,
         h2d_stream: Stream,
         d2h_stream: Stream,
+        pull_stream: Option<Stream>,
         chunk: u64,
         slots: usize,
     ) -> Result<(), RuntimeError> {
@@ -382,8 +383,16 @@ impl Runtime {
             return Err(RuntimeError::TransferAlreadyConfigured(device));
         }
         let host = Arc::new(ProcessMemory);
-        let engine =
-            TransferEngine::new(device, backend, host, h2d_stream, d2h_stream, chunk, slots);
+        let engine = TransferEngine::new(
+            device,
+            backend,
+            host,
+            h2d_stream,
+            d2h_stream,
+            pull_stream,
+            chunk,
+            slots,
+        );
         engines.insert(device, Arc::new(engine));
         Ok(())
     }
@@ -450,6 +459,13 @@ impl Runtime {
     pub fn transfer_staging_reserved(&self, device: i32) -> u64 {
         self.transfer_engine(device)
             .map_or(0, |e| e.staging_reserved())
+    }
+
+    /// Uploads `device`'s transfer engine has copied with the upload kernel (0 before it is
+    /// configured).
+    pub fn transfer_kernel_uploads(&self, device: i32) -> u64 {
+        self.transfer_engine(device)
+            .map_or(0, |e| e.upload_kernel_launches())
     }
 
     /// Forgets a ticket that will not be waited on.
@@ -547,7 +563,7 @@ mod tests {
             unconfigured,
             Err(RuntimeError::TransferNotConfigured(HOST_DEVICE))
         );
-        rt.transfer_configure(HOST_DEVICE, 1, 2, 64 << 10, 2)
+        rt.transfer_configure(HOST_DEVICE, 1, 2, None, 64 << 10, 2)
             .unwrap();
         // SAFETY: as above.
         let t = unsafe { rt.transfer_submit(HOST_DEVICE, h2d) }.unwrap();

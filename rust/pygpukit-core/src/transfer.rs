@@ -18,7 +18,7 @@
 use crate::backend::{BackendResult, DeviceBackend, Event, Stream};
 use crate::download::Downloads;
 use crate::upload::{Uploads, UPLOAD_CHUNK, UPLOAD_WORKERS};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Copies between host addresses (pageable and pinned) on the CPU. Called from the copy
@@ -32,6 +32,20 @@ pub trait HostMemory: Send + Sync {
     fn copy_spread(&self, dst: u64, src: u64, nbytes: u64) {
         self.copy(dst, src, nbytes);
     }
+
+    /// Copies with ordinary (cached) stores on the calling thread: for a destination read again
+    /// soon from the cache, such as a slot of the upload ring (`pull_ring.rs`).
+    fn copy_cached(&self, dst: u64, src: u64, nbytes: u64) {
+        self.copy(dst, src, nbytes);
+    }
+
+    /// Reads a u32 flag in pinned memory that the device writes (acquire: what the device wrote
+    /// before it is visible after).
+    fn load_flag(&self, addr: u64) -> u32;
+
+    /// Writes a u32 flag in pinned memory that the device reads (release: every store before it,
+    /// including streaming ones, is visible first).
+    fn store_flag(&self, addr: u64, value: u32);
 }
 
 /// Real host memory.
@@ -196,6 +210,27 @@ impl HostMemory for ProcessMemory {
         unsafe { copy_bytes(dst, src, nbytes) };
     }
 
+    fn copy_cached(&self, dst: u64, src: u64, nbytes: u64) {
+        // SAFETY: as in `copy`.
+        unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, nbytes as usize) };
+    }
+
+    fn load_flag(&self, addr: u64) -> u32 {
+        // SAFETY: flags are 4-byte aligned u32s in pinned memory that lives as long as the ring.
+        unsafe { &*(addr as *const AtomicU32) }.load(Ordering::Acquire)
+    }
+
+    fn store_flag(&self, addr: u64, value: u32) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: SSE2 is part of x86-64. Orders earlier streaming stores before the flag, which
+        // the release below does not.
+        unsafe {
+            std::arch::x86_64::_mm_sfence()
+        };
+        // SAFETY: as in `load_flag`.
+        unsafe { &*(addr as *const AtomicU32) }.store(value, Ordering::Release);
+    }
+
     fn copy_spread(&self, dst: u64, src: u64, nbytes: u64) {
         let pool = copy_threads();
         let parts = if nbytes >= 2 * PARALLEL_COPY_PART {
@@ -242,6 +277,14 @@ impl HostMemory for crate::fake_backend::FakeBackend {
     fn copy(&self, dst: u64, src: u64, nbytes: u64) {
         let data = self.read(src, nbytes as usize);
         self.write(dst, &data);
+    }
+
+    fn load_flag(&self, addr: u64) -> u32 {
+        self.read_u32(addr)
+    }
+
+    fn store_flag(&self, addr: u64, value: u32) {
+        self.write(addr, &value.to_le_bytes());
     }
 }
 
@@ -290,13 +333,16 @@ pub struct TransferEngine {
 
 impl TransferEngine {
     /// An engine copying on the given streams: downloads in chunks of `chunk` bytes with
-    /// `slots` staging buffers in flight, uploads as [`Uploads`] with its constants.
+    /// `slots` staging buffers in flight, uploads as [`Uploads`] with its constants (large ones
+    /// by the upload kernel on `pull_stream`, when given and the backend can launch it).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         device: i32,
         backend: Arc<dyn DeviceBackend>,
         host: Arc<dyn HostMemory>,
         h2d_stream: Stream,
         d2h_stream: Stream,
+        pull_stream: Option<Stream>,
         chunk: u64,
         slots: usize,
     ) -> Self {
@@ -305,6 +351,7 @@ impl TransferEngine {
             backend.clone(),
             host.clone(),
             h2d_stream,
+            pull_stream,
             UPLOAD_CHUNK,
             UPLOAD_WORKERS,
         );
@@ -396,6 +443,11 @@ impl TransferEngine {
         }
     }
 
+    /// Uploads copied by the upload kernel so far.
+    pub fn upload_kernel_launches(&self) -> u64 {
+        self.uploads.kernel_launches()
+    }
+
     /// Pinned staging bytes held by both directions.
     pub fn staging_reserved(&self) -> u64 {
         self.uploads.staging_reserved() + self.downloads().staging_reserved()
@@ -446,7 +498,7 @@ mod tests {
         let fake = Arc::new(FakeBackend::new(1 << 30));
         fake.set_auto_complete(true);
         let chunk = 64 << 10;
-        let engine = TransferEngine::new(0, fake.clone(), fake.clone(), 11, 12, chunk, 4);
+        let engine = TransferEngine::new(0, fake.clone(), fake.clone(), 11, 12, None, chunk, 4);
         let n = 5 * chunk + 17;
         let src = fake.host_alloc(n).unwrap();
         let back = fake.host_alloc(n).unwrap();

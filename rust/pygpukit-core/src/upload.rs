@@ -27,9 +27,20 @@
 //! Copies shorter than two chunks run on the submitting thread alone (waking
 //! pool threads would cost more than it saves), in smaller chunks so that the
 //! host copy of one overlaps the DMA of the previous one.
+//!
+//! Longer copies, when the backend has the upload kernel and a pull stream is
+//! configured, take the ring instead of staging slots (`pull_ring.rs`): the same
+//! threads and claim loop, but a chunk is copied into a small cached ring that a
+//! kernel on the pull stream reads, instead of a slot that the copy engine reads.
+//! Chunk sequence numbers are handed out per job, in launch order: one pulled job
+//! is claimed at a time (the others wait for it, and lend it their priority),
+//! and its kernel is launched when its first chunk is claimed. A kernel waits for
+//! every chunk of its range, so a pulled job that fails still releases its
+//! remaining chunks, uncopied, unless the device itself failed.
 
 use crate::backend::{BackendError, BackendResult, DeviceBackend, Event, Stream};
 use crate::events::EventPool;
+use crate::pull_ring::{PullRing, PULL_CHUNK, PULL_CTAS, PULL_SLOTS};
 use crate::transfer::{copy_threads, HostMemory, Ticket, TransferRequest, TransferState};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -64,9 +75,25 @@ struct Slot {
     armed: bool,
 }
 
+/// How a job's chunks reach the device.
+enum Route {
+    /// Through a staging slot and `memcpy_async` on the H2D stream.
+    Staged,
+    /// Through the ring, read by the upload kernel; `launch` is set once it is enqueued.
+    Pulled { launch: Option<Launch> },
+}
+
+#[derive(Clone, Copy)]
+struct Launch {
+    first_seq: u64,
+    /// Recorded on the pull stream after the kernel (none if that record failed).
+    event: Option<Event>,
+}
+
 struct Job {
     request: TransferRequest,
     chunk: u64,
+    route: Route,
     /// Bytes handed out to threads, from the start.
     claimed: u64,
     /// Chunks claimed and not yet counted.
@@ -75,13 +102,43 @@ struct Job {
 }
 
 impl Job {
+    fn launched(&self) -> bool {
+        matches!(self.route, Route::Pulled { launch: Some(_) })
+    }
+
+    fn waits_for_launch(&self) -> bool {
+        matches!(self.route, Route::Pulled { launch: None })
+    }
+
+    /// Chunks are left to hand out. A launched kernel waits for all of its chunks, so a failed
+    /// pulled job keeps handing them out (they are released uncopied).
     fn claimable(&self) -> bool {
-        self.error.is_none() && self.claimed < self.request.nbytes
+        self.claimed < self.request.nbytes && (self.error.is_none() || self.launched())
     }
 
     fn finished(&self) -> bool {
         self.in_progress == 0 && !self.claimable()
     }
+}
+
+/// How a claimed chunk travels.
+enum ClaimKind {
+    Staged {
+        /// `None`: the thread creates a new slot (the engine has fewer than its maximum).
+        slot: Option<Slot>,
+        /// The slot was created for this claim (its bytes join the reserved count).
+        created: bool,
+        /// The slot's state is unknown after a failed wait or record: it is never reused.
+        lost: bool,
+    },
+    Pulled {
+        ring: Arc<PullRing>,
+        seq: u64,
+        /// The job's completion event, to tell a failed kernel from a slow one.
+        event: Option<Event>,
+        /// False for a failed job: the chunk is only released to the kernel.
+        copy: bool,
+    },
 }
 
 /// One chunk handed to a thread.
@@ -90,19 +147,24 @@ struct Claim {
     host: u64,
     device: u64,
     len: u64,
-    /// `None`: the thread creates a new slot (the engine has fewer than its maximum).
-    slot: Option<Slot>,
-    /// The slot was created for this claim (its bytes join the reserved count).
-    created: bool,
-    /// The slot's state is unknown after a failed wait or record: it is never reused.
-    lost: bool,
+    kind: ClaimKind,
+}
+
+/// A job's outcome, kept until its ticket is released.
+struct Done {
+    /// The first error of its chunks.
+    error: Option<BackendError>,
+    /// Completes with the whole copy (none for an empty copy, or a failed record).
+    event: Option<Event>,
+    /// Where its copies ran: the H2D stream, or the pull stream.
+    stream: Stream,
 }
 
 #[derive(Default)]
 struct State {
     jobs: HashMap<Ticket, Job>,
-    /// Finished jobs: the completion event (none for an empty copy), or the first error.
-    done: HashMap<Ticket, BackendResult<Option<Event>>>,
+    /// Finished jobs.
+    done: HashMap<Ticket, Done>,
     /// Idle slots, the longest idle first (its DMA is the most likely to have completed).
     free: VecDeque<Slot>,
     /// Slots that exist or are being created.
@@ -111,12 +173,24 @@ struct State {
     helpers: usize,
     events: EventPool,
     reserved: u64,
+    /// Created with the first pulled job.
+    ring: Option<Arc<PullRing>>,
+    /// The first sequence number of the next launch.
+    next_seq: u64,
+    /// The launched job whose chunks are being handed out (one at a time, in sequence order).
+    pulling: Option<Ticket>,
+    /// The kernel could not be launched, or the ring's sequence broke: stage from now on.
+    pull_off: bool,
+    /// Upload kernels launched.
+    launches: u64,
 }
 
 /// See the module documentation.
 pub struct Uploads {
     device: i32,
     stream: Stream,
+    /// Where upload kernels run (none: every copy is staged).
+    pull_stream: Option<Stream>,
     chunk: u64,
     max_slots: usize,
     /// Pool threads a large copy asks for (its submitter is one more worker).
@@ -131,12 +205,15 @@ pub struct Uploads {
 impl Uploads {
     /// Uploads on `stream` in chunks of `chunk` bytes (production: [`UPLOAD_CHUNK`]); a copy
     /// of two chunks or more is spread over up to `workers` threads (production:
-    /// [`UPLOAD_WORKERS`]), staged through `workers * SLOTS_PER_WORKER` pinned slots.
+    /// [`UPLOAD_WORKERS`]), and pulled through the ring by a kernel on `pull_stream` when
+    /// there is one and the backend can launch it, else staged through
+    /// `workers * SLOTS_PER_WORKER` pinned slots.
     pub fn new(
         device: i32,
         backend: Arc<dyn DeviceBackend>,
         host: Arc<dyn HostMemory>,
         stream: Stream,
+        pull_stream: Option<Stream>,
         chunk: u64,
         workers: usize,
     ) -> Self {
@@ -144,6 +221,7 @@ impl Uploads {
         Self {
             device,
             stream,
+            pull_stream,
             chunk: chunk.max(1),
             max_slots: workers * SLOTS_PER_WORKER,
             max_helpers: workers - 1,
@@ -171,20 +249,31 @@ impl Uploads {
     pub fn submit(self: &Arc<Self>, ticket: Ticket, request: TransferRequest) {
         let mut st = self.lock();
         if request.nbytes == 0 {
-            st.done.insert(ticket, Ok(None));
+            let done = Done {
+                error: None,
+                event: None,
+                stream: self.stream,
+            };
+            st.done.insert(ticket, done);
             return;
         }
         let spread = request.nbytes >= 2 * self.chunk;
-        let chunk = if spread {
-            self.chunk
+        // The kernel copies 16-byte vectors.
+        let pulled =
+            spread && self.pull_stream.is_some() && !st.pull_off && request.device % 16 == 0;
+        let (chunk, route) = if pulled {
+            (PULL_CHUNK, Route::Pulled { launch: None })
+        } else if spread {
+            (self.chunk, Route::Staged)
         } else {
-            (self.chunk / INLINE_PARTS).max(1)
+            ((self.chunk / INLINE_PARTS).max(1), Route::Staged)
         };
         st.jobs.insert(
             ticket,
             Job {
                 request,
                 chunk,
+                route,
                 claimed: 0,
                 in_progress: 0,
                 error: None,
@@ -211,15 +300,17 @@ impl Uploads {
     pub fn finish(&self, ticket: Ticket) -> BackendResult<()> {
         self.work(Some(ticket));
         let mut st = self.lock();
-        let error = match st.done.get(&ticket) {
-            Some(Err(_)) => match st.done.remove(&ticket) {
-                Some(Err(e)) => e,
-                _ => unreachable!("checked above"),
-            },
-            _ => return Ok(()),
+        if !st.done.get(&ticket).is_some_and(|d| d.error.is_some()) {
+            return Ok(());
+        }
+        let done = st.done.remove(&ticket).expect("checked above");
+        // Every copy of the job was enqueued on its stream before this event (a kernel's
+        // completion event was recorded after it).
+        let event = match done.event {
+            Some(ev) => Ok(ev),
+            None => st.events.record(&*self.backend, self.device, done.stream),
         };
-        // Every DMA of the job was enqueued on the one stream before this event.
-        if let Ok(ev) = st.events.record(&*self.backend, self.device, self.stream) {
+        if let Ok(ev) = event {
             drop(st);
             let waited = self.backend.event_synchronize(ev);
             st = self.lock();
@@ -227,7 +318,7 @@ impl Uploads {
                 st.events.give(ev);
             }
         }
-        Err(error)
+        Err(done.error.expect("checked above"))
     }
 
     /// The worker loop (see the module documentation). With `until`, the submitter's call:
@@ -265,7 +356,26 @@ impl Uploads {
         }
     }
 
-    /// Step 1: the next chunk and a slot for it, waiting for a slot to come free if needed.
+    /// The job to claim from next: the highest priority (ties: oldest first) among jobs with
+    /// chunks to hand out. A pulled job waiting for its launch stands for the pulled job being
+    /// claimed, if any, which must be handed out first (its kernel runs first).
+    fn next_job(st: &State) -> Option<Ticket> {
+        st.jobs
+            .iter()
+            .filter(|(_, j)| j.claimable())
+            .map(|(&t, j)| {
+                let target = match st.pulling {
+                    Some(p) if j.waits_for_launch() => p,
+                    _ => t,
+                };
+                ((j.request.priority, std::cmp::Reverse(t)), target)
+            })
+            .max_by_key(|&(key, _)| key)
+            .map(|(_, target)| target)
+    }
+
+    /// Step 1: the next chunk, and a slot for it (staged) or its sequence number (pulled),
+    /// waiting for a slot to come free if needed.
     fn claim<'a>(
         &self,
         mut st: MutexGuard<'a, State>,
@@ -277,24 +387,40 @@ impl Uploads {
                     return (st, None);
                 }
             }
-            let next = st
-                .jobs
-                .iter()
-                .filter(|(_, j)| j.claimable())
-                .max_by_key(|(&t, j)| (j.request.priority, std::cmp::Reverse(t)))
-                .map(|(&t, _)| t);
-            let Some(ticket) = next else {
+            let Some(ticket) = Self::next_job(&st) else {
                 return (st, None);
             };
-            let (slot, created) = match st.free.pop_front() {
-                Some(s) => (Some(s), false),
-                None if st.slots < self.max_slots => {
-                    st.slots += 1;
-                    (None, true)
+            if st.jobs[&ticket].waits_for_launch() {
+                self.launch_or_stage(&mut st, ticket);
+            }
+            let kind = match st.jobs[&ticket].route {
+                Route::Staged => {
+                    let (slot, created) = match st.free.pop_front() {
+                        Some(s) => (Some(s), false),
+                        None if st.slots < self.max_slots => {
+                            st.slots += 1;
+                            (None, true)
+                        }
+                        None => {
+                            st = self.wait_changed(st);
+                            continue;
+                        }
+                    };
+                    ClaimKind::Staged {
+                        slot,
+                        created,
+                        lost: false,
+                    }
                 }
-                None => {
-                    st = self.wait_changed(st);
-                    continue;
+                Route::Pulled { launch } => {
+                    let launch = launch.expect("launched above");
+                    let job = &st.jobs[&ticket];
+                    ClaimKind::Pulled {
+                        ring: st.ring.clone().expect("created by the launch"),
+                        seq: launch.first_seq + job.claimed / job.chunk,
+                        event: launch.event,
+                        copy: job.error.is_none(),
+                    }
                 }
             };
             let job = st.jobs.get_mut(&ticket).expect("chosen above");
@@ -307,17 +433,100 @@ impl Uploads {
                 host: job.request.host + offset,
                 device: job.request.device + offset,
                 len,
-                slot,
-                created,
-                lost: false,
+                kind,
             };
+            if st.pulling == Some(ticket) && !st.jobs[&ticket].claimable() {
+                // Its range is handed out: the next pulled job's range follows it.
+                st.pulling = None;
+            }
             return (st, Some(claim));
         }
     }
 
-    /// Step 2, without the lock: the slot is this thread's until it is counted.
+    /// A pulled job's first claim: launches its kernel after the ring's previous launches, or
+    /// turns the job (and every later one) back to staging if the kernel cannot run.
+    fn launch_or_stage(&self, st: &mut State, ticket: Ticket) {
+        if !st.pull_off {
+            match self.launch(st, ticket) {
+                Ok(()) => return,
+                // Most likely no kernel for this device (CUDA_ERROR_NOT_SUPPORTED); staging
+                // still works, and reports any real device failure itself.
+                Err(_) => st.pull_off = true,
+            }
+        }
+        let job = st.jobs.get_mut(&ticket).expect("chosen by the caller");
+        job.route = Route::Staged;
+        job.chunk = self.chunk;
+    }
+
+    fn launch(&self, st: &mut State, ticket: Ticket) -> BackendResult<()> {
+        let backend = &*self.backend;
+        let pull_stream = self.pull_stream.expect("pulled jobs need a pull stream");
+        if st.ring.is_none() {
+            let ring = PullRing::create(backend, &*self.host, self.device, PULL_CHUNK, PULL_SLOTS)?;
+            st.reserved += ring.reserved();
+            st.ring = Some(Arc::new(ring));
+        }
+        // The pull stream starts after the H2D stream, which the submitter ordered after the
+        // destination's earlier users.
+        let after = st.events.record(backend, self.device, self.stream)?;
+        let waited = backend.stream_wait_event(pull_stream, after);
+        st.events.give(after);
+        waited?;
+        let ring = st.ring.clone().expect("created above");
+        let request = st.jobs[&ticket].request;
+        let args = ring.args(request.device, st.next_seq, request.nbytes, PULL_CTAS);
+        backend.pull_launch(self.device, pull_stream, &args)?;
+        // From here on the kernel waits for every chunk of the range.
+        st.next_seq += ring.chunks(request.nbytes);
+        st.pulling = Some(ticket);
+        st.launches += 1;
+        let event = st.events.record(backend, self.device, pull_stream);
+        let job = st.jobs.get_mut(&ticket).expect("chosen by the caller");
+        job.route = Route::Pulled {
+            launch: Some(Launch {
+                first_seq: args.first_seq,
+                event: event.as_ref().ok().copied(),
+            }),
+        };
+        if let Err(e) = event {
+            job.error.get_or_insert(e);
+        }
+        Ok(())
+    }
+
+    /// Step 2, without the lock: the slot (or ring chunk) is this thread's until it is counted.
     fn stage(&self, c: &mut Claim) -> BackendResult<()> {
-        if c.slot.is_none() {
+        match &mut c.kind {
+            ClaimKind::Staged { slot, lost, .. } => {
+                self.stage_slot(slot, lost, c.host, c.device, c.len)
+            }
+            ClaimKind::Pulled {
+                ring,
+                seq,
+                event,
+                copy,
+            } => {
+                let event = *event;
+                let finished = || match event {
+                    Some(ev) => self.backend.event_query(ev),
+                    None => Ok(false),
+                };
+                let src = copy.then_some(c.host);
+                ring.fill(&*self.host, *seq, src, c.len, finished)
+            }
+        }
+    }
+
+    fn stage_slot(
+        &self,
+        slot: &mut Option<Slot>,
+        lost: &mut bool,
+        host: u64,
+        device: u64,
+        len: u64,
+    ) -> BackendResult<()> {
+        if slot.is_none() {
             let ptr = self.backend.host_alloc(self.chunk)?;
             let event = match self.backend.event_create(self.device) {
                 Ok(ev) => ev,
@@ -327,27 +536,26 @@ impl Uploads {
                     return Err(e);
                 }
             };
-            c.slot = Some(Slot {
+            *slot = Some(Slot {
                 ptr,
                 event,
                 armed: false,
             });
         }
-        let slot = c.slot.as_mut().expect("created above");
+        let slot = slot.as_mut().expect("created above");
         if slot.armed {
             if let Err(e) = self.backend.event_synchronize(slot.event) {
-                c.lost = true;
+                *lost = true;
                 return Err(e);
             }
             slot.armed = false;
         }
-        self.host.copy(slot.ptr, c.host, c.len);
+        self.host.copy(slot.ptr, host, len);
         // A failed enqueue read nothing: the slot stays idle and reusable.
-        self.backend
-            .memcpy_async(c.device, slot.ptr, c.len, self.stream)?;
+        self.backend.memcpy_async(device, slot.ptr, len, self.stream)?;
         if let Err(e) = self.backend.event_record(slot.event, self.stream) {
             // The DMA may read the slot with no event to tell when it is done.
-            c.lost = true;
+            *lost = true;
             return Err(e);
         }
         slot.armed = true;
@@ -356,19 +564,37 @@ impl Uploads {
 
     /// Step 3: the slot goes back, the chunk is counted, and the job finishes with its last one.
     fn count(&self, st: &mut State, c: Claim, result: BackendResult<()>) {
-        match c.slot {
-            Some(slot) => {
-                if c.created {
-                    st.reserved += self.chunk;
+        match c.kind {
+            ClaimKind::Staged {
+                slot,
+                created,
+                lost,
+            } => match slot {
+                Some(slot) => {
+                    if created {
+                        st.reserved += self.chunk;
+                    }
+                    if lost {
+                        // Kept pinned (and counted) but never reused: a DMA may still read it.
+                        st.slots -= 1;
+                    } else {
+                        st.free.push_back(slot);
+                    }
                 }
-                if c.lost {
-                    // Kept pinned (and counted) but never reused: a DMA may still read it.
-                    st.slots -= 1;
-                } else {
-                    st.free.push_back(slot);
+                None => st.slots -= 1, // its creation failed
+            },
+            ClaimKind::Pulled { .. } => {
+                if result.is_err() {
+                    // The device failed (or the kernel ended early): the range will never be
+                    // drained, so the rest of the job is abandoned and the ring retired.
+                    st.pull_off = true;
+                    let job = st.jobs.get_mut(&c.ticket).expect("a claimed job stays");
+                    job.claimed = job.request.nbytes;
+                    if st.pulling == Some(c.ticket) {
+                        st.pulling = None;
+                    }
                 }
             }
-            None => st.slots -= 1, // its creation failed
         }
         let job = st.jobs.get_mut(&c.ticket).expect("a claimed job stays");
         job.in_progress -= 1;
@@ -377,15 +603,32 @@ impl Uploads {
         }
         if job.finished() {
             let job = st.jobs.remove(&c.ticket).expect("present above");
-            // Recorded under the lock so that whoever sees the job done finds the event.
-            let outcome = match job.error {
-                Some(e) => Err(e),
-                None => st
-                    .events
-                    .record(&*self.backend, self.device, self.stream)
-                    .map(Some),
+            let done = match job.route {
+                Route::Pulled {
+                    launch: Some(launch),
+                } => Done {
+                    error: job.error,
+                    event: launch.event,
+                    stream: self.pull_stream.expect("pulled jobs need a pull stream"),
+                },
+                _ => {
+                    // Recorded under the lock so that whoever sees the job done finds the
+                    // event. Every DMA of the job was enqueued on the stream before it.
+                    let (error, event) = match job.error {
+                        Some(e) => (Some(e), None),
+                        None => match st.events.record(&*self.backend, self.device, self.stream) {
+                            Ok(ev) => (None, Some(ev)),
+                            Err(e) => (Some(e), None),
+                        },
+                    };
+                    Done {
+                        error,
+                        event,
+                        stream: self.stream,
+                    }
+                }
             };
-            st.done.insert(c.ticket, outcome);
+            st.done.insert(c.ticket, done);
         }
         self.changed.notify_all();
     }
@@ -393,8 +636,8 @@ impl Uploads {
     /// Where `ticket` stands; `None` for an unknown, released or failed ticket.
     pub fn state(&self, ticket: Ticket) -> Option<TransferState> {
         let st = self.lock();
-        if let Some(Ok(ev)) = st.done.get(&ticket) {
-            return Some(TransferState::Complete(*ev));
+        if let Some(d) = st.done.get(&ticket).filter(|d| d.error.is_none()) {
+            return Some(TransferState::Complete(d.event));
         }
         let job = st.jobs.get(&ticket)?;
         Some(if job.claimable() {
@@ -407,7 +650,7 @@ impl Uploads {
     /// The event that completes with the whole copy of a finished ticket.
     pub fn completion_event(&self, ticket: Ticket) -> Option<Event> {
         match self.lock().done.get(&ticket) {
-            Some(Ok(ev)) => *ev,
+            Some(d) if d.error.is_none() => d.event,
             _ => None,
         }
     }
@@ -425,21 +668,31 @@ impl Uploads {
     /// Forgets a ticket (its event returns to the engine's pool).
     pub fn release(&self, ticket: Ticket) {
         let mut st = self.lock();
-        if let Some(Ok(Some(ev))) = st.done.remove(&ticket) {
+        if let Some(Done {
+            error: None,
+            event: Some(ev),
+            ..
+        }) = st.done.remove(&ticket)
+        {
             st.events.give(ev);
         }
     }
 
-    /// Pinned staging bytes held.
+    /// Pinned staging bytes held (slots and the ring).
     pub fn staging_reserved(&self) -> u64 {
         self.lock().reserved
+    }
+
+    /// Uploads copied by the upload kernel so far (the rest were staged).
+    pub fn kernel_launches(&self) -> u64 {
+        self.lock().launches
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_backend::{pattern, FakeBackend};
+    use crate::fake_backend::{pattern, FakeBackend, PullMode};
     use crate::transfer::Direction;
     use std::collections::HashSet;
     use std::time::Duration;
@@ -458,7 +711,7 @@ mod tests {
     }
 
     fn engine(fake: &Arc<FakeBackend>, host: Arc<dyn HostMemory>, workers: usize) -> Arc<Uploads> {
-        Arc::new(Uploads::new(0, fake.clone(), host, STREAM, CHUNK, workers))
+        Arc::new(Uploads::new(0, fake.clone(), host, STREAM, None, CHUNK, workers))
     }
 
     /// Host copies as the engine makes them: checks that no staging slot is rewritten while a
@@ -494,6 +747,14 @@ mod tests {
                 .joined
                 .wait_timeout_while(threads, Duration::from_secs(10), |t| t.len() < 2);
             self.fake.copy(dst, src, nbytes);
+        }
+
+        fn load_flag(&self, addr: u64) -> u32 {
+            self.fake.load_flag(addr)
+        }
+
+        fn store_flag(&self, addr: u64, value: u32) {
+            self.fake.store_flag(addr, value)
         }
     }
 
@@ -609,6 +870,14 @@ mod tests {
             drop(self.opened.wait_while(open, |o| !*o).unwrap());
             self.fake.copy(dst, src, nbytes);
         }
+
+        fn load_flag(&self, addr: u64) -> u32 {
+            self.fake.load_flag(addr)
+        }
+
+        fn store_flag(&self, addr: u64, value: u32) {
+            self.fake.store_flag(addr, value)
+        }
     }
 
     #[test]
@@ -680,5 +949,147 @@ mod tests {
             uploads.staging_reserved() <= 8 * CHUNK,
             "no slot leaked by the failures"
         );
+    }
+
+    const PULL_STREAM: Stream = 21;
+
+    fn pulling_engine(fake: &Arc<FakeBackend>, workers: usize) -> Arc<Uploads> {
+        let uploads = Uploads::new(
+            0,
+            fake.clone(),
+            fake.clone(),
+            STREAM,
+            Some(PULL_STREAM),
+            CHUNK,
+            workers,
+        );
+        Arc::new(uploads)
+    }
+
+    /// Bytes with no period (a slot rewritten before the kernel read it shows up).
+    fn noise(n: u64, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    fn upload_data(fake: &FakeBackend, n: u64, seed: u64) -> (u64, u64, Vec<u8>) {
+        let src = fake.host_alloc(n).unwrap();
+        let dev = fake.mem_alloc(0, n).unwrap();
+        let data = noise(n, seed);
+        fake.write(src, &data);
+        (src, dev, data)
+    }
+
+    #[test]
+    fn large_uploads_are_pulled_through_the_ring_in_sequence_order() {
+        let fake = Arc::new(FakeBackend::new(1 << 31));
+        let uploads = pulling_engine(&fake, 4);
+        let ring_bytes = PULL_CHUNK * PULL_SLOTS as u64;
+        // One chunk, a short last chunk, and more chunks than the ring has slots (two laps).
+        let sizes = [2 * CHUNK, 9 * PULL_CHUNK + 4097, ring_bytes + 3 * PULL_CHUNK + 16];
+        let mut next_seq = 0;
+        for (i, n) in sizes.into_iter().enumerate() {
+            let (src, dev, data) = upload_data(&fake, n + 3, i as u64);
+            // A host range at an odd address: the kernel needs only the device side aligned.
+            let t = i as u64 + 1;
+            uploads.submit(t, upload(src + 3, dev, n, 0));
+            uploads.finish(t).unwrap();
+            let ev = uploads.completion_event(t).expect("a pulled copy has an event");
+            uploads.wait(t).unwrap();
+            assert!(fake.event_query(ev).unwrap(), "the event covers the kernel");
+            assert_eq!(fake.read(dev, n as usize), data[3..3 + n as usize], "{n} bytes");
+            let launch = *fake.pull_launches().last().unwrap();
+            assert_eq!((launch.dst, launch.nbytes), (dev, n));
+            assert_eq!(launch.first_seq, next_seq, "sequence numbers run on");
+            next_seq += n.div_ceil(PULL_CHUNK);
+        }
+        assert!(fake.copies().is_empty(), "nothing went through staging");
+        assert_eq!(fake.pulls_running(), 0);
+        let pulled_after_h2d = fake.waits().iter().filter(|w| w.0 == PULL_STREAM).count();
+        assert_eq!(pulled_after_h2d, sizes.len(), "each launch waits for the H2D stream");
+        assert_eq!(uploads.staging_reserved(), ring_bytes + 2 * 64 * PULL_SLOTS as u64);
+        assert_eq!(uploads.kernel_launches(), sizes.len() as u64);
+    }
+
+    #[test]
+    fn small_or_misaligned_uploads_are_staged_beside_the_ring() {
+        let fake = Arc::new(FakeBackend::new(1 << 30));
+        fake.set_auto_complete(true);
+        let uploads = pulling_engine(&fake, 4);
+        let (src, dev, data) = upload_data(&fake, 4 * CHUNK + 8, 7);
+        // Below two chunks: inline and staged. A device address off 16 bytes: staged.
+        uploads.submit(1, upload(src, dev, CHUNK, 0));
+        uploads.wait(1).unwrap();
+        uploads.submit(2, upload(src + 8, dev + 8, 4 * CHUNK, 0));
+        uploads.wait(2).unwrap();
+        assert_eq!(fake.read(dev + 8, 4 * CHUNK as usize), data[8..]);
+        assert!(fake.pull_launches().is_empty());
+        assert_eq!(fake.copies().len(), INLINE_PARTS as usize + 4);
+    }
+
+    #[test]
+    fn concurrent_pulled_uploads_all_land_with_contiguous_ranges() {
+        let fake = Arc::new(FakeBackend::new(1 << 31));
+        let uploads = pulling_engine(&fake, 4);
+        let threads: Vec<_> = (0..3u64)
+            .map(|k| {
+                let (fake, uploads) = (fake.clone(), uploads.clone());
+                std::thread::spawn(move || {
+                    for r in 0..3u64 {
+                        let n = (5 + 7 * k + r) * PULL_CHUNK / 2 + 32 * r;
+                        let (src, dev, data) = upload_data(&fake, n, 10 * k + r);
+                        let t = 100 * (k + 1) + r;
+                        uploads.submit(t, upload(src, dev, n, k as i32));
+                        uploads.wait(t).unwrap();
+                        assert_eq!(fake.read(dev, n as usize), data, "thread {k} round {r}");
+                    }
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let mut next = 0;
+        for launch in fake.pull_launches() {
+            assert_eq!(launch.first_seq, next, "launched out of sequence order");
+            next += launch.nbytes.div_ceil(PULL_CHUNK);
+        }
+        assert_eq!(fake.pull_launches().len(), 9);
+    }
+
+    #[test]
+    fn without_the_kernel_uploads_stage_and_stay_correct() {
+        for mode in [PullMode::Unsupported, PullMode::FailNext] {
+            let fake = Arc::new(FakeBackend::new(1 << 30));
+            fake.set_pull_mode(mode);
+            let uploads = pulling_engine(&fake, 4);
+            for t in 1..=2 {
+                let (src, dev, data) = upload_data(&fake, 9 * CHUNK + 1, t);
+                uploads.submit(t, upload(src, dev, 9 * CHUNK + 1, 0));
+                uploads.wait(t).unwrap();
+                assert_eq!(fake.read(dev, data.len()), data, "{mode:?}");
+            }
+            assert!(fake.pull_launches().is_empty(), "{mode:?}");
+            assert_eq!(fake.copies().len(), 20, "{mode:?}: both staged in 10 chunks");
+        }
+    }
+
+    #[test]
+    fn a_faulted_kernel_fails_the_upload_instead_of_hanging() {
+        let fake = Arc::new(FakeBackend::new(1 << 31));
+        fake.set_pull_mode(PullMode::Fault);
+        let uploads = pulling_engine(&fake, 4);
+        // More chunks than slots: filling must wait for the kernel, which never frees a slot.
+        let n = (PULL_SLOTS as u64 + 4) * PULL_CHUNK;
+        let (src, dev, _) = upload_data(&fake, n, 3);
+        uploads.submit(1, upload(src, dev, n, 0));
+        let err = uploads.finish(1).unwrap_err();
+        assert_eq!(err.code, 719, "{err}");
+        assert_eq!(uploads.state(1), None);
     }
 }

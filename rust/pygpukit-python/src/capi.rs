@@ -1,5 +1,5 @@
 //! The C API capsule `pygpukit._rust._C_API`: `#[repr(C)]` mirrors of
-//! `native/include/pygpukit/rust_capi.h` (version 2) and the `extern "C"`
+//! `native/include/pygpukit/rust_capi.h` (version 5) and the `extern "C"`
 //! functions behind it, plus the adapter that turns the C++ device backend's
 //! function pointers into a [`DeviceBackend`].
 //!
@@ -8,7 +8,8 @@
 
 use crate::runtime::runtime;
 use pygpukit_core::backend::{
-    BackendError, BackendResult, DevPtr, DeviceBackend, Event, Stream, CUDA_ERROR_NOT_READY,
+    BackendError, BackendResult, DevPtr, DeviceBackend, Event, PullArgs, Stream,
+    CUDA_ERROR_NOT_READY, CUDA_ERROR_NOT_SUPPORTED,
 };
 use pygpukit_core::pool::{AllocError, AllocErrorKind, AllocOptions, BlockRef, PoolError};
 use pygpukit_core::runtime::RuntimeError;
@@ -18,7 +19,7 @@ use std::ffi::{c_int, c_void, CStr};
 use std::sync::Arc;
 
 pub const CAPSULE_NAME: &CStr = c"pygpukit._rust._C_API";
-pub const PGK_CAPI_VERSION: u32 = 4;
+pub const PGK_CAPI_VERSION: u32 = 5;
 
 pub type PgkStatus = c_int;
 pub const PGK_OK: PgkStatus = 0;
@@ -55,6 +56,24 @@ pub struct PgkDeviceBackend {
     pub stream_wait_event: Option<unsafe extern "C" fn(Ctx, u64, u64) -> c_int>,
     pub memcpy_async: Option<unsafe extern "C" fn(Ctx, u64, u64, u64, u64) -> c_int>,
     pub stream_is_capturing: Option<unsafe extern "C" fn(Ctx, u64, *mut c_int) -> c_int>,
+    /// Optional (version 5): NULL when the backend has no upload kernel.
+    pub pull_launch: Option<unsafe extern "C" fn(Ctx, i32, u64, *const PgkPullArgs) -> c_int>,
+}
+
+/// Mirror of `pgk_pull_args` (see [`PullArgs`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PgkPullArgs {
+    pub dst: u64,
+    pub ring: u64,
+    pub ready: u64,
+    pub freed: u64,
+    pub counter: u64,
+    pub first_seq: u64,
+    pub nbytes: u64,
+    pub chunk_bytes: u64,
+    pub slots: u32,
+    pub ctas: u32,
 }
 
 /// Mirror of `pgk_block`.
@@ -81,7 +100,7 @@ pub struct PgkApi {
     pub dispatch_begin: unsafe extern "C" fn(i32, u64, *mut u64) -> PgkStatus,
     pub dispatch_end: unsafe extern "C" fn(u64, c_int),
     pub last_error: unsafe extern "C" fn(*mut u8, usize) -> usize,
-    pub transfer_configure: unsafe extern "C" fn(i32, u64, u64, u64, u32) -> PgkStatus,
+    pub transfer_configure: unsafe extern "C" fn(i32, u64, u64, u64, u64, u32) -> PgkStatus,
     pub transfer_submit: unsafe extern "C" fn(i32, i32, u64, u64, u64, i32, *mut u64) -> PgkStatus,
     pub transfer_stream_wait: unsafe extern "C" fn(u64, u64) -> PgkStatus,
     pub transfer_wait: unsafe extern "C" fn(u64) -> PgkStatus,
@@ -303,6 +322,25 @@ impl DeviceBackend for CapiBackend {
         call!(self.stream_is_capturing(stream, &mut capturing))?;
         Ok(capturing != 0)
     }
+
+    fn pull_launch(&self, device: i32, stream: Stream, args: &PullArgs) -> BackendResult<()> {
+        if self.table.pull_launch.is_none() {
+            return Err(BackendError::new(CUDA_ERROR_NOT_SUPPORTED, "pull_launch"));
+        }
+        let c = PgkPullArgs {
+            dst: args.dst,
+            ring: args.ring,
+            ready: args.ready,
+            freed: args.freed,
+            counter: args.counter,
+            first_seq: args.first_seq,
+            nbytes: args.nbytes,
+            chunk_bytes: args.chunk_bytes,
+            slots: args.slots,
+            ctas: args.ctas,
+        };
+        call!(self.pull_launch(device, stream, &c))
+    }
 }
 
 unsafe extern "C" fn register_backend(
@@ -494,6 +532,7 @@ unsafe extern "C" fn transfer_configure(
     device: i32,
     h2d_stream: u64,
     d2h_stream: u64,
+    pull_stream: u64,
     chunk_bytes: u64,
     slots: u32,
 ) -> PgkStatus {
@@ -503,8 +542,16 @@ unsafe extern "C" fn transfer_configure(
             "transfer_configure: chunk_bytes and slots must be > 0".to_string(),
         );
     }
-    match runtime().transfer_configure(device, h2d_stream, d2h_stream, chunk_bytes, slots as usize)
-    {
+    let pull_stream = (pull_stream != 0).then_some(pull_stream);
+    let configured = runtime().transfer_configure(
+        device,
+        h2d_stream,
+        d2h_stream,
+        pull_stream,
+        chunk_bytes,
+        slots as usize,
+    );
+    match configured {
         Ok(()) => PGK_OK,
         Err(e) => status_of(&e),
     }

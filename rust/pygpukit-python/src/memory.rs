@@ -91,6 +91,7 @@ pub fn pool_stats<'py>(py: Python<'py>, device: Option<i32>) -> PyResult<Bound<'
         "transfer_staging_bytes",
         rt.transfer_staging_reserved(device),
     )?;
+    dict.set_item("upload_kernel_uploads", rt.transfer_kernel_uploads(device))?;
     Ok(dict)
 }
 

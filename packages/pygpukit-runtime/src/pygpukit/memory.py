@@ -90,7 +90,9 @@ def stats(device: int | None = None) -> dict[str, int]:
     ``segment_alloc_count``, ``segment_free_count``, ``evictions``, ``restores``,
     ``spilled_bytes``, ``oom_count``, ``pinned_reserved_bytes`` (spills and
     :func:`pinned_empty`), ``transfer_staging_bytes`` (the transfer engine's
-    pinned staging), ``limit_bytes``
+    pinned staging and upload ring), ``upload_kernel_uploads`` (pageable uploads
+    the upload kernel copied out of the ring; the others went through the copy
+    engine), ``limit_bytes``
     (only when a limit is set) and ``partition.<id>.allocated_bytes`` /
     ``.peak_allocated_bytes`` / ``.limit_bytes`` per partition.
 
