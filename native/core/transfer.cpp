@@ -109,7 +109,8 @@ CUresult launch_upload_pull(int device, CUstream stream, const pgk_pull_args& a)
     void* freed = reinterpret_cast<void*>(a.freed);
     void* counter = reinterpret_cast<void*>(a.counter);
     unsigned slots = a.slots;
-    void* args[] = {&dst, &ring, &ready, &freed, &counter, &first_seq, &nbytes, &chunk_bytes, &slots};
+    void* args[] = {&dst,       &ring,   &ready,       &freed, &counter,
+                    &first_seq, &nbytes, &chunk_bytes, &slots};
     return drv().cuLaunchKernel(f, a.ctas, 1, 1, kUploadThreads, 1, 1, 0, stream, args, nullptr);
 }
 

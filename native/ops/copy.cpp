@@ -105,8 +105,7 @@ void copy_from_host(const Array& dst, py::array host, const StreamPtr& stream, b
     bind_device(stream->device());
     // Blocking: small or pinned sources go straight to the copy engine, large pageable ones
     // through the transfer engine like non-blocking ones (then the stream is synchronized).
-    const bool direct =
-        blocking && (nbytes < kPipelinedBytes || is_pinned_host(src.data()));
+    const bool direct = blocking && (nbytes < kPipelinedBytes || is_pinned_host(src.data()));
     if (direct) {
         check(drv().cuMemcpyHtoDAsync(target.data_ptr(), src.data(), nbytes, stream->handle()),
               "cuMemcpyHtoDAsync");

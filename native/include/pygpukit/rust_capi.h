@@ -62,16 +62,16 @@ typedef enum pgk_status {
  */
 #define PGK_PULL_FLAG_STRIDE 64
 typedef struct pgk_pull_args {
-    pgk_devptr dst;       /* 16-byte aligned */
-    uint64_t ring;        /* pinned, slots * chunk_bytes */
-    uint64_t ready;       /* pinned flags, host -> device */
-    uint64_t freed;       /* pinned flags, device -> host */
-    pgk_devptr counter;   /* one u32 of device memory; the launch zeroes it first (stream order) */
+    pgk_devptr dst;     /* 16-byte aligned */
+    uint64_t ring;      /* pinned, slots * chunk_bytes */
+    uint64_t ready;     /* pinned flags, host -> device */
+    uint64_t freed;     /* pinned flags, device -> host */
+    pgk_devptr counter; /* one u32 of device memory; the launch zeroes it first (stream order) */
     uint64_t first_seq;
     uint64_t nbytes;
     uint64_t chunk_bytes; /* a multiple of 16 */
     uint32_t slots;
-    uint32_t ctas;        /* thread blocks */
+    uint32_t ctas; /* thread blocks */
 } pgk_pull_args;
 
 /*

@@ -331,13 +331,20 @@ fn pull_worker(state: &Mutex<State>, args: &PullArgs, next: &AtomicU64) {
         let ready = args.ready + slot * PULL_FLAG_STRIDE;
         let start = Instant::now();
         while (read_u32(state, ready).wrapping_sub(want) as i32) < 0 {
-            assert!(start.elapsed() < PULL_PATIENCE, "fake upload kernel: chunk {seq} never ready");
+            assert!(
+                start.elapsed() < PULL_PATIENCE,
+                "fake upload kernel: chunk {seq} never ready"
+            );
             std::thread::yield_now();
         }
         let len = args.chunk_bytes.min(args.nbytes - i * args.chunk_bytes);
         let data = read(state, args.ring + slot * args.chunk_bytes, len as usize);
         write(state, args.dst + i * args.chunk_bytes, &data);
-        write(state, args.freed + slot * PULL_FLAG_STRIDE, &want.to_le_bytes());
+        write(
+            state,
+            args.freed + slot * PULL_FLAG_STRIDE,
+            &want.to_le_bytes(),
+        );
     }
 }
 
@@ -467,7 +474,10 @@ impl DeviceBackend for FakeBackend {
             (s.events.get(&event).cloned(), s.faulted)
         };
         if faulted {
-            return Err(BackendError::new(CUDA_ERROR_LAUNCH_FAILED, "cuEventSynchronize"));
+            return Err(BackendError::new(
+                CUDA_ERROR_LAUNCH_FAILED,
+                "cuEventSynchronize",
+            ));
         }
         match state {
             Some(EventState::Pending(stream)) => {
@@ -527,7 +537,10 @@ impl DeviceBackend for FakeBackend {
             }
             PullMode::FailNext => {
                 s.pull_mode = Some(PullMode::Run);
-                return Err(BackendError::new(CUDA_ERROR_LAUNCH_FAILED, "cuLaunchKernel"));
+                return Err(BackendError::new(
+                    CUDA_ERROR_LAUNCH_FAILED,
+                    "cuLaunchKernel",
+                ));
             }
             PullMode::Fault => {
                 s.faulted = true;
@@ -536,7 +549,10 @@ impl DeviceBackend for FakeBackend {
             }
             PullMode::Run => {}
         }
-        assert!(args.dst % 16 == 0 && args.chunk_bytes % 16 == 0, "misaligned pull");
+        assert!(
+            args.dst % 16 == 0 && args.chunk_bytes % 16 == 0,
+            "misaligned pull"
+        );
         let done = Arc::new(AtomicBool::new(false));
         s.pulls.entry(stream).or_default().push(done.clone());
         s.pull_launches.push(*args);

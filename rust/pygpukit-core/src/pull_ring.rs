@@ -197,7 +197,10 @@ impl PullRing {
 /// The error a fill reports when the kernel that should free its slot has finished without
 /// doing so (a broken protocol, not a device fault).
 fn stalled() -> BackendError {
-    BackendError::new(crate::backend::CUDA_ERROR_NOT_READY, "upload kernel (slot never freed)")
+    BackendError::new(
+        crate::backend::CUDA_ERROR_NOT_READY,
+        "upload kernel (slot never freed)",
+    )
 }
 
 #[cfg(test)]

@@ -300,7 +300,7 @@ impl Uploads {
     pub fn finish(&self, ticket: Ticket) -> BackendResult<()> {
         self.work(Some(ticket));
         let mut st = self.lock();
-        if !st.done.get(&ticket).is_some_and(|d| d.error.is_some()) {
+        if st.done.get(&ticket).is_none_or(|d| d.error.is_none()) {
             return Ok(());
         }
         let done = st.done.remove(&ticket).expect("checked above");
@@ -552,7 +552,8 @@ impl Uploads {
         }
         self.host.copy(slot.ptr, host, len);
         // A failed enqueue read nothing: the slot stays idle and reusable.
-        self.backend.memcpy_async(device, slot.ptr, len, self.stream)?;
+        self.backend
+            .memcpy_async(device, slot.ptr, len, self.stream)?;
         if let Err(e) = self.backend.event_record(slot.event, self.stream) {
             // The DMA may read the slot with no event to tell when it is done.
             *lost = true;
@@ -711,7 +712,15 @@ mod tests {
     }
 
     fn engine(fake: &Arc<FakeBackend>, host: Arc<dyn HostMemory>, workers: usize) -> Arc<Uploads> {
-        Arc::new(Uploads::new(0, fake.clone(), host, STREAM, None, CHUNK, workers))
+        Arc::new(Uploads::new(
+            0,
+            fake.clone(),
+            host,
+            STREAM,
+            None,
+            CHUNK,
+            workers,
+        ))
     }
 
     /// Host copies as the engine makes them: checks that no staging slot is rewritten while a
@@ -993,7 +1002,11 @@ mod tests {
         let uploads = pulling_engine(&fake, 4);
         let ring_bytes = PULL_CHUNK * PULL_SLOTS as u64;
         // One chunk, a short last chunk, and more chunks than the ring has slots (two laps).
-        let sizes = [2 * CHUNK, 9 * PULL_CHUNK + 4097, ring_bytes + 3 * PULL_CHUNK + 16];
+        let sizes = [
+            2 * CHUNK,
+            9 * PULL_CHUNK + 4097,
+            ring_bytes + 3 * PULL_CHUNK + 16,
+        ];
         let mut next_seq = 0;
         for (i, n) in sizes.into_iter().enumerate() {
             let (src, dev, data) = upload_data(&fake, n + 3, i as u64);
@@ -1001,10 +1014,16 @@ mod tests {
             let t = i as u64 + 1;
             uploads.submit(t, upload(src + 3, dev, n, 0));
             uploads.finish(t).unwrap();
-            let ev = uploads.completion_event(t).expect("a pulled copy has an event");
+            let ev = uploads
+                .completion_event(t)
+                .expect("a pulled copy has an event");
             uploads.wait(t).unwrap();
             assert!(fake.event_query(ev).unwrap(), "the event covers the kernel");
-            assert_eq!(fake.read(dev, n as usize), data[3..3 + n as usize], "{n} bytes");
+            assert_eq!(
+                fake.read(dev, n as usize),
+                data[3..3 + n as usize],
+                "{n} bytes"
+            );
             let launch = *fake.pull_launches().last().unwrap();
             assert_eq!((launch.dst, launch.nbytes), (dev, n));
             assert_eq!(launch.first_seq, next_seq, "sequence numbers run on");
@@ -1013,8 +1032,15 @@ mod tests {
         assert!(fake.copies().is_empty(), "nothing went through staging");
         assert_eq!(fake.pulls_running(), 0);
         let pulled_after_h2d = fake.waits().iter().filter(|w| w.0 == PULL_STREAM).count();
-        assert_eq!(pulled_after_h2d, sizes.len(), "each launch waits for the H2D stream");
-        assert_eq!(uploads.staging_reserved(), ring_bytes + 2 * 64 * PULL_SLOTS as u64);
+        assert_eq!(
+            pulled_after_h2d,
+            sizes.len(),
+            "each launch waits for the H2D stream"
+        );
+        assert_eq!(
+            uploads.staging_reserved(),
+            ring_bytes + 2 * 64 * PULL_SLOTS as u64
+        );
         assert_eq!(uploads.kernel_launches(), sizes.len() as u64);
     }
 
@@ -1075,7 +1101,11 @@ mod tests {
                 assert_eq!(fake.read(dev, data.len()), data, "{mode:?}");
             }
             assert!(fake.pull_launches().is_empty(), "{mode:?}");
-            assert_eq!(fake.copies().len(), 20, "{mode:?}: both staged in 10 chunks");
+            assert_eq!(
+                fake.copies().len(),
+                20,
+                "{mode:?}: both staged in 10 chunks"
+            );
         }
     }
 

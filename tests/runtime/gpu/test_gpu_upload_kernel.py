@@ -40,7 +40,7 @@ def test_uploads_of_many_sizes_land_intact_through_the_kernel(fresh_pool, rng) -
     sizes = [8 * MIB, 16 * MIB - 1, 16 * MIB + 17, 50 * MIB + 3, 9 * MIB + 256 * 1024]
     hosts = [_random_bytes(rng, n) for n in sizes]
     arrays = [gp.from_numpy(h, stream=stream) for h in hosts]
-    for host, arr in zip(hosts, arrays):
+    for host, arr in zip(hosts, arrays, strict=True):
         got = arr.to_numpy(stream=stream)
         assert np.array_equal(got, host), f"{host.size} bytes differ"
     assert _kernel_uploads() - before == len(sizes), "not every upload took the kernel"
