@@ -51,11 +51,29 @@ bool upload_kernel_enabled() {
     return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
+// Whether the upload kernel suits `device`: it reads pinned host memory through its device
+// mapping (unified addressing, host memory mapped), runs for as long as the host copy does (a
+// display watchdog could kill it, losing the context), and takes 16 blocks' worth of SMs from the
+// kernels beside an upload (a device of fewer than 48 SMs keeps them all for compute).
+bool upload_kernel_suits(int device) {
+    CUdevice dev = 0;
+    if (drv().cuDeviceGet(&dev, device) != CUDA_SUCCESS) return false;
+    auto attr = [&](CUdevice_attribute a) {
+        int v = 0;
+        return drv().cuDeviceGetAttribute(&v, a, dev) == CUDA_SUCCESS ? v : 0;
+    };
+    return attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) != 0 &&
+           attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) != 0 &&
+           attr(CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT) == 0 &&
+           attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) >= 48;
+}
+
 // The stream of the upload kernel, at the device's highest priority so that its blocks get SMs
-// as soon as running kernels free some; null when the kernel is off or cannot be loaded (no cubin
-// for this device and no NVRTC): uploads are then staged, as the C API allows.
+// as soon as running kernels free some; null when the kernel is off, does not suit the device or
+// cannot be loaded (no cubin for this device and no NVRTC): uploads are then staged, as the C API
+// allows.
 StreamPtr pull_stream(int device) {
-    if (!upload_kernel_enabled()) return nullptr;
+    if (!upload_kernel_enabled() || !upload_kernel_suits(device)) return nullptr;
     try {
         upload_kernel().get(device);  // loads it now, not under the engine's lock
     } catch (const std::exception&) {

@@ -28,7 +28,8 @@ __device__ __forceinline__ uint4 load_ring(const uint4* p) {
     uint4 r;
     asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p));
+                 : "l"(p)
+                 : "memory");
     return r;
 }
 

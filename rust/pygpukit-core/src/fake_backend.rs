@@ -91,6 +91,8 @@ struct State {
     pulls: HashMap<Stream, Vec<Arc<AtomicBool>>>,
     pull_launches: Vec<PullArgs>,
     faulted: bool,
+    /// The next `event_record` on this stream fails.
+    fail_record_on: Option<Stream>,
 }
 
 /// See the module documentation.
@@ -128,6 +130,11 @@ impl FakeBackend {
     /// How the upload kernel behaves from now on (see [`PullMode`]).
     pub fn set_pull_mode(&self, mode: PullMode) {
         self.lock().pull_mode = Some(mode);
+    }
+
+    /// The next `event_record` on `stream` fails (then records work again).
+    pub fn fail_next_record_on(&self, stream: Stream) {
+        self.lock().fail_record_on = Some(stream);
     }
 
     /// Every successful `pull_launch`, in order.
@@ -426,6 +433,10 @@ impl DeviceBackend for FakeBackend {
 
     fn event_record(&self, event: Event, stream: Stream) -> BackendResult<()> {
         let mut s = self.lock();
+        if s.fail_record_on == Some(stream) {
+            s.fail_record_on = None;
+            return Err(BackendError::new(CUDA_ERROR_LAUNCH_FAILED, "cuEventRecord"));
+        }
         let idle = s.auto_complete || s.idle_streams.contains(&stream);
         let running: Vec<Arc<AtomicBool>> = s
             .pulls

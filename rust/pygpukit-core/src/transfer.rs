@@ -217,7 +217,15 @@ impl HostMemory for ProcessMemory {
 
     fn load_flag(&self, addr: u64) -> u32 {
         // SAFETY: flags are 4-byte aligned u32s in pinned memory that lives as long as the ring.
-        unsafe { &*(addr as *const AtomicU32) }.load(Ordering::Acquire)
+        let value = unsafe { &*(addr as *const AtomicU32) }.load(Ordering::Acquire);
+        // Acquire orders within the inner-shareable domain only; a device reaches the flag
+        // through the outer one.
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: a barrier instruction, no memory access.
+        unsafe {
+            std::arch::asm!("dmb oshld", options(nostack, preserves_flags))
+        };
+        value
     }
 
     fn store_flag(&self, addr: u64, value: u32) {
@@ -226,6 +234,12 @@ impl HostMemory for ProcessMemory {
         // the release below does not.
         unsafe {
             std::arch::x86_64::_mm_sfence()
+        };
+        // As in `load_flag`: the device must see the slot's bytes before the flag.
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: a barrier instruction, no memory access.
+        unsafe {
+            std::arch::asm!("dmb oshst", options(nostack, preserves_flags))
         };
         // SAFETY: as in `load_flag`.
         unsafe { &*(addr as *const AtomicU32) }.store(value, Ordering::Release);
@@ -371,6 +385,11 @@ impl TransferEngine {
     /// Submits a copy and drives it until every chunk is enqueued (host-to-device: the
     /// completion event is recorded) or has landed in host memory (device-to-host). Returns
     /// the ticket; on a backend error the ticket is forgotten and the error returned.
+    ///
+    /// Uploads run on the H2D stream (staged) or the pull stream (the upload kernel), so two
+    /// tickets to overlapping destinations are ordered only if the caller orders them: the C++
+    /// core makes the H2D stream wait for the caller's stream, and the caller's stream wait for
+    /// each ticket.
     ///
     /// # Safety
     /// `request.host` must be valid host memory of `request.nbytes` bytes (read for

@@ -67,6 +67,14 @@ pub const SLOTS_PER_WORKER: usize = 2;
 /// previous chunk, long enough that the two driver calls per chunk (~5-10 us) stay noise.
 const INLINE_PARTS: u64 = 4;
 
+/// Why a pulled job was staged instead.
+enum Refused {
+    /// Pinned memory, device memory or an event ran short: stage this job, try the next.
+    ShortOf,
+    /// The launch (or ordering it) failed: stage from now on.
+    Launch,
+}
+
 /// A pinned buffer of the configured chunk size and the event recorded after its last DMA.
 struct Slot {
     ptr: u64,
@@ -83,11 +91,14 @@ enum Route {
     Pulled { launch: Option<Launch> },
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Launch {
     first_seq: u64,
-    /// Recorded on the pull stream after the kernel (none if that record failed).
-    event: Option<Event>,
+    /// Recorded on the pull stream after the kernel.
+    event: Event,
+    /// Why `event` could not be recorded after the launch: the device is failing, and the
+    /// kernel's progress cannot be watched, so waits for its slots fail at once.
+    unwatched: Option<BackendError>,
 }
 
 struct Job {
@@ -134,8 +145,8 @@ enum ClaimKind {
     Pulled {
         ring: Arc<PullRing>,
         seq: u64,
-        /// The job's completion event, to tell a failed kernel from a slow one.
-        event: Option<Event>,
+        /// The job's launch: its completion event tells a failed kernel from a slow one.
+        launch: Launch,
         /// False for a failed job: the chunk is only released to the kernel.
         copy: bool,
     },
@@ -156,8 +167,9 @@ struct Done {
     error: Option<BackendError>,
     /// Completes with the whole copy (none for an empty copy, or a failed record).
     event: Option<Event>,
-    /// Where its copies ran: the H2D stream, or the pull stream.
-    stream: Stream,
+    /// Where its copies ran (the H2D stream, or the pull stream), for a failed job's wait for
+    /// what it enqueued; none when the device failed and there is nothing to wait for.
+    stream: Option<Stream>,
 }
 
 #[derive(Default)]
@@ -252,7 +264,7 @@ impl Uploads {
             let done = Done {
                 error: None,
                 event: None,
-                stream: self.stream,
+                stream: None,
             };
             st.done.insert(ticket, done);
             return;
@@ -306,9 +318,10 @@ impl Uploads {
         let done = st.done.remove(&ticket).expect("checked above");
         // Every copy of the job was enqueued on its stream before this event (a kernel's
         // completion event was recorded after it).
-        let event = match done.event {
-            Some(ev) => Ok(ev),
-            None => st.events.record(&*self.backend, self.device, done.stream),
+        let event = match (done.event, done.stream) {
+            (Some(ev), _) => Ok(ev),
+            (None, Some(stream)) => st.events.record(&*self.backend, self.device, stream),
+            (None, None) => return Err(done.error.expect("checked above")),
         };
         if let Ok(ev) = event {
             drop(st);
@@ -412,13 +425,13 @@ impl Uploads {
                         lost: false,
                     }
                 }
-                Route::Pulled { launch } => {
-                    let launch = launch.expect("launched above");
+                Route::Pulled { ref launch } => {
+                    let launch = launch.clone().expect("launched above");
                     let job = &st.jobs[&ticket];
                     ClaimKind::Pulled {
                         ring: st.ring.clone().expect("created by the launch"),
                         seq: launch.first_seq + job.claimed / job.chunk,
-                        event: launch.event,
+                        launch,
                         copy: job.error.is_none(),
                     }
                 }
@@ -444,14 +457,24 @@ impl Uploads {
     }
 
     /// A pulled job's first claim: launches its kernel after the ring's previous launches, or
-    /// turns the job (and every later one) back to staging if the kernel cannot run.
+    /// turns the job back to staging: this one only if pinned memory or an event ran short,
+    /// every later one too if the kernel cannot be launched on this device.
     fn launch_or_stage(&self, st: &mut State, ticket: Ticket) {
         if !st.pull_off {
             match self.launch(st, ticket) {
                 Ok(()) => return,
+                Err(Refused::ShortOf) => {}
                 // Most likely no kernel for this device (CUDA_ERROR_NOT_SUPPORTED); staging
                 // still works, and reports any real device failure itself.
-                Err(_) => st.pull_off = true,
+                Err(Refused::Launch) => {
+                    st.pull_off = true;
+                    if st.launches == 0 {
+                        if let Some(ring) = st.ring.take().and_then(Arc::into_inner) {
+                            st.reserved -= ring.reserved();
+                            ring.destroy(&*self.backend, self.device);
+                        }
+                    }
+                }
             }
         }
         let job = st.jobs.get_mut(&ticket).expect("chosen by the caller");
@@ -459,39 +482,54 @@ impl Uploads {
         job.chunk = self.chunk;
     }
 
-    fn launch(&self, st: &mut State, ticket: Ticket) -> BackendResult<()> {
+    fn launch(&self, st: &mut State, ticket: Ticket) -> Result<(), Refused> {
         let backend = &*self.backend;
         let pull_stream = self.pull_stream.expect("pulled jobs need a pull stream");
         if st.ring.is_none() {
-            let ring = PullRing::create(backend, &*self.host, self.device, PULL_CHUNK, PULL_SLOTS)?;
+            let ring = PullRing::create(backend, &*self.host, self.device, PULL_CHUNK, PULL_SLOTS)
+                .map_err(|_| Refused::ShortOf)?;
             st.reserved += ring.reserved();
             st.ring = Some(Arc::new(ring));
         }
+        // Taken first: once the kernel runs, the job must have an event to watch it by.
+        let done = st
+            .events
+            .take(backend, self.device)
+            .map_err(|_| Refused::ShortOf)?;
         // The pull stream starts after the H2D stream, which the submitter ordered after the
         // destination's earlier users.
-        let after = st.events.record(backend, self.device, self.stream)?;
-        let waited = backend.stream_wait_event(pull_stream, after);
-        st.events.give(after);
-        waited?;
+        let ordered = st
+            .events
+            .record(backend, self.device, self.stream)
+            .and_then(|after| {
+                let waited = backend.stream_wait_event(pull_stream, after);
+                st.events.give(after);
+                waited
+            });
         let ring = st.ring.clone().expect("created above");
         let request = st.jobs[&ticket].request;
         let args = ring.args(request.device, st.next_seq, request.nbytes, PULL_CTAS);
-        backend.pull_launch(self.device, pull_stream, &args)?;
+        let launched = ordered.and_then(|()| backend.pull_launch(self.device, pull_stream, &args));
+        if launched.is_err() {
+            st.events.give(done);
+            return Err(Refused::Launch);
+        }
         // From here on the kernel waits for every chunk of the range.
         st.next_seq += ring.chunks(request.nbytes);
         st.pulling = Some(ticket);
         st.launches += 1;
-        let event = st.events.record(backend, self.device, pull_stream);
+        let unwatched = backend.event_record(done, pull_stream).err();
         let job = st.jobs.get_mut(&ticket).expect("chosen by the caller");
+        if let Some(e) = &unwatched {
+            job.error.get_or_insert(e.clone());
+        }
         job.route = Route::Pulled {
             launch: Some(Launch {
                 first_seq: args.first_seq,
-                event: event.as_ref().ok().copied(),
+                event: done,
+                unwatched,
             }),
         };
-        if let Err(e) = event {
-            job.error.get_or_insert(e);
-        }
         Ok(())
     }
 
@@ -504,13 +542,12 @@ impl Uploads {
             ClaimKind::Pulled {
                 ring,
                 seq,
-                event,
+                launch,
                 copy,
             } => {
-                let event = *event;
-                let finished = || match event {
-                    Some(ev) => self.backend.event_query(ev),
-                    None => Ok(false),
+                let finished = || match &launch.unwatched {
+                    None => self.backend.event_query(launch.event),
+                    Some(e) => Err(e.clone()),
                 };
                 let src = copy.then_some(c.host);
                 ring.fill(&*self.host, *seq, src, c.len, finished)
@@ -586,14 +623,10 @@ impl Uploads {
             },
             ClaimKind::Pulled { .. } => {
                 if result.is_err() {
-                    // The device failed (or the kernel ended early): the range will never be
-                    // drained, so the rest of the job is abandoned and the ring retired.
+                    // The kernel failed, or could not be watched: later uploads are staged. The
+                    // rest of this one is still released to the kernel, uncopied, in case it is
+                    // alive (on a failed device each release fails within a check interval).
                     st.pull_off = true;
-                    let job = st.jobs.get_mut(&c.ticket).expect("a claimed job stays");
-                    job.claimed = job.request.nbytes;
-                    if st.pulling == Some(c.ticket) {
-                        st.pulling = None;
-                    }
                 }
             }
         }
@@ -607,10 +640,21 @@ impl Uploads {
             let done = match job.route {
                 Route::Pulled {
                     launch: Some(launch),
-                } => Done {
-                    error: job.error,
-                    event: launch.event,
-                    stream: self.pull_stream.expect("pulled jobs need a pull stream"),
+                } => match launch.unwatched {
+                    None => Done {
+                        error: job.error,
+                        event: Some(launch.event),
+                        stream: self.pull_stream,
+                    },
+                    Some(_) => {
+                        // Never recorded; the device failed, nothing to wait for.
+                        st.events.give(launch.event);
+                        Done {
+                            error: job.error,
+                            event: None,
+                            stream: None,
+                        }
+                    }
                 },
                 _ => {
                     // Recorded under the lock so that whoever sees the job done finds the
@@ -625,7 +669,7 @@ impl Uploads {
                     Done {
                         error,
                         event,
-                        stream: self.stream,
+                        stream: Some(self.stream),
                     }
                 }
             };
@@ -1121,5 +1165,34 @@ mod tests {
         let err = uploads.finish(1).unwrap_err();
         assert_eq!(err.code, 719, "{err}");
         assert_eq!(uploads.state(1), None);
+    }
+
+    #[test]
+    fn a_kernel_whose_event_cannot_be_recorded_fails_the_upload_instead_of_hanging() {
+        let fake = Arc::new(FakeBackend::new(1 << 31));
+        fake.set_pull_mode(PullMode::Fault);
+        fake.fail_next_record_on(PULL_STREAM);
+        let uploads = pulling_engine(&fake, 4);
+        let n = (PULL_SLOTS as u64 + 4) * PULL_CHUNK;
+        let (src, dev, _) = upload_data(&fake, n, 4);
+        uploads.submit(1, upload(src, dev, n, 0));
+        let err = uploads.finish(1).unwrap_err();
+        assert_eq!(err.call, "cuEventRecord", "{err}");
+        assert_eq!(uploads.state(1), None);
+    }
+
+    #[test]
+    fn a_failed_launch_frees_the_unused_ring() {
+        let fake = Arc::new(FakeBackend::new(1 << 30));
+        fake.set_pull_mode(PullMode::FailNext);
+        let uploads = pulling_engine(&fake, 1);
+        let (src, dev, data) = upload_data(&fake, 9 * CHUNK, 5);
+        uploads.submit(1, upload(src, dev, 9 * CHUNK, 0));
+        uploads.wait(1).unwrap();
+        assert_eq!(fake.read(dev, data.len()), data);
+        assert!(
+            uploads.staging_reserved() <= 2 * CHUNK,
+            "the ring stays allocated after the kernel was turned off"
+        );
     }
 }

@@ -46,6 +46,19 @@ def test_uploads_of_many_sizes_land_intact_through_the_kernel(fresh_pool, rng) -
     assert _kernel_uploads() - before == len(sizes), "not every upload took the kernel"
 
 
+def test_blocking_uploads_land_intact_on_every_path(fresh_pool, rng) -> None:
+    """Without a stream: direct (small), staged (1-8 MiB), the kernel (8 MiB+), pinned (direct)."""
+    before = _kernel_uploads()
+    for n in (512 * 1024 + 3, 3 * MIB + 5, 20 * MIB + 7):
+        host = _random_bytes(rng, n)
+        assert np.array_equal(gp.from_numpy(host).to_numpy(), host), f"{n} bytes"
+    assert _kernel_uploads() - before == 1, "only the 20 MiB upload takes the kernel"
+    pinned = memory.pinned_empty((20 * MIB,), np.uint8)
+    pinned[...] = _random_bytes(rng, 20 * MIB)
+    assert np.array_equal(gp.from_numpy(pinned).to_numpy(), pinned)
+    assert _kernel_uploads() - before == 1, "a pinned source goes straight to the copy engine"
+
+
 def test_the_host_array_may_change_once_from_numpy_returns(fresh_pool, rng) -> None:
     host = rng.standard_normal(40 * MIB // 4).astype(np.float32)
     expected = host.copy()

@@ -290,12 +290,17 @@ def from_numpy(
     asynchronous: this returns once ``array`` has been read (it may be modified
     then), and work enqueued on ``stream`` afterwards sees the data.
 
-    Pageable arrays of 1 MiB and more go through the transfer engine either way:
-    from 8 MiB, host threads copy them into a small pinned ring that a kernel
-    reads out over PCIe (about 90% of the pinned-copy rate on an H200 host; set
-    ``PYGPUKIT_UPLOAD_KERNEL=0`` to keep uploads off the SMs), below that through
-    pinned staging and the copy engine. Page-locked arrays
-    (:func:`pygpukit.memory.pinned_empty`) go straight to the copy engine.
+    Uploads with ``stream``, and pageable ones of 1 MiB and more without, go
+    through the transfer engine: from 8 MiB, host threads copy the array into a
+    small pinned ring that a kernel reads out over PCIe (about 90% of the
+    pinned-copy rate on an H200 host; set ``PYGPUKIT_UPLOAD_KERNEL=0`` to keep
+    uploads off the SMs), below that through pinned staging and the copy engine.
+    Since the kernel writes the destination as the host fills the ring, an
+    upload queued behind unfinished work on ``stream`` returns only once that
+    work is done and all but the last 16 MiB have been copied; upload on a
+    stream of its own to overlap with compute. Without ``stream``, page-locked
+    arrays (:func:`pygpukit.memory.pinned_empty`) and smaller ones go straight
+    to the copy engine.
     ``evictable``: as for :func:`empty`.
     """
     if isinstance(array, np.generic):
