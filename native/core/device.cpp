@@ -74,6 +74,13 @@ void synchronize_device(int device) {
     check(drv().cuCtxSynchronize(), "cuCtxSynchronize");
 }
 
+int device_attribute(int device, CUdevice_attribute attr) {
+    check_device_ordinal(device);
+    CUdevice dev;
+    check(drv().cuDeviceGet(&dev, device), "cuDeviceGet");
+    return attribute(dev, attr);
+}
+
 std::pair<int, int> compute_capability(int device) {
     check_device_ordinal(device);
     if (g_capability[device].first == 0) {

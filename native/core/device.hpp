@@ -38,6 +38,9 @@ struct DeviceInfo {
 };
 DeviceInfo device_info(int device);
 
+// One cuDeviceGetAttribute of `device`; throws CudaError when the query fails.
+int device_attribute(int device, CUdevice_attribute attr);
+
 // (major, minor) compute capability, cached per device.
 std::pair<int, int> compute_capability(int device);
 // NVRTC target of the device's exact architecture: "sm_90a" on Hopper (wgmma, setmaxnreg),

@@ -55,17 +55,17 @@ bool upload_kernel_enabled() {
 // mapping (unified addressing, host memory mapped), runs for as long as the host copy does (a
 // display watchdog could kill it, losing the context), and takes 16 blocks' worth of SMs from the
 // kernels beside an upload (a device of fewer than 48 SMs keeps them all for compute).
+// A failed query counts as unsuitable.
 bool upload_kernel_suits(int device) {
-    CUdevice dev = 0;
-    if (drv().cuDeviceGet(&dev, device) != CUDA_SUCCESS) return false;
-    auto attr = [&](CUdevice_attribute a) {
-        int v = 0;
-        return drv().cuDeviceGetAttribute(&v, a, dev) == CUDA_SUCCESS ? v : 0;
-    };
-    return attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) != 0 &&
-           attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) != 0 &&
-           attr(CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT) == 0 &&
-           attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) >= 48;
+    try {
+        auto attr = [&](CUdevice_attribute a) { return device_attribute(device, a); };
+        return attr(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) != 0 &&
+               attr(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) != 0 &&
+               attr(CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT) == 0 &&
+               attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) >= 48;
+    } catch (const std::exception&) {
+        return false;
+    }
 }
 
 // The stream of the upload kernel, at the device's highest priority so that its blocks get SMs
