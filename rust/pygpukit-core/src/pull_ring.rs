@@ -46,6 +46,11 @@ fn position(seq: u64, slots: u32) -> (u64, u32) {
     (seq % slots as u64, (seq / slots as u64) as u32)
 }
 
+/// The `ready` and `freed` flags of `slots` slots.
+fn flag_bytes(slots: u32) -> u64 {
+    2 * slots as u64 * PULL_FLAG_STRIDE
+}
+
 /// `a >= b` for flags that wrap around u32.
 fn reached(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) >= 0
@@ -72,8 +77,7 @@ impl PullRing {
         slots: u32,
     ) -> BackendResult<Self> {
         let ring = backend.host_alloc(chunk * slots as u64)?;
-        let flag_bytes = 2 * slots as u64 * PULL_FLAG_STRIDE;
-        let flags = match backend.host_alloc(flag_bytes) {
+        let flags = match backend.host_alloc(flag_bytes(slots)) {
             Ok(f) => f,
             Err(e) => {
                 let _ = backend.host_free(ring);
@@ -102,7 +106,7 @@ impl PullRing {
 
     /// Pinned bytes the ring holds.
     pub fn reserved(&self) -> u64 {
-        self.chunk * self.slots as u64 + 2 * self.slots as u64 * PULL_FLAG_STRIDE
+        self.chunk * self.slots as u64 + flag_bytes(self.slots)
     }
 
     pub fn chunk(&self) -> u64 {

@@ -36,7 +36,8 @@
 //! is claimed at a time (the others wait for it, and lend it their priority),
 //! and its kernel is launched when its first chunk is claimed. A kernel waits for
 //! every chunk of its range, so a pulled job that fails still releases its
-//! remaining chunks, uncopied, unless the device itself failed.
+//! remaining chunks, uncopied (on a failed device, each release fails within a
+//! check interval instead of waiting for the kernel).
 
 use crate::backend::{BackendError, BackendResult, DeviceBackend, Event, Stream};
 use crate::events::EventPool;
@@ -191,7 +192,7 @@ struct State {
     next_seq: u64,
     /// The launched job whose chunks are being handed out (one at a time, in sequence order).
     pulling: Option<Ticket>,
-    /// The kernel could not be launched, or the ring's sequence broke: stage from now on.
+    /// The kernel could not be launched, or one failed: stage from now on.
     pull_off: bool,
     /// Upload kernels launched.
     launches: u64,
