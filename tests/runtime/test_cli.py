@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import pygpukit as gp
+from pygpukit import cli
+from pygpukit.cli import COMMANDS, Command
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ON_GPU = gp.is_cuda_available()
 
@@ -44,9 +50,102 @@ def test_demo_runs_on_this_backend() -> None:
 
 def test_usage_and_unknown_command() -> None:
     usage = _run(["-m", "pygpukit"])
-    assert usage.returncode == 0 and "info" in usage.stdout and "bench" in usage.stdout
+    assert usage.returncode == 0
+    for command in COMMANDS:
+        assert f"{command.name} " in usage.stdout and command.summary[:30] in usage.stdout
     bad = _run(["-m", "pygpukit", "frobnicate"])
-    assert bad.returncode == 2 and "unknown command 'frobnicate'" in bad.stderr
+    assert bad.returncode == 2 and "invalid choice: 'frobnicate'" in bad.stderr
+
+
+# The console command runs pygpukit.__main__:main with argv[0] naming the script.
+CONSOLE = (
+    "import sys; sys.argv[0] = '/usr/bin/pygpukit'\n"
+    "from pygpukit.__main__ import main\n"
+    "sys.exit(main())"
+)
+
+
+@pytest.mark.parametrize("launcher", ["module", "console"])
+def test_version(launcher: str) -> None:
+    prefix = ["-m", "pygpukit"] if launcher == "module" else ["-c", CONSOLE]
+    out = _run([*prefix, "--version"])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"PyGPUkit {gp.__version__} (Python ")
+
+
+@pytest.mark.parametrize("launcher", ["module", "console"])
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS])
+def test_help_of_every_command_describes_it_without_running_it(launcher: str, command: str) -> None:
+    prefix = ["-m", "pygpukit"] if launcher == "module" else ["-c", CONSOLE]
+    out = _run([*prefix, command, "--help"])
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: ")
+    if command != "bench":  # bench forwards --help to python -m pygpukit.benchmark
+        program = "python -m pygpukit" if launcher == "module" else "pygpukit"
+        assert out.stdout.startswith(f"usage: {program} {command} [-h]")
+    for output_of_a_run in ("backend:", "done on the", "elementwise  bandwidth"):
+        assert output_of_a_run not in out.stdout
+
+
+@pytest.mark.parametrize("command", [c.name for c in COMMANDS if not c.passthrough])
+def test_unknown_option_is_reported_with_the_commands_usage(command: str) -> None:
+    out = _run(["-m", "pygpukit", command, "--frobnicate"])
+    assert out.returncode == 2
+    assert f"usage: python -m pygpukit {command}" in out.stderr
+    assert "unrecognized arguments: --frobnicate" in out.stderr
+
+
+def _write_module(folder, name: str, body: str) -> None:
+    (folder / f"{name}.py").write_text(body)
+
+
+def test_a_new_command_is_one_registration(tmp_path, monkeypatch, capsys) -> None:
+    name = f"cli_plugin_{secrets.token_hex(4)}"
+    _write_module(
+        tmp_path,
+        name,
+        "def arguments(parser):\n"
+        "    parser.add_argument('prompt')\n"
+        "    parser.add_argument('--max-new-tokens', type=int, default=4)\n"
+        "def run(args):\n"
+        "    print(args.prompt * args.max_new_tokens)\n"
+        "    return 3\n",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    extra = Command("generate", "complete a prompt", f"{name}:run", f"{name}:arguments")
+    commands = (*COMMANDS, extra)
+    assert cli.main(["generate", "ab", "--max-new-tokens", "2"], commands) == 3
+    assert capsys.readouterr().out == "abab\n"
+    assert cli.main(["generate", "--help"], commands) == 0
+    assert "--max-new-tokens" in capsys.readouterr().out
+    assert cli.main(["--help"], commands) == 0
+    assert "complete a prompt" in capsys.readouterr().out
+
+
+def test_a_command_from_a_missing_distribution_says_what_to_install(capsys) -> None:
+    missing = Command(
+        "speak",
+        "text to speech",
+        "pygpukit_not_installed.cli:run",
+        "pygpukit_not_installed.cli:arguments",
+        distribution="pygpukit-tts",
+    )
+    commands = (*COMMANDS, missing)
+    assert cli.main(["speak", "hello"], commands) == 2
+    assert "pip install pygpukit-tts" in capsys.readouterr().err
+    assert cli.main(["info", "--help"], commands) == 0  # other commands are unaffected
+    assert "usage: " in capsys.readouterr().out
+    assert cli.main(["--help"], commands) == 0
+    assert "text to speech" in capsys.readouterr().out
+
+
+def test_console_command_is_declared() -> None:
+    pyproject = ROOT / "packages" / "pygpukit-runtime" / "pyproject.toml"
+    section = pyproject.read_text().split("[project.scripts]")[1].split("[")[0]
+    assert section.strip() == 'pygpukit = "pygpukit.__main__:main"'
+    readme = (ROOT / "README.md").read_text().splitlines()
+    for command in ("--version", *(c.name for c in COMMANDS)):
+        assert any(line.startswith(f"pygpukit {command}") for line in readme), command
 
 
 def test_bench_forwards_its_arguments() -> None:
