@@ -185,6 +185,58 @@ def test_fallback_notice_is_issued_once_and_says_why() -> None:
     assert filename == "<string>"  # attributed to the caller, not to pygpukit internals
 
 
+# First uses of the runtime: (code whose last line is the first use, the file the notice must
+# name). Every one gives one notice, on the user's line, never runpy's or threading's.
+_FIRST_USES = {
+    "array": "x = gp.zeros((2,))",
+    "pool": "pool = gp.memory.MemoryPool(quota=1 << 20)",
+    "scheduler": "s = gp.scheduler.Scheduler(total_memory=1 << 30)",
+    "manager": (
+        "from pygpukit import scheduler as sc\n"
+        "m = sc.PartitionManager(sc.PartitionConfig(total_memory=1 << 30))"
+    ),
+    "memory_stats": "gp.memory.stats()",
+    "device_query": "gp.device_count()",
+    "thread": (
+        "import threading\n"
+        "def work():\n"
+        "    return gp.ones((2,))\n"
+        "t = threading.Thread(target=work); t.start(); t.join()"
+    ),
+}
+_NOTICES = (
+    "import warnings, sys\n"
+    "warnings.simplefilter('always')\n"
+    "import pygpukit as gp\n"
+    "def _report(message, category, filename, lineno, file=None, line=None):\n"
+    "    if issubclass(category, gp.BackendFallbackWarning):\n"
+    "        print('NOTICE', filename, lineno, str(message)[:40])\n"
+    "warnings.showwarning = _report\n"
+)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the fallback notice needs a machine without a usable GPU")
+@pytest.mark.parametrize("how", ["script", "python -m"])
+@pytest.mark.parametrize("use", sorted(_FIRST_USES))
+def test_fallback_notice_on_first_use_points_at_the_users_line(tmp_path, use, how) -> None:
+    body = _FIRST_USES[use]
+    module = tmp_path / f"user_{use}.py"
+    module.write_text(_NOTICES + body + "\ngp.ones((3,)); gp.memory.stats()\n")
+    first_use_line = len((_NOTICES + body).splitlines())
+    if use == "thread":
+        first_use_line -= 1  # the line inside the thread's function
+    args = [str(module)] if how == "script" else ["-m", module.stem]
+    out = _run(
+        args, PYGPUKIT_BACKEND="<unset>", PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path])
+    )
+    assert out.returncode == 0, out.stderr
+    notices = [line for line in out.stdout.splitlines() if line.startswith("NOTICE")]
+    assert len(notices) == 1, out.stdout
+    _, filename, lineno, message = notices[0].split(" ", 3)
+    assert filename == str(module) and int(lineno) == first_use_line
+    assert message.startswith("Falling back to CPU simulation")
+
+
 def test_forced_cpu_backend_is_silent() -> None:
     code = (
         "import warnings, pygpukit as gp\n"
@@ -201,3 +253,24 @@ def test_unknown_backend_name_is_an_error() -> None:
     out = _run("import pygpukit as gp; gp.zeros(1)", PYGPUKIT_BACKEND="tpu")
     assert out.returncode != 0
     assert "PYGPUKIT_BACKEND='tpu' is not valid; allowed: cpu, cuda" in out.stderr
+
+
+@pytest.mark.skipif(ON_GPU, reason="the fallback notice needs a machine without a usable GPU")
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import threading\n"
+        "t = threading.Thread(target=gp.zeros, args=((2,),)); t.start(); t.join()",
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "ThreadPoolExecutor(1).submit(gp.ones, (2,)).result()",
+    ],
+    ids=["thread", "executor"],
+)
+def test_fallback_notice_from_a_pygpukit_thread_target_names_no_threading_frame(code) -> None:
+    out = _run(_NOTICES + code + "\n", PYGPUKIT_BACKEND="<unset>")
+    assert out.returncode == 0, out.stderr
+    notices = [line for line in out.stdout.splitlines() if line.startswith("NOTICE")]
+    assert len(notices) == 1, out.stdout
+    filename = notices[0].split(" ")[1]
+    # No user frame on that thread: the outermost PyGPUkit frame, not threading's or runpy's.
+    assert os.path.basename(os.path.dirname(filename)) == "pygpukit", filename
