@@ -132,6 +132,7 @@ from .errors import (
     LibraryNotFoundError,
     OutOfMemoryError,
     PyGPUkitError,
+    ReadOnlyArrayError,
 )
 from .graph import Graph, graph_capture
 from .interop import from_dlpack
@@ -209,6 +210,7 @@ __all__ = [
     "Module",
     "OutOfMemoryError",
     "PyGPUkitError",
+    "ReadOnlyArrayError",
     "Stream",
     "TensorMap",
     "__version__",
