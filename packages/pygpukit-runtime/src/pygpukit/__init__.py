@@ -135,6 +135,7 @@ from .errors import (
     LibraryNotFoundError,
     OutOfMemoryError,
     PyGPUkitError,
+    ReadOnlyArrayError,
 )
 from .graph import Graph, graph_capture
 from .interop import from_dlpack
@@ -214,6 +215,7 @@ __all__ = [
     "Module",
     "OutOfMemoryError",
     "PyGPUkitError",
+    "ReadOnlyArrayError",
     "Stream",
     "TensorMap",
     "__version__",

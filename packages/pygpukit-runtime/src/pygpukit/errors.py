@@ -23,6 +23,7 @@ __all__ = [
     "LibraryNotFoundError",
     "OutOfMemoryError",
     "PyGPUkitError",
+    "ReadOnlyArrayError",
 ]
 
 
@@ -97,6 +98,15 @@ class OutOfMemoryError(PyGPUkitError, MemoryError):
             f"{cap} in {where}. Free arrays you no longer need, call"
             f" gp.memory.empty_cache(), {remedy}."
         )
+
+
+class ReadOnlyArrayError(PyGPUkitError, ValueError):
+    """A write to a read-only GPUArray: ``x[...] = v``, an in-place operator, ``out=``, ``fill``.
+
+    Arrays are read-only after ``x.setflags(write=False)`` (loaded model weights are), and
+    so are their views and every ``broadcast_to`` view (its elements alias each other).
+    A ``ValueError`` too, as NumPy's "assignment destination is read-only" is.
+    """
 
 
 class CompileError(PyGPUkitError):

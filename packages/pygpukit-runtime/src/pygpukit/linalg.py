@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import _indexing, env
+from ._validate import out_array
 from .array import GPUArray, _wrap
 from .dtypes import NAMES, SUPPORTED, normalize
 
@@ -145,8 +146,7 @@ def matmul(a: Any, b: Any, out: GPUArray | None = None, allow_tf32: bool | None 
         allow_tf32 = allow_tf32_default()
     backend = a._backend
     if out is not None:
-        if not isinstance(out, GPUArray):
-            raise TypeError(f"matmul: out must be a GPUArray, got {type(out).__name__}")
+        out_array(out, "matmul")
         if tuple(out.shape) != shape:
             raise ValueError(f"matmul: out has shape {tuple(out.shape)}, the result is {shape}")
     a3 = _batched(a, batch)
