@@ -126,7 +126,7 @@ def test_good_values_parse(
         assert env.get(name) == expected
 
 
-@pytest.mark.parametrize("name", [v.name for v in env.variables() if v.kind == "choice"])
+@pytest.mark.parametrize("name", [v.name for v in _all_variables() if v.kind == "choice"])
 def test_choices_accept_each_allowed_value_in_any_case(
     fresh_env: pytest.MonkeyPatch, name: str
 ) -> None:
@@ -135,7 +135,7 @@ def test_choices_accept_each_allowed_value_in_any_case(
         assert env.choice(name) == allowed
 
 
-@pytest.mark.parametrize("name", [v.name for v in env.variables()])
+@pytest.mark.parametrize("name", [v.name for v in _all_variables()])
 def test_unset_and_empty_give_the_default(fresh_env: pytest.MonkeyPatch, name: str) -> None:
     var = env.variable(name)
     fresh_env.delenv(name, raising=False)
