@@ -70,7 +70,7 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("arange zero step", lambda: gp.arange(0, 10, 0), ValueError, "step must not be zero"),
     ("arange of a string", lambda: gp.arange("a"), TypeError, "real number"),
     ("linspace negative num", lambda: gp.linspace(0, 1, -3), ValueError, "non-negative"),
-    ("from_numpy of a list", lambda: gp.from_numpy([1, 2]), TypeError, "expects a numpy.ndarray"),
+    ("from_numpy of a list", lambda: gp.from_numpy([1, 2]), TypeError, "must be a numpy.ndarray"),
     (
         "from_numpy complex",
         lambda: gp.from_numpy(np.ones(3, np.complex64)),

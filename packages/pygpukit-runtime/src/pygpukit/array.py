@@ -528,6 +528,10 @@ class GPUArray:
     def astype(self, dtype: Any, copy: bool = True) -> GPUArray:
         """Convert to ``dtype`` (NumPy's unsafe casting); ``copy=False`` returns self if equal."""
         dt = normalize(dtype)
+        if copy is not True and copy is not False:
+            from ._validate import boolean
+
+            copy = boolean(copy, "copy", "astype")
         if not copy and dt == self.dtype:
             return self
         return _wrap(self._backend.astype(self._impl, NAMES[dt]), self._backend)
@@ -563,7 +567,11 @@ class GPUArray:
         staging on a copy stream, and ``.result()`` returns the array when it
         has landed. The future keeps this array's data alive until then.
         """
-        stream_impl = None if stream is None else stream._impl
+        from ._validate import boolean
+        from ._validate import stream as stream_arg
+
+        stream_impl = stream_arg(stream, "stream", "to_numpy")
+        blocking = boolean(blocking, "blocking", "to_numpy")
         if out is not None:
             self._check_out(out)
         if blocking:
