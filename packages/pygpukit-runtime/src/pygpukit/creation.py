@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import _indexing
-from . import _validate as _v
+from . import validation as _v
 from .array import GPUArray, _wrap
 from .backend.select import backend as _backend
 from .dtypes import NAMES, SUPPORTED, float32, normalize
@@ -85,6 +85,10 @@ def _scalar(value: Any, dtype: np.dtype[Any]) -> Any:
         converted = np.array(value, dtype=dtype)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"cannot represent {_v.describe(value)} as {dtype.name}: {exc}") from None
+    except OverflowError:
+        raise ValueError(
+            f"fill value {_v.describe(value)} is out of range for {dtype.name}"
+        ) from None
     if converted.ndim != 0:
         raise ValueError(f"fill value must be a scalar, got an array of shape {converted.shape}")
     return converted.item()

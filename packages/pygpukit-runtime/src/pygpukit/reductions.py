@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import _indexing
-from . import _validate as _v
+from . import validation as _v
 from .array import GPUArray, _wrap
 from .dtypes import NAMES, SUPPORTED
 

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from . import _indexing
-from ._validate import choice, describe, index, out_array
 from .array import GPUArray, _wrap
 from .dtypes import NAMES, SUPPORTED
+from .validation import choice, describe, index, out_array
 
 __all__ = [
     "array_split",

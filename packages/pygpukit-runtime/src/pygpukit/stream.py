@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _validate as _v
+from . import validation as _v
 from .backend.select import backend as _backend
 
 __all__ = ["Event", "Stream", "current_stream"]

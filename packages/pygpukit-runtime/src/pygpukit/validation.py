@@ -1,7 +1,10 @@
 """Argument validation shared by every public entry point: one checker per kind of argument.
 
-Each checker takes the value, the argument's name and the operation's (for the message),
-returns the value normalised, and raises before any work is enqueued:
+The runtime, ``pygpukit.ops`` and any package built on them validate through these, so a
+kind of argument (a flag, an axis, a size, a stream, a seed, an output array) is checked the
+same way, with the same message, everywhere. Each checker takes the value, the argument's
+name and the operation's (for the message), returns the value normalised, and raises before
+any work is enqueued:
 
 - ``TypeError`` when the argument has the wrong type (a string where a size goes, a list where
   an axis goes, a non-bool flag, a non-GPUArray array, a non-Stream stream);
