@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING, Any
 
+from . import env
 from .array import (
     GPUArray,
     broadcast_to,
@@ -129,6 +130,8 @@ from .errors import (
     CompileError,
     CudaError,
     DeviceNotSupportedError,
+    EnvironmentVariableError,
+    EnvironmentVariableWarning,
     LibraryNotFoundError,
     OutOfMemoryError,
     PyGPUkitError,
@@ -202,6 +205,8 @@ __all__ = [
     "CudaError",
     "Device",
     "DeviceNotSupportedError",
+    "EnvironmentVariableError",
+    "EnvironmentVariableWarning",
     "Event",
     "GPUArray",
     "Graph",
@@ -244,6 +249,7 @@ __all__ = [
     "divide",
     "empty",
     "empty_like",
+    "env",
     "equal",
     "exp",
     "exp2",

@@ -18,6 +18,8 @@ __all__ = [
     "CompileError",
     "CudaError",
     "DeviceNotSupportedError",
+    "EnvironmentVariableError",
+    "EnvironmentVariableWarning",
     "LibraryNotFoundError",
     "OutOfMemoryError",
     "PyGPUkitError",
@@ -192,3 +194,23 @@ class LibraryNotFoundError(PyGPUkitError):
 
 class BackendFallbackWarning(RuntimeWarning):
     """Issued once when no usable GPU is found and the CPU simulation backend is used."""
+
+
+class EnvironmentVariableError(PyGPUkitError, ValueError):
+    """A ``PYGPUKIT_*`` environment variable holds a value that would do the wrong thing.
+
+    ``variable`` is its name, ``value`` the text found and ``allowed`` what it accepts.
+    Raised at the variable's first use (see :mod:`pygpukit.env`).
+    """
+
+    def __init__(self, variable: str, value: str, allowed: str) -> None:
+        self.variable = variable
+        self.value = value
+        self.allowed = allowed
+        super().__init__(
+            f"{variable}={value!r} is not valid; allowed: {allowed}. Fix or unset {variable}."
+        )
+
+
+class EnvironmentVariableWarning(RuntimeWarning):
+    """A ``PYGPUKIT_*`` environment variable was ignored: its value is not one it accepts."""

@@ -25,12 +25,11 @@ NumPy's ``matmul`` semantics:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-from . import _indexing
+from . import _indexing, env
 from .array import GPUArray, _wrap
 from .dtypes import NAMES, SUPPORTED, normalize
 from .validation import boolean, out_array
@@ -58,7 +57,7 @@ def result_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> np.dtype[Any]:
 
 def allow_tf32_default() -> bool:
     """Whether ``PYGPUKIT_ALLOW_TF32`` opts float32 matmul into TF32 (read on each call)."""
-    return os.environ.get("PYGPUKIT_ALLOW_TF32", "") not in ("", "0")
+    return env.flag("PYGPUKIT_ALLOW_TF32")
 
 
 def _as_operand(x: Any, name: str) -> GPUArray:
