@@ -66,7 +66,7 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("complex dtype", lambda: gp.ones((2,), dtype="complex64"), TypeError, "unsupported dtype"),
     ("unknown dtype name", lambda: gp.zeros(3, dtype="nope"), TypeError, "unsupported dtype"),
     ("string fill value", lambda: gp.full((2,), "x"), TypeError, "fill value must be"),
-    ("fill value out of range", lambda: gp.full((2,), 300, "uint8"), ValueError, "300 is out of range for uint8"),
+    ("fill value out of range", lambda: gp.full((2,), 300, "uint8"), ValueError, "out of range"),
     ("arange zero step", lambda: gp.arange(0, 10, 0), ValueError, "step must not be zero"),
     ("arange of a string", lambda: gp.arange("a"), TypeError, "real number"),
     ("linspace negative num", lambda: gp.linspace(0, 1, -3), ValueError, "non-negative"),

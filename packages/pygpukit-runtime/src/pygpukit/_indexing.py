@@ -8,6 +8,7 @@ one ``backend.view(impl, shape, strides, offset)`` call.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -372,6 +373,10 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
 def broadcast_to(shape: Shape, strides: Shape, newshape: Any) -> tuple[Shape, Shape]:
     """A read view of ``shape`` broadcast to ``newshape`` (zero strides on repeated axes)."""
     target = normalize_shape(newshape)
+    if math.prod(target) > MAX_ELEMENTS:
+        raise ValueError(
+            f"cannot broadcast to {target}: more than any device can address (2**63 - 1 elements)"
+        )
     if len(target) < len(shape):
         raise ValueError(
             f"cannot broadcast shape {shape} to {target}: the target has fewer dimensions"
