@@ -285,7 +285,10 @@ class GPUArray:
         try:
             scalar = np.array(value, dtype=dtype)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"cannot fill a {dtype.name} array with {value!r}: {exc}") from None
+            shown = repr(value) if np.ndim(value) == 0 else f"a sequence of shape {np.shape(value)}"
+            raise TypeError(f"cannot fill a {dtype.name} array with {shown[:60]}: {exc}") from None
+        except OverflowError:
+            raise ValueError(f"fill value {value!r} is out of range for {dtype.name}") from None
         if scalar.ndim != 0:
             raise ValueError(f"fill value must be a scalar, got shape {scalar.shape}")
         self._backend.fill(self._impl, scalar.item())
@@ -528,6 +531,10 @@ class GPUArray:
     def astype(self, dtype: Any, copy: bool = True) -> GPUArray:
         """Convert to ``dtype`` (NumPy's unsafe casting); ``copy=False`` returns self if equal."""
         dt = normalize(dtype)
+        if copy is not True and copy is not False:
+            from .validation import boolean
+
+            copy = boolean(copy, "copy", "astype")
         if not copy and dt == self.dtype:
             return self
         return _wrap(self._backend.astype(self._impl, NAMES[dt]), self._backend)
@@ -563,7 +570,11 @@ class GPUArray:
         staging on a copy stream, and ``.result()`` returns the array when it
         has landed. The future keeps this array's data alive until then.
         """
-        stream_impl = None if stream is None else stream._impl
+        from .validation import boolean
+        from .validation import stream as stream_arg
+
+        stream_impl = stream_arg(stream, "stream", "to_numpy")
+        blocking = boolean(blocking, "blocking", "to_numpy")
         if out is not None:
             self._check_out(out)
         if blocking:
