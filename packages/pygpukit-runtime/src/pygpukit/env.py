@@ -101,7 +101,8 @@ class Variable:
     ``path``, empty has a meaning of its own: see :func:`path`). ``read`` says when it is
     read (``"first use"``, ``"each call"``, ``"build"``, ...), ``package`` which
     distribution owns it. ``on_invalid`` is ``"warn"`` (warn once, use the default) or
-    ``"raise"``.
+    ``"raise"``. ``reported_natively``: native code reads it and reports a bad value
+    itself, so :func:`validate_all` leaves it out (one warning, not two).
     """
 
     name: str
@@ -113,6 +114,7 @@ class Variable:
     package: str = "pygpukit-runtime"
     on_invalid: str = "warn"
     fraction: bool = False
+    reported_natively: bool = False
     minimum: int | None = None
     maximum: int | None = None
     accepts: str = ""
@@ -220,6 +222,7 @@ def register(
     package: str = "pygpukit-runtime",
     on_invalid: Literal["warn", "raise"] = "warn",
     fraction: bool = False,
+    reported_natively: bool = False,
     minimum: int | None = None,
     maximum: int | None = None,
     accepts: str = "",
@@ -255,6 +258,7 @@ def register(
         read=read,
         package=package,
         on_invalid=on_invalid,
+        reported_natively=reported_natively,
         fraction=fraction,
         minimum=minimum,
         maximum=maximum,
@@ -395,7 +399,8 @@ def validate_all() -> None:
     every backend, even for variables that backend never reads.
     """
     for var in variables():
-        if var.read != "build" and var.package != "tests" and var.name in os.environ:
+        skip = var.read == "build" or var.package == "tests" or var.reported_natively
+        if not skip and var.name in os.environ:
             get(var.name)
 
 
@@ -453,6 +458,7 @@ register(
     "size",
     fraction=True,
     read="when pygpukit._rust loads (first use)",
+    reported_natively=True,
     description="A limit on every memory pool, as gp.memory.set_limit takes it. Read by the "
     "Rust core, which warns and ignores a value it cannot read.",
 )
