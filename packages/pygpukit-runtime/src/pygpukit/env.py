@@ -46,6 +46,7 @@ __all__ = [
     "Variable",
     "choice",
     "clear_cache",
+    "describe_environment",
     "flag",
     "get",
     "integer",
@@ -402,6 +403,38 @@ def validate_all() -> None:
         skip = var.read == "build" or var.package == "tests" or var.reported_natively
         if not skip and var.name in os.environ:
             get(var.name)
+
+
+def describe_environment() -> list[tuple[str, str, str]]:
+    """``(name, value, verdict)`` for every ``PYGPUKIT_*`` variable set now, sorted.
+
+    The verdict is ``"ok"``, what the variable accepts when the value is not allowed, or,
+    for a name nothing registered, that it is unknown (with the closest registered name:
+    a typo is otherwise silently ignored). Warns and raises nothing: for reports such as
+    ``pygpukit info``. Variables of packages not imported yet count as unknown.
+    """
+    import difflib
+
+    known = {var.name: var for var in variables()}
+    rows = []
+    for name in sorted(n for n in os.environ if n.startswith("PYGPUKIT_")):
+        raw = os.environ[name]
+        var = known.get(name)
+        if var is None:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            rows.append((name, raw, f"not a known variable{hint}"))
+            continue
+        verdict = "ok"
+        if raw.strip():
+            try:
+                var.parse(raw)
+            except _Invalid:
+                verdict = f"not valid: allowed values are {var.allowed_text()}"
+            except ValueError as exc:
+                verdict = f"not valid: allowed values are {var.allowed_text()} ({exc})"
+        rows.append((name, raw, verdict))
+    return rows
 
 
 def clear_cache() -> None:
