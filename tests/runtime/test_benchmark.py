@@ -343,11 +343,11 @@ def test_a_row_faster_than_its_ceiling_gets_the_ceiling_at_its_own_size() -> Non
     ("suite", "size"),
     [
         ("memory", "1T"),
-        ("memory", "64G"),
+        ("memory", "256T"),
         ("elementwise", "1T"),
         ("reduction", "4T"),
         ("gemm", "1M"),
-        ("gemm", "256K"),
+        ("gemm", "4M"),
     ],
 )
 def test_sizes_larger_than_memory_are_refused_before_the_run(suite: str, size: str) -> None:
@@ -371,3 +371,12 @@ def test_sizes_that_fit_are_accepted(suite: str) -> None:
     footprint = registered_suites()[suite].footprint
     assert footprint is not None
     assert footprint(ctx, 8192).device > footprint(ctx, 4096).device > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("suite", "size"), [("memory", "128G"), ("gemm", "192K")])
+def test_sizes_larger_than_gpu_memory_are_refused_on_the_gpu(suite: str, size: str) -> None:
+    proc = _run_cli("--quick", "--suite", suite, "--sizes", size, backend=None)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--sizes {size} is too large for the {suite} suite" in proc.stderr
+    assert "of GPU memory (it has" in proc.stderr and "nothing was run" in proc.stderr
