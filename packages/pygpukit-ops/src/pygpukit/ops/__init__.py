@@ -6,6 +6,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 
 - :mod:`.normalization`: rmsnorm, layernorm and their fused residual-add forms;
 - :mod:`.rope`: rotary position embeddings (NeoX and GPT-J layouts);
+- :mod:`.rope_scaling`: long-context RoPE frequencies (linear, llama3, yarn);
 - :mod:`.activations`: gated activations (SwiGLU, GeGLU), embedding lookup, row softmax;
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
@@ -15,7 +16,16 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 """
 
-from . import activations, attention, kv_cache, linear, normalization, rope, sampling
+from . import (
+    activations,
+    attention,
+    kv_cache,
+    linear,
+    normalization,
+    rope,
+    rope_scaling,
+    sampling,
+)
 
 # Collected before the star imports: they bind the function linear() over the module of
 # that name (ops.linear is the function; the module is pygpukit.ops.linear).
@@ -26,6 +36,7 @@ __all__ = [
     *linear.__all__,
     *normalization.__all__,
     *rope.__all__,
+    *rope_scaling.__all__,
     *sampling.__all__,
 ]
 
@@ -35,4 +46,5 @@ from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
 from .rope import *  # noqa: F403
+from .rope_scaling import *  # noqa: F403
 from .sampling import *  # noqa: F403

@@ -2,7 +2,9 @@
 
 Layouts follow PyTorch: ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]``; query head
 ``h`` attends with KV head ``h // (Hq // Hkv)`` (grouped-query / multi-query attention).
-Head dims 64, 80, 96, 128 and 256; float16 and bfloat16, accumulated in float32.
+Head dims 64, 80, 96, 128 and 256; float16 and bfloat16 on the flash kernels, accumulated in
+float32; float32 too, through matmul + softmax with the scores materialised (for checks against
+a float32 reference; slower, and no paged cache on the GPU).
 
 Two rules differ from a naive reading of PyTorch and are the same on both backends:
 
@@ -27,8 +29,9 @@ from pygpukit.array import GPUArray
 from pygpukit.backend import select as _select
 from pygpukit.jit import Kernel
 
-from . import _kernel_loader
+from . import _attention_fp32, _kernel_loader
 from ._common import (
+    FLOAT_DTYPES,
     HALF_DTYPES,
     check_array,
     check_int32,
@@ -229,9 +232,9 @@ def scaled_dot_product_attention(
     may be combined with a mask. ``scale`` defaults to ``1 / sqrt(D)``. Rows that see
     no key output zeros. Raises ``TypeError``/``ValueError`` for wrong arguments.
     """
-    check_array(q, "q", dtypes=HALF_DTYPES, ndim=4)
-    check_array(k, "k", dtypes=HALF_DTYPES, ndim=4)
-    check_array(v, "v", dtypes=HALF_DTYPES, ndim=4)
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(k, "k", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v, "v", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k", k), ("v", v))
     b, hq, sq, d = q.shape
     if tuple(k.shape) != tuple(v.shape):
@@ -257,6 +260,9 @@ def scaled_dot_product_attention(
         return res
     if on_cpu(q):
         _sdpa_cpu(q, k, v, attn_mask, is_causal, scale_f, res)
+        return res
+    if q.dtype not in HALF_DTYPES:
+        _attention_fp32.sdpa(q, k, v, attn_mask, is_causal, scale_f, res)
         return res
 
     check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
@@ -402,9 +408,9 @@ def decode_attention(
     and merged by a second kernel, which needs a float32 workspace of
     ``B * Hq * splits * (D + 1)`` values for that call. Returns ``[B, Hq, D]``.
     """
-    check_array(q, "q", dtypes=HALF_DTYPES, ndim=3)
-    check_array(k_cache, "k_cache", dtypes=HALF_DTYPES, ndim=4)
-    check_array(v_cache, "v_cache", dtypes=HALF_DTYPES, ndim=4)
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=3)
+    check_array(k_cache, "k_cache", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
     check_array(seq_lens, "seq_lens", dtypes=[np.int32], ndim=1)
     b, hq, d = q.shape
@@ -452,6 +458,11 @@ def decode_attention(
         return res
     if on_cpu(q):
         _decode_cpu(q, k_cache, v_cache, seq_lens, block_table, scale_f, capacity, res)
+        return res
+    if q.dtype not in HALF_DTYPES:
+        if block_table is not None:
+            raise TypeError("a paged cache needs float16 or bfloat16 on the GPU, got float32")
+        _attention_fp32.decode(q, k_cache, v_cache, seq_lens, scale_f, res)
         return res
 
     if b > 65535:
