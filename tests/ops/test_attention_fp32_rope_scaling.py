@@ -121,3 +121,14 @@ def test_rope_scaling_errors(scaling, match):
         ops.rope_inv_freq(64, 10000.0, scaling)
     with pytest.raises(ValueError, match="inv_freq"):
         ops.rope_cos_sin(4, 64, inv_freq=np.ones(16))
+
+
+def test_sampling_into_out(rand):
+    logits = rand((3, 50))
+    out = gp.from_numpy(np.full(3, -1, np.int32))
+    assert ops.argmax(gp.from_numpy(logits), out=out) is out
+    assert np.array_equal(out.to_numpy(), logits.argmax(1))
+    got = ops.sample(gp.from_numpy(logits), temperature=0.0, out=out)
+    assert got is out and np.array_equal(out.to_numpy(), logits.argmax(1))
+    with pytest.raises(ValueError, match="out"):
+        ops.argmax(gp.from_numpy(logits), out=gp.from_numpy(np.zeros(2, np.int32)))

@@ -50,9 +50,14 @@ def sdpa(
 
 
 def decode(
-    q: GPUArray, k_cache: GPUArray, v_cache: GPUArray, seq_lens: GPUArray, scale: float, out: GPUArray
+    q: GPUArray,
+    k_cache: GPUArray,
+    v_cache: GPUArray,
+    seq_lens: GPUArray,
+    scale: float,
+    out: GPUArray,
 ) -> None:
-    """Decode attention, float32, contiguous cache ``[B, Hkv, L, D]``; lengths stay on the device."""
+    """Decode attention, float32, contiguous cache ``[B, Hkv, L, D]``; lengths on the device."""
     b, hq, d = q.shape
     hkv, cap = k_cache.shape[1], k_cache.shape[2]
     g = hq // hkv

@@ -142,21 +142,31 @@ def _check_logits(logits: Any) -> tuple[int, int]:
     return b, v
 
 
-def argmax(logits: GPUArray) -> GPUArray:
+def argmax(logits: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
     """Greedy decoding: the index of the largest logit of each row, int32 [B].
 
     ``logits`` is [B, V] float32/float16/bfloat16; ties go to the lowest index,
-    NaN counts as -inf.
+    NaN counts as -inf. ``out`` (int32 [B]) receives the ids (no allocation: a decode loop).
     """
     b, v = _check_logits(logits)
+    c.check_out(out, (b,), gp.int32)
     if c.on_cpu(logits):
         host = c.host(logits).astype(np.float32)
-        return c.to_array(np.argmax(np.where(np.isnan(host), -np.inf, host), axis=1), np.int32)
-    out = gp.empty((b,), gp.int32)
+        ids = np.argmax(np.where(np.isnan(host), -np.inf, host), axis=1)
+        return _store(ids, out)
+    out = c.result(out, (b,), gp.int32)
     if b:
         kernel("sampling", f"argmax_{c.kernel_suffix(logits.dtype)}")(
             logits, out, v, grid=b, block=_THREADS
         )
+    return out
+
+
+def _store(ids: np.ndarray, out: GPUArray | None) -> GPUArray:
+    """CPU backend: the ids as a new int32 array, or written into ``out``."""
+    if out is None:
+        return c.to_array(ids, np.int32)
+    c.write_into(out, ids)
     return out
 
 
@@ -190,6 +200,7 @@ def sample(
     repetition_penalty: float = 1.0,
     prev_tokens: GPUArray | None = None,
     generator: Generator | None = None,
+    out: GPUArray | None = None,
 ) -> GPUArray:
     """Draw one token per row of ``logits`` [B, V]; returns int32 [B] on the device.
 
@@ -204,6 +215,7 @@ def sample(
       are ignored. With a penalty, V may be at most ``MAX_PENALTY_VOCAB``.
     - ``generator``: a :class:`Generator` (seed + offset); None uses a process-wide
       one with a random seed. Each call advances its offset by one.
+    - ``out``: an int32 [B] array that receives the ids (none is allocated).
 
     Per-row arrays are read by the kernel: their values are not validated.
     """
@@ -236,6 +248,7 @@ def sample(
         )
     if generator is not None and not isinstance(generator, Generator):
         raise TypeError(f"generator must be a pygpukit.ops.Generator, got {type(generator)}")
+    c.check_out(out, (b,), gp.int32)
     gen = generator if generator is not None else _default_generator()
     offset = gen.next_offset()
 
@@ -251,9 +264,9 @@ def sample(
             host(prev_tokens) if use_penalty else None,
             uniforms(gen.seed, offset, b),
         )
-        return c.to_array(tokens, np.int32)
+        return _store(tokens, out)
 
-    out = gp.empty((b,), gp.int32)
+    out = c.result(out, (b,), gp.int32)
     if b == 0:
         return out
     mask_bytes = ((v + 31) // 32) * 4 if use_penalty else 0
