@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pygpukit.errors import PyGPUkitError
+from .errors import UnsupportedModelError
 
-__all__ = ["ARCHITECTURES", "ModelConfig", "UnsupportedModelError"]
+__all__ = ["ARCHITECTURES", "ModelConfig"]
 
 #: Architectures (``config.json`` ``architectures[0]``) and the family traits they imply.
 ARCHITECTURES: dict[str, dict[str, bool]] = {
@@ -25,10 +25,6 @@ ARCHITECTURES: dict[str, dict[str, bool]] = {
 _ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
-class UnsupportedModelError(PyGPUkitError, ValueError):
-    """The checkpoint's architecture or configuration is not one this package runs."""
-
-
 def _need(cfg: Mapping[str, Any], key: str) -> Any:
     if key not in cfg or cfg[key] is None:
         raise UnsupportedModelError(f"config.json has no {key!r}; it is required")
@@ -37,7 +33,9 @@ def _need(cfg: Mapping[str, Any], key: str) -> Any:
 
 def _positive_int(cfg: Mapping[str, Any], key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UnsupportedModelError(f"config.json {key!r} must be a positive integer, got {value!r}")
+        raise UnsupportedModelError(
+            f"config.json {key!r} must be a positive integer, got {value!r}"
+        )
     return value
 
 
@@ -60,7 +58,6 @@ class ModelConfig:
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
-    mlp_bias: bool = False
     qk_norm: bool = False
     sliding_window: int | None = None
     bos_token_id: int | None = None
@@ -125,6 +122,8 @@ class ModelConfig:
         act = cfg.get("hidden_act", "silu")
         if act != "silu":
             raise UnsupportedModelError(f"hidden_act {act!r} is not supported (only 'silu')")
+        if cfg.get("mlp_bias"):
+            raise UnsupportedModelError("mlp_bias = true is not supported (no MLP biases)")
         scaling = cfg.get("rope_scaling") or None
         if scaling is not None:
             kind = scaling.get("rope_type") or scaling.get("type")
@@ -155,7 +154,6 @@ class ModelConfig:
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=traits["qkv_bias"] or attention_bias,
             o_bias=attention_bias and arch != "Qwen2ForCausalLM",
-            mlp_bias=bool(cfg.get("mlp_bias", False)),
             qk_norm=traits["qk_norm"],
             sliding_window=int(window) if window and use_window else None,
             bos_token_id=cfg.get("bos_token_id"),

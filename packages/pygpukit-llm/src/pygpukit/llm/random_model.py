@@ -6,8 +6,9 @@ fixed tensor order, so a test can regenerate exactly the checkpoint that a refer
 :func:`write_checkpoint` writes a model directory (``config.json`` + ``model.safetensors``) that
 ``pygpukit.llm.load`` and ``transformers.AutoModelForCausalLM.from_pretrained`` both read.
 
-Scales keep the logits of a small random model spread out (embeddings of unit variance, linear
-weights ``1/sqrt(fan_in)``, norms around 1), so greedy continuations do not hinge on ties.
+Scales keep the logits of a small random model spread out but not dominated by one token (rows
+of the embedding and linear weights of norm about 1, norms around 1), so greedy continuations
+neither hinge on ties nor repeat one token.
 """
 
 from __future__ import annotations
@@ -84,9 +85,7 @@ def _draw(rng: np.random.Generator, shape: tuple[int, ...], kind: str) -> np.nda
         return 1.0 + np.float32(0.1) * x
     if kind == "bias":
         return np.float32(0.1) * x
-    if kind == "linear":
-        return x * np.float32(1.0 / np.sqrt(shape[-1]))
-    return x
+    return x * np.float32(1.0 / np.sqrt(shape[-1]))  # linear and embedding rows
 
 
 def random_weights(
