@@ -32,101 +32,13 @@ ROOT = Path(__file__).resolve().parents[1]
 for package in ("runtime", "ops", "llm"):
     sys.path.insert(0, str(ROOT / "packages" / f"pygpukit-{package}" / "src"))
 
-_BASE: dict[str, Any] = {
-    "vocab_size": 256,
-    "hidden_size": 128,
-    "intermediate_size": 256,
-    "num_hidden_layers": 2,
-    "max_position_embeddings": 256,
-    "rms_norm_eps": 1e-5,
-    "hidden_act": "silu",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
+sys.path.insert(0, str(ROOT / "tests" / "llm"))
+from llm_reference_numpy import CONFIGS as _FAMILIES  # noqa: E402  (the tests' configurations)
 
-#: name -> (seed, config.json contents). head_dim 64: the smallest the attention kernels take.
-CONFIGS: dict[str, tuple[int, dict[str, Any]]] = {
-    "llama3_tied": (
-        1001,
-        {
-            **_BASE,
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "rope_theta": 500000.0,
-            "rope_scaling": {
-                "rope_type": "llama3",
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 32,
-            },
-            "tie_word_embeddings": True,
-        },
-    ),
-    "qwen2_bias": (
-        1002,
-        {
-            **_BASE,
-            "architectures": ["Qwen2ForCausalLM"],
-            "model_type": "qwen2",
-            "num_attention_heads": 2,
-            "num_key_value_heads": 2,
-            "rope_theta": 1000000.0,
-            "rms_norm_eps": 1e-6,
-            "tie_word_embeddings": False,
-            "use_sliding_window": False,
-        },
-    ),
-    "qwen3_qknorm": (
-        1003,
-        {
-            **_BASE,
-            "architectures": ["Qwen3ForCausalLM"],
-            "model_type": "qwen3",
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 64,
-            "rope_theta": 1000000.0,
-            "rms_norm_eps": 1e-6,
-            "attention_bias": False,
-            "tie_word_embeddings": True,
-            "use_sliding_window": False,
-        },
-    ),
-    "mistral_window": (
-        1004,
-        {
-            **_BASE,
-            "architectures": ["MistralForCausalLM"],
-            "model_type": "mistral",
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "rope_theta": 10000.0,
-            "sliding_window": 8,
-            "tie_word_embeddings": False,
-        },
-    ),
-    "qwen2_yarn": (
-        1005,
-        {
-            **_BASE,
-            "architectures": ["Qwen2ForCausalLM"],
-            "model_type": "qwen2",
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "rope_theta": 10000.0,
-            "rope_scaling": {
-                "rope_type": "yarn",
-                "factor": 4.0,
-                "original_max_position_embeddings": 64,
-            },
-            "tie_word_embeddings": False,
-            "use_sliding_window": False,
-        },
-    ),
-}
+#: name -> (seed, config.json contents): every configuration the tests compare against.
+SEEDS = {"llama3_tied": 1001, "qwen2_bias": 1002, "qwen3_qknorm": 1003, "mistral_window": 1004,
+         "qwen2_yarn": 1005}  # fmt: skip
+CONFIGS: dict[str, tuple[int, dict[str, Any]]] = {n: (SEEDS[n], c) for n, c in _FAMILIES.items()}
 
 #: Forward: a batch of 2 sequences of 16 tokens; greedy: 32 new tokens after an 8-token prompt.
 FORWARD_SHAPE = (2, 16)
