@@ -11,7 +11,8 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
-- :mod:`.sampling`: token sampling on the GPU.
+- :mod:`.sampling`: token sampling on the GPU;
+- :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device.
 
 Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 """
@@ -22,6 +23,7 @@ from . import (
     kv_cache,
     linear,
     normalization,
+    quantization,
     rope,
     rope_scaling,
     sampling,
@@ -35,6 +37,7 @@ __all__ = [
     *kv_cache.__all__,
     *linear.__all__,
     *normalization.__all__,
+    *quantization.__all__,
     *rope.__all__,
     *rope_scaling.__all__,
     *sampling.__all__,
@@ -45,6 +48,7 @@ from .attention import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
+from .quantization import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .rope_scaling import *  # noqa: F403
 from .sampling import *  # noqa: F403
