@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from llm_reference_numpy import CONFIGS, forward, rel_err
 
+import pygpukit as gp
 from pygpukit import llm
 from pygpukit.llm.random_model import random_weights
 
@@ -234,6 +235,14 @@ def test_text_without_tokenizer_and_chat_without_role(seed):
     )
     with pytest.raises(llm.TokenizerError, match="message 1 has no 'role'"):
         with_tok.chat([{"role": "user", "content": "hi"}, {"content": "no role"}])
+
+
+def test_weights_are_read_only(seed):
+    model, _ = _model("qwen2_bias", seed)
+    for weight in model._model.weights():
+        with pytest.raises(gp.ReadOnlyArrayError):
+            weight.fill(0.0)
+    assert len(model.generate([4, 5], max_new_tokens=3).token_ids) == 3
 
 
 def test_public_names():

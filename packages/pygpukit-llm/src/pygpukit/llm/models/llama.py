@@ -172,12 +172,22 @@ class LlamaModel:
             max_positions, cfg.head_dim, inv_freq=inv_freq, attention_factor=factor
         )
         self.scale = 1.0 / math.sqrt(cfg.head_dim)
+        for a in self.weights():
+            a.setflags(write=False)  # weights are immutable, the fused ones included
 
-    def weight_bytes(self) -> int:
-        """Bytes of weights one token reads (every matrix once; a tied head counted once)."""
+    def weights(self) -> list[GPUArray]:
+        """Every weight array once (a tied head is the embedding)."""
         arrays = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
         for lw in self.layers:
             arrays += [a for a in vars(lw).values() if a is not None]
+        return arrays
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights one decode step reads.
+
+        All of them but the embedding table (one row of it is read), unless the head is tied.
+        """
+        arrays = [a for a in self.weights() if a is not self.embed or a is self.lm_head]
         return sum(a.nbytes for a in arrays)
 
     def _qkv(
