@@ -315,6 +315,11 @@ class CausalLM:
         return (piece for piece in self._events(ids, max_new_tokens, stop, sampling) if piece)
 
     @property
+    def decoder(self) -> Decoder:
+        """The step-level engine (``prefill``, ``decode_step``, device state) under generate."""
+        return self._decoder
+
+    @property
     def last_stats(self) -> GenerationStats | None:
         """Stats of the last finished generation or stream."""
         last = getattr(self, "_last", None)
