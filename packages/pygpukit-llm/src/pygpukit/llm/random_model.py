@@ -23,7 +23,20 @@ import numpy as np
 
 from pygpukit import dtypes
 
-__all__ = ["random_weights", "tensor_shapes", "write_checkpoint", "write_safetensors"]
+__all__ = [
+    "random_weights",
+    "tensor_shapes",
+    "write_checkpoint",
+    "write_safetensors",
+    "write_tokenizer",
+]
+
+#: ChatML, the template of SmolLM2 and Qwen: what write_tokenizer gives its tokenizer.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 _SAFETENSORS_DTYPES = {
     np.dtype(np.float32): "F32",
@@ -125,6 +138,28 @@ def write_safetensors(path: str | os.PathLike[str], tensors: Mapping[str, np.nda
             f.write(np.ascontiguousarray(arr).tobytes())
 
 
+def write_tokenizer(path: str | os.PathLike[str]) -> None:
+    """Write a byte-level ``tokenizer.json`` (256 byte tokens + ChatML specials) and its config.
+
+    Ids 0-2 are ``<|endoftext|>``, ``<|im_start|>`` and ``<|im_end|>`` (the EOS), ids 3-258
+    the bytes; no merges, so any text round-trips. Pairs with a ``vocab_size`` of at least 259.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {t: i for i, t in enumerate(_SPECIAL)}
+    vocab.update({ch: len(_SPECIAL) + i for i, ch in enumerate(sorted(alphabet))})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(list(_SPECIAL))
+    tok.save(os.path.join(path, "tokenizer.json"))
+    config = {"eos_token": "<|im_end|>", "bos_token": None, "pad_token": "<|endoftext|>",
+              "chat_template": CHATML_TEMPLATE}  # fmt: skip
+    with open(os.path.join(path, "tokenizer_config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+
+
 def write_checkpoint(
     path: str | os.PathLike[str],
     cfg: Mapping[str, Any],
@@ -132,11 +167,12 @@ def write_checkpoint(
     dtype: Any = "float32",
     *,
     weights: Mapping[str, np.ndarray] | None = None,
+    tokenizer: bool = False,
 ) -> str:
     """Write a model directory (``config.json`` + ``model.safetensors``) with random weights.
 
     ``weights`` overrides the drawn tensors (for example, to write a deliberately broken
-    checkpoint). Returns the directory path.
+    checkpoint); ``tokenizer=True`` adds :func:`write_tokenizer`'s files. Returns the path.
     """
     os.makedirs(path, exist_ok=True)
     tensors = dict(weights) if weights is not None else random_weights(cfg, seed, dtype)
@@ -146,4 +182,6 @@ def write_checkpoint(
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     write_safetensors(os.path.join(path, "model.safetensors"), tensors)
+    if tokenizer:
+        write_tokenizer(path)
     return os.fspath(path)
