@@ -247,3 +247,12 @@ def test_name_table():
     assert hf_name("blk.3.ffn_down.weight") == "model.layers.3.mlp.down_proj.weight"
     assert hf_name("output.weight") == "lm_head.weight"
     assert hf_name("blk.0.ssm_a") is None and hf_name("rope_freqs.weight") is None
+
+
+def test_gguf_weights_are_read_only(tmp_path, rng):
+    tensors, _ = _as_gguf(_hf_weights(rng), "Q4_1")
+    path = tmp_path / "m.gguf"
+    path.write_bytes(gguf_bytes(_meta(), tensors))
+    with open_checkpoint(path) as ck:
+        weights = ck.load("bfloat16", progress=False)
+    assert not any(w.flags.writeable for w in weights.values())

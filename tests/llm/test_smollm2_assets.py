@@ -3,9 +3,13 @@ every tensor loaded on the current backend with the shapes the config implies.""
 
 from __future__ import annotations
 
+import json
+import pathlib
+
 import numpy as np
 import pytest
 from ggml_reference import dequantize_reference
+from smollm2_asset import SHA256
 
 from pygpukit.llm.loading import open_checkpoint
 from pygpukit.llm.tokenizer import load_tokenizer
@@ -133,3 +137,30 @@ def test_quantized_tensor_matches_the_reference(checkpoint):
             ref = ref.reshape(heads, 32, 2, 576).swapaxes(1, 2).reshape(192, 576)
         got = checkpoint.load("float32", names=[hf], progress=False)[hf].to_numpy()
         np.testing.assert_array_equal(got, ref)
+
+
+REFERENCE = pathlib.Path(__file__).parent / "references" / "smollm2_tokenizer.json"
+
+
+@pytest.fixture(scope="module")
+def transformers_reference():
+    if not REFERENCE.is_file():
+        pytest.skip(f"{REFERENCE.name} not written yet (tools/llm_reference_gguf.py tokenizer)")
+    reference = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    assert reference["gguf_sha256"] == SHA256
+    return reference
+
+
+def test_ids_match_transformers(tokenizer, transformers_reference):
+    for case in transformers_reference["texts"]:
+        assert tokenizer.encode(case["text"], add_special_tokens=False) == case["ids"], case
+    assert tokenizer.eos_token_id == transformers_reference["eos_token_id"]
+
+
+def test_chat_template_matches_transformers(tokenizer, transformers_reference):
+    for case in transformers_reference["chats"]:
+        text = tokenizer.apply_chat_template(
+            case["messages"], add_generation_prompt=case["add_generation_prompt"]
+        )
+        assert text == case["text"]
+        assert tokenizer.encode(text, add_special_tokens=False) == case["ids"]
