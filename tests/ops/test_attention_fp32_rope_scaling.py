@@ -132,3 +132,34 @@ def test_sampling_into_out(rand):
     assert got is out and np.array_equal(out.to_numpy(), logits.argmax(1))
     with pytest.raises(ValueError, match="out"):
         ops.argmax(gp.from_numpy(logits), out=gp.from_numpy(np.zeros(2, np.int32)))
+
+
+@pytest.mark.parametrize("mask_shape", [None, (9, 12), (1, 4, 9, 12), (2, 1, 9, 12)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_composed_float32_path_on_this_backend(rand, mask_shape, causal):
+    """The GPU's float32 composition (matmul, softmax, where) runs on any backend: check it."""
+    from pygpukit.ops import _attention_fp32
+
+    q, k, v = rand((2, 4, 9, 64)), rand((2, 2, 12, 64)), rand((2, 2, 12, 64))
+    mask = None if mask_shape is None else rand(mask_shape)
+    if mask is not None:
+        mask[..., 0, :] = -np.inf  # a row that sees no key gives zeros
+    out = gp.empty((2, 4, 9, 64), gp.float32)
+    m = None if mask is None else gp.from_numpy(mask)
+    _attention_fp32.sdpa(
+        gp.from_numpy(q), gp.from_numpy(k), gp.from_numpy(v), m, causal, 0.125, out
+    )
+    ref = ref_sdpa(q, k, v, mask, causal, 0.125)
+    assert rel_err(out.to_numpy(), ref) < 1e-5
+    if mask is not None:
+        assert np.all(out.to_numpy()[:, :, 0] == 0)
+
+    lens = np.array([0, 7], np.int32)
+    q1, out1 = rand((2, 4, 64)), gp.empty((2, 4, 64), gp.float32)
+    _attention_fp32.decode(
+        gp.from_numpy(q1), gp.from_numpy(k), gp.from_numpy(v), gp.from_numpy(lens), 0.125, out1
+    )
+    ref1 = ref_decode(
+        q1, [k[i, :, : lens[i]] for i in range(2)], [v[i, :, : lens[i]] for i in range(2)], 0.125
+    )
+    assert rel_err(out1.to_numpy(), ref1) < 1e-5
