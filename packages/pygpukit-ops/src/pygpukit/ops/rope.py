@@ -150,31 +150,12 @@ def rope_flags(positions_dtype: np.dtype[Any], gptj: bool, inplace: bool, table:
     )
 
 
-def apply_rope(
-    q: GPUArray,
-    k: GPUArray,
-    cos: GPUArray,
-    sin: GPUArray,
-    positions: GPUArray,
-    *,
-    layout: str = "neox",
-    rotary_dim: int | None = None,
-    inplace: bool = False,
-) -> tuple[GPUArray, GPUArray]:
-    """Rotate ``q`` and ``k`` by the angles of each token's position; returns ``(q, k)``.
+def check_rope(
+    q: Any, k: Any, cos: Any, sin: Any, positions: Any, layout: str, rotary_dim: int | None
+) -> tuple[int, int, int, int, int, int]:
+    """Validate :func:`apply_rope`'s arguments.
 
-    ``q`` is ``[tokens, q_heads, head_dim]`` and ``k`` ``[tokens, kv_heads, head_dim]`` (or both
-    with a leading batch dimension, ``[batch, seq, heads, head_dim]``), float32, float16 or
-    bfloat16, C-contiguous. ``cos``/``sin`` are :func:`rope_cos_sin` tables
-    ``[max_positions, rotary_dim // 2]`` (float32 or q's dtype); ``positions`` holds one int32
-    or int64 position per token (``[tokens]``, or ``[batch, seq]``). ``layout`` is ``"neox"``
-    (pairs ``(i, i + rotary_dim/2)``) or ``"gptj"`` (pairs ``(2i, 2i+1)``). ``rotary_dim``
-    (default: twice the table width) rotates the first ``rotary_dim`` dimensions of each head
-    and passes the rest through. ``inplace=True`` writes into ``q`` and ``k`` and returns them;
-    otherwise new arrays. Math in float32, rounded once.
-
-    Positions outside ``[0, max_positions)`` raise ``ValueError`` on the CPU backend; on the GPU
-    (where checking would need a synchronisation) such a token is passed through unrotated.
+    Returns ``(tokens, q_heads, kv_heads, head_dim, rotary_dim, max_positions)``.
     """
     if layout not in _LAYOUTS:
         raise ValueError(f"layout must be 'neox' or 'gptj', got {layout!r}")
@@ -208,6 +189,38 @@ def apply_rope(
             f"cos/sin have width {half} but rotary_dim is {rd}: the tables must be built "
             f"for rotary_dim (rope_cos_sin(P, {rd}))"
         )
+    return tokens, q_heads, kv_heads, head_dim, rd, max_pos
+
+
+def apply_rope(
+    q: GPUArray,
+    k: GPUArray,
+    cos: GPUArray,
+    sin: GPUArray,
+    positions: GPUArray,
+    *,
+    layout: str = "neox",
+    rotary_dim: int | None = None,
+    inplace: bool = False,
+) -> tuple[GPUArray, GPUArray]:
+    """Rotate ``q`` and ``k`` by the angles of each token's position; returns ``(q, k)``.
+
+    ``q`` is ``[tokens, q_heads, head_dim]`` and ``k`` ``[tokens, kv_heads, head_dim]`` (or both
+    with a leading batch dimension, ``[batch, seq, heads, head_dim]``), float32, float16 or
+    bfloat16, C-contiguous. ``cos``/``sin`` are :func:`rope_cos_sin` tables
+    ``[max_positions, rotary_dim // 2]`` (float32 or q's dtype); ``positions`` holds one int32
+    or int64 position per token (``[tokens]``, or ``[batch, seq]``). ``layout`` is ``"neox"``
+    (pairs ``(i, i + rotary_dim/2)``) or ``"gptj"`` (pairs ``(2i, 2i+1)``). ``rotary_dim``
+    (default: twice the table width) rotates the first ``rotary_dim`` dimensions of each head
+    and passes the rest through. ``inplace=True`` writes into ``q`` and ``k`` and returns them;
+    otherwise new arrays. Math in float32, rounded once.
+
+    Positions outside ``[0, max_positions)`` raise ``ValueError`` on the CPU backend; on the GPU
+    (where checking would need a synchronisation) such a token is passed through unrotated.
+    """
+    tokens, q_heads, kv_heads, head_dim, rd, max_pos = check_rope(
+        q, k, cos, sin, positions, layout, rotary_dim
+    )
     gptj = layout == "gptj"
     q_out = q if inplace else gp.empty(q.shape, q.dtype)
     k_out = k if inplace else gp.empty(k.shape, k.dtype)
