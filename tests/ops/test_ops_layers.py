@@ -320,3 +320,24 @@ def test_config_reads_the_environment_once(monkeypatch: pytest.MonkeyPatch) -> N
     finally:
         monkeypatch.undo()
         config.reload()
+
+
+def test_launch_benchmark_suite_smoke() -> None:
+    """The ops_launch suite's rows (function API and layer) run and pass their checks."""
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.harness import HarnessConfig, measure
+    from pygpukit.benchmark.peers import PyGPUkitLibrary
+    from pygpukit.benchmark.registry import SuiteContext
+    from pygpukit.ops.benchmarks import launch as suite
+
+    rng = np.random.default_rng()
+    ctx = SuiteContext(PyGPUkitLibrary.backend_name(gp), True, DataCache(rng), rng)
+    lib = PyGPUkitLibrary()
+    cfg = HarnessConfig(max_reps=2, min_reps=1, budget_s=0.05, warmup_s=0.0, target_rep_ms=0.1)
+    cases = list(suite.SUITE.cases(ctx))
+    assert [(c.op, c.params["api"]) for c in cases] == [
+        ("gemv", "function"), ("gemv", "layer"),
+        ("decode_attention", "function"), ("decode_attention", "layer"),
+    ]  # fmt: skip
+    results = [measure(case, lib, cfg) for case in cases]
+    assert all(r.status == "ok" for r in results), [r.reason for r in results]
