@@ -11,6 +11,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
 - :mod:`.sampling`: token sampling on the GPU;
+- :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device;
 - :mod:`.layers`: the same ops as stateful layers (weights + launch plans made once) for
   model code: ``Linear``, ``RMSNorm``, ``LayerNorm``, ``Rotary``, ``Attention``, ``GatedMLP``,
   ``Embedding``;
@@ -30,6 +31,7 @@ from . import (
     layers,
     linear,
     normalization,
+    quantization,
     rope,
     sampling,
 )
@@ -44,6 +46,7 @@ __all__ = [
     *kv_cache.__all__,
     *linear.__all__,
     *normalization.__all__,
+    *quantization.__all__,
     *rope.__all__,
     *sampling.__all__,
 ]
@@ -53,5 +56,6 @@ from .attention import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
+from .quantization import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .sampling import *  # noqa: F403

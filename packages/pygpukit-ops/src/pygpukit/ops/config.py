@@ -1,8 +1,10 @@
 """The ops package's tuning knobs, read from the environment once into one :class:`OpsConfig`.
 
-Every environment variable the ops read is listed in :data:`ENV` and read here only, the first
-time an op plans a launch (never per call). Later changes to the environment have no effect
-until :func:`reload`; :func:`set` and :func:`override` (a ``with`` block) set knobs from code.
+Every environment variable the ops read is listed in :data:`ENV`, registered with the runtime's
+:mod:`pygpukit.env` (so it is validated and documented with the others, docs/errors.md) and read
+here only, through ``env.choice``, the first time an op plans a launch (never per call). Later
+changes to the environment have no effect until :func:`reload`; :func:`set` and
+:func:`override` (a ``with`` block) set knobs from code.
 Launch plans made under one configuration are dropped when it changes, so the next call plans
 again; a layer keeps the plans it already holds.
 
@@ -17,18 +19,20 @@ variable                       values                                        def
 ``PYGPUKIT_DECODE_KERNEL``     ``mma2``, ``mma``, ``simt``                   ``mma2``
 =============================  ===========================================  =========
 
-An unknown value raises ``ValueError`` naming the variable and the valid values.
+An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
+(a ``ValueError``) naming the variable and the valid values; in :func:`set` a ``ValueError``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from pygpukit import env
 
 __all__ = ["ENV", "OpsConfig", "get", "override", "reload", "set"]
 
@@ -40,6 +44,27 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+_DESCRIPTIONS = {
+    "gemv_variant": "Which GEMV vector kernel ops.gemv / ops.linear run for up to 8 rows: simt "
+    "(one row) or mma (more) under auto, or one of them pinned for every M.",
+    "attention_kernel": "Which prefill attention kernel runs: auto (wgmma_tma on SM 9.0 for head "
+    "dims 64 and 128, else mma), mma everywhere, or one Hopper kernel where auto would pick one.",
+    "decode_kernel": "Which decode attention kernel runs: mma2 (tensor cores, two K/V stages), "
+    "mma (one stage) or simt (CUDA cores).",
+}
+for _field, (_name, _choices) in ENV.items():
+    env.register(
+        _name,
+        "choice",
+        allowed=_choices,
+        default=_choices[0],
+        description=_DESCRIPTIONS[_field],
+        read="first launch plan (ops.config)",
+        package="pygpukit-ops",
+        on_invalid="raise",
+    )
+
+
 @dataclass(frozen=True)
 class OpsConfig:
     """The knobs every launch plan reads (see the module docstring for their meaning)."""
@@ -49,11 +74,11 @@ class OpsConfig:
     decode_kernel: str = "mma2"
 
     def __post_init__(self) -> None:
-        for name, (env, choices) in ENV.items():
+        for name, (variable, choices) in ENV.items():
             value = getattr(self, name)
             if value not in choices:
                 raise ValueError(
-                    f"{env} must be one of {', '.join(choices)} (or unset), got {value!r}"
+                    f"{name} ({variable}) must be one of {', '.join(choices)}, got {value!r}"
                 )
 
 
@@ -63,9 +88,7 @@ _listeners: list[Callable[[], None]] = []
 
 
 def _from_environment() -> OpsConfig:
-    values: dict[str, Any] = {}
-    for name, (env, choices) in ENV.items():
-        values[name] = os.environ.get(env, "") or choices[0]
+    values: dict[str, Any] = {name: env.choice(variable) for name, (variable, _) in ENV.items()}
     return OpsConfig(**values)
 
 

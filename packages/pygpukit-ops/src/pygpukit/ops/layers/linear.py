@@ -56,7 +56,8 @@ class Linear:
     ) -> Linear:
         """One layer for several projections of the same input, e.g. ``[wq, wk, wv]``.
 
-        The weights (``[N_i, K]``, one dtype) are concatenated along N once, here; ``biases``
+        The weights (``[N_i, K]``, one dtype) are concatenated along N once, here, into a
+        read-only array the layer owns (the parts can be freed after); ``biases``
         is None or one per weight (all given, or all None). The output's last axis holds the
         parts in order: :meth:`split` returns them.
         """
@@ -82,6 +83,10 @@ class Linear:
             else:
                 bias = gp.concatenate(given, axis=0) if len(given) > 1 else given[0]
         weight = gp.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+        # The concatenated copies belong to the layer, which never writes them.
+        for own in (weight, bias):
+            if own is not None and len(parts) > 1:
+                own.setflags(write=False)
         layer = cls(weight, bias, activation=activation)
         layer.splits = tuple(int(w.shape[0]) for w in parts)
         return layer

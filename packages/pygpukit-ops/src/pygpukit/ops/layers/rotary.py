@@ -9,6 +9,7 @@ import numpy as np
 import pygpukit as gp
 from pygpukit.array import GPUArray
 
+from .. import _common as c
 from .. import rope as rope_ops
 
 
@@ -55,6 +56,9 @@ class Rotary:
         tokens, q_heads, kv_heads, head_dim, rd, max_pos = rope_ops.check_rope(
             q, k, self.cos, self.sin, positions, self.layout, self.rotary_dim
         )
+        if inplace:
+            c.check_writeable(q, "q (inplace=True)")
+            c.check_writeable(k, "k (inplace=True)")
         q_out = q if inplace else gp.empty(q.shape, q.dtype)
         k_out = k if inplace else gp.empty(k.shape, k.dtype)
         if tokens == 0:
