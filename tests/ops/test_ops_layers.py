@@ -180,8 +180,10 @@ def test_attention_prefill_gqa_causal(rand: Rand, dtype: object) -> None:
     attn = Attention(4, 2, 64)
     got = attn.prefill(up(q), up(k), up(v))
     assert rel_err(got.to_numpy(), ref_sdpa(q, k, v, causal=True)) < LIMITS[np.dtype(dtype)]
-    with pytest.raises(ValueError, match=r"8 query and 2 KV heads; got q \(2, 4, 9, 64\)"):
+    with pytest.raises(ValueError, match=r"8 query and 2 KV heads of 64; got q \(2, 4, 9, 64\)"):
         Attention(8, 2, 64).prefill(up(q), up(k), up(v))
+    with pytest.raises(ValueError, match="KV heads of 128"):
+        Attention(4, 2, 128).prefill(up(q), up(k), up(v))
 
 
 @pytest.mark.parametrize("paged", [False, True])

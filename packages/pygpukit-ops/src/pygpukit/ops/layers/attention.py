@@ -46,10 +46,11 @@ class Attention:
         self._decode: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
 
     def _heads(self, q: GPUArray, k: GPUArray) -> None:
-        if q.shape[1] != self.num_heads or k.shape[1] != self.num_kv_heads:
+        heads = (q.shape[1], k.shape[1], q.shape[-1])
+        if heads != (self.num_heads, self.num_kv_heads, self.head_dim):
             raise ValueError(
-                f"this layer has {self.num_heads} query and {self.num_kv_heads} KV heads; got q "
-                f"{tuple(q.shape)} and k {tuple(k.shape)}"
+                f"this layer has {self.num_heads} query and {self.num_kv_heads} KV heads of "
+                f"{self.head_dim}; got q {tuple(q.shape)} and k {tuple(k.shape)}"
             )
 
     def prefill(
