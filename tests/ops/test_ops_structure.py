@@ -1,13 +1,12 @@
-"""The ops package's structure: kernel constants agree with the kernel sources, and op bodies
-never branch on the backend (the NumPy versions live in ops/reference, chosen once)."""
+"""The ops package's structure: launch constants come from the kernels (or agree with their
+sources), and op bodies never branch on the backend (the NumPy versions live in
+ops/reference, chosen once)."""
 
 from __future__ import annotations
 
 import ast
 import re
 from pathlib import Path
-
-import pytest
 
 from pygpukit.ops import _constants as k
 
@@ -22,35 +21,25 @@ def constexpr(file: str, name: str) -> int:
     return int(found[0])
 
 
-@pytest.mark.parametrize(
-    ("value", "file", "name"),
-    [
-        (k.GEMV_WARPS, "gemv.cu", "kWarps"),
-        (k.DECODE_THREADS, "attention_decode.cu", "kThreads"),
-        (k.DECODE_HEADS_PER_CTA["simt"], "attention_decode.cu", "kG"),
-        (k.DECODE_HEADS_PER_CTA["mma"], "attention_decode.cu", "kTcHeads"),
-        (k.DECODE_HEADS_PER_CTA["mma2"], "attention_decode.cu", "kTcHeads"),
-        (k.DECODE_TILE, "attention_decode.cu", "kTcTile"),
-        (k.DECODE_MAX_SPLITS, "attention_decode.cu", "kMaxSplits"),
-        (k.PREFILL_THREADS, "attention_prefill.cu", "kThreads"),
-        (k.SAMPLING_THREADS, "sampling.cu", "kThreads"),
-    ],
-)
-def test_kernel_constants_match_the_sources(value: int, file: str, name: str) -> None:
-    if name == "kThreads" and file == "attention_prefill.cu":
-        assert value == 32 * constexpr(file, "kWarps")
-        return
-    assert value == constexpr(file, name)
+def test_constants_not_exported_by_the_kernels_match_the_sources() -> None:
+    """The few launch constants still kept in Python agree with the kernel sources."""
+    assert constexpr("sampling.cu", "kThreads") == k.SAMPLING_THREADS
+    prefill = (OPS / "kernels" / "attention_prefill.cu").read_text(encoding="utf-8")
+    for kind, threads in k.PREFILL_WGMMA_THREADS.items():
+        assert f"__launch_bounds__({threads}, 1)" in prefill, kind
 
 
-def test_prefill_tiles_match_the_source() -> None:
-    """attention_prefill.cu Config<D>: kBM = kWarps * 16 * kMT with kMT = 2 up to D = 128."""
-    text = (OPS / "kernels" / "attention_prefill.cu").read_text(encoding="utf-8")
-    assert "kMT = D <= 128 ? 2 : 1;" in text
-    assert "kBM = kWarps * 16 * kMT;" in text
-    assert "kBN = D > 80 ? 32 : 64;" in text
-    assert k.prefill_mma_tiles(128) == (128, 32) and k.prefill_mma_tiles(256) == (64, 32)
-    assert k.prefill_mma_tiles(64) == (128, 64) and k.prefill_mma_tiles(80) == (128, 64)
+def test_launch_geometry_comes_from_the_manifest() -> None:
+    """The accessors the plans use read the kernels' exported constants."""
+    from pygpukit.ops import _kernel_loader as kl
+
+    assert k.gemv_rows_per_block("mma") == kl.constant("gemv", "GEMV_MMA_ROWS_PER_BLOCK")
+    assert k.decode_heads_per_cta("simt") == kl.constant("attention_decode", "DECODE_SIMT_HEADS")
+    for d in (64, 80, 96, 128, 256):
+        rows, keys, stride = k.prefill_mma_tiles(d)
+        assert rows == kl.constant("attention_prefill", f"PREFILL_ROWS_D{d}")
+        assert keys == kl.constant("attention_prefill", f"PREFILL_KEYS_D{d}")
+        assert stride == d + 8  # rows padded by 16 bytes
 
 
 def _op_modules() -> list[Path]:

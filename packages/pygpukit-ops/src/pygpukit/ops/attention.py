@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import validation
 from pygpukit.array import GPUArray
 from pygpukit.backend import select as _select
 from pygpukit.jit import Kernel
@@ -41,13 +42,10 @@ from ._common import (
     write_into,
 )
 from ._constants import (
-    DECODE_HEADS_PER_CTA,
-    DECODE_MAX_SPLITS,
-    DECODE_THREADS,
-    DECODE_TILE,
-    PREFILL_THREADS,
     PREFILL_WGMMA_ROWS,
     PREFILL_WGMMA_THREADS,
+    constant,
+    decode_heads_per_cta,
     prefill_mma_tiles,
 )
 from ._plan import Launch, PlanCache, per_backend
@@ -62,7 +60,6 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 #: cores, two K/V stages per CTA: the default, 72% of the copy bandwidth for 8K cached tokens on
 #: an H200), ``mma`` (one stage, 69%) or ``simt`` (CUDA cores, 70%).
 DECODE_KERNEL_ENV = config.ENV["decode_kernel"][0]
-_DECODE_HEADS = DECODE_HEADS_PER_CTA
 
 
 def _allow_dynamic_smem(kern: Kernel, smem: int) -> None:
@@ -122,11 +119,7 @@ def _check_head_dim(d: int, name: str) -> None:
 def _check_scale(scale: float | None, d: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
-        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
-    if not math.isfinite(float(scale)):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale)
+    return validation.real(scale, "scale", finite=True)
 
 
 def _check_aligned(*named: tuple[str, GPUArray | None]) -> None:
@@ -219,10 +212,10 @@ def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill:
         rows, threads = PREFILL_WGMMA_ROWS, _WGMMA_THREADS[kind]
         smem = 7 * (d // 64) * 128 * 128 + 1024
     else:
-        rows, block_n = prefill_mma_tiles(d)
-        threads = PREFILL_THREADS
+        rows, block_n, stride = prefill_mma_tiles(d)
+        threads = constant("attention_prefill", "PREFILL_THREADS")
         name = f"attn_prefill_d{d}_{kernel_suffix(dtype)}"
-        smem = (rows + 2 * block_n) * (d + 8) * 2
+        smem = (rows + 2 * block_n) * stride * 2  # Q rows and one K and one V tile, 16-bit
     ctas = b * hq * ((sq + rows - 1) // rows)  # a 1-d grid (kernels: PrefillOrder)
     check_int32("scaled_dot_product_attention", **{"B * Hq * row tiles": ctas})
     kern = _kernel_loader.kernel("attention_prefill", name)
@@ -282,8 +275,7 @@ def check_prefill(
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of the KV heads ({hkv})")
     _check_head_dim(d, "q")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    is_causal = validation.boolean(is_causal, "is_causal")
     scale_f = _check_scale(scale, d)
     strides: tuple[int, ...] = (0, 0, 0, 0)
     if attn_mask is not None:
@@ -313,6 +305,7 @@ def scaled_dot_product_attention(
     no key output zeros. Raises ``TypeError``/``ValueError`` for wrong arguments.
     """
     scale_f, strides = check_prefill(q, k, v, attn_mask, is_causal, scale)
+    is_causal = bool(is_causal)
     check_out(out, tuple(q.shape), q.dtype)
     res = result(out, tuple(q.shape), q.dtype)
     if res.size == 0:
@@ -349,7 +342,9 @@ def _decode_split(
     lengths live on the device and are not read back.
     """
     want = max(1, per_sm * _sm_count(gp.get_device()) // max(1, batch * ctas))
-    splits = max(1, min(DECODE_MAX_SPLITS, want, -(-capacity // 256)))
+    splits = max(
+        1, min(constant("attention_decode", "DECODE_MAX_SPLITS"), want, -(-capacity // 256))
+    )
     chunk = -(-capacity // splits)
     chunk = -(-chunk // 64) * 64  # whole steps of the kernel's key loop
     return -(-capacity // chunk), chunk
@@ -420,6 +415,7 @@ class ReferenceDecode:
         lse: GPUArray | int,
     ) -> None:
         table = host(block_table) if block_table is not None else None
+        reference.check_lengths_and_blocks(host(seq_lens), table, k_cache.shape, self.capacity)
         res = reference.decode(
             host(q), host(k_cache), host(v_cache), host(seq_lens), table, scale, self.capacity
         )
@@ -436,19 +432,21 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode:
     if which != "simt":
         stages = 2 if which == "mma2" else 1
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")
-        # Q rows + DECODE_TILE-token K and V tiles per stage, rows padded by 8 elements.
-        smem = (DECODE_HEADS_PER_CTA[which] + 2 * stages * DECODE_TILE) * (d + 8) * 2
+        # Q rows + K and V tiles of DECODE_KEY_TILE tokens per stage, rows padded by 8 elements.
+        tile = constant("attention_decode", "DECODE_KEY_TILE")
+        smem = (decode_heads_per_cta(which) + 2 * stages * tile) * (d + 8) * 2
         _allow_dynamic_smem(kern, smem)
     else:
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
         smem = 0
-    head_ctas = hkv * -(-(hq // hkv) // DECODE_HEADS_PER_CTA[which])
+    head_ctas = hkv * -(-(hq // hkv) // decode_heads_per_cta(which))
     splits, chunk = _decode_split(b, head_ctas, max(capacity, 1), _DECODE_CTAS_PER_SM[which])
-    launch = Launch(kern, (splits, head_ctas, b), DECODE_THREADS, smem)
+    threads = constant("attention_decode", "DECODE_THREADS")
+    launch = Launch(kern, (splits, head_ctas, b), threads, smem)
     combine = None
     if splits > 1:
         name = f"attn_decode_combine_{suffix}"
-        combine = Launch(_kernel_loader.kernel("attention_decode", name), b * hq, DECODE_THREADS)
+        combine = Launch(_kernel_loader.kernel("attention_decode", name), b * hq, threads)
     tail = (hq, hkv, cache_len, max_blocks, capacity, chunk)
     return DecodePlan(launch, combine, tail, (b * hq * splits * d, b * hq * splits, splits))
 
@@ -549,8 +547,10 @@ def decode_attention(
     - paged: ``[num_blocks, Hkv, block_size, D]`` with ``block_table`` int32
       ``[B, max_blocks]``: token ``t`` of sequence ``b`` is at block
       ``block_table[b, t // block_size]``, offset ``t % block_size``. The entries a
-      sequence's length reaches must be valid block indices (``[0, num_blocks)``): the GPU
-      reads them without a check (checking would need a synchronisation).
+      sequence's length reaches must be valid block indices (``[0, num_blocks)``).
+
+    ``seq_lens`` must be >= 0. The CPU backend checks both and raises ``ValueError`` naming
+    the entry; the GPU reads them without a check (checking would need a synchronisation).
 
     Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
     to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding)

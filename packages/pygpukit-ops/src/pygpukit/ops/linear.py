@@ -39,7 +39,7 @@ from pygpukit.array import GPUArray
 
 from . import _common as c
 from . import config
-from ._constants import GEMV_MAX_ROWS, GEMV_ROWS_PER_BLOCK, GEMV_WARPS
+from ._constants import constant, gemv_rows_per_block
 from ._kernel_loader import kernel
 from ._plan import Launch, PlanCache, per_backend
 from .reference import linear as reference
@@ -48,13 +48,12 @@ __all__ = ["ACTIVATIONS", "GEMV_MAX_ROWS", "GEMV_VARIANTS", "gemv", "gemv_varian
 
 #: Activation names accepted by :func:`linear`, and their codes in the kernels.
 ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
-#: Vector kernels: name -> (entry point prefix, output rows per block). The ``simt`` kernels
-#: take M as a template argument (entry points ``gemv_<dtype>_m<M>``); the ``mma`` kernels
+#: Vector kernels: name -> entry point prefix. The ``simt`` kernels take M as a template
+#: argument (entry points ``gemv_<dtype>_m<M>``, 4 output rows per warp); the ``mma`` kernels
 #: (tensor cores, 16 rows per block) take it at run time.
-GEMV_VARIANTS: dict[str, tuple[str, int]] = {
-    "simt": ("gemv_", GEMV_ROWS_PER_BLOCK["simt"]),
-    "mma": ("gemv_mma_", GEMV_ROWS_PER_BLOCK["mma"]),
-}
+GEMV_VARIANTS: dict[str, str] = {"simt": "gemv_", "mma": "gemv_mma_"}
+#: Largest number of rows of ``x`` the GEMV kernels take (their accumulators live in registers).
+GEMV_MAX_ROWS = constant("gemv", "GEMV_MAX_ROWS")
 
 
 def activation_code(activation: str | None) -> int:
@@ -179,15 +178,16 @@ def _plan_cuda(
 ) -> LinearPlan:
     """The launch of ``y [M, N] = act(x [M, K] @ weight.T + bias)`` on the current device."""
     sfx = c.KERNEL_SUFFIX[dtype]
-    block = GEMV_WARPS * 32
+    warps = constant("gemv", "GEMV_WARPS")
+    block = warps * 32
     if m <= GEMV_MAX_ROWS and dtype in c.HALF_DTYPES and k > 0:
         c.check_int32("gemv", N=n, K=k)
-        if not vector:
-            grid = (n + GEMV_WARPS - 1) // GEMV_WARPS
+        if not vector:  # the scalar kernel: one output row per warp
+            grid = (n + warps - 1) // warps
             launch = Launch(kernel("gemv", f"gemv_scalar_{sfx}"), grid, block)
             return GemvPlan(launch, (m, n, k, act))
         variant = gemv_variant(m)
-        prefix, rows_per_block = GEMV_VARIANTS[variant]
+        prefix, rows_per_block = GEMV_VARIANTS[variant], gemv_rows_per_block(variant)
         grid = (n + rows_per_block - 1) // rows_per_block
         if variant == "mma":
             return GemvPlan(Launch(kernel("gemv", f"{prefix}{sfx}"), grid, block), (m, n, k, act))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
@@ -52,6 +53,7 @@ def rope_cos_sin(
         raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be a positive even number, got {rotary_dim}")
+    base = validation.real(base, "base", "rope_cos_sin")
     if not np.isfinite(base) or base <= 0:
         raise ValueError(f"base must be a positive number, got {base!r}")
     dt = np.dtype(gp.dtypes.normalize(dtype))
@@ -157,8 +159,7 @@ def check_rope(
 
     Returns ``(tokens, q_heads, kv_heads, head_dim, rotary_dim, max_positions)``.
     """
-    if layout not in _LAYOUTS:
-        raise ValueError(f"layout must be 'neox' or 'gptj', got {layout!r}")
+    validation.choice(layout, tuple(_LAYOUTS), "layout", "apply_rope")
     q = c.check_array(q, "q", dtypes=c.FLOAT_DTYPES, ndim=(3, 4))
     k = c.check_array(k, "k", dtypes=c.FLOAT_DTYPES, ndim=(3, 4))
     c.check_same_dtype(q, ("k", k))
@@ -218,6 +219,7 @@ def apply_rope(
     Positions outside ``[0, max_positions)`` raise ``ValueError`` on the CPU backend; on the GPU
     (where checking would need a synchronisation) such a token is passed through unrotated.
     """
+    inplace = validation.boolean(inplace, "inplace", "apply_rope")
     tokens, q_heads, kv_heads, head_dim, rd, max_pos = check_rope(
         q, k, cos, sin, positions, layout, rotary_dim
     )

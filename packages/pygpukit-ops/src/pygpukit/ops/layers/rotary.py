@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from .. import _common as c
@@ -56,6 +57,7 @@ class Rotary:
         tokens, q_heads, kv_heads, head_dim, rd, max_pos = rope_ops.check_rope(
             q, k, self.cos, self.sin, positions, self.layout, self.rotary_dim
         )
+        inplace = validation.boolean(inplace, "inplace", "Rotary")
         if inplace:
             c.check_writeable(q, "q (inplace=True)")
             c.check_writeable(k, "k (inplace=True)")

@@ -61,6 +61,32 @@ def sdpa(
     return res
 
 
+def check_lengths_and_blocks(
+    lens: np.ndarray, table: np.ndarray | None, cache_shape: tuple[int, ...], capacity: int
+) -> None:
+    """The values the GPU kernels read unchecked, checked where the data is on the host.
+
+    A negative length, or a block index outside the paged cache among the blocks a
+    sequence's length reaches, is a ``ValueError`` naming the entry.
+    """
+    negative = np.flatnonzero(lens < 0)
+    if negative.size:
+        b = int(negative[0])
+        raise ValueError(f"seq_lens[{b}] = {int(lens[b])} is negative; lengths are >= 0")
+    if table is None:
+        return
+    num_blocks, block_size = cache_shape[0], cache_shape[2]
+    for b, length in enumerate(np.minimum(lens, capacity)):
+        used = table[b, : -(-int(length) // block_size)]
+        bad = np.flatnonzero((used < 0) | (used >= num_blocks))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"block_table[{b}, {i}] = {int(used[i])} is not a block of the paged cache"
+                f" (0..{num_blocks - 1}); sequence {b} of length {int(length)} reaches it"
+            )
+
+
 def decode(
     q: np.ndarray,
     k_cache: np.ndarray,
