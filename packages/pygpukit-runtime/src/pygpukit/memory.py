@@ -37,10 +37,10 @@ Importing this module is cheap: ``pygpukit._rust`` loads on first use.
 
 from __future__ import annotations
 
-import functools
-import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from ._rust_loader import rust_module
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,10 +61,9 @@ HOST_DEVICE = -1
 """Device number of the host pool (the CPU backend's memory)."""
 
 
-@functools.cache
 def _rust() -> ModuleType:
     # Loaded on first use, not at import: `import pygpukit` stays cheap.
-    return importlib.import_module("pygpukit._rust")
+    return rust_module()
 
 
 def _pool_device(device: int | None) -> int:

@@ -29,7 +29,6 @@ The product brief's names are re-exported: ``QosPolicyEvaluator``,
 from __future__ import annotations
 
 import enum
-import importlib
 import logging
 import threading
 import weakref
@@ -38,11 +37,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pygpukit._rust_loader import rust_module
 from pygpukit.backend.select import backend
 from pygpukit.errors import AdmissionError, PyGPUkitError
 
 # The scheduler's decisions live in the Rust core; importing this module loads it.
-_rust: Any = importlib.import_module("pygpukit._rust")
+_rust: Any = rust_module()
 _log = logging.getLogger("pygpukit.scheduler")
 
 __all__ = [
