@@ -216,6 +216,9 @@ class MemoryPool:
 
         ``quota`` is bytes or a size string (``"256MiB"``), or None for no quota.
         """
+        from .backend.select import backend
+
+        backend()  # the runtime's first use: pick the backend (and say so if it is the CPU)
         self._pool = _rust().MemoryPool(quota, enable_eviction, name, device)
 
     @property

@@ -39,6 +39,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pygpukit.backend.select import backend
 from pygpukit.errors import AdmissionError, PyGPUkitError, SchedulerDeadlockError
 
 # The scheduler's decisions live in the Rust core; importing this module loads it.
@@ -537,6 +538,7 @@ class PartitionManager:
     """
 
     def __init__(self, config: Any) -> None:
+        backend()  # the runtime's first use: pick the backend (and say so if it is the CPU)
         self._core = _rust.PartitionManager(config)
         self._partitions: dict[str, Partition] = {}
         self._guard = threading.Lock()
@@ -708,6 +710,7 @@ class Scheduler:
             raise TypeError(f"Scheduler(workers) must be an int, got {type(workers).__name__}")
         if workers < 1:
             raise ValueError(f"Scheduler(workers) must be at least 1, got {workers}")
+        backend()  # the runtime's first use: pick the backend (and say so if it is the CPU)
         self._core = _rust.SchedulerCore(total, total_sms)
         self._cond = threading.Condition()
         self._tasks: dict[int, Task[Any]] = {}
