@@ -23,6 +23,7 @@ GUIDES = (
     "ops-linear-sampling.md",
     "errors.md",
     "llm.md",
+    "llm-loading.md",
 )
 BLOCKS = [
     (guide, index, code)
