@@ -274,3 +274,38 @@ def test_fallback_notice_from_a_pygpukit_thread_target_names_no_threading_frame(
     filename = notices[0].split(" ")[1]
     # No user frame on that thread: the outermost PyGPUkit frame, not threading's or runpy's.
     assert os.path.basename(os.path.dirname(filename)) == "pygpukit", filename
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({}, ["environment: no PYGPUKIT_* variables set"]),
+        ({"PYGPUKIT_ALLOW_TF32": "yes"}, ["PYGPUKIT_ALLOW_TF32='yes': ok"]),
+        (
+            {"PYGPUKIT_GEMM_BACKEND": "fastest"},
+            ["PYGPUKIT_GEMM_BACKEND='fastest': not valid: allowed values are auto, own, cublaslt"],
+        ),
+        (
+            {"PYGPUKIT_GEMM_BACKED": "own", "PYGPUKIT_ALOW_TF32": "1"},
+            [
+                "PYGPUKIT_GEMM_BACKED='own': not a known variable; did you mean "
+                "PYGPUKIT_GEMM_BACKEND?",
+                "PYGPUKIT_ALOW_TF32='1': not a known variable; did you mean PYGPUKIT_ALLOW_TF32?",
+            ],
+        ),
+        (
+            {"PYGPUKIT_BACKEND": "tpu"},
+            [
+                "backend: none  (not chosen: PYGPUKIT_BACKEND='tpu' is not valid",
+                "PYGPUKIT_BACKEND='tpu': not valid: allowed values are cpu, cuda",
+            ],
+        ),
+    ],
+    ids=["none", "ok", "bad-value", "typos", "bad-backend"],
+)
+def test_info_reports_every_pygpukit_variable(variables: dict[str, str], expected) -> None:
+    unset = {k: "<unset>" for k in os.environ if k.startswith("PYGPUKIT_")}
+    out = _run(["-m", "pygpukit", "info"], **{**unset, **variables})
+    assert out.returncode == 0, out.stderr
+    for line in expected:
+        assert line in out.stdout, out.stdout
