@@ -11,7 +11,14 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
 - :mod:`.sampling`: token sampling on the GPU;
-- :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device.
+- :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device;
+- :mod:`.layers`: the same ops as stateful layers (weights + launch plans made once) for
+  model code: ``Linear``, ``RMSNorm``, ``LayerNorm``, ``Rotary``, ``Attention``, ``GatedMLP``,
+  ``Embedding``;
+- :mod:`.config`: the tuning knobs, read from the environment once.
+
+Each call plans its launch once per shape bucket and then only looks the plan up; the NumPy
+versions (:mod:`.reference`) run on the CPU backend.
 
 Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 """
@@ -19,7 +26,9 @@ Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 from . import (
     activations,
     attention,
+    config,
     kv_cache,
+    layers,
     linear,
     normalization,
     quantization,
@@ -30,6 +39,8 @@ from . import (
 # Collected before the star imports: they bind the function linear() over the module of
 # that name (ops.linear is the function; the module is pygpukit.ops.linear).
 __all__ = [
+    "config",
+    "layers",
     *activations.__all__,
     *attention.__all__,
     *kv_cache.__all__,

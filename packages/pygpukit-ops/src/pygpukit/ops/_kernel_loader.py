@@ -19,13 +19,14 @@ from typing import Any
 
 from pygpukit.backend import select as _select
 from pygpukit.errors import DeviceNotSupportedError
-
-# `pygpukit.jit` the module (the package attribute `jit` is the function gp.jit).
-from pygpukit.jit import Kernel, _load, _signature
+from pygpukit.jit.compile import load as _load
+from pygpukit.jit.kernel import Kernel
+from pygpukit.jit.signature import signature as _signature
+from pygpukit.kernels import KernelLibrary
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "_kernels"
-# tools/build_kernels.py KERNEL_ABI_VERSION: cubins of another calling convention are refused.
-_KERNEL_ABI = 1
+#: The ops package's kernels as a library: constants (and the manifest) read through it.
+LIBRARY = KernelLibrary(KERNEL_DIR, "pygpukit-ops")
 
 _lock = threading.Lock()
 _modules: dict[tuple[str, int], Any] = {}
@@ -43,12 +44,21 @@ def manifest() -> dict[str, Any]:
             f"the kernels of pygpukit-ops are missing ({path}): {exc}; reinstall pygpukit-ops "
             "(or rebuild with tools/dev_build.py)"
         ) from exc
-    if data.get("kernel_abi") != _KERNEL_ABI:
+    if data.get("kernel_abi") != 1:
         raise ImportError(
             f"the kernels in {KERNEL_DIR} have kernel ABI {data.get('kernel_abi')}, this "
-            f"pygpukit-ops expects {_KERNEL_ABI}; reinstall pygpukit-ops"
+            "pygpukit-ops expects 1; reinstall pygpukit-ops"
         )
     return data
+
+
+def constant(file: str, name: str) -> int:
+    """The integer ``PGK_CONSTANT(name, ...)`` of ``kernels/<file>.cu`` (from the manifest).
+
+    Launch geometry the kernels define (tile sizes, heads per CTA, split bounds), read on
+    every backend; ``KeyError`` listing the file's constants for an unknown name.
+    """
+    return LIBRARY.constant(file, name)
 
 
 @functools.cache
@@ -62,7 +72,7 @@ def jit_options() -> list[str]:
     ``gp.jit``'s cache key covers the headers a source includes from its ``-I`` folders, so a
     cubin compiled against an older ``*.cuh`` is never reused after an upgrade.
     """
-    return [*manifest()["options"], f"-I{KERNEL_DIR / 'src'}"]
+    return LIBRARY.jit_options()
 
 
 def _cubin_folder(device: int, backend: Any) -> str | None:
