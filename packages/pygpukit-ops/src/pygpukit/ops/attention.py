@@ -31,14 +31,9 @@ from pygpukit.array import GPUArray
 from pygpukit.backend import select as _select
 from pygpukit.jit import Kernel
 
-<<<<<<< HEAD
-from . import _attention_fp32, _kernel_loader
-=======
-from . import _kernel_loader, config
->>>>>>> main
+from . import _attention_fp32, _kernel_loader, config
 from ._common import (
     FLOAT_DTYPES,
-    HALF_DTYPES,
     check_array,
     check_int32,
     check_out,
@@ -204,8 +199,29 @@ class ReferencePrefill:
         write_into(out, reference.sdpa(host(q), host(k), host(v), m, self.causal, scale))
 
 
-def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill:
+@dataclass(frozen=True, slots=True)
+class ComposedPrefill:
+    """float32 prefill on the GPU: matmul, softmax and where (:mod:`._attention_fp32`)."""
+
+    causal: bool
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k: GPUArray,
+        v: GPUArray,
+        out: GPUArray,
+        mask: GPUArray | None,
+        strides: tuple[int, ...],
+        scale: float,
+    ) -> None:
+        _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, out)
+
+
+def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
     b, hq, hkv, sq, sk, d, dtype, causal, mask_kind, movable, _device = key
+    if dtype == np.float32:
+        return ComposedPrefill(bool(causal))
     check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
     kind = _prefill_kernel(d)
     if kind == "wgmma_tma" and (sk == 0 or movable):
@@ -231,13 +247,13 @@ def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill:
     return PrefillPlan(launch, mask_kind, (hq, hkv, sq, sk), int(causal), kind == "wgmma_tma")
 
 
-def _plan_prefill_numpy(*key: Any) -> PrefillPlan | ReferencePrefill:
+def _plan_prefill_numpy(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
     return ReferencePrefill(bool(key[7]))
 
 
 #: Prefill plans by (B, Hq, Hkv, Sq, Sk, D, dtype, causal, mask kind, any input evictable,
 #: device).
-PREFILL_PLANS: PlanCache[PrefillPlan | ReferencePrefill] = PlanCache(
+PREFILL_PLANS: PlanCache[PrefillPlan | ReferencePrefill | ComposedPrefill] = PlanCache(
     "prefill", per_backend(cpu=_plan_prefill_numpy, cuda=_plan_prefill_cuda)
 )
 
@@ -249,7 +265,7 @@ def mask_kind(mask: GPUArray | None) -> int:
 
 def prefill_plan(
     q: GPUArray, k: GPUArray, v: GPUArray, mask: GPUArray | None, causal: bool
-) -> PrefillPlan | ReferencePrefill:
+) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
     """The (cached) prefill plan for these (already checked) arrays."""
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
@@ -267,9 +283,9 @@ def check_prefill(
     scale: float | None,
 ) -> tuple[float, tuple[int, ...]]:
     """Validate the prefill arguments; return the scale and the mask's broadcast strides."""
-    check_array(q, "q", dtypes=HALF_DTYPES, ndim=4)
-    check_array(k, "k", dtypes=HALF_DTYPES, ndim=4)
-    check_array(v, "v", dtypes=HALF_DTYPES, ndim=4)
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(k, "k", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v, "v", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k", k), ("v", v))
     b, hq, sq, d = q.shape
     if tuple(k.shape) != tuple(v.shape):
@@ -304,98 +320,21 @@ def scaled_dot_product_attention(
     """Attention ``softmax(q k^T * scale + attn_mask) v`` without materialising the scores.
 
     ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]`` (C-contiguous, float16 or
-    bfloat16, ``Hq`` a multiple of ``Hkv``); returns ``[B, Hq, Sq, D]`` in q's dtype.
+    bfloat16, or float32 on the slower composed path; ``Hq`` a multiple of ``Hkv``); returns
+    ``[B, Hq, Sq, D]`` in q's dtype.
     ``attn_mask`` is an additive mask (float32 or q's dtype) that broadcasts to
     ``[B, Hq, Sq, Sk]``; ``is_causal`` hides key ``j`` from query ``i`` when
     ``j > i + (Sk - Sq)`` (bottom-right aligned; PyTorch's rule when ``Sq == Sk``) and
     may be combined with a mask. ``scale`` defaults to ``1 / sqrt(D)``. Rows that see
     no key output zeros. Raises ``TypeError``/``ValueError`` for wrong arguments.
     """
-<<<<<<< HEAD
-    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=4)
-    check_array(k, "k", dtypes=FLOAT_DTYPES, ndim=4)
-    check_array(v, "v", dtypes=FLOAT_DTYPES, ndim=4)
-    check_same_dtype(q, ("k", k), ("v", v))
-    b, hq, sq, d = q.shape
-    if tuple(k.shape) != tuple(v.shape):
-        raise ValueError(f"k and v must have the same shape, got {k.shape} and {v.shape}")
-    if k.shape[0] != b or k.shape[3] != d:
-        raise ValueError(
-            f"k/v {tuple(k.shape)} must be [B={b}, Hkv, Sk, D={d}] to match q {tuple(q.shape)}"
-        )
-    hkv, sk = k.shape[1], k.shape[2]
-    if hkv == 0 or hq % hkv:
-        raise ValueError(f"query heads ({hq}) must be a multiple of the KV heads ({hkv})")
-    _check_head_dim(d, "q")
-    is_causal = validation.boolean(is_causal, "is_causal")
-    scale_f = _check_scale(scale, d)
-    strides: tuple[int, ...] = (0, 0, 0, 0)
-    if attn_mask is not None:
-        check_array(attn_mask, "attn_mask", dtypes=[gp.float32, q.dtype], ndim=(1, 2, 3, 4))
-        strides = _mask_strides(attn_mask, (b, hq, sq, sk))
-=======
     scale_f, strides = check_prefill(q, k, v, attn_mask, is_causal, scale)
     is_causal = bool(is_causal)
->>>>>>> main
     check_out(out, tuple(q.shape), q.dtype)
     res = result(out, tuple(q.shape), q.dtype)
     if res.size == 0:
         return res
-<<<<<<< HEAD
-    if on_cpu(q):
-        _sdpa_cpu(q, k, v, attn_mask, is_causal, scale_f, res)
-        return res
-    if q.dtype not in HALF_DTYPES:
-        _attention_fp32.sdpa(q, k, v, attn_mask, is_causal, scale_f, res)
-        return res
-
-    check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
-    _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
-    kind = _prefill_kernel(d)
-    if kind == "wgmma_tma" and (sk == 0 or q.evictable or k.evictable or v.evictable):
-        # No key tile to load (TMA cannot map an empty k), or an input whose address may change
-        # (a tensor map holds the address; wgmma_pipe takes pointers made resident at launch).
-        kind = "wgmma_pipe"
-    if kind != "mma":
-        # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. Both hold Q and 3 K/V stages with
-        # 1 KiB of alignment slack (wgmma_tma's mbarriers are static shared memory).
-        name = f"attn_prefill_{kind}_d{d}_{kernel_suffix(q.dtype)}"
-        rows, threads = 128, _WGMMA_THREADS[kind]
-        smem = 7 * (d // 64) * 128 * 128 + 1024
-    else:
-        # attention_prefill.cu Config<D>: rows per CTA, keys per tile, padded shared rows.
-        rows, threads = (128 if d <= 128 else 64), 128
-        name = f"attn_prefill_d{d}_{kernel_suffix(q.dtype)}"
-        block_n = 64 if d <= 80 else 32
-        smem = (rows + 2 * block_n) * (d + 8) * 2
-    ctas = b * hq * ((sq + rows - 1) // rows)  # a 1-d grid (kernels: PrefillOrder)
-    check_int32("scaled_dot_product_attention", **{"B * Hq * row tiles": ctas})
-    kern = _kernel_loader.kernel("attention_prefill", name)
-    _allow_dynamic_smem(kern, d, smem)
-    mask_kind = 0 if attn_mask is None else (1 if attn_mask.dtype == np.float32 else 2)
-    maps = _tma_maps(q, k, v) if kind == "wgmma_tma" else ()
-    kern(
-        q,
-        k,
-        v,
-        res,
-        attn_mask if attn_mask is not None else 0,
-        mask_kind,
-        *strides,
-        hq,
-        hkv,
-        sq,
-        sk,
-        scale_f,
-        int(is_causal),
-        *maps,
-        grid=ctas,
-        block=threads,
-        shared_mem=smem,
-    )
-=======
     prefill_plan(q, k, v, attn_mask, is_causal)(q, k, v, res, attn_mask, strides, scale_f)
->>>>>>> main
     return res
 
 
@@ -507,8 +446,35 @@ class ReferenceDecode:
         write_into(out, res)
 
 
-def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode:
+@dataclass(frozen=True, slots=True)
+class ComposedDecode:
+    """float32 decode on the GPU (contiguous cache): matmul, softmax and where."""
+
+    def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
+        """No workspace: the composition allocates its own scores."""
+        return 0, 0
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k_cache: GPUArray,
+        v_cache: GPUArray,
+        seq_lens: GPUArray,
+        block_table: GPUArray | None,
+        out: GPUArray,
+        scale: float,
+        o_part: GPUArray | int,
+        lse: GPUArray | int,
+    ) -> None:
+        _attention_fp32.decode(q, k_cache, v_cache, seq_lens, scale, out)
+
+
+def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
     b, hq, hkv, d, dtype, cache_len, max_blocks, capacity, _device = key
+    if dtype == np.float32:
+        if max_blocks:
+            raise TypeError("a paged cache needs float16 or bfloat16 on the GPU, got float32")
+        return ComposedDecode()
     if b > 65535:
         raise ValueError(f"at most 65535 sequences per call, got {b}")
     check_int32("decode_attention", Hq=hq, cache_len=cache_len, max_blocks=max_blocks)
@@ -536,19 +502,19 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode:
     return DecodePlan(launch, combine, tail, (b * hq * splits * d, b * hq * splits, splits))
 
 
-def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode:
+def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
     return ReferenceDecode(key[7])
 
 
 #: Decode plans by (B, Hq, Hkv, D, dtype, cache_len, max_blocks, capacity, device).
-DECODE_PLANS: PlanCache[DecodePlan | ReferenceDecode] = PlanCache(
+DECODE_PLANS: PlanCache[DecodePlan | ReferenceDecode | ComposedDecode] = PlanCache(
     "decode", per_backend(cpu=_plan_decode_numpy, cuda=_plan_decode_cuda)
 )
 
 
 def decode_plan(
     q: GPUArray, k_cache: GPUArray, max_blocks: int, capacity: int
-) -> DecodePlan | ReferenceDecode:
+) -> DecodePlan | ReferenceDecode | ComposedDecode:
     """The (cached) decode plan for these (already checked) arrays and cache capacity."""
     b, hq, d = q.shape
     hkv, cache_len = k_cache.shape[1], k_cache.shape[2]
@@ -561,44 +527,13 @@ def check_decode(
     k_cache: GPUArray,
     v_cache: GPUArray,
     seq_lens: GPUArray,
-<<<<<<< HEAD
-    *,
-    scale: float | None = None,
-    block_table: GPUArray | None = None,
-    out: GPUArray | None = None,
-) -> GPUArray:
-    """Attention of one new query token per sequence over its cached keys and values.
-
-    ``q [B, Hq, D]`` (float16 or bfloat16); ``seq_lens`` int32 ``[B]`` on the device (the
-    number of cached tokens of each sequence, the new token's included if it was written).
-    Caches, same dtype as q:
-
-    - contiguous: ``[B, Hkv, max_len, D]`` (``block_table=None``);
-    - paged: ``[num_blocks, Hkv, block_size, D]`` with ``block_table`` int32
-      ``[B, max_blocks]``: token ``t`` of sequence ``b`` is at block
-      ``block_table[b, t // block_size]``, offset ``t % block_size``. The entries a
-      sequence's length reaches must be valid block indices (``[0, num_blocks)``).
-
-    ``seq_lens`` must be >= 0. The CPU backend checks both and raises ``ValueError`` naming
-    the entry; the GPU reads them without a check (checking would need a synchronisation).
-
-    Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
-    to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding)
-    and merged by a second kernel, which needs a float32 workspace of
-    ``B * Hq * splits * (D + 1)`` values for that call. Returns ``[B, Hq, D]``.
-    """
-    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=3)
-    check_array(k_cache, "k_cache", dtypes=FLOAT_DTYPES, ndim=4)
-    check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
-=======
     block_table: GPUArray | None,
     scale: float | None,
 ) -> tuple[int, int, float]:
     """Validate the decode arguments; return (max_blocks, capacity in tokens, scale)."""
-    check_array(q, "q", dtypes=HALF_DTYPES, ndim=3)
-    check_array(k_cache, "k_cache", dtypes=HALF_DTYPES, ndim=4)
-    check_array(v_cache, "v_cache", dtypes=HALF_DTYPES, ndim=4)
->>>>>>> main
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=3)
+    check_array(k_cache, "k_cache", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
     check_array(seq_lens, "seq_lens", dtypes=[np.int32], ndim=1)
     b, hq, d = q.shape
@@ -655,7 +590,8 @@ def decode_attention(
 ) -> GPUArray:
     """Attention of one new query token per sequence over its cached keys and values.
 
-    ``q [B, Hq, D]`` (float16 or bfloat16); ``seq_lens`` int32 ``[B]`` on the device (the
+    ``q [B, Hq, D]`` (float16 or bfloat16; float32 on the composed path, contiguous caches
+    only on the GPU); ``seq_lens`` int32 ``[B]`` on the device (the
     number of cached tokens of each sequence, the new token's included if it was written).
     Caches, same dtype as q:
 
@@ -679,71 +615,6 @@ def decode_attention(
     res = result(out, (b, hq, d), q.dtype)
     if res.size == 0:
         return res
-<<<<<<< HEAD
-    if on_cpu(q):
-        _decode_cpu(q, k_cache, v_cache, seq_lens, block_table, scale_f, capacity, res)
-        return res
-    if q.dtype not in HALF_DTYPES:
-        if block_table is not None:
-            raise TypeError("a paged cache needs float16 or bfloat16 on the GPU, got float32")
-        _attention_fp32.decode(q, k_cache, v_cache, seq_lens, scale_f, res)
-        return res
-
-    if b > 65535:
-        raise ValueError(f"at most 65535 sequences per call, got {b}")
-    check_int32("decode_attention", Hq=hq, cache_len=cache_len, max_blocks=max_blocks)
-    _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
-    which = os.environ.get(DECODE_KERNEL_ENV, "") or "mma2"
-    if which not in _DECODE_HEADS:
-        raise ValueError(
-            f"{DECODE_KERNEL_ENV} must be one of {', '.join(_DECODE_HEADS)}, got {which!r}"
-        )
-    suffix = kernel_suffix(q.dtype)
-    if which != "simt":
-        stages = 2 if which == "mma2" else 1
-        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")
-        smem = (16 + 2 * stages * 64) * (d + 8) * 2  # Q rows + 64-token K and V tiles
-        _allow_dynamic_smem(kern, d, smem)
-    else:
-        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
-        smem = 0
-    head_ctas = hkv * -(-(hq // hkv) // _DECODE_HEADS[which])
-    splits, chunk = _decode_split(b, head_ctas, max(capacity, 1), _DECODE_CTAS_PER_SM[which])
-    grid = (splits, head_ctas, b)
-    table = block_table if block_table is not None else 0
-    # One split writes the output itself; several write fp32 partials (0 = no pointer) that the
-    # combine kernel merges.
-    o_part: GPUArray | int = 0
-    lse: GPUArray | int = 0
-    if splits > 1:
-        o_part = gp.empty((b * hq * splits * d,), gp.float32)
-        lse = gp.empty((b * hq * splits,), gp.float32)
-    kern(
-        q,
-        k_cache,
-        v_cache,
-        seq_lens,
-        table,
-        res,
-        o_part,
-        lse,
-        hq,
-        hkv,
-        cache_len,
-        max_blocks,
-        capacity,
-        chunk,
-        scale_f,
-        grid=grid,
-        block=128,
-        shared_mem=smem,
-    )
-    if splits == 1:
-        return res
-    combine = _kernel_loader.kernel("attention_decode", f"attn_decode_combine_{suffix}")
-    combine(o_part, lse, seq_lens, res, hq, d, splits, chunk, capacity, grid=b * hq, block=128)
-=======
     plan = decode_plan(q, k_cache, max_blocks, capacity)
     plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f, *plan.workspace())
->>>>>>> main
     return res

@@ -103,39 +103,6 @@ def check_no_overlap(out: GPUArray | None, *named: tuple[str, GPUArray | None]) 
             raise ValueError(f"out overlaps {name}; pass a separate out array (or none)")
 
 
-<<<<<<< HEAD
-def _reference(
-    x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, activation: str | None
-) -> np.ndarray:
-    """The CPU backend: the product in float32 (float64 for float64), bias and activation.
-
-    float32 BLAS, not float64: a model's weights are read on every call, and widening them to
-    float64 each time made CPU-backend inference several times slower. Half-precision inputs
-    widen to float32 exactly; float32 accumulation is within 1e-6 of float64 at these sizes.
-    """
-    wide = np.float64 if np.float64 in (x.dtype, w.dtype) else np.float32
-    y = x.astype(wide, copy=False) @ w.astype(wide, copy=False).T
-    if bias is not None:
-        y = y + bias.astype(wide, copy=False)
-    return _activate(y, activation)
-
-
-def _activate(y: np.ndarray, activation: str | None) -> np.ndarray:
-    if activation == "relu":
-        return np.maximum(y, 0.0)
-    if activation == "gelu":
-        from math import erf
-
-        return 0.5 * y * (1.0 + np.vectorize(erf, otypes=[np.float64])(y / np.sqrt(2.0)))
-    if activation == "gelu_tanh":
-        return 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y**3)))
-    if activation == "silu":
-        return y / (1.0 + np.exp(-y))
-    return y
-
-
-=======
->>>>>>> main
 def gemv_variant(m: int = 1) -> str:
     """The GEMV vector kernel for ``m`` rows of x: ``simt`` for one row, ``mma`` for more.
 

@@ -153,27 +153,28 @@ def argmax(logits: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
     """Greedy decoding: the index of the largest logit of each row, int32 [B].
 
     ``logits`` is [B, V] float32/float16/bfloat16; ties go to the lowest index,
-    NaN counts as -inf. ``out`` (int32 [B]) receives the ids (no allocation: a decode loop).
+    NaN counts as -inf. ``out`` (int32 [B]) receives the ids: nothing is allocated, as a
+    decode loop needs.
     """
     b, v = _check_logits(logits)
-<<<<<<< HEAD
     c.check_out(out, (b,), gp.int32)
-    if c.on_cpu(logits):
-        host = c.host(logits).astype(np.float32)
-        ids = np.argmax(np.where(np.isnan(host), -np.inf, host), axis=1)
-        return _store(ids, out)
+    return _argmax(logits, b, v, out)
+
+
+def _store(ids: np.ndarray, out: GPUArray | None) -> GPUArray:
+    """CPU backend: the ids as a new int32 array, or written into ``out``."""
+    if out is None:
+        return c.to_array(ids, np.int32)
+    c.write_into(out, ids)
+    return out
+
+
+def _argmax_numpy(logits: GPUArray, b: int, v: int, out: GPUArray | None) -> GPUArray:
+    return _store(reference.argmax(c.host(logits)), out)
+
+
+def _argmax_cuda(logits: GPUArray, b: int, v: int, out: GPUArray | None) -> GPUArray:
     out = c.result(out, (b,), gp.int32)
-=======
-    return _argmax(logits, b, v)
-
-
-def _argmax_numpy(logits: GPUArray, b: int, v: int) -> GPUArray:
-    return c.to_array(reference.argmax(c.host(logits)), np.int32)
-
-
-def _argmax_cuda(logits: GPUArray, b: int, v: int) -> GPUArray:
-    out = gp.empty((b,), gp.int32)
->>>>>>> main
     if b:
         kernel("sampling", f"argmax_{c.kernel_suffix(logits.dtype)}").launch(
             b, _THREADS, (logits, out, v)
@@ -181,16 +182,7 @@ def _argmax_cuda(logits: GPUArray, b: int, v: int) -> GPUArray:
     return out
 
 
-<<<<<<< HEAD
-def _store(ids: np.ndarray, out: GPUArray | None) -> GPUArray:
-    """CPU backend: the ids as a new int32 array, or written into ``out``."""
-    if out is None:
-        return c.to_array(ids, np.int32)
-    c.write_into(out, ids)
-    return out
-=======
 _argmax = per_backend(cpu=_argmax_numpy, cuda=_argmax_cuda)
->>>>>>> main
 
 
 def _row_param(
@@ -283,25 +275,8 @@ def sample(
     gen = generator if generator is not None else _default_generator()
     offset = gen.next_offset()
 
-<<<<<<< HEAD
-    if c.on_cpu(logits):
-        host = lambda a: None if a is None else c.host(a)  # noqa: E731
-        tokens = _sample_numpy(
-            c.host(logits),
-            temp if temps is None else host(temps),
-            k if ks is None else host(ks),
-            p if ps is None else host(ps),
-            float(mp),
-            float(pen),
-            host(prev_tokens) if use_penalty else None,
-            uniforms(gen.seed, offset, b),
-        )
-        return _store(tokens, out)
-
-    out = c.result(out, (b,), gp.int32)
-=======
     args = _SampleArgs(temp, temps, k, ks, p, ps, float(mp), float(pen), n_prev, use_penalty)
-    return _sample(logits, b, v, args, prev_tokens, gen.seed, offset)
+    return _sample(logits, b, v, args, prev_tokens, gen.seed, offset, out)
 
 
 @dataclass(frozen=True)
@@ -328,6 +303,7 @@ def _sample_numpy(
     prev_tokens: GPUArray | None,
     seed: int,
     offset: int,
+    out: GPUArray | None,
 ) -> GPUArray:
     def host(x: GPUArray | None, scalar: float | int) -> Any:
         return scalar if x is None else c.host(x)
@@ -342,7 +318,7 @@ def _sample_numpy(
         c.host(prev_tokens) if a.use_penalty and prev_tokens is not None else None,
         uniforms(seed, offset, b),
     )
-    return c.to_array(tokens, np.int32)
+    return _store(tokens, out)
 
 
 def _sample_cuda(
@@ -353,9 +329,9 @@ def _sample_cuda(
     prev_tokens: GPUArray | None,
     seed: int,
     offset: int,
+    out: GPUArray | None,
 ) -> GPUArray:
-    out = gp.empty((b,), gp.int32)
->>>>>>> main
+    out = c.result(out, (b,), gp.int32)
     if b == 0:
         return out
     mask_bytes = ((v + 31) // 32) * 4 if a.use_penalty else 0
