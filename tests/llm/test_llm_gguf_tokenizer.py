@@ -50,7 +50,7 @@ def _write(tmp_path, pre: str, *, model: str = "gpt2", add_bos: bool = True):
 
 
 def test_llama3_style_pre_tokenizer_bos_and_eos(tmp_path):
-    path, tokens = _write(tmp_path, "llama-bpe")
+    path, _ = _write(tmp_path, "llama-bpe")
     tok = load_tokenizer(path)
     ids = tok.encode("hello 123456")
     assert ids[0] == 0  # add_bos_token
