@@ -115,6 +115,8 @@ def test_sdpa_errors(rand):
     q, k, v = _arrays(rand, (1, 4, 8, 64), (1, 2, 8, 64), (1, 2, 8, 64))
     sdpa = ops.scaled_dot_product_attention
     with pytest.raises(TypeError, match="q must have dtype"):
+        sdpa(gp.from_numpy(rand((1, 4, 8, 64), np.float64)), k, v)
+    with pytest.raises(TypeError, match="k has dtype float16, expected float32"):
         sdpa(gp.from_numpy(rand((1, 4, 8, 64))), k, v)
     with pytest.raises(TypeError, match="k has dtype"):
         sdpa(q, *_arrays(rand, (1, 2, 8, 64), dtype=gp.bfloat16), v)

@@ -6,6 +6,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 
 - :mod:`.normalization`: rmsnorm, layernorm and their fused residual-add forms;
 - :mod:`.rope`: rotary position embeddings (NeoX and GPT-J layouts);
+- :mod:`.rope_scaling`: long-context RoPE frequencies (linear, llama3, yarn);
 - :mod:`.activations`: gated activations (SwiGLU, GeGLU), embedding lookup, row softmax;
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
@@ -33,6 +34,7 @@ from . import (
     normalization,
     quantization,
     rope,
+    rope_scaling,
     sampling,
 )
 
@@ -48,6 +50,7 @@ __all__ = [
     *normalization.__all__,
     *quantization.__all__,
     *rope.__all__,
+    *rope_scaling.__all__,
     *sampling.__all__,
 ]
 
@@ -58,4 +61,5 @@ from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
 from .quantization import *  # noqa: F403
 from .rope import *  # noqa: F403
+from .rope_scaling import *  # noqa: F403
 from .sampling import *  # noqa: F403

@@ -2,7 +2,9 @@
 
 Layouts follow PyTorch: ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]``; query head
 ``h`` attends with KV head ``h // (Hq // Hkv)`` (grouped-query / multi-query attention).
-Head dims 64, 80, 96, 128 and 256; float16 and bfloat16, accumulated in float32.
+Head dims 64, 80, 96, 128 and 256; float16 and bfloat16 on the flash kernels, accumulated in
+float32; float32 too, through matmul + softmax with the scores materialised (for checks against
+a float32 reference; slower, and no paged cache on the GPU).
 
 Two rules differ from a naive reading of PyTorch and are the same on both backends:
 
@@ -29,9 +31,9 @@ from pygpukit.array import GPUArray
 from pygpukit.backend import select as _select
 from pygpukit.jit import Kernel
 
-from . import _kernel_loader, config
+from . import _attention_fp32, _kernel_loader, config
 from ._common import (
-    HALF_DTYPES,
+    FLOAT_DTYPES,
     check_array,
     check_int32,
     check_out,
@@ -197,8 +199,29 @@ class ReferencePrefill:
         write_into(out, reference.sdpa(host(q), host(k), host(v), m, self.causal, scale))
 
 
-def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill:
+@dataclass(frozen=True, slots=True)
+class ComposedPrefill:
+    """float32 prefill on the GPU: matmul, softmax and where (:mod:`._attention_fp32`)."""
+
+    causal: bool
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k: GPUArray,
+        v: GPUArray,
+        out: GPUArray,
+        mask: GPUArray | None,
+        strides: tuple[int, ...],
+        scale: float,
+    ) -> None:
+        _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, out)
+
+
+def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
     b, hq, hkv, sq, sk, d, dtype, causal, mask_kind, movable, _device = key
+    if dtype == np.float32:
+        return ComposedPrefill(bool(causal))
     check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
     kind = _prefill_kernel(d)
     if kind == "wgmma_tma" and (sk == 0 or movable):
@@ -224,13 +247,13 @@ def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill:
     return PrefillPlan(launch, mask_kind, (hq, hkv, sq, sk), int(causal), kind == "wgmma_tma")
 
 
-def _plan_prefill_numpy(*key: Any) -> PrefillPlan | ReferencePrefill:
+def _plan_prefill_numpy(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
     return ReferencePrefill(bool(key[7]))
 
 
 #: Prefill plans by (B, Hq, Hkv, Sq, Sk, D, dtype, causal, mask kind, any input evictable,
 #: device).
-PREFILL_PLANS: PlanCache[PrefillPlan | ReferencePrefill] = PlanCache(
+PREFILL_PLANS: PlanCache[PrefillPlan | ReferencePrefill | ComposedPrefill] = PlanCache(
     "prefill", per_backend(cpu=_plan_prefill_numpy, cuda=_plan_prefill_cuda)
 )
 
@@ -242,7 +265,7 @@ def mask_kind(mask: GPUArray | None) -> int:
 
 def prefill_plan(
     q: GPUArray, k: GPUArray, v: GPUArray, mask: GPUArray | None, causal: bool
-) -> PrefillPlan | ReferencePrefill:
+) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
     """The (cached) prefill plan for these (already checked) arrays."""
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
@@ -260,9 +283,9 @@ def check_prefill(
     scale: float | None,
 ) -> tuple[float, tuple[int, ...]]:
     """Validate the prefill arguments; return the scale and the mask's broadcast strides."""
-    check_array(q, "q", dtypes=HALF_DTYPES, ndim=4)
-    check_array(k, "k", dtypes=HALF_DTYPES, ndim=4)
-    check_array(v, "v", dtypes=HALF_DTYPES, ndim=4)
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(k, "k", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v, "v", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k", k), ("v", v))
     b, hq, sq, d = q.shape
     if tuple(k.shape) != tuple(v.shape):
@@ -297,7 +320,8 @@ def scaled_dot_product_attention(
     """Attention ``softmax(q k^T * scale + attn_mask) v`` without materialising the scores.
 
     ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]`` (C-contiguous, float16 or
-    bfloat16, ``Hq`` a multiple of ``Hkv``); returns ``[B, Hq, Sq, D]`` in q's dtype.
+    bfloat16, or float32 on the slower composed path; ``Hq`` a multiple of ``Hkv``); returns
+    ``[B, Hq, Sq, D]`` in q's dtype.
     ``attn_mask`` is an additive mask (float32 or q's dtype) that broadcasts to
     ``[B, Hq, Sq, Sk]``; ``is_causal`` hides key ``j`` from query ``i`` when
     ``j > i + (Sk - Sq)`` (bottom-right aligned; PyTorch's rule when ``Sq == Sk``) and
@@ -422,8 +446,35 @@ class ReferenceDecode:
         write_into(out, res)
 
 
-def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode:
+@dataclass(frozen=True, slots=True)
+class ComposedDecode:
+    """float32 decode on the GPU (contiguous cache): matmul, softmax and where."""
+
+    def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
+        """No workspace: the composition allocates its own scores."""
+        return 0, 0
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k_cache: GPUArray,
+        v_cache: GPUArray,
+        seq_lens: GPUArray,
+        block_table: GPUArray | None,
+        out: GPUArray,
+        scale: float,
+        o_part: GPUArray | int,
+        lse: GPUArray | int,
+    ) -> None:
+        _attention_fp32.decode(q, k_cache, v_cache, seq_lens, scale, out)
+
+
+def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
     b, hq, hkv, d, dtype, cache_len, max_blocks, capacity, _device = key
+    if dtype == np.float32:
+        if max_blocks:
+            raise TypeError("a paged cache needs float16 or bfloat16 on the GPU, got float32")
+        return ComposedDecode()
     if b > 65535:
         raise ValueError(f"at most 65535 sequences per call, got {b}")
     check_int32("decode_attention", Hq=hq, cache_len=cache_len, max_blocks=max_blocks)
@@ -451,19 +502,19 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode:
     return DecodePlan(launch, combine, tail, (b * hq * splits * d, b * hq * splits, splits))
 
 
-def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode:
+def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
     return ReferenceDecode(key[7])
 
 
 #: Decode plans by (B, Hq, Hkv, D, dtype, cache_len, max_blocks, capacity, device).
-DECODE_PLANS: PlanCache[DecodePlan | ReferenceDecode] = PlanCache(
+DECODE_PLANS: PlanCache[DecodePlan | ReferenceDecode | ComposedDecode] = PlanCache(
     "decode", per_backend(cpu=_plan_decode_numpy, cuda=_plan_decode_cuda)
 )
 
 
 def decode_plan(
     q: GPUArray, k_cache: GPUArray, max_blocks: int, capacity: int
-) -> DecodePlan | ReferenceDecode:
+) -> DecodePlan | ReferenceDecode | ComposedDecode:
     """The (cached) decode plan for these (already checked) arrays and cache capacity."""
     b, hq, d = q.shape
     hkv, cache_len = k_cache.shape[1], k_cache.shape[2]
@@ -480,9 +531,9 @@ def check_decode(
     scale: float | None,
 ) -> tuple[int, int, float]:
     """Validate the decode arguments; return (max_blocks, capacity in tokens, scale)."""
-    check_array(q, "q", dtypes=HALF_DTYPES, ndim=3)
-    check_array(k_cache, "k_cache", dtypes=HALF_DTYPES, ndim=4)
-    check_array(v_cache, "v_cache", dtypes=HALF_DTYPES, ndim=4)
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=3)
+    check_array(k_cache, "k_cache", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
     check_array(seq_lens, "seq_lens", dtypes=[np.int32], ndim=1)
     b, hq, d = q.shape
@@ -539,7 +590,8 @@ def decode_attention(
 ) -> GPUArray:
     """Attention of one new query token per sequence over its cached keys and values.
 
-    ``q [B, Hq, D]`` (float16 or bfloat16); ``seq_lens`` int32 ``[B]`` on the device (the
+    ``q [B, Hq, D]`` (float16 or bfloat16; float32 on the composed path, contiguous caches
+    only on the GPU); ``seq_lens`` int32 ``[B]`` on the device (the
     number of cached tokens of each sequence, the new token's included if it was written).
     Caches, same dtype as q:
 

@@ -39,6 +39,9 @@ def rope_cos_sin(
     rotary_dim: int,
     base: float = 10000.0,
     dtype: Any = "float32",
+    *,
+    inv_freq: Any = None,
+    attention_factor: float = 1.0,
 ) -> tuple[GPUArray, GPUArray]:
     """The ``(cos, sin)`` tables, each ``[P, rotary_dim // 2]``, for :func:`apply_rope`.
 
@@ -48,6 +51,10 @@ def rope_cos_sin(
     ``pos * base ** (-2i / rotary_dim)`` are computed in float64 on the host and rounded once
     to ``dtype`` (float32 by default; float16/bfloat16 tables save memory at a small cost in
     precision).
+
+    ``inv_freq`` (``[rotary_dim // 2]``) replaces ``base ** (-2i / rotary_dim)``, and the tables
+    are multiplied by ``attention_factor``: both come from :func:`rope_inv_freq` for the
+    ``linear``, ``llama3`` and ``yarn`` scalings of long-context models.
     """
     if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer)):
         raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
@@ -71,9 +78,20 @@ def rope_cos_sin(
                 f"{host.dtype} of shape {host.shape}"
             )
         pos = host.astype(np.float64)
-    inv_freq = 1.0 / base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
-    angles = np.outer(pos, inv_freq)
-    return c.to_array(np.cos(angles), dt), c.to_array(np.sin(angles), dt)
+    if inv_freq is None:
+        freqs = 1.0 / base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    else:
+        freqs = np.asarray(inv_freq, dtype=np.float64)
+        if freqs.shape != (rotary_dim // 2,) or not np.isfinite(freqs).all():
+            raise ValueError(
+                f"inv_freq must be {rotary_dim // 2} finite numbers (rotary_dim // 2), got "
+                f"shape {freqs.shape}"
+            )
+    if not np.isfinite(attention_factor) or attention_factor <= 0:
+        raise ValueError(f"attention_factor must be a positive number, got {attention_factor!r}")
+    angles = np.outer(pos, freqs)
+    cos, sin = np.cos(angles) * attention_factor, np.sin(angles) * attention_factor
+    return c.to_array(cos, dt), c.to_array(sin, dt)
 
 
 def _flat(a: GPUArray, name: str) -> tuple[int, int, int]:

@@ -149,22 +149,32 @@ def _check_logits(logits: Any) -> tuple[int, int]:
     return b, v
 
 
-def argmax(logits: GPUArray) -> GPUArray:
+def argmax(logits: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
     """Greedy decoding: the index of the largest logit of each row, int32 [B].
 
     ``logits`` is [B, V] float32/float16/bfloat16; ties go to the lowest index,
-    NaN counts as -inf.
+    NaN counts as -inf. ``out`` (int32 [B]) receives the ids: nothing is allocated, as a
+    decode loop needs.
     """
     b, v = _check_logits(logits)
-    return _argmax(logits, b, v)
+    c.check_out(out, (b,), gp.int32)
+    return _argmax(logits, b, v, out)
 
 
-def _argmax_numpy(logits: GPUArray, b: int, v: int) -> GPUArray:
-    return c.to_array(reference.argmax(c.host(logits)), np.int32)
+def _store(ids: np.ndarray, out: GPUArray | None) -> GPUArray:
+    """CPU backend: the ids as a new int32 array, or written into ``out``."""
+    if out is None:
+        return c.to_array(ids, np.int32)
+    c.write_into(out, ids)
+    return out
 
 
-def _argmax_cuda(logits: GPUArray, b: int, v: int) -> GPUArray:
-    out = gp.empty((b,), gp.int32)
+def _argmax_numpy(logits: GPUArray, b: int, v: int, out: GPUArray | None) -> GPUArray:
+    return _store(reference.argmax(c.host(logits)), out)
+
+
+def _argmax_cuda(logits: GPUArray, b: int, v: int, out: GPUArray | None) -> GPUArray:
+    out = c.result(out, (b,), gp.int32)
     if b:
         kernel("sampling", f"argmax_{c.kernel_suffix(logits.dtype)}").launch(
             b, _THREADS, (logits, out, v)
@@ -205,6 +215,7 @@ def sample(
     repetition_penalty: float = 1.0,
     prev_tokens: GPUArray | None = None,
     generator: Generator | None = None,
+    out: GPUArray | None = None,
 ) -> GPUArray:
     """Draw one token per row of ``logits`` [B, V]; returns int32 [B] on the device.
 
@@ -220,6 +231,7 @@ def sample(
       With a penalty, V may be at most ``MAX_PENALTY_VOCAB``.
     - ``generator``: a :class:`Generator` (seed + offset); None uses a process-wide
       one with a random seed. Each call advances its offset by one.
+    - ``out``: an int32 [B] array that receives the ids (none is allocated).
 
     Per-row arrays are read by the kernel: their values are not validated.
     """
@@ -259,11 +271,12 @@ def sample(
         raise TypeError(
             f"generator must be a pygpukit.ops.Generator, got {validation.describe(generator)}"
         )
+    c.check_out(out, (b,), gp.int32)
     gen = generator if generator is not None else _default_generator()
     offset = gen.next_offset()
 
     args = _SampleArgs(temp, temps, k, ks, p, ps, float(mp), float(pen), n_prev, use_penalty)
-    return _sample(logits, b, v, args, prev_tokens, gen.seed, offset)
+    return _sample(logits, b, v, args, prev_tokens, gen.seed, offset, out)
 
 
 @dataclass(frozen=True)
@@ -290,6 +303,7 @@ def _sample_numpy(
     prev_tokens: GPUArray | None,
     seed: int,
     offset: int,
+    out: GPUArray | None,
 ) -> GPUArray:
     def host(x: GPUArray | None, scalar: float | int) -> Any:
         return scalar if x is None else c.host(x)
@@ -304,7 +318,7 @@ def _sample_numpy(
         c.host(prev_tokens) if a.use_penalty and prev_tokens is not None else None,
         uniforms(seed, offset, b),
     )
-    return c.to_array(tokens, np.int32)
+    return _store(tokens, out)
 
 
 def _sample_cuda(
@@ -315,8 +329,9 @@ def _sample_cuda(
     prev_tokens: GPUArray | None,
     seed: int,
     offset: int,
+    out: GPUArray | None,
 ) -> GPUArray:
-    out = gp.empty((b,), gp.int32)
+    out = c.result(out, (b,), gp.int32)
     if b == 0:
         return out
     mask_bytes = ((v + 31) // 32) * 4 if a.use_penalty else 0
