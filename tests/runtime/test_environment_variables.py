@@ -41,7 +41,8 @@ GOOD_VALUES = {
 
 
 def _all_variables() -> tuple[env.Variable, ...]:
-    import pygpukit.ops  # noqa: F401  (packages beside the runtime register their own)
+    import pygpukit.llm.benchmarks
+    import pygpukit.ops  # noqa: F401
 
     return env.variables()
 
