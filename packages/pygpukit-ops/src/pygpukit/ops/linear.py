@@ -38,9 +38,9 @@ import pygpukit as gp
 from pygpukit.array import GPUArray
 
 from . import _common as c
+from . import _kernel_loader as kl
 from . import config
 from ._constants import constant, gemv_rows_per_block
-from ._kernel_loader import kernel
 from ._plan import Launch, PlanCache, per_backend
 from .reference import linear as reference
 
@@ -184,20 +184,22 @@ def _plan_cuda(
         c.check_int32("gemv", N=n, K=k)
         if not vector:  # the scalar kernel: one output row per warp
             grid = (n + warps - 1) // warps
-            launch = Launch(kernel("gemv", f"gemv_scalar_{sfx}"), grid, block)
+            launch = Launch(kl.kernel("gemv", f"gemv_scalar_{sfx}"), grid, block)
             return GemvPlan(launch, (m, n, k, act))
         variant = gemv_variant(m)
         prefix, rows_per_block = GEMV_VARIANTS[variant], gemv_rows_per_block(variant)
         grid = (n + rows_per_block - 1) // rows_per_block
         if variant == "mma":
-            return GemvPlan(Launch(kernel("gemv", f"{prefix}{sfx}"), grid, block), (m, n, k, act))
-        launch = Launch(kernel("gemv", f"{prefix}{sfx}_m{m}"), grid, block)
+            return GemvPlan(
+                Launch(kl.kernel("gemv", f"{prefix}{sfx}"), grid, block), (m, n, k, act)
+            )
+        launch = Launch(kl.kernel("gemv", f"{prefix}{sfx}_m{m}"), grid, block)
         return GemvPlan(launch, (n, k, act))
     epilogue = None
     if bias or act != 0:
         c.check_int32("linear", N=n)
         grid = min((m * n + 255) // 256, 65535)
-        epilogue = Launch(kernel("epilogue", f"bias_act_{sfx}"), grid, 256)
+        epilogue = Launch(kl.kernel("epilogue", f"bias_act_{sfx}"), grid, 256)
     return MatmulPlan(m, n, k, epilogue, act)
 
 

@@ -18,15 +18,18 @@ def softmax_rows(s: np.ndarray) -> np.ndarray:
     """Row softmax that gives a row of zeros, not NaN, when every entry is -inf (or none exists).
 
     Sk = 0 (no keys at all) is the empty case of a row that sees no key: zeros, as the kernels
-    give (they run zero key tiles); ``max`` of an empty row would raise.
+    give (they run zero key tiles); ``max`` of an empty row would raise. A NaN entry makes its
+    whole row NaN, as PyTorch's softmax does (and the kernels: a NaN-propagating row maximum).
     """
     if s.shape[-1] == 0:
         return np.zeros(s.shape, s.dtype)
     m = s.max(axis=-1, keepdims=True)
     m = np.where(np.isfinite(m), m, 0.0)
-    p = np.exp(s - m)
-    total = p.sum(axis=-1, keepdims=True)
-    return np.divide(p, total, out=np.zeros_like(p), where=total > 0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = np.exp(s - m)
+        total = p.sum(axis=-1, keepdims=True)
+        # total is 0 only for a row that sees no key; NaN (a NaN score) passes through
+        return np.divide(p, total, out=np.zeros_like(p), where=total != 0)
 
 
 def sdpa(
