@@ -50,10 +50,10 @@ BENCH_DIR_ENV = "PYGPUKIT_LLM_BENCH_DIR"
 env.register(
     BENCH_DIR_ENV,
     "path",
-    description="Folder for the llm benchmark's random-weight checkpoints (the 8B shape takes "
-    "16 GB); the system temp folder when unset.",
-    read="the llm benchmark suite",
+    read="python -m pygpukit.benchmark --suite llm",
     package="pygpukit-llm",
+    description="Folder for the llm benchmark's random checkpoints (default: the system temp "
+    "folder).",
 )
 
 
