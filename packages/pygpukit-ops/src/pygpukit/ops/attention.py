@@ -24,8 +24,7 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.array import GPUArray
-from pygpukit.backend import select as _select
-from pygpukit.jit import Kernel
+from pygpukit.kernels import Kernel, target_arch
 
 from . import _kernel_loader
 from ._common import (
@@ -87,7 +86,7 @@ _WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_tma": 384}
 
 @functools.cache
 def _arch(device: int) -> str:
-    return str(_select.backend().arch(device))
+    return target_arch(device)
 
 
 def _prefill_kernel(d: int) -> str:

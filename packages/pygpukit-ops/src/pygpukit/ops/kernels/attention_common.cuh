@@ -117,3 +117,8 @@ struct PrefillOrder {
 };
 
 }  // namespace pgk_attn
+
+// The head dims every attention family is instantiated for (attention.py HEAD_DIMS), as
+// X(suffix, type, D) for one dtype.
+#define PGK_ATTN_HEAD_DIMS(X, sfx, T) \
+    X(sfx, T, 64) X(sfx, T, 80) X(sfx, T, 96) X(sfx, T, 128) X(sfx, T, 256)
