@@ -23,8 +23,10 @@ from . import _indexing
 from ._elementwise_ops import BINARY as _EW
 from ._elementwise_ops import UNARY as _UN
 from .dtypes import NAMES, normalize
+from .errors import ReadOnlyArrayError
 
 __all__ = [
+    "ArrayFlags",
     "GPUArray",
     "broadcast_to",
     "expand_dims",
@@ -39,12 +41,35 @@ REPR_MAX_BYTES = 64 * 1024 * 1024
 _object_new = object.__new__
 
 
-def _wrap(impl: Any, backend: Any) -> GPUArray:
+def _wrap(impl: Any, backend: Any, readonly: bool = False) -> GPUArray:
     """Make a ``GPUArray`` around an impl without validation (internal fast path)."""
     out = _object_new(GPUArray)
     out._impl = impl
     out._backend = backend
+    out._readonly = readonly
     return out
+
+
+def _is_readonly(a: GPUArray) -> bool:
+    """Whether ``a`` refuses writes (an array made without the flag set counts as writeable)."""
+    try:
+        return a._readonly
+    except AttributeError:
+        return False
+
+
+def check_writeable(a: GPUArray, what: str = "out") -> None:
+    """Raise :class:`~pygpukit.errors.ReadOnlyArrayError` when ``a`` is read-only.
+
+    Every runtime and ops-package path that writes into a caller's array calls this before
+    any work is enqueued; ``what`` names the argument (``"out"``, ``"x[...] ="``, ...).
+    """
+    if _is_readonly(a):
+        raise ReadOnlyArrayError(
+            f"{what}: cannot write into a read-only array (shape {tuple(a._impl.shape)},"
+            f" {a.dtype.name}): it was made read-only with setflags(write=False), is a view"
+            " of such an array, or is a broadcast_to view. Write into a copy (a.copy())"
+        )
 
 
 def _operand(x: Any, backend: Any, impl: Any) -> Any:
@@ -77,6 +102,7 @@ def _operators(code: int) -> tuple[Any, Any, Any]:
         out = _object_new(GPUArray)  # _wrap inlined: this is the hottest path of the runtime
         out._impl = backend.binary(code, self._impl, o)
         out._backend = backend
+        out._readonly = False
         return out
 
     def rop(self: GPUArray, other: Any) -> Any:
@@ -87,6 +113,8 @@ def _operators(code: int) -> tuple[Any, Any, Any]:
         return _wrap(backend.binary(code, o, self._impl), backend)
 
     def iop(self: GPUArray, other: Any) -> Any:
+        if _is_readonly(self):
+            check_writeable(self, "in-place operator")
         backend = self._backend
         o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
         if o is NotImplemented:
@@ -104,10 +132,11 @@ class GPUArray:
     and friends; the constructor is not public.
     """
 
-    __slots__ = ("__weakref__", "_backend", "_impl")
+    __slots__ = ("__weakref__", "_backend", "_impl", "_readonly")
 
     _impl: Any
     _backend: Any
+    _readonly: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -168,6 +197,34 @@ class GPUArray:
         """The array with its axes reversed (a view)."""
         return self.transpose()
 
+    @property
+    def flags(self) -> ArrayFlags:
+        """NumPy-style flags: ``writeable`` (settable to False) and ``c_contiguous``."""
+        return ArrayFlags(self)
+
+    def setflags(self, write: bool | None = None) -> None:
+        """Make the array read-only with ``write=False`` (NumPy's spelling).
+
+        A read-only array refuses ``x[...] = v``, ``fill``, in-place operators and
+        being the ``out=`` of any runtime or ``pygpukit.ops`` op, with a
+        :class:`~pygpukit.errors.ReadOnlyArrayError`; views taken from it afterwards are
+        read-only too. The flag is one-way: ``write=True`` on a read-only array raises
+        ``ValueError`` (take ``a.copy()`` for a writeable array). Views taken before the
+        call, and kernels launched with ``gp.jit`` (which cannot tell the pointers they
+        read from those they write), are not covered.
+        """
+        if write is None:
+            return
+        if not isinstance(write, (bool, np.bool_)):
+            raise TypeError(f"setflags: write must be a bool, got {type(write).__name__}")
+        if not write:
+            self._readonly = True
+        elif _is_readonly(self):
+            raise ValueError(
+                "setflags: a read-only GPUArray cannot be made writeable again; "
+                "take a writeable copy with a.copy()"
+            )
+
     def is_contiguous(self) -> bool:
         """Return whether the elements are C-contiguous."""
         return bool(self._backend.is_c_contiguous(self._impl))
@@ -181,7 +238,7 @@ class GPUArray:
     # --- views -----------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> GPUArray:
         backend = self._backend
-        return _wrap(backend.view(self._impl, shape, strides, offset), backend)
+        return _wrap(backend.view(self._impl, shape, strides, offset), backend, _is_readonly(self))
 
     def __getitem__(self, key: Any) -> GPUArray:
         """Index with integers, slices (any step), ``...`` and ``None``; always a view.
@@ -201,6 +258,7 @@ class GPUArray:
         target._assign(value)
 
     def _assign(self, value: Any) -> None:
+        check_writeable(self, "x[...] = value")
         backend = self._backend
         if isinstance(value, GPUArray):
             src = value
@@ -222,11 +280,15 @@ class GPUArray:
 
     def fill(self, value: Any) -> None:
         """Set every element to ``value`` (converted to the array's dtype as NumPy would)."""
+        check_writeable(self, "fill")
         dtype = self.dtype
         try:
             scalar = np.array(value, dtype=dtype)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"cannot fill a {dtype.name} array with {value!r}: {exc}") from None
+            shown = repr(value) if np.ndim(value) == 0 else f"a sequence of shape {np.shape(value)}"
+            raise TypeError(f"cannot fill a {dtype.name} array with {shown[:60]}: {exc}") from None
+        except OverflowError:
+            raise ValueError(f"fill value {value!r} is out of range for {dtype.name}") from None
         if scalar.ndim != 0:
             raise ValueError(f"fill value must be a scalar, got shape {scalar.shape}")
         self._backend.fill(self._impl, scalar.item())
@@ -293,10 +355,16 @@ class GPUArray:
         return self._view(shape, strides, self._backend.offset(impl))
 
     def broadcast_to(self, shape: Any) -> GPUArray:
-        """Broadcast to ``shape`` with zero strides on repeated axes; a view (do not write)."""
+        """Broadcast to ``shape`` with zero strides on repeated axes; a read-only view.
+
+        Read-only as NumPy marks it: repeated elements share memory, so a write
+        would land several times.
+        """
         impl = self._impl
         new_shape, strides = _indexing.broadcast_to(tuple(impl.shape), tuple(impl.strides), shape)
-        return self._view(new_shape, strides, self._backend.offset(impl))
+        out = self._view(new_shape, strides, self._backend.offset(impl))
+        out._readonly = True
+        return out
 
     def view(self, dtype: Any) -> GPUArray:
         """Reinterpret the bytes as ``dtype`` of the same itemsize; a view."""
@@ -306,7 +374,9 @@ class GPUArray:
                 f"view() changes the dtype only between types of one itemsize "
                 f"({self.dtype.name} is {self.itemsize} bytes, {dt.name} is {dt.itemsize})"
             )
-        return _wrap(self._backend.view_dtype(self._impl, NAMES[dt]), self._backend)
+        return _wrap(
+            self._backend.view_dtype(self._impl, NAMES[dt]), self._backend, _is_readonly(self)
+        )
 
     # --- reductions and gathers (pygpukit.reductions / pygpukit.shape_ops) -------------
     def sum(
@@ -461,6 +531,10 @@ class GPUArray:
     def astype(self, dtype: Any, copy: bool = True) -> GPUArray:
         """Convert to ``dtype`` (NumPy's unsafe casting); ``copy=False`` returns self if equal."""
         dt = normalize(dtype)
+        if copy is not True and copy is not False:
+            from .validation import boolean
+
+            copy = boolean(copy, "copy", "astype")
         if not copy and dt == self.dtype:
             return self
         return _wrap(self._backend.astype(self._impl, NAMES[dt]), self._backend)
@@ -496,7 +570,11 @@ class GPUArray:
         staging on a copy stream, and ``.result()`` returns the array when it
         has landed. The future keeps this array's data alive until then.
         """
-        stream_impl = None if stream is None else stream._impl
+        from .validation import boolean
+        from .validation import stream as stream_arg
+
+        stream_impl = stream_arg(stream, "stream", "to_numpy")
+        blocking = boolean(blocking, "blocking", "to_numpy")
         if out is not None:
             self._check_out(out)
         if blocking:
@@ -585,6 +663,12 @@ class GPUArray:
         """Export as a DLPack capsule (zero-copy), making the data ready on ``stream``."""
         if copy:
             raise BufferError("GPUArray.__dlpack__ exports without copying; copy=True is refused")
+        if _is_readonly(self):
+            # As NumPy: the DLPack capsule has no read-only mark, so the consumer could write.
+            raise BufferError(
+                "cannot export a read-only GPUArray through DLPack (it cannot mark the data"
+                " read-only); export a copy (a.copy())"
+            )
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(
                 f"cannot export to DLPack device {dl_device}; the array is on "
@@ -598,8 +682,14 @@ class GPUArray:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        """Numba/CuPy's CUDA array interface, version 3 (CUDA backend only)."""
-        return self._backend.cuda_array_interface(self._impl)
+        """Numba/CuPy's CUDA array interface, version 3 (CUDA backend only).
+
+        ``data[1]`` (the read-only flag) is true for read-only arrays.
+        """
+        interface = self._backend.cuda_array_interface(self._impl)
+        if _is_readonly(self):
+            interface = {**interface, "data": (interface["data"][0], True)}
+        return interface
 
     # --- printing --------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -619,6 +709,102 @@ class GPUArray:
         if self.nbytes > REPR_MAX_BYTES:
             return repr(self)
         return str(self.to_numpy())
+
+    # --- Python protocols NumPy and CuPy users reach for ------------------------------
+    def tolist(self) -> Any:
+        """The values as nested Python lists of Python scalars (a scalar for a 0-d array).
+
+        Copies to the host first (a sync point), as ``numpy.ndarray.tolist`` does.
+        """
+        return self.to_numpy().tolist()
+
+    def __round__(self, ndigits: int | None = None) -> GPUArray:
+        """``round(a)`` / ``round(a, n)``: elementwise, half to even, in ``a``'s dtype.
+
+        As :func:`gp.round <pygpukit.round>` (and ``torch.Tensor``), not Python's
+        rounding of one number: the result is an array of the same shape and dtype.
+        Integer arrays stay integers (a negative ``ndigits`` rounds to tens, hundreds...).
+        """
+        from .elementwise import round as round_
+
+        if ndigits is None:
+            ndigits = 0
+        if isinstance(ndigits, bool) or not isinstance(ndigits, (int, np.integer)):
+            raise TypeError(f"round(): ndigits must be an int, got {type(ndigits).__name__}")
+        if self.dtype.kind in "iub":
+            if ndigits >= 0:
+                return self.copy()
+            rounded = round_(self.astype(np.float64), int(ndigits))
+            return rounded.astype(self.dtype)
+        return round_(self, int(ndigits))
+
+    def __contains__(self, value: Any) -> bool:
+        """``value in a``: whether any element equals ``value`` (``(a == value).any()``).
+
+        As NumPy: ``value`` broadcasts against the array (a shape that does not is a
+        ``ValueError``), NaN is in nothing, and the answer needs the device (a sync point).
+        """
+        equal = self == value
+        if not isinstance(equal, GPUArray):  # no elementwise comparison: Python's answer
+            return bool(equal)
+        return bool(_reductions().any(equal))
+
+    def __copy__(self) -> GPUArray:
+        """``copy.copy(a)``: a new C-contiguous array with its own memory, as NumPy's."""
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GPUArray:
+        """``copy.deepcopy(a)``: a device-side copy (no host round trip), as CuPy's."""
+        duplicate = self.copy()
+        memo[id(self)] = duplicate
+        return duplicate
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle through the host, as CuPy does: the values, shape and dtype.
+
+        Unpickling uploads them to the current device of the process that loads
+        them (any backend; a pickle made on the GPU loads on the CPU backend).
+        Views pickle only the elements they see.
+        """
+        from .creation import from_numpy
+
+        return from_numpy, (self.to_numpy(),)  # a fresh C-contiguous host copy
+
+
+class ArrayFlags:
+    """``GPUArray.flags``: the array's ``writeable`` and ``c_contiguous`` flags.
+
+    ``a.flags.writeable = False`` is ``a.setflags(write=False)``.
+    """
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array: GPUArray) -> None:
+        self._array = array
+
+    @property
+    def writeable(self) -> bool:
+        """False for a read-only array (see :meth:`GPUArray.setflags`)."""
+        return not _is_readonly(self._array)
+
+    @writeable.setter
+    def writeable(self, value: bool) -> None:
+        self._array.setflags(write=value)
+
+    @property
+    def c_contiguous(self) -> bool:
+        """Whether the elements are C-contiguous."""
+        return self._array.is_contiguous()
+
+    def __getitem__(self, key: str) -> bool:
+        names = {"WRITEABLE": "writeable", "W": "writeable", "C_CONTIGUOUS": "c_contiguous"}
+        name = names.get(key.upper() if isinstance(key, str) else key)
+        if name is None:
+            raise KeyError(f"unknown flag {key!r}; GPUArray flags are WRITEABLE and C_CONTIGUOUS")
+        return bool(getattr(self, name))
+
+    def __repr__(self) -> str:
+        return f"  C_CONTIGUOUS : {self.c_contiguous}\n  WRITEABLE : {self.writeable}"
 
 
 def _reductions() -> Any:
