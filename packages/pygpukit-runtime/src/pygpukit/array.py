@@ -578,6 +578,9 @@ class GPUArray:
         if out is not None:
             self._check_out(out)
         if blocking:
+            from .stream import count_host_wait
+
+            count_host_wait()
             return self._backend.to_numpy(self._impl, stream_impl, out)
         return self._backend.to_numpy_async(self._impl, stream_impl, out)
 

@@ -40,6 +40,15 @@ struct Half2<__nv_bfloat16> {
 // fp16/bf16 -> fp32 (a mask element): the row kernels' conversion (layers.cuh).
 using pgk_layers::widen;
 
+// The running row maximum of the online softmax: NaN-propagating (max.NaN, one instruction on
+// SM 80+), unlike fmaxf, so a NaN score makes the row's output NaN as PyTorch's SDPA does
+// instead of being skipped by the maximum and then zeroed as "no key seen".
+__device__ __forceinline__ float max_nan(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
