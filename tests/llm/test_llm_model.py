@@ -251,3 +251,17 @@ def test_public_names():
     assert set(llm.ARCHITECTURES) == {
         "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
     }  # fmt: skip
+
+
+def test_step_logits_are_unrounded_float32(seed, rng):
+    # A decode or prefill step's logits: float32 sums of the bf16 head product, not bf16 values
+    # (rounded, close top logits tie and the argmax picks the lower id).
+    model, _ = _model("llama3_tied", seed, "bfloat16")
+    m = model._model
+    x = gp.from_numpy(rng.standard_normal((1, m.config.hidden_size)).astype(gp.bfloat16))
+    got = m.logits(x)
+    assert got.dtype == np.float32 and got.shape == (1, m.config.vocab_size)
+    exact = x.to_numpy().astype(np.float64) @ m.lm_head.to_numpy().astype(np.float64).T
+    assert rel_err(got.to_numpy(), exact) < 1e-6
+    values = got.to_numpy()
+    assert np.mean(values != values.astype(gp.bfloat16).astype(np.float32)) > 0.5

@@ -176,3 +176,27 @@ def test_benchmark_rows_per_variant_on_gpu(monkeypatch: pytest.MonkeyPatch) -> N
     with config.override(gemv_variant="mma"):
         cases = list(suite.SUITE.cases(ctx))
     assert len(cases) == 3 and all("kernel" not in c.params for c in cases)
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("m", [1, 3, 8])
+def test_gemv_float32_out_is_unrounded(
+    rand: Callable[..., np.ndarray], dtype: object, m: int
+) -> None:
+    # Language-model logits: rounded to bfloat16, close top values become ties.
+    n, k = 40, 576
+    x, w = rand((m, k), dtype), rand((n, k), dtype)
+    y = gemv(gp.from_numpy(x), gp.from_numpy(w), out_dtype=gp.float32).to_numpy()
+    assert y.dtype == np.float32 and y.shape == (m, n)
+    assert rel_err(y, linear_ref(x, w, None, None)) < 1e-6
+    assert np.mean(y != y.astype(dtype).astype(np.float32)) > 0.5  # not 16-bit values
+
+
+def test_gemv_float32_out_errors(rand: Callable[..., np.ndarray]) -> None:
+    x, w = gp.from_numpy(rand((2, 64), gp.bfloat16)), gp.from_numpy(rand((8, 64), gp.bfloat16))
+    with pytest.raises(TypeError, match="out_dtype"):
+        gemv(x, w, out_dtype=gp.float16)
+    with pytest.raises(TypeError, match="out"):  # out must have out_dtype
+        gemv(x, w, out_dtype=gp.float32, out=gp.empty((2, 8), gp.bfloat16))
+    out = gp.empty((2, 8), gp.float32)
+    assert gemv(x, w, out_dtype=gp.float32, out=out) is out

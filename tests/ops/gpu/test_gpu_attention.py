@@ -399,3 +399,31 @@ def test_wgmma_is_the_hopper_default(use_config):
     ]  # fmt: skip
     use_config(attention_kernel="mma")
     assert attention._prefill_kernel(128) == "mma"
+
+
+# SmolLM2-135M's attention: 9 query heads over 3 KV heads (groups of 3, not a power of two), head
+# dim 64, a chat-sized prompt (37 tokens: less than one 64- or 128-row tile) and a longer one.
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("s", [37, 300])
+def test_prefill_at_smollm2_shapes(rand, prefill_kernel, dtype, s):
+    q, k, v = qkv(rand, 1, 9, 3, s, s, 64, dtype)
+    got = run(q, k, v, is_causal=True, scale=0.125)
+    assert rel_err(got, ref_sdpa(q, k, v, causal=True, scale=0.125)) < LIMIT[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+def test_decode_at_smollm2_shapes(rand, rng, decode_kernel, dtype):
+    max_len = 128
+    lens = np.array([1, 37, 38, 64, 65, 128], np.int32)
+    b = len(lens)
+    q = (rand((b, 9, 64)) * 0.3).astype(dtype)
+    kc = (rand((b, 3, max_len, 64)) * 0.3).astype(dtype)
+    vc = rand((b, 3, max_len, 64)).astype(dtype)
+    got = ops.decode_attention(
+        gp.from_numpy(q), gp.from_numpy(kc), gp.from_numpy(vc), gp.from_numpy(lens), scale=0.125
+    ).to_numpy()
+    ref = ref_decode(
+        q, [kc[i, :, : lens[i]] for i in range(b)], [vc[i, :, : lens[i]] for i in range(b)],
+        scale=0.125,
+    )  # fmt: skip
+    assert rel_err(got, ref) < LIMIT[np.dtype(dtype)]

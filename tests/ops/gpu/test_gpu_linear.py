@@ -112,3 +112,22 @@ def test_linear_matches_torch(rand: Callable[..., np.ndarray], m: int) -> None:
     )
     want = torch.nn.functional.silu(torch.nn.functional.linear(tx, tw, tb)).float().cpu().numpy()
     assert rel_err(got.to_numpy(), want.astype(np.float64)) < 1e-2
+
+
+# A language model's head: SmolLM2's [vocab 49152, hidden 576] (K = 576 = 72 chunks of 8: more
+# than 64, so the simt loop makes a partial second pass), and K = 577 for the scalar kernel.
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("k", [576, 577])
+@pytest.mark.parametrize("m", [1, 2, 8])
+@pytest.mark.parametrize("variant", sorted(GEMV_VARIANTS))
+def test_gemv_float32_out_at_lm_head_shape(
+    rand: Callable[..., np.ndarray], m: int, k: int, dtype: object, variant: str
+) -> None:
+    x, w = rand((m, k), dtype), rand((49152, k), dtype)
+    with config.override(gemv_variant=variant):
+        y = gemv(gp.from_numpy(x), gp.from_numpy(w), out_dtype=gp.float32).to_numpy()
+    assert y.dtype == np.float32 and y.shape == (m, 49152)
+    ref = linear_ref(x, w, None, None)
+    assert rel_err(y, ref) < 1e-5
+    assert np.mean(y != y.astype(dtype).astype(np.float32)) > 0.5  # unrounded fp32 sums
+    assert np.array_equal(y.argmax(-1), ref.argmax(-1))

@@ -13,7 +13,8 @@ Weights use PyTorch's ``nn.Linear`` layout, ``weight`` [N, K] row-major, and
   the SIMT cores), used for M = 1, and ``mma`` (16 rows per block, products on
   tensor cores, a cost that does not grow with M), used for M >= 2; the
   ``gemv_variant`` knob of :mod:`.config` (``PYGPUKIT_GEMV_VARIANT``: ``auto``,
-  ``simt`` or ``mma``, read once) pins one. See ``kernels/gemv.cu``.
+  ``simt`` or ``mma``, read once) pins one. See ``kernels/gemv.cu``. ``gemv(...,
+  out_dtype=float32)`` stores the fp32 sums unrounded (a language model's logits).
 - :func:`linear` with M > 8, or float32: ``gp.matmul(x, weight.T)`` (cuBLASLt or the
   runtime's own kernels; ``weight.T`` is a view, not a copy), then one in-place
   bias + activation kernel (``kernels/epilogue.cu``) when there is a bias or an
@@ -174,10 +175,23 @@ _ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
 
 
 def _plan_cuda(
-    m: int, n: int, k: int, dtype: np.dtype[Any], act: int, vector: bool, bias: bool, device: int
+    m: int,
+    n: int,
+    k: int,
+    dtype: np.dtype[Any],
+    act: int,
+    vector: bool,
+    bias: bool,
+    device: int,
+    f32_out: bool = False,
 ) -> LinearPlan:
-    """The launch of ``y [M, N] = act(x [M, K] @ weight.T + bias)`` on the current device."""
+    """The launch of ``y [M, N] = act(x [M, K] @ weight.T + bias)`` on the current device.
+
+    ``f32_out``: the GEMV kernels that store their float32 sums unrounded (``y`` float32).
+    """
     sfx = c.KERNEL_SUFFIX[dtype]
+    if f32_out:
+        sfx = f"f32out_{sfx}"
     warps = constant("gemv", "GEMV_WARPS")
     block = warps * 32
     if m <= GEMV_MAX_ROWS and dtype in c.HALF_DTYPES and k > 0:
@@ -193,8 +207,11 @@ def _plan_cuda(
             return GemvPlan(
                 Launch(kl.kernel("gemv", f"{prefix}{sfx}"), grid, block), (m, n, k, act)
             )
-        launch = Launch(kl.kernel("gemv", f"{prefix}{sfx}_m{m}"), grid, block)
+        simt = f"gemv_f32out_{c.KERNEL_SUFFIX[dtype]}" if f32_out else f"{prefix}{sfx}"
+        launch = Launch(kl.kernel("gemv", f"{simt}_m{m}"), grid, block)
         return GemvPlan(launch, (n, k, act))
+    if f32_out:  # gemv() checks M <= 8 and a half dtype first
+        raise AssertionError("float32 output is planned only for the GEMV kernels")
     epilogue = None
     if bias or act != 0:
         c.check_int32("linear", N=n)
@@ -204,7 +221,15 @@ def _plan_cuda(
 
 
 def _plan_numpy(
-    m: int, n: int, k: int, dtype: np.dtype[Any], act: int, vector: bool, bias: bool, device: int
+    m: int,
+    n: int,
+    k: int,
+    dtype: np.dtype[Any],
+    act: int,
+    vector: bool,
+    bias: bool,
+    device: int,
+    f32_out: bool = False,
 ) -> LinearPlan:
     return ReferencePlan(m, k, _ACTIVATION_NAMES[act])
 
@@ -216,25 +241,43 @@ PLANS: PlanCache[LinearPlan] = PlanCache("linear", _plan)
 
 
 def plan(
-    m: int, n: int, k: int, dtype: np.dtype[Any], act: int, vector: bool, bias: bool
+    m: int,
+    n: int,
+    k: int,
+    dtype: np.dtype[Any],
+    act: int,
+    vector: bool,
+    bias: bool,
+    f32_out: bool = False,
 ) -> LinearPlan:
-    """The (cached) plan of an ``[M, K] x [N, K]^T`` product with this epilogue, this device."""
-    return PLANS.get(m, n, k, dtype, act, vector, bias, gp.get_device())
+    """The (cached) plan of an ``[M, K] x [N, K]^T`` product with this epilogue, this device.
+
+    ``f32_out`` (GEMV shapes only): a float32 result, the fp32 sums stored unrounded.
+    """
+    return PLANS.get(m, n, k, dtype, act, vector, bias, gp.get_device(), f32_out)
 
 
-def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
+def gemv(
+    x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None, out_dtype: Any = None
+) -> GPUArray:
     """``x @ weight.T`` for a few rows of ``x``: the memory-bound GEMV kernel.
 
     ``x`` is [M, K] with 1 <= M <= 8 (or [K], giving [N]); ``weight`` is [N, K]
     (``nn.Linear`` layout), both float16 or bfloat16, C-contiguous. Accumulates in
-    fp32 and rounds once. ``out`` ([M, N], same dtype, not overlapping an input) receives the
-    result.
+    fp32 and rounds once to ``out_dtype``: ``None`` (x's dtype) or ``float32``, which stores the
+    fp32 sums unrounded (a language model's logits: rounded to bfloat16, close top logits
+    become ties). ``out`` ([M, N] of that dtype, not overlapping an input) receives the result.
     Use :func:`linear` for a bias, an activation, or more rows.
     """
     check_x(x, (1, 2))
     dtype = x.dtype
     if dtype not in c.HALF_DTYPES:
         raise TypeError(f"gemv takes float16 or bfloat16 arrays, got {dtype}; use linear()")
+    y_dtype = dtype if out_dtype is None else np.dtype(out_dtype)
+    if y_dtype not in (dtype, np.dtype(gp.float32)):
+        raise TypeError(
+            f"gemv's out_dtype must be None (x's {dtype}) or float32, got {out_dtype!r}"
+        )
     n, k = check_weight(x, weight, None)
     x_shape = x.shape
     m = 1 if len(x_shape) == 1 else x_shape[0]
@@ -242,11 +285,12 @@ def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUAr
         raise ValueError(f"gemv takes 1 to {GEMV_MAX_ROWS} rows of x, got {m}; use linear()")
     shape = (n,) if len(x_shape) == 1 else (m, n)
     if out is not None:
-        c.check_out(out, shape, dtype)
+        c.check_out(out, shape, y_dtype)
         check_no_overlap(out, ("x", x), ("weight", weight))
-    y = c.result(out, shape, dtype)
+    y = c.result(out, shape, y_dtype)
     if n:
-        plan(m, n, k, dtype, 0, gemv_vector(k, x, weight), False)(x, weight, None, y)
+        f32_out = y_dtype != dtype
+        plan(m, n, k, dtype, 0, gemv_vector(k, x, weight), False, f32_out)(x, weight, None, y)
     return y
 
 

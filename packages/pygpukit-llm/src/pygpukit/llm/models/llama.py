@@ -21,7 +21,7 @@ import numpy as np
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
-from pygpukit.ops.linear import linear
+from pygpukit.ops.linear import GEMV_MAX_ROWS, linear
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
@@ -221,8 +221,20 @@ class LlamaModel:
         return x
 
     def logits(self, x: GPUArray) -> GPUArray:
-        """``x @ lm_head.T`` in the model dtype: ``[..., vocab]``."""
-        return linear(x, self.lm_head)
+        """``x @ lm_head.T`` as float32: ``[..., vocab]``.
+
+        Up to ``GEMV_MAX_ROWS`` rows in float16/bfloat16 (every decode and prefill step) take
+        the GEMV kernel's float32 sums unrounded: rounded to bfloat16 (steps of 0.125 near a
+        logit of 25) the two best tokens of a real model can tie, and the argmax then picks the
+        lower id instead of the better one. More rows (``forward``) are rounded to the model
+        dtype first, as transformers does in that dtype.
+        """
+        rows = math.prod(x.shape[:-1])
+        if self.dtype in (np.dtype(gp.float16), np.dtype(gp.bfloat16)) and rows <= GEMV_MAX_ROWS:
+            x2 = x.reshape(rows, x.shape[-1])
+            y = ops.gemv(x2, self.lm_head, out_dtype=gp.float32)
+            return y.reshape(*x.shape[:-1], y.shape[-1])
+        return linear(x, self.lm_head).astype(gp.float32)
 
     def window_mask(self, s: int) -> GPUArray | None:
         """The additive ``[S, S]`` mask of causal sliding-window attention, None without one.

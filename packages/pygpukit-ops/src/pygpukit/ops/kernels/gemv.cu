@@ -72,9 +72,9 @@ __device__ __forceinline__ float dot8(const float (&xf)[8], const uint4& w, floa
 
 // kRows output rows per warp, kUnroll 16-byte chunks per row in flight per lane (kRows * kUnroll
 // loads before any math).
-template <typename T, int M, int kRows, int kUnroll>
+template <typename T, typename To, int M, int kRows, int kUnroll>
 __device__ __forceinline__ void gemv_vec(const T* __restrict__ x, const T* __restrict__ w,
-                                         const T* __restrict__ bias, T* __restrict__ y, int N,
+                                         const T* __restrict__ bias, To* __restrict__ y, int N,
                                          int K, int act) {
     const int lane = threadIdx.x & 31;
     const int warp = blockIdx.x * kWarps + (threadIdx.x >> 5);
@@ -140,7 +140,7 @@ __device__ __forceinline__ void gemv_vec(const T* __restrict__ x, const T* __res
     const int m = lane / kRows, row = row0 + lane % kRows;
     if (m < M && row < N) {
         if (bias != nullptr) v += widen(bias[row]);
-        y[(size_t)m * N + row] = narrow<T>(activate(v, act));
+        y[(size_t)m * N + row] = narrow<To>(activate(v, act));
     }
 }
 
@@ -183,9 +183,9 @@ constexpr int kMmaUnroll = 8;  // 16-byte chunks per row (2 rows per lane) in fl
 // 16 s + 4 w + q, so a block reads 256 contiguous bytes of each of its rows per step. Each W
 // element is read once and x once per 16 rows; the FMAs run on tensor cores, so M = 8 costs no
 // more issue slots than M = 1. Partial tiles meet once in shared memory at the end.
-template <typename T>
+template <typename T, typename To>
 __device__ __forceinline__ void gemv_mma(const T* __restrict__ x, const T* __restrict__ w,
-                                         const T* __restrict__ bias, T* __restrict__ y, int M,
+                                         const T* __restrict__ bias, To* __restrict__ y, int M,
                                          int N, int K, int act) {
     __shared__ __align__(16) float part[kWarps][16][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -228,14 +228,14 @@ __device__ __forceinline__ void gemv_mma(const T* __restrict__ x, const T* __res
 #pragma unroll
         for (int i = 1; i < kWarps; ++i) v += part[i][r][m];
         if (bias != nullptr) v += widen(bias[row]);
-        y[(size_t)m * N + row] = narrow<T>(activate(v, act));
+        y[(size_t)m * N + row] = narrow<To>(activate(v, act));
     }
 }
 
 // Any K, any alignment, runtime M <= 8: one warp per output row, 2-byte loads.
-template <typename T>
+template <typename T, typename To>
 __device__ __forceinline__ void gemv_scalar(const T* __restrict__ x, const T* __restrict__ w,
-                                            const T* __restrict__ bias, T* __restrict__ y, int M,
+                                            const T* __restrict__ bias, To* __restrict__ y, int M,
                                             int N, int K, int act) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
@@ -259,7 +259,7 @@ __device__ __forceinline__ void gemv_scalar(const T* __restrict__ x, const T* __
     }
     if (lane < M) {
         if (bias != nullptr) v += widen(bias[row]);
-        y[(size_t)lane * N + row] = narrow<T>(activate(v, act));
+        y[(size_t)lane * N + row] = narrow<To>(activate(v, act));
     }
 }
 
@@ -267,28 +267,33 @@ __device__ __forceinline__ void gemv_scalar(const T* __restrict__ x, const T* __
 
 // Entry points. simt: gemv_<dtype>_m<M>, M a template argument (the accumulators live in
 // registers), kSimtRows output rows per warp and kSimtUnroll chunks per row in flight; mma and
-// scalar: gemv_mma_<dtype> and gemv_scalar_<dtype>, M at run time.
+// scalar: gemv_mma_<dtype> and gemv_scalar_<dtype>, M at run time. Each also exists with a
+// float32 result (gemv_f32out_<dtype>_m<M>, gemv_mma_f32out_<dtype>, gemv_scalar_f32out_<dtype>):
+// the fp32 sums stored unrounded, for logits whose top values a 16-bit rounding would tie.
 constexpr int kSimtRows = 4, kSimtUnroll = 2;
-#define PGK_GEMV_PARAMS(T) (const T* x, const T* w, const T* bias, T* y, int N, int K, int act)
-#define PGK_GEMV_RUNTIME_M_PARAMS(T) \
-    (const T* x, const T* w, const T* bias, T* y, int M, int N, int K, int act)
-#define PGK_GEMV_M(sfx, T, M)                                               \
-    PGK_KERNEL_BOUNDS(gemv_##sfx##_m##M, PGK_GEMV_PARAMS(T), kWarps * 32) { \
-        gemv_vec<T, M, kSimtRows, kSimtUnroll>(x, w, bias, y, N, K, act);   \
+#define PGK_GEMV_PARAMS(T, To) (const T* x, const T* w, const T* bias, To* y, int N, int K, int act)
+#define PGK_GEMV_RUNTIME_M_PARAMS(T, To) \
+    (const T* x, const T* w, const T* bias, To* y, int M, int N, int K, int act)
+#define PGK_GEMV_M(name, T, To, M)                                            \
+    PGK_KERNEL_BOUNDS(name##_m##M, PGK_GEMV_PARAMS(T, To), kWarps * 32) {     \
+        gemv_vec<T, To, M, kSimtRows, kSimtUnroll>(x, w, bias, y, N, K, act); \
     }
 // clang-format off
-#define PGK_GEMV(sfx, T)                                                                    \
-    PGK_GEMV_M(sfx, T, 1) PGK_GEMV_M(sfx, T, 2) PGK_GEMV_M(sfx, T, 3) PGK_GEMV_M(sfx, T, 4) \
-    PGK_GEMV_M(sfx, T, 5) PGK_GEMV_M(sfx, T, 6) PGK_GEMV_M(sfx, T, 7) PGK_GEMV_M(sfx, T, 8) \
-    PGK_KERNEL_BOUNDS(gemv_mma_##sfx, PGK_GEMV_RUNTIME_M_PARAMS(T), kWarps * 32) {          \
-        gemv_mma<T>(x, w, bias, y, M, N, K, act);                                           \
-    }                                                                                       \
-    PGK_KERNEL_BOUNDS(gemv_scalar_##sfx, PGK_GEMV_RUNTIME_M_PARAMS(T), kWarps * 32) {       \
-        gemv_scalar<T>(x, w, bias, y, M, N, K, act);                                        \
+#define PGK_GEMV(name, mma_name, scalar_name, T, To)                                             \
+    PGK_GEMV_M(name, T, To, 1) PGK_GEMV_M(name, T, To, 2) PGK_GEMV_M(name, T, To, 3)             \
+    PGK_GEMV_M(name, T, To, 4) PGK_GEMV_M(name, T, To, 5) PGK_GEMV_M(name, T, To, 6)             \
+    PGK_GEMV_M(name, T, To, 7) PGK_GEMV_M(name, T, To, 8)                                        \
+    PGK_KERNEL_BOUNDS(mma_name, PGK_GEMV_RUNTIME_M_PARAMS(T, To), kWarps * 32) {                 \
+        gemv_mma<T, To>(x, w, bias, y, M, N, K, act);                                            \
+    }                                                                                            \
+    PGK_KERNEL_BOUNDS(scalar_name, PGK_GEMV_RUNTIME_M_PARAMS(T, To), kWarps * 32) {              \
+        gemv_scalar<T, To>(x, w, bias, y, M, N, K, act);                                         \
     }
 // clang-format on
-PGK_GEMV(bf16, __nv_bfloat16)
-PGK_GEMV(f16, __half)
+PGK_GEMV(gemv_bf16, gemv_mma_bf16, gemv_scalar_bf16, __nv_bfloat16, __nv_bfloat16)
+PGK_GEMV(gemv_f16, gemv_mma_f16, gemv_scalar_f16, __half, __half)
+PGK_GEMV(gemv_f32out_bf16, gemv_mma_f32out_bf16, gemv_scalar_f32out_bf16, __nv_bfloat16, float)
+PGK_GEMV(gemv_f32out_f16, gemv_mma_f32out_f16, gemv_scalar_f32out_f16, __half, float)
 
 // Launch geometry the host side plans with (KernelLibrary.constant("gemv", NAME)).
 PGK_CONSTANT(GEMV_WARPS, kWarps);
