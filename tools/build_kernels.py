@@ -28,10 +28,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from _env_loader import load_environment
 
-# Bump when the calling convention of any built-in kernel changes: the runtime
-# refuses cubins whose manifest carries another ABI version.
-KERNEL_ABI_VERSION = 1
-
 # Options every built-in kernel is compiled with, here and by the runtime's JIT fallback.
 # No -lineinfo: it tripled the cubins (82 MB for six archs), and the runtime wheel must stay
 # under 15 MB. Add it locally (PYGPUKIT_KERNEL_LINEINFO=1) when profiling with source lines.
@@ -149,7 +145,7 @@ def main() -> int:
         return 1
 
     manifest = {
-        "kernel_abi": KERNEL_ABI_VERSION,
+        "kernel_abi": env.KERNEL_ABI_VERSION,
         "nvrtc_version": list(nvrtc.version()),
         "archs": archs,
         "options": BUILTIN_OPTIONS,

@@ -19,6 +19,7 @@ function(pygpukit_add_cubins target)
             --out "${_out}" --archs "${PYGPUKIT_CUDA_ARCHS}"
             --include "${PYGPUKIT_CUDA_INCLUDE_DIR}" ${_sources}
     DEPENDS ${_sources} ${_headers} "${_archs_file}" "${PYGPUKIT_ROOT}/tools/build_kernels.py"
+            "${PYGPUKIT_ROOT}/packages/pygpukit-runtime/src/pygpukit/_environment.py"
     COMMENT "NVRTC: ${target} for ${PYGPUKIT_CUDA_ARCHS}"
     VERBATIM)
   add_custom_target(${target} ALL DEPENDS "${_stamp}")

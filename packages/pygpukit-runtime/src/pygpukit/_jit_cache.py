@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._environment import KERNEL_ABI_VERSION
+
 __all__ = [
     "KERNEL_ABI_VERSION",
     "CacheEntry",
@@ -39,8 +41,6 @@ __all__ = [
     "store",
 ]
 
-#: Bump when the runtime changes how kernels are called (argument packing, headers).
-KERNEL_ABI_VERSION = 1
 
 MAGIC = b"PYGPUKIT-KERNEL-CACHE-1\n"
 _DIGEST_LEN = 64  # hex sha256

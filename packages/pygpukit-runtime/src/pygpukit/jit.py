@@ -36,10 +36,12 @@ from typing import Any
 import numpy as np
 
 from . import _jit_cache
+from ._environment import KERNEL_ABI_VERSION
 from .backend.select import backend as _backend
 from .errors import CompileError, DeviceNotSupportedError, LibraryNotFoundError
 
 __all__ = [
+    "KERNEL_ABI_VERSION",
     "Kernel",
     "Module",
     "Param",

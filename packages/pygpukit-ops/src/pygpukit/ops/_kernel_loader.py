@@ -21,11 +21,9 @@ from pygpukit.backend import select as _select
 from pygpukit.errors import DeviceNotSupportedError
 
 # `pygpukit.jit` the module (the package attribute `jit` is the function gp.jit).
-from pygpukit.jit import Kernel, _load, _signature
+from pygpukit.jit import KERNEL_ABI_VERSION, Kernel, _load, _signature
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "_kernels"
-# tools/build_kernels.py KERNEL_ABI_VERSION: cubins of another calling convention are refused.
-_KERNEL_ABI = 1
 
 _lock = threading.Lock()
 _modules: dict[tuple[str, int], Any] = {}
@@ -43,10 +41,10 @@ def manifest() -> dict[str, Any]:
             f"the kernels of pygpukit-ops are missing ({path}): {exc}; reinstall pygpukit-ops "
             "(or rebuild with tools/dev_build.py)"
         ) from exc
-    if data.get("kernel_abi") != _KERNEL_ABI:
+    if data.get("kernel_abi") != KERNEL_ABI_VERSION:
         raise ImportError(
             f"the kernels in {KERNEL_DIR} have kernel ABI {data.get('kernel_abi')}, this "
-            f"pygpukit-ops expects {_KERNEL_ABI}; reinstall pygpukit-ops"
+            f"pygpukit-ops expects {KERNEL_ABI_VERSION}; reinstall pygpukit-ops"
         )
     return data
 

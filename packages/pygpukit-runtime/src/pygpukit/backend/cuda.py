@@ -13,6 +13,7 @@ device was found) tells ``_native`` where the built-in kernels are.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dtypes
-from .._environment import include_dirs, library_candidates
+from .._environment import KERNEL_ABI_VERSION, include_dirs, library_candidates
 from .select import native
 
 _native: Any = native()
@@ -44,6 +45,13 @@ def _register_kernels() -> None:
             f"the built-in kernels of pygpukit-runtime are missing ({manifest}): {exc}; "
             "reinstall pygpukit-runtime (or rebuild with tools/dev_build.py)"
         ) from exc
+    abi = json.loads(text).get("kernel_abi")
+    if abi != KERNEL_ABI_VERSION:
+        raise ImportError(
+            f"the built-in kernels in {_KERNEL_DIR} have kernel ABI {abi}, this pygpukit-runtime "
+            f"expects {KERNEL_ABI_VERSION}; reinstall pygpukit-runtime (or rebuild with "
+            "tools/dev_build.py)"
+        )
     _native.set_kernel_dir(
         _KERNEL_DIR,
         text,
