@@ -2,6 +2,7 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings/bindings.hpp"
+#include "core/capi_layout.hpp"
 
 namespace py = pybind11;
 
@@ -17,4 +18,7 @@ PYBIND11_MODULE(_native, m) {
     pgk::bind_matmul(m);
     pgk::bind_reduce(m);
     pgk::bind_green_context(m);
+    m.def("capi_layout", &pgk::capi_layout,
+          "The Rust C API's version, struct layouts and constants as C++ compiles them; "
+          "pygpukit._rust.capi_layout() must return the same.");
 }

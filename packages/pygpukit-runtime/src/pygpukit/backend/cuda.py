@@ -320,8 +320,6 @@ from .cuda_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401
 binary = _native.binary
 unary = _native.unary
 where = _native.where
-_MAXIMUM = 7  # _elementwise_ops.BINARY["maximum"]
-_MINIMUM = 8
 
 
 def clip(a: Any, lo: Any, hi: Any, out: Any) -> Any:
@@ -329,7 +327,7 @@ def clip(a: Any, lo: Any, hi: Any, out: Any) -> Any:
     if lo is None and hi is None:
         raise ValueError("clip: one of lo and hi must be given")
     if lo is not None:
-        a = _native.binary(_MAXIMUM, a, lo, out if hi is None else None)
+        a = _native.binary("maximum", a, lo, out if hi is None else None)
     if hi is not None:
-        a = _native.binary(_MINIMUM, a, hi, out)
+        a = _native.binary("minimum", a, hi, out)
     return a
