@@ -26,7 +26,7 @@ import pygpukit as gp
 from pygpukit import _environment, _jit_cache
 from pygpukit.backend import cpu_elementwise
 from pygpukit.backend.select import native, native_error
-from pygpukit.dtypes import SUPPORTED
+from pygpukit.dtypes import SUPPORTED, numpy_promotion, promote_types, promotion_table
 from pygpukit.jit import KERNEL_ABI_VERSION as JIT_KERNEL_ABI_VERSION
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -60,18 +60,28 @@ def test_cpu_backend_promotes_every_dtype_pair_as_the_cpp_table(
 ) -> None:
     table = native_module.PROMOTION
     assert set(table) == {(a, b) for a in SUPPORTED for b in SUPPORTED}
-    assert dict(table) == cpu_elementwise.PROMOTE
+    assert dict(table) == cpu_elementwise.PROMOTE == promotion_table()
     for a in SUPPORTED:
         for b in SUPPORTED:
             x, y = _random(rng, a), _random(rng, b)
-            # "maximum" keeps the common dtype for every pair (add refuses nothing, but bool - bool
-            # does); the result dtype is the promotion of the operands.
+            # maximum's result dtype is the operands' promotion for every pair (a comparison's
+            # is bool, divide's a float).
             result = cpu_elementwise.binary("maximum", x, y)
             assert result.dtype.name == table[a, b], (a, b)
 
 
+def test_concatenate_promotes_by_the_same_table(
+    native_module: ModuleType, rng: np.random.Generator
+) -> None:
+    for a in SUPPORTED:
+        for b in SUPPORTED:
+            x, y = gp.asarray(_random(rng, a)), gp.asarray(_random(rng, b))
+            expected = native_module.PROMOTION[a, b]
+            assert gp.concatenate([x, y]).dtype == expected == promote_types(a, b), (a, b)
+
+
 def test_numpy_rule_used_without_native_gives_the_cpp_table(native_module: ModuleType) -> None:
-    derived = {(a, b): cpu_elementwise.numpy_promotion(a, b) for a in SUPPORTED for b in SUPPORTED}
+    derived = {(a, b): numpy_promotion(a, b) for a in SUPPORTED for b in SUPPORTED}
     differences = {
         k: (v, derived[k]) for k, v in native_module.PROMOTION.items() if derived[k] != v
     }

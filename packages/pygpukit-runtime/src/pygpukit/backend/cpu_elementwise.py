@@ -8,10 +8,11 @@ matches the CUDA backend.
 
 C++ owns the facts both backends share: the promotion table is
 ``_native.PROMOTION`` whenever ``_native`` imports (it does wherever the
-runtime was built, CI included), and ops are passed by name, so no op code is
-kept here. ``tests/runtime/test_cross_language_facts.py`` checks that this
-module implements exactly ``_native.BINARY_OPS`` / ``UNARY_OPS`` and that the
-rule used without ``_native`` gives the C++ table for every dtype pair.
+runtime was built, CI included; :func:`pygpukit.dtypes.promotion_table`), and
+ops are passed by name, so no op code is kept here.
+``tests/runtime/test_cross_language_facts.py`` checks that this module
+implements exactly ``_native.BINARY_OPS`` / ``UNARY_OPS`` and resolves every
+dtype pair as the C++ table does.
 """
 
 from __future__ import annotations
@@ -23,36 +24,9 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dt
-from . import select as _select
-
-
-def numpy_promotion(a: str, b: str) -> str:
-    """The result dtype name of an op on dtypes ``a`` and ``b`` by the rule C++ tabulates.
-
-    NumPy's ``result_type`` (ml_dtypes' for bfloat16); where it has no answer
-    (bfloat16 with float16 or with int16/32/64), the smallest float that both
-    dtypes cast to safely. Used only when ``_native`` is missing.
-    """
-    da, db = _dt.SUPPORTED[a], _dt.SUPPORTED[b]
-    try:
-        return str(np.result_type(da, db).name)
-    except TypeError:  # numpy.exceptions.DTypePromotionError
-        for name in ("float32", "float64"):
-            if np.can_cast(da, name) and np.can_cast(db, name):
-                return name
-        raise
-
-
-def _promotion_table() -> dict[tuple[str, str], str]:
-    native = _select.native()
-    table = getattr(native, "PROMOTION", None)
-    if table is not None:
-        return dict(table)
-    return {(a, b): numpy_promotion(a, b) for a in _dt.SUPPORTED for b in _dt.SUPPORTED}
-
 
 #: (dtype name, dtype name) -> result dtype name: the promotion table (docs/elementwise.md).
-PROMOTE: dict[tuple[str, str], str] = _promotion_table()
+PROMOTE: dict[tuple[str, str], str] = _dt.promotion_table()
 
 _FLOATS = frozenset(("float64", "float32", "float16", "bfloat16"))
 _INT_RANGE = {
@@ -496,7 +470,6 @@ __all__ = [
     "UNARY_OPS",
     "binary",
     "clip",
-    "numpy_promotion",
     "unary",
     "where",
 ]
