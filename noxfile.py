@@ -22,7 +22,7 @@ PACKAGES = [
     "pygpukit",
 ]
 DEFAULT_ARCHS = "80;86;89;90a;100a;120a"
-TEST_DEPS = ["numpy", "ml_dtypes", "pytest", "hypothesis"]
+TEST_DEPS = ["numpy", "ml_dtypes", "pytest", "hypothesis", "tokenizers", "jinja2", "tqdm"]
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -62,7 +62,18 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff, mypy, clippy, rustfmt and clang-format: everything must be clean."""
-    session.install("ruff", "mypy", "clang-format", "numpy", "ml_dtypes", "pytest", "hypothesis")
+    session.install(
+        "ruff",
+        "mypy",
+        "clang-format",
+        "numpy",
+        "ml_dtypes",
+        "pytest",
+        "hypothesis",
+        "tokenizers",
+        "jinja2",
+        "tqdm",
+    )
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run(

@@ -7,7 +7,6 @@ a missing GPU fails the run instead of skipping every test silently.
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Callable
 
@@ -31,7 +30,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items or _cuda_available():
         return
-    if os.environ.get("PYGPUKIT_REQUIRE_GPU") == "1":
+    from pygpukit import env
+
+    if env.flag("PYGPUKIT_REQUIRE_GPU"):
         raise pytest.UsageError("PYGPUKIT_REQUIRE_GPU=1 but PyGPUkit found no usable CUDA GPU")
     skip = pytest.mark.skip(reason="needs a CUDA GPU (SM 80+)")
     for item in gpu_items:

@@ -21,6 +21,7 @@ GUIDES = (
     "ops-layers.md",
     "ops-attention.md",
     "ops-linear-sampling.md",
+    "errors.md",
 )
 BLOCKS = [
     (guide, index, code)

@@ -101,4 +101,4 @@ def test_forced_cpu_backend_is_silent() -> None:
 def test_unknown_backend_name_is_an_error() -> None:
     out = _run("import pygpukit as gp; gp.zeros(1)", PYGPUKIT_BACKEND="tpu")
     assert out.returncode != 0
-    assert "PYGPUKIT_BACKEND='tpu' is not a backend" in out.stderr
+    assert "PYGPUKIT_BACKEND='tpu' is not valid; allowed: cpu, cuda" in out.stderr

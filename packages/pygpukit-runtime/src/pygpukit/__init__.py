@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING, Any
 
+from . import env
 from .array import (
     GPUArray,
     broadcast_to,
@@ -129,9 +130,12 @@ from .errors import (
     CompileError,
     CudaError,
     DeviceNotSupportedError,
+    EnvironmentVariableError,
+    EnvironmentVariableWarning,
     LibraryNotFoundError,
     OutOfMemoryError,
     PyGPUkitError,
+    ReadOnlyArrayError,
 )
 from .graph import Graph, graph_capture
 from .interop import from_dlpack
@@ -201,6 +205,8 @@ __all__ = [
     "CudaError",
     "Device",
     "DeviceNotSupportedError",
+    "EnvironmentVariableError",
+    "EnvironmentVariableWarning",
     "Event",
     "GPUArray",
     "Graph",
@@ -209,6 +215,7 @@ __all__ = [
     "Module",
     "OutOfMemoryError",
     "PyGPUkitError",
+    "ReadOnlyArrayError",
     "Stream",
     "TensorMap",
     "__version__",
@@ -242,6 +249,7 @@ __all__ = [
     "divide",
     "empty",
     "empty_like",
+    "env",
     "equal",
     "exp",
     "exp2",

@@ -66,7 +66,13 @@ LIBRARIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 def debug_library_load() -> bool:
     """True when ``PYGPUKIT_DEBUG_LIBRARY_LOAD=1`` asks for a trace of every candidate."""
-    return os.environ.get("PYGPUKIT_DEBUG_LIBRARY_LOAD", "") not in ("", "0")
+    if __package__:  # imported as pygpukit._environment: the validated reader
+        from .env import flag
+
+        return flag("PYGPUKIT_DEBUG_LIBRARY_LOAD")
+    # Loaded by path from tools/ (no package): the same values, unvalidated.
+    value = os.environ.get("PYGPUKIT_DEBUG_LIBRARY_LOAD", "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def _site_dirs() -> list[str]:

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import env
 from ._environment import KERNEL_ABI_VERSION
 
 __all__ = [
@@ -144,9 +145,8 @@ def cache_dir() -> Path | None:
     """Return the folder cached kernels go to, or None in memory-only mode."""
     if _override is not _UNSET:
         return _override  # type: ignore[return-value]
-    env = os.environ.get("PYGPUKIT_CACHE_DIR")
-    if env is not None:
-        return Path(env).expanduser() if env.strip() else None
+    if env.is_set("PYGPUKIT_CACHE_DIR"):
+        return env.path("PYGPUKIT_CACHE_DIR")  # None when empty: memory only
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(root) / "pygpukit" / "kernels"
 

@@ -21,8 +21,10 @@ import numpy as np
 
 from . import _indexing
 from .dtypes import NAMES, normalize
+from .errors import ReadOnlyArrayError
 
 __all__ = [
+    "ArrayFlags",
     "GPUArray",
     "broadcast_to",
     "expand_dims",
@@ -37,12 +39,35 @@ REPR_MAX_BYTES = 64 * 1024 * 1024
 _object_new = object.__new__
 
 
-def _wrap(impl: Any, backend: Any) -> GPUArray:
+def _wrap(impl: Any, backend: Any, readonly: bool = False) -> GPUArray:
     """Make a ``GPUArray`` around an impl without validation (internal fast path)."""
     out = _object_new(GPUArray)
     out._impl = impl
     out._backend = backend
+    out._readonly = readonly
     return out
+
+
+def _is_readonly(a: GPUArray) -> bool:
+    """Whether ``a`` refuses writes (an array made without the flag set counts as writeable)."""
+    try:
+        return a._readonly
+    except AttributeError:
+        return False
+
+
+def check_writeable(a: GPUArray, what: str = "out") -> None:
+    """Raise :class:`~pygpukit.errors.ReadOnlyArrayError` when ``a`` is read-only.
+
+    Every runtime and ops-package path that writes into a caller's array calls this before
+    any work is enqueued; ``what`` names the argument (``"out"``, ``"x[...] ="``, ...).
+    """
+    if _is_readonly(a):
+        raise ReadOnlyArrayError(
+            f"{what}: cannot write into a read-only array (shape {tuple(a._impl.shape)},"
+            f" {a.dtype.name}): it was made read-only with setflags(write=False), is a view"
+            " of such an array, or is a broadcast_to view. Write into a copy (a.copy())"
+        )
 
 
 def _operand(x: Any, backend: Any, impl: Any) -> Any:
@@ -75,6 +100,7 @@ def _operators(name: str) -> tuple[Any, Any, Any]:
         out = _object_new(GPUArray)  # _wrap inlined: this is the hottest path of the runtime
         out._impl = backend.binary(name, self._impl, o)
         out._backend = backend
+        out._readonly = False
         return out
 
     def rop(self: GPUArray, other: Any) -> Any:
@@ -85,6 +111,8 @@ def _operators(name: str) -> tuple[Any, Any, Any]:
         return _wrap(backend.binary(name, o, self._impl), backend)
 
     def iop(self: GPUArray, other: Any) -> Any:
+        if _is_readonly(self):
+            check_writeable(self, "in-place operator")
         backend = self._backend
         o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
         if o is NotImplemented:
@@ -102,10 +130,11 @@ class GPUArray:
     and friends; the constructor is not public.
     """
 
-    __slots__ = ("__weakref__", "_backend", "_impl")
+    __slots__ = ("__weakref__", "_backend", "_impl", "_readonly")
 
     _impl: Any
     _backend: Any
+    _readonly: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError(
@@ -166,6 +195,34 @@ class GPUArray:
         """The array with its axes reversed (a view)."""
         return self.transpose()
 
+    @property
+    def flags(self) -> ArrayFlags:
+        """NumPy-style flags: ``writeable`` (settable to False) and ``c_contiguous``."""
+        return ArrayFlags(self)
+
+    def setflags(self, write: bool | None = None) -> None:
+        """Make the array read-only with ``write=False`` (NumPy's spelling).
+
+        A read-only array refuses ``x[...] = v``, ``fill``, in-place operators and
+        being the ``out=`` of any runtime or ``pygpukit.ops`` op, with a
+        :class:`~pygpukit.errors.ReadOnlyArrayError`; views taken from it afterwards are
+        read-only too. The flag is one-way: ``write=True`` on a read-only array raises
+        ``ValueError`` (take ``a.copy()`` for a writeable array). Views taken before the
+        call, and kernels launched with ``gp.jit`` (which cannot tell the pointers they
+        read from those they write), are not covered.
+        """
+        if write is None:
+            return
+        if not isinstance(write, (bool, np.bool_)):
+            raise TypeError(f"setflags: write must be a bool, got {type(write).__name__}")
+        if not write:
+            self._readonly = True
+        elif _is_readonly(self):
+            raise ValueError(
+                "setflags: a read-only GPUArray cannot be made writeable again; "
+                "take a writeable copy with a.copy()"
+            )
+
     def is_contiguous(self) -> bool:
         """Return whether the elements are C-contiguous."""
         return bool(self._backend.is_c_contiguous(self._impl))
@@ -179,7 +236,7 @@ class GPUArray:
     # --- views -----------------------------------------------------------------------
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> GPUArray:
         backend = self._backend
-        return _wrap(backend.view(self._impl, shape, strides, offset), backend)
+        return _wrap(backend.view(self._impl, shape, strides, offset), backend, _is_readonly(self))
 
     def __getitem__(self, key: Any) -> GPUArray:
         """Index with integers, slices (any step), ``...`` and ``None``; always a view.
@@ -199,6 +256,7 @@ class GPUArray:
         target._assign(value)
 
     def _assign(self, value: Any) -> None:
+        check_writeable(self, "x[...] = value")
         backend = self._backend
         if isinstance(value, GPUArray):
             src = value
@@ -220,6 +278,7 @@ class GPUArray:
 
     def fill(self, value: Any) -> None:
         """Set every element to ``value`` (converted to the array's dtype as NumPy would)."""
+        check_writeable(self, "fill")
         dtype = self.dtype
         try:
             scalar = np.array(value, dtype=dtype)
@@ -291,10 +350,16 @@ class GPUArray:
         return self._view(shape, strides, self._backend.offset(impl))
 
     def broadcast_to(self, shape: Any) -> GPUArray:
-        """Broadcast to ``shape`` with zero strides on repeated axes; a view (do not write)."""
+        """Broadcast to ``shape`` with zero strides on repeated axes; a read-only view.
+
+        Read-only as NumPy marks it: repeated elements share memory, so a write
+        would land several times.
+        """
         impl = self._impl
         new_shape, strides = _indexing.broadcast_to(tuple(impl.shape), tuple(impl.strides), shape)
-        return self._view(new_shape, strides, self._backend.offset(impl))
+        out = self._view(new_shape, strides, self._backend.offset(impl))
+        out._readonly = True
+        return out
 
     def view(self, dtype: Any) -> GPUArray:
         """Reinterpret the bytes as ``dtype`` of the same itemsize; a view."""
@@ -304,7 +369,9 @@ class GPUArray:
                 f"view() changes the dtype only between types of one itemsize "
                 f"({self.dtype.name} is {self.itemsize} bytes, {dt.name} is {dt.itemsize})"
             )
-        return _wrap(self._backend.view_dtype(self._impl, NAMES[dt]), self._backend)
+        return _wrap(
+            self._backend.view_dtype(self._impl, NAMES[dt]), self._backend, _is_readonly(self)
+        )
 
     # --- reductions and gathers (pygpukit.reductions / pygpukit.shape_ops) -------------
     def sum(
@@ -583,6 +650,12 @@ class GPUArray:
         """Export as a DLPack capsule (zero-copy), making the data ready on ``stream``."""
         if copy:
             raise BufferError("GPUArray.__dlpack__ exports without copying; copy=True is refused")
+        if _is_readonly(self):
+            # As NumPy: the DLPack capsule has no read-only mark, so the consumer could write.
+            raise BufferError(
+                "cannot export a read-only GPUArray through DLPack (it cannot mark the data"
+                " read-only); export a copy (a.copy())"
+            )
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(
                 f"cannot export to DLPack device {dl_device}; the array is on "
@@ -596,8 +669,14 @@ class GPUArray:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        """Numba/CuPy's CUDA array interface, version 3 (CUDA backend only)."""
-        return self._backend.cuda_array_interface(self._impl)
+        """Numba/CuPy's CUDA array interface, version 3 (CUDA backend only).
+
+        ``data[1]`` (the read-only flag) is true for read-only arrays.
+        """
+        interface = self._backend.cuda_array_interface(self._impl)
+        if _is_readonly(self):
+            interface = {**interface, "data": (interface["data"][0], True)}
+        return interface
 
     # --- printing --------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -617,6 +696,42 @@ class GPUArray:
         if self.nbytes > REPR_MAX_BYTES:
             return repr(self)
         return str(self.to_numpy())
+
+
+class ArrayFlags:
+    """``GPUArray.flags``: the array's ``writeable`` and ``c_contiguous`` flags.
+
+    ``a.flags.writeable = False`` is ``a.setflags(write=False)``.
+    """
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array: GPUArray) -> None:
+        self._array = array
+
+    @property
+    def writeable(self) -> bool:
+        """False for a read-only array (see :meth:`GPUArray.setflags`)."""
+        return not _is_readonly(self._array)
+
+    @writeable.setter
+    def writeable(self, value: bool) -> None:
+        self._array.setflags(write=value)
+
+    @property
+    def c_contiguous(self) -> bool:
+        """Whether the elements are C-contiguous."""
+        return self._array.is_contiguous()
+
+    def __getitem__(self, key: str) -> bool:
+        names = {"WRITEABLE": "writeable", "W": "writeable", "C_CONTIGUOUS": "c_contiguous"}
+        name = names.get(key.upper() if isinstance(key, str) else key)
+        if name is None:
+            raise KeyError(f"unknown flag {key!r}; GPUArray flags are WRITEABLE and C_CONTIGUOUS")
+        return bool(getattr(self, name))
+
+    def __repr__(self) -> str:
+        return f"  C_CONTIGUOUS : {self.c_contiguous}\n  WRITEABLE : {self.writeable}"
 
 
 def _reductions() -> Any:

@@ -115,6 +115,7 @@ def empty(
     out = _object_new(GPUArray)
     out._impl = impl
     out._backend = b
+    out._readonly = False
     return out
 
 

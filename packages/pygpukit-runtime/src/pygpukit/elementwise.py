@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ._validate import index, out_array
 from .array import GPUArray, _operand, _wrap
 
 #: What the functions accept as an operand.
@@ -120,20 +121,20 @@ def _impl(x: Any, backend: Any, ref: Any) -> Any:
 def _out(out: GPUArray | None) -> Any:
     if out is None:
         return None
-    if not isinstance(out, GPUArray):
-        raise TypeError(f"out must be a GPUArray, got {type(out).__name__}")
-    return out._impl
+    return out_array(out)._impl
 
 
 def _binary(op: str, a: ArrayLike, b: ArrayLike, out: GPUArray | None) -> GPUArray:
+    o = _out(out)
     backend, ref = _backend_of(a, b, out)
-    res = backend.binary(op, _impl(a, backend, ref), _impl(b, backend, ref), _out(out))
+    res = backend.binary(op, _impl(a, backend, ref), _impl(b, backend, ref), o)
     return out if out is not None else _wrap(res, backend)
 
 
 def _unary(op: str, a: ArrayLike, out: GPUArray | None) -> GPUArray:
+    o = _out(out)
     backend, ref = _backend_of(a, out)
-    res = backend.unary(op, _impl(a, backend, ref), _out(out))
+    res = backend.unary(op, _impl(a, backend, ref), o)
     return out if out is not None else _wrap(res, backend)
 
 
@@ -240,6 +241,8 @@ bitwise_not = invert
 
 def round(a: ArrayLike, decimals: int = 0, out: GPUArray | None = None) -> GPUArray:
     """Round half to even, as NumPy (``decimals`` digits: ``rint(a * 10**d) / 10**d``)."""
+    decimals = index(decimals, "decimals", "round")
+    _out(out)
     if decimals == 0:
         return _unary("round", a, out)
     scale = 10.0**decimals
@@ -265,13 +268,14 @@ def where(cond: ArrayLike, x: ArrayLike, y: ArrayLike, out: GPUArray | None = No
     ``cond`` of another dtype than bool is tested for nonzero. The result dtype is the
     promotion of ``x`` and ``y`` (weak Python scalars as in the arithmetic ops).
     """
+    o = _out(out)
     backend, ref = _backend_of(cond, x, y, out)
     c = _impl(cond, backend, ref)
     if not isinstance(cond, GPUArray):
         from .creation import asarray
 
         c = asarray(np.asarray(cond, dtype=bool))._impl
-    res = backend.where(c, _impl(x, backend, ref), _impl(y, backend, ref), _out(out))
+    res = backend.where(c, _impl(x, backend, ref), _impl(y, backend, ref), o)
     return out if out is not None else _wrap(res, backend)
 
 
@@ -279,8 +283,9 @@ def clip(
     a: ArrayLike, lo: ArrayLike | None, hi: ArrayLike | None, out: GPUArray | None = None
 ) -> GPUArray:
     """``minimum(maximum(a, lo), hi)``: bounds are scalars or arrays (broadcast); None skips one."""
+    o = _out(out)
     backend, ref = _backend_of(a, lo, hi, out)
     lo_i = None if lo is None else _impl(lo, backend, ref)
     hi_i = None if hi is None else _impl(hi, backend, ref)
-    res = backend.clip(_impl(a, backend, ref), lo_i, hi_i, _out(out))
+    res = backend.clip(_impl(a, backend, ref), lo_i, hi_i, o)
     return out if out is not None else _wrap(res, backend)

@@ -18,9 +18,12 @@ __all__ = [
     "CompileError",
     "CudaError",
     "DeviceNotSupportedError",
+    "EnvironmentVariableError",
+    "EnvironmentVariableWarning",
     "LibraryNotFoundError",
     "OutOfMemoryError",
     "PyGPUkitError",
+    "ReadOnlyArrayError",
 ]
 
 
@@ -95,6 +98,15 @@ class OutOfMemoryError(PyGPUkitError, MemoryError):
             f"{cap} in {where}. Free arrays you no longer need, call"
             f" gp.memory.empty_cache(), {remedy}."
         )
+
+
+class ReadOnlyArrayError(PyGPUkitError, ValueError):
+    """A write to a read-only GPUArray: ``x[...] = v``, an in-place operator, ``out=``, ``fill``.
+
+    Arrays are read-only after ``x.setflags(write=False)`` (loaded model weights are), and
+    so are their views and every ``broadcast_to`` view (its elements alias each other).
+    A ``ValueError`` too, as NumPy's "assignment destination is read-only" is.
+    """
 
 
 class CompileError(PyGPUkitError):
@@ -182,3 +194,23 @@ class LibraryNotFoundError(PyGPUkitError):
 
 class BackendFallbackWarning(RuntimeWarning):
     """Issued once when no usable GPU is found and the CPU simulation backend is used."""
+
+
+class EnvironmentVariableError(PyGPUkitError, ValueError):
+    """A ``PYGPUKIT_*`` environment variable holds a value that would do the wrong thing.
+
+    ``variable`` is its name, ``value`` the text found and ``allowed`` what it accepts.
+    Raised at the variable's first use (see :mod:`pygpukit.env`).
+    """
+
+    def __init__(self, variable: str, value: str, allowed: str) -> None:
+        self.variable = variable
+        self.value = value
+        self.allowed = allowed
+        super().__init__(
+            f"{variable}={value!r} is not valid; allowed: {allowed}. Fix or unset {variable}."
+        )
+
+
+class EnvironmentVariableWarning(RuntimeWarning):
+    """A ``PYGPUKIT_*`` environment variable was ignored: its value is not one it accepts."""

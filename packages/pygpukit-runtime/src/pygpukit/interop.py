@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .array import GPUArray, _wrap
 from .backend.select import backend as _backend
 from .dtypes import normalize
@@ -47,4 +49,6 @@ def from_dlpack(obj: Any) -> GPUArray:
         )
     impl = b.from_dlpack(obj)
     normalize(b.dtype(impl))  # TypeError for dtypes PyGPUkit does not support
-    return _wrap(impl, b)
+    # A read-only NumPy producer (CPU backend) stays read-only here.
+    readonly = isinstance(impl, np.ndarray) and not impl.flags.writeable
+    return _wrap(impl, b, readonly)

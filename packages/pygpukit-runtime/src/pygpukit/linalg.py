@@ -25,12 +25,12 @@ NumPy's ``matmul`` semantics:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
-from . import _indexing
+from . import _indexing, env
+from ._validate import out_array
 from .array import GPUArray, _wrap
 from .dtypes import NAMES, SUPPORTED, normalize
 
@@ -57,7 +57,7 @@ def result_dtype(a: np.dtype[Any], b: np.dtype[Any]) -> np.dtype[Any]:
 
 def allow_tf32_default() -> bool:
     """Whether ``PYGPUKIT_ALLOW_TF32`` opts float32 matmul into TF32 (read on each call)."""
-    return os.environ.get("PYGPUKIT_ALLOW_TF32", "") not in ("", "0")
+    return env.flag("PYGPUKIT_ALLOW_TF32")
 
 
 def _as_operand(x: Any, name: str) -> GPUArray:
@@ -146,8 +146,7 @@ def matmul(a: Any, b: Any, out: GPUArray | None = None, allow_tf32: bool | None 
         allow_tf32 = allow_tf32_default()
     backend = a._backend
     if out is not None:
-        if not isinstance(out, GPUArray):
-            raise TypeError(f"matmul: out must be a GPUArray, got {type(out).__name__}")
+        out_array(out, "matmul")
         if tuple(out.shape) != shape:
             raise ValueError(f"matmul: out has shape {tuple(out.shape)}, the result is {shape}")
     a3 = _batched(a, batch)

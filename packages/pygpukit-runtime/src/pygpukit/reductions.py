@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from . import _indexing
+from ._validate import out_array
 from .array import GPUArray, _wrap
 from .dtypes import NAMES, SUPPORTED, normalize
 
@@ -124,8 +125,7 @@ def _finish(
         res = res.reshape(shape)
     if out is None:
         return res
-    if not isinstance(out, GPUArray):
-        raise TypeError(f"out must be a GPUArray, got {type(out).__name__}")
+    out_array(out)
     if out.shape != res.shape:
         raise ValueError(f"out has shape {out.shape}, the result has shape {res.shape}")
     out._backend.copy_into(out._impl, res._impl)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from . import _indexing
+from ._validate import out_array
 from .array import GPUArray, _wrap
 from .dtypes import SUPPORTED, promote_types
 
@@ -88,7 +89,7 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: Any = None) ->
 
         result = empty(tuple(shape), dtype=_common_dtype(arrs))
     else:
-        result = _check(out, "concatenate")
+        result = out_array(out, "concatenate")
         if result.shape != tuple(shape):
             raise ValueError(f"out has shape {result.shape}, the result has shape {tuple(shape)}")
     start = 0
@@ -234,7 +235,7 @@ def take(
     res = _take(a, indices, axis, mode)
     if out is None:
         return res
-    out = _check(out, "take")
+    out = out_array(out, "take")
     if out.shape != res.shape:
         raise ValueError(f"out has shape {out.shape}, the result has shape {res.shape}")
     out._backend.copy_into(out._impl, res._impl)

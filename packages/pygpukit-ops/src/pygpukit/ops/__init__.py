@@ -10,12 +10,22 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
-- :mod:`.sampling`: token sampling on the GPU.
+- :mod:`.sampling`: token sampling on the GPU;
+- :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device.
 
 Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 """
 
-from . import activations, attention, kv_cache, linear, normalization, rope, sampling
+from . import (
+    activations,
+    attention,
+    kv_cache,
+    linear,
+    normalization,
+    quantization,
+    rope,
+    sampling,
+)
 
 # Collected before the star imports: they bind the function linear() over the module of
 # that name (ops.linear is the function; the module is pygpukit.ops.linear).
@@ -25,6 +35,7 @@ __all__ = [
     *kv_cache.__all__,
     *linear.__all__,
     *normalization.__all__,
+    *quantization.__all__,
     *rope.__all__,
     *sampling.__all__,
 ]
@@ -34,5 +45,6 @@ from .attention import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
+from .quantization import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .sampling import *  # noqa: F403

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
-from pygpukit.array import GPUArray
+from pygpukit.array import GPUArray, check_writeable
 
 HALF_DTYPES = (np.dtype(gp.float16), np.dtype(gp.bfloat16))
 FLOAT_DTYPES = (np.dtype(gp.float32), *HALF_DTYPES)
@@ -107,11 +107,12 @@ def check_shape(x: GPUArray | None, name: str, shape: tuple[int, ...]) -> None:
 
 
 def check_out(out: GPUArray | None, shape: tuple[int, ...], dtype: Any, name: str = "out") -> None:
-    """Validate an ``out=`` array: exact shape and dtype, C-contiguous."""
+    """Validate an ``out=`` array: exact shape and dtype, C-contiguous, writeable."""
     if out is None:
         return
     check_array(out, name, dtypes=[dtype])
     check_shape(out, name, shape)
+    check_writeable(out, name)
 
 
 def result(out: GPUArray | None, shape: tuple[int, ...], dtype: Any) -> GPUArray:

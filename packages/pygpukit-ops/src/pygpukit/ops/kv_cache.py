@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pygpukit.array import GPUArray
+from pygpukit.array import GPUArray, check_writeable
 
 from . import _kernel_loader
 from ._common import FLOAT_DTYPES, check_array, check_int32, check_same_dtype, host, on_cpu
@@ -27,6 +27,8 @@ def _check_kv(k: GPUArray, v: GPUArray, k_cache: GPUArray, v_cache: GPUArray, nd
     check_array(k_cache, "k_cache", dtypes=FLOAT_DTYPES, ndim=4)
     check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(k, ("v", v), ("k_cache", k_cache), ("v_cache", v_cache))
+    check_writeable(k_cache, "k_cache")
+    check_writeable(v_cache, "v_cache")
     if tuple(k.shape) != tuple(v.shape):
         raise ValueError(f"k and v must have the same shape, got {k.shape} and {v.shape}")
     if tuple(k_cache.shape) != tuple(v_cache.shape):

@@ -157,6 +157,9 @@ def apply_rope(
             f"for rotary_dim (rope_cos_sin(P, {rd}))"
         )
     gptj = layout == "gptj"
+    if inplace:
+        c.check_writeable(q, "q (inplace=True)")
+        c.check_writeable(k, "k (inplace=True)")
     q_out = q if inplace else gp.empty(q.shape, q.dtype)
     k_out = k if inplace else gp.empty(k.shape, k.dtype)
 

@@ -8,17 +8,15 @@ cuBLASLt or a ``LibraryNotFoundError``.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from .. import env
 from .._environment import library_candidates
 from ..errors import LibraryNotFoundError
 from .select import native
 
 _native: Any = native()
 _cublaslt: dict[str, Any] | None = None
-
-_BACKENDS = ("auto", "own", "cublaslt")
 
 
 def cublaslt_status() -> dict[str, Any]:
@@ -31,10 +29,7 @@ def cublaslt_status() -> dict[str, Any]:
 
 def gemm_backend() -> str:
     """The GEMM backend ``PYGPUKIT_GEMM_BACKEND`` asks for now (``auto`` when unset)."""
-    choice = os.environ.get("PYGPUKIT_GEMM_BACKEND", "").strip().lower() or "auto"
-    if choice not in _BACKENDS:
-        raise ValueError(f"PYGPUKIT_GEMM_BACKEND must be one of {_BACKENDS}, got {choice!r}")
-    return choice
+    return env.choice("PYGPUKIT_GEMM_BACKEND")
 
 
 def matmul(a: Any, b: Any, out: Any, allow_tf32: bool) -> None:

@@ -13,14 +13,13 @@ newer exists. Otherwise the CPU simulation backend runs, after a once-only
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 import threading
 import warnings
 from types import ModuleType
 from typing import Any
 
-from .. import errors
+from .. import env, errors
+from .._caller import user_stacklevel
 
 __all__ = ["backend", "native", "native_error", "status"]
 
@@ -105,27 +104,15 @@ def _probe_cuda() -> tuple[ModuleType | None, str, dict[str, Any]]:
     return cuda, "", details
 
 
-def _user_stacklevel() -> int:
-    """Return the ``stacklevel`` that points a warning at the first frame outside pygpukit."""
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame = sys._getframe(1)
-    level = 1
-    while frame is not None and frame.f_code.co_filename.startswith(package_dir):
-        frame = frame.f_back  # type: ignore[assignment]
-        level += 1
-    return level
-
-
 def _select() -> Any:
     global _selected
     with _lock:
         if _selected is not None:
             return _selected
-        forced = os.environ.get("PYGPUKIT_BACKEND", "").strip().lower()
-        if forced not in ("", "cpu", "cuda"):
-            raise ValueError(
-                f"PYGPUKIT_BACKEND={forced!r} is not a backend; use 'cpu' or 'cuda' (or unset it)"
-            )
+        # Every PYGPUKIT_* variable is checked now, on every backend: a bad value is
+        # reported at the first use of the runtime, even where this backend never reads it.
+        env.validate_all()
+        forced = env.get("PYGPUKIT_BACKEND") or ""
         from . import cpu
 
         if forced == "cpu":
@@ -144,7 +131,7 @@ def _select() -> Any:
                 f"Falling back to CPU simulation backend: {reason}. "
                 "Run `python -m pygpukit info` for details.",
                 errors.BackendFallbackWarning,
-                stacklevel=_user_stacklevel(),
+                stacklevel=user_stacklevel(),
             )
             _selected = cpu
             return cpu

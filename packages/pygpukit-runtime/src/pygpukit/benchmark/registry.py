@@ -17,7 +17,6 @@ named in ``PYGPUKIT_BENCHMARK_PLUGINS`` instead, with the same value syntax.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import env
 from .case import Case
 from .data import DataCache
 
@@ -134,9 +134,8 @@ def _load() -> None:
     # Source checkouts on PYTHONPATH have no entry points: PLUGINS_ENV names them instead,
     # in the same ``module:attribute`` syntax, loaded the same way.
     installed = {ep.value for ep in plugins}
-    for value in os.environ.get(PLUGINS_ENV, "").split(","):
-        value = value.strip()
-        if value and value not in installed:
+    for value in env.items(PLUGINS_ENV):
+        if value not in installed:
             plugins.append(EntryPoint(value, value, ENTRY_POINT_GROUP))
     for ep in plugins:
         try:
