@@ -3,7 +3,7 @@
 Dependency-free on purpose (standard library only): the build tools load this
 file by path before the package is installed, and the runtime imports it to tell
 the C++ loader which candidates to try. The search order is the one in
-ARCHITECTURE.md: pip ``nvidia-*`` wheels, then ``CUDA_PATH`` / ``CUDA_HOME``,
+docs/internals.md: pip ``nvidia-*`` wheels, then ``CUDA_PATH`` / ``CUDA_HOME``,
 then the system loader. The current directory is never searched.
 
 Set ``PYGPUKIT_DEBUG_LIBRARY_LOAD=1`` to print every candidate as it is tried.

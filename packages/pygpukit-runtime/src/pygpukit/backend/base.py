@@ -360,7 +360,7 @@ class Backend(Protocol):
         """``minimum(maximum(a, lo), hi)``; ``lo`` or ``hi`` may be ``None`` (not both)."""
         ...
 
-    # --- reductions, scans, gathers (issue 6; cpu_reduce.py / cuda_reduce.py) -------------
+    # --- reductions, scans, gathers (cpu_reduce.py / cuda_reduce.py) -----------------------
     def reduce(self, op: str, a: Any, axes: Shape, ddof: int) -> Any:
         """Reduce the non-empty ``a`` over ``axes`` with ``op``.
 

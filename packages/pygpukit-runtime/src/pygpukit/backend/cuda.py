@@ -316,7 +316,7 @@ def tensor_map(impl: Any, box: Sequence[int], swizzle: int) -> Any:
 from .cuda_linalg import matmul  # noqa: E402, F401
 from .cuda_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401
 
-# --- elementwise (issue 6): one _native call each; see native/ops/elementwise.hpp ------------
+# --- elementwise: one _native call each; see native/ops/elementwise.hpp ---------------------
 binary = _native.binary
 unary = _native.unary
 where = _native.where
