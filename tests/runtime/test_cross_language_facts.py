@@ -88,6 +88,15 @@ def test_numpy_rule_used_without_native_gives_the_cpp_table(native_module: Modul
     assert not differences, f"(C++, NumPy rule) differ: {differences}"
 
 
+def test_promotion_table_without_native_is_the_cpp_table(
+    native_module: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pygpukit.backend import select
+
+    monkeypatch.setattr(select, "native", lambda: None)
+    assert promotion_table.__wrapped__() == dict(native_module.PROMOTION)
+
+
 def test_cpu_backend_implements_exactly_the_cpp_op_lists(native_module: ModuleType) -> None:
     binary, unary = native_module.BINARY_OPS, native_module.UNARY_OPS
     assert len(set(binary)) == len(binary) and len(set(unary)) == len(unary)
@@ -106,7 +115,7 @@ def test_every_cpp_op_runs_on_the_cpu_backend_by_name(
     with pytest.raises(ValueError, match="unknown op 'hypot'"):
         cpu_elementwise.binary("hypot", x, y)
     with pytest.raises(TypeError, match="op must be a str"):
-        cpu_elementwise.unary(3, x)
+        cpu_elementwise.unary(3, x)  # type: ignore[arg-type]
 
 
 def _check_complete(name: str, entry: dict[str, Any]) -> None:
