@@ -104,6 +104,26 @@ def test_cpu_backend_implements_exactly_the_cpp_op_lists(native_module: ModuleTy
     assert frozenset(unary) == cpu_elementwise.UNARY_OPS
 
 
+# Ops C++ resolves through another op's kernel (native/ops/elementwise.cpp, docs/elementwise.md):
+# greater/greater_equal are less/less_equal with swapped operands, logical_not is equal(a, False),
+# positive is a copy.
+WITHOUT_OWN_KERNEL = {"greater", "greater_equal", "logical_not", "positive"}
+
+
+def test_elementwise_cubin_has_kernels_for_exactly_the_cpp_ops(native_module: ModuleType) -> None:
+    cubins = sorted((RUNTIME_SRC / "_kernels").glob("sm_*/elementwise.cubin"))
+    if not cubins:
+        pytest.skip("no built kernels here")
+    suffixes = "f64|f32|f16|bf16|i8|i16|i32|i64|u8|b1"
+    pattern = rf"(?<![\w])(ew|un)_(\w+?)_(?:{suffixes})(?![\w])".encode()
+    kernels: dict[bytes, set[str]] = {b"ew": set(), b"un": set()}
+    for kind, op in re.findall(pattern, cubins[0].read_bytes()):
+        kernels[kind].add(op.decode())
+    binary, unary = set(native_module.BINARY_OPS), set(native_module.UNARY_OPS)
+    assert kernels[b"ew"] == binary - WITHOUT_OWN_KERNEL
+    assert kernels[b"un"] == unary - WITHOUT_OWN_KERNEL
+
+
 def test_every_cpp_op_runs_on_the_cpu_backend_by_name(
     native_module: ModuleType, rng: np.random.Generator
 ) -> None:
