@@ -21,4 +21,7 @@ PYBIND11_MODULE(_native, m) {
     m.def("capi_layout", &pgk::capi_layout,
           "The Rust C API's version, struct layouts and constants as C++ compiles them; "
           "pygpukit._rust.capi_layout() must return the same.");
+    m.def("capi_layout_mismatch", &pgk::capi_layout_mismatch,
+          "What differs first between pygpukit._rust.capi_layout() and capi_layout(), or \"\": the "
+          "check made when the C API capsule is imported.");
 }

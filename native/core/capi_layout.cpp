@@ -86,7 +86,8 @@ std::string capi_layout_mismatch() {
         for (const char* part : {"structs", "constants"}) {
             py::dict theirs = rust[part], ours = mine[part];
             for (auto item : ours) {
-                py::object other = theirs.contains(item.first) ? theirs[item.first] : py::none();
+                py::object other = py::none();
+                if (theirs.contains(item.first)) other = theirs[item.first];
                 if (!other.equal(item.second)) {
                     return std::string(py::str(item.first)) + ": " + std::string(py::str(other)) +
                            " (Rust) vs " + std::string(py::str(item.second)) + " (C++)";

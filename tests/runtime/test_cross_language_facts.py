@@ -167,6 +167,33 @@ def test_capi_layout_is_the_same_in_rust_and_cpp(native_module: ModuleType) -> N
     assert rust == cpp
 
 
+def test_capsule_import_check_names_the_first_layout_difference(
+    native_module: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pygpukit import _rust
+
+    rust_layout = _rust.capi_layout
+    assert native_module.capi_layout_mismatch() == ""
+
+    swapped = rust_layout()
+    fields = swapped["structs"]["pgk_api"]["fields"]
+    (name_a, offset_a), (name_b, offset_b) = fields[3], fields[4]
+    fields[3], fields[4] = (name_a, offset_b), (name_b, offset_a)
+    monkeypatch.setattr(_rust, "capi_layout", lambda: swapped)
+    assert native_module.capi_layout_mismatch().startswith("pgk_api: ")
+
+    constant = rust_layout()
+    constant["constants"]["PGK_WOULD_BLOCK"] += 1
+    monkeypatch.setattr(_rust, "capi_layout", lambda: constant)
+    expected = f"PGK_WOULD_BLOCK: {constant['constants']['PGK_WOULD_BLOCK']} (Rust) vs"
+    assert native_module.capi_layout_mismatch().startswith(expected)
+
+    newer = rust_layout()
+    newer["version"] += 1
+    monkeypatch.setattr(_rust, "capi_layout", lambda: newer)
+    assert native_module.capi_layout_mismatch().startswith(f"C API version {newer['version']}")
+
+
 def test_kernel_abi_version_is_defined_once() -> None:
     definition = re.compile(r"(?i)\b(_?kernel_?abi(_version)?|kKernelAbi)\s*(:\s*\w+\s*)?=\s*\d")
     places = []
