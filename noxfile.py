@@ -104,7 +104,8 @@ def lint(session: nox.Session) -> None:
     ]
     native += [
         str(p)
-        for p in sorted((ROOT / "packages").rglob("kernels/*"))
+        for pattern in ("kernels/*", "include/pygpukit/*")
+        for p in sorted((ROOT / "packages").rglob(pattern))
         if p.suffix in {".cu", ".cuh"}
     ]
     session.run("clang-format", "--dry-run", "--Werror", *native)

@@ -71,3 +71,108 @@ def rand(rng: np.random.Generator) -> Callable[..., np.ndarray]:
         return _random(rng, tuple(shape), dtype)
 
     return make
+
+
+# ----------------------------------------------------------------------------- concurrency
+
+Launch = Callable[[np.random.Generator], Callable[[], "str | None"]]
+
+
+def _hammer(
+    seed: int, launch: Launch, *, threads: int, iterations: int, streams: str, depth: int = 3
+) -> list[str]:
+    """Run ``launch`` ``iterations`` times on each of ``threads`` threads; return the failures.
+
+    ``launch(rng)`` enqueues one piece of work with fresh random inputs and returns a check
+    that downloads its results and returns ``None`` or what was wrong. Each thread keeps up
+    to ``depth`` checks pending, so launches of several threads overlap without a sync in
+    between. ``streams``: ``"shared"`` (every thread on the default stream) or
+    ``"separate"`` (each thread inside its own ``gp.Stream()``). Exceptions count as
+    failures. All threads start together (a barrier); the run is bounded by the iteration
+    count, never by time.
+    """
+    import threading
+    from collections import deque
+
+    import pygpukit as gp
+
+    if streams not in ("shared", "separate"):
+        raise ValueError(f"streams must be 'shared' or 'separate', got {streams!r}")
+    failures: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(threads)
+
+    def note(thread: int, i: int, what: str) -> None:
+        with lock:
+            failures.append(f"thread {thread}, iteration {i}: {what}")
+
+    def body(thread: int) -> None:
+        rng = np.random.default_rng([seed, thread])
+        pending: deque[tuple[int, Callable[[], str | None]]] = deque()
+
+        def check_oldest() -> None:
+            i, check = pending.popleft()
+            try:
+                problem = check()
+            except Exception as exc:  # every error is a finding, reported below
+                problem = f"{type(exc).__name__}: {exc}"
+            if problem is not None:
+                note(thread, i, problem)
+
+        start.wait()
+        for i in range(iterations):
+            try:
+                pending.append((i, launch(rng)))
+            except Exception as exc:
+                note(thread, i, f"{type(exc).__name__}: {exc}")
+            if len(pending) >= depth:
+                check_oldest()
+        while pending:
+            check_oldest()
+
+    def run(thread: int) -> None:
+        try:
+            if streams == "separate":
+                with gp.Stream():
+                    body(thread)
+            else:
+                body(thread)
+        except Exception as exc:
+            note(thread, -1, f"{type(exc).__name__}: {exc}")
+
+    workers = [threading.Thread(target=run, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return failures
+
+
+@pytest.fixture
+def hammer(rng: np.random.Generator) -> Callable[..., None]:
+    """``hammer(launch, streams=..., gpu_iterations=..., cpu_iterations=...)``: a thread stress run.
+
+    Runs :func:`_hammer` with 8 threads on the GPU (4 on the CPU backend, which checks the
+    thread safety of its NumPy path with fewer iterations) and fails listing the first
+    wrong results. Thread seeds derive from the test's seed, which is in the report.
+    """
+    import pygpukit as gp
+
+    on_gpu = gp.backend_name() == "cuda"
+
+    def run(
+        launch: Launch, *, streams: str, gpu_iterations: int = 200, cpu_iterations: int = 12
+    ) -> None:
+        seed = int(rng.integers(0, 2**63))
+        failures = _hammer(
+            seed,
+            launch,
+            threads=8 if on_gpu else 4,
+            iterations=gpu_iterations if on_gpu else cpu_iterations,
+            streams=streams,
+        )
+        assert not failures, f"{len(failures)} wrong results, first ones:\n" + "\n".join(
+            failures[:8]
+        )
+
+    return run

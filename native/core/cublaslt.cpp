@@ -3,6 +3,7 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <mutex>
@@ -80,10 +81,12 @@ struct LtTable {
 
 constexpr uint64_t kWorkspaceBytes = 32ull << 20;
 
+// Guards loading and the per-device plan and workspace maps. `g_loaded` is also read without it
+// (every matmul asks): it is set once, after `g_lt` is complete.
 std::mutex g_mutex;
 CublasLtLoadResult g_result;
 LtTable g_lt;
-bool g_loaded = false;
+std::atomic<bool> g_loaded{false};
 
 const char* status_name(cublasStatus_t s) {
     switch (s) {
@@ -124,16 +127,25 @@ class GilRelease {
     PyThreadState* state_;
 };
 
-// Everything cuBLASLt needs for one problem shape, made once.
+// Everything cuBLASLt needs for one problem shape, made once under g_mutex and shared by every
+// thread that runs that shape. The descriptor, layouts and candidates are never written after
+// the plan is published (cublasLtMatmul only reads them); the one thing that changes later, the
+// tuned choice, is an index written once by the single thread that claimed the tuning.
 struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo{};
-    bool found = false;
-    // The heuristic's best candidates; for large problems timed once on first use (outside
-    // graph capture) and the fastest kept in `algo`.
+    // The heuristic's best candidates that can run, best first; empty when none was found.
     std::vector<cublasLtMatmulAlgo_t> candidates;
-    bool tuned = false;
+    // Index into `candidates` of the algorithm to run: the heuristic's first until a timed pass
+    // over them (large problems, once, outside graph capture) stores the fastest.
+    std::atomic<size_t> chosen{0};
+    // Set by the thread that tunes this plan (or at creation when there is nothing to tune), so
+    // that exactly one thread times the candidates.
+    std::atomic<bool> tuning_claimed{false};
+
+    const cublasLtMatmulAlgo_t& algo() const {
+        return candidates[chosen.load(std::memory_order_acquire)];
+    }
 };
 
 constexpr int kCandidates = 8;
@@ -141,10 +153,13 @@ constexpr int kCandidates = 8;
 // (a host wait, once per shape); smaller ones take the heuristic's first choice.
 constexpr double kTuneMacs = 1ull << 30;
 
+// The handle is shared by every thread: cuBLASLt functions are thread safe for one handle (we
+// never change its configuration after creation). Plans are heap-allocated so the pointer a
+// caller took under g_mutex stays valid while other threads insert.
 struct DeviceState {
     cublasLtHandle_t handle = nullptr;
-    std::unordered_map<std::string, Plan> plans;
-    std::unordered_map<uint64_t, BufferPtr> workspaces;  // per stream id, allocated once
+    std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
+    std::unordered_map<uint64_t, LtWorkspacePtr> workspaces;  // per stream id, allocated once
 };
 
 // Never destroyed: plans and workspaces live for the process (static destruction would run after
@@ -200,18 +215,23 @@ cublasLtMatrixLayout_t make_layout(int type, uint64_t rows, uint64_t cols, int64
 }
 
 // Time each candidate (one warm-up, then two runs between events) on the caller's stream and
-// keep the fastest. Skipped while the stream is being captured (a host wait would break the
-// capture); the next uncaptured call tunes instead.
+// publish the fastest. Skipped while the stream is being captured (a host wait would break the
+// capture); the next uncaptured call tunes instead. Only the thread that claims the plan's
+// tuning runs this; others keep running the current choice meanwhile (timings taken while
+// other threads share the stream are noisier, never wrong).
 template <typename Enqueue>
 void tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
     if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return;
+    if (plan.tuning_claimed.exchange(true, std::memory_order_acq_rel)) return;
     CUevent start = nullptr, stop = nullptr;
     check(drv().cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
     check(drv().cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
     float best = 0.0f;
-    for (const cublasLtMatmulAlgo_t& algo : plan.candidates) {
+    size_t best_index = plan.chosen.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < plan.candidates.size(); ++i) {
+        const cublasLtMatmulAlgo_t& algo = plan.candidates[i];
         if (enqueue(algo) != 0) continue;  // a candidate that cannot run here
         drv().cuEventRecord(start, stream->handle());
         bool ok = enqueue(algo) == 0 && enqueue(algo) == 0;
@@ -225,19 +245,19 @@ void tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
         ok = ok && r == CUDA_SUCCESS && drv().cuEventElapsedTime(&ms, start, stop) == CUDA_SUCCESS;
         if (ok && (best == 0.0f || ms < best)) {
             best = ms;
-            plan.algo = algo;
+            best_index = i;
         }
     }
     drv().cuEventDestroy(start);
     drv().cuEventDestroy(stop);
-    plan.tuned = true;
+    plan.chosen.store(best_index, std::memory_order_release);
 }
 
 }  // namespace
 
 CublasLtLoadResult load_cublaslt(const std::vector<std::string>& candidates) {
     std::lock_guard<std::mutex> lock(g_mutex);
-    if (g_loaded) return g_result;
+    if (g_loaded.load(std::memory_order_relaxed)) return g_result;
     LoadAttempt attempt = open_first(candidates, "cublasLtMatmul");
     CublasLtLoadResult result;
     result.tried = attempt.tried;
@@ -261,11 +281,11 @@ CublasLtLoadResult load_cublaslt(const std::vector<std::string>& candidates) {
 #undef PGK_RESOLVE_LT
         if (complete) {
             g_lt = t;
-            g_loaded = true;
             result.loaded = true;
             result.path = attempt.path;
             result.version = g_lt.cublasLtGetVersion();
             g_result = result;
+            g_loaded.store(true, std::memory_order_release);
         } else {
             result.tried.emplace_back(attempt.path, "missing cublasLt entry points");
             dlclose(attempt.handle);
@@ -274,17 +294,14 @@ CublasLtLoadResult load_cublaslt(const std::vector<std::string>& candidates) {
     return result;
 }
 
-bool cublaslt_loaded() {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    return g_loaded;
-}
+bool cublaslt_loaded() { return g_loaded.load(std::memory_order_acquire); }
 
 bool cublaslt_supports(DType dtype) {
     return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::f16 ||
            dtype == DType::bf16;
 }
 
-BufferPtr cublaslt_workspace(const StreamPtr& stream) {
+LtWorkspacePtr cublaslt_workspace(const StreamPtr& stream) {
     if (!cublaslt_loaded()) throw std::runtime_error("cuBLASLt is not loaded");
     const int device = stream->device();
     bind_device(device);
@@ -299,17 +316,21 @@ BufferPtr cublaslt_workspace(const StreamPtr& stream) {
     // (released with the graph), so it is used for this call only and never kept.
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
-    BufferPtr ws = Buffer::allocate(device, kWorkspaceBytes, stream);
+    auto ws = std::make_shared<LtWorkspace>();
+    ws->buffer = Buffer::allocate(device, kWorkspaceBytes, stream);
     if (capture == CU_STREAM_CAPTURE_STATUS_NONE) {
         std::lock_guard<std::mutex> lock(g_mutex);
-        state->workspaces[stream->id()] = ws;
+        // Another thread may have kept one for this stream meanwhile: everyone uses that one
+        // (its mutex is what orders their enqueues), and this block goes back to the pool
+        // when `ws` goes, after the lock.
+        return state->workspaces.try_emplace(stream->id(), ws).first->second;
     }
     return ws;
 }
 
 bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
                      const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
-                     int64_t batch_c, const BufferPtr& workspace, const StreamPtr& stream) {
+                     int64_t batch_c, LtWorkspace& workspace, const StreamPtr& stream) {
     if (!cublaslt_loaded()) throw std::runtime_error("cuBLASLt is not loaded");
     const int device = stream->device();
     const int item = itemsize(dtype);
@@ -338,7 +359,8 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
         state = &device_state(device);
         auto it = state->plans.find(key);
         if (it == state->plans.end()) {
-            Plan p;
+            auto made = std::make_unique<Plan>();
+            Plan& p = *made;
             const int type = lt_type(dtype);
             const int compute = dtype == DType::f64             ? COMPUTE_64F
                                 : (dtype == DType::f32 && tf32) ? COMPUTE_32F_FAST_TF32
@@ -376,21 +398,20 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
             const cublasStatus_t s = g_lt.cublasLtMatmulAlgoGetHeuristic(
                 state->handle, p.desc, p.a, p.b, p.c, p.c, pref, kCandidates, results, &found);
             g_lt.cublasLtMatmulPreferenceDestroy(pref);
-            p.found = s == 0 && found > 0;
-            if (p.found) {
-                p.algo = results[0].algo;
+            if (s == 0) {
                 for (int i = 0; i < found; ++i) {
                     if (results[i].state == 0) p.candidates.push_back(results[i].algo);
                 }
             }
-            p.tuned =
-                p.candidates.size() <= 1 || static_cast<double>(m) * n * k * batch < kTuneMacs;
-            it = state->plans.emplace(key, p).first;
+            const bool tune_worth_it =
+                p.candidates.size() > 1 && static_cast<double>(m) * n * k * batch >= kTuneMacs;
+            p.tuning_claimed.store(!tune_worth_it, std::memory_order_relaxed);
+            it = state->plans.emplace(key, std::move(made)).first;
         }
-        plan = &it->second;
-        if (!plan->found) return false;
+        plan = it->second.get();
     }
-    const Buffer* ws = workspace.get();
+    if (plan->candidates.empty()) return false;
+    const uint64_t ws_ptr = workspace.buffer->ptr();
     const float one32 = 1.0f, zero32 = 0.0f;
     const double one64 = 1.0, zero64 = 0.0;
     const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&one64) : &one32;
@@ -398,17 +419,21 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
     const pgk_api& api = rust_api();
     auto enqueue = [&](const cublasLtMatmulAlgo_t& algo) {
         GilRelease nogil;
+        // Held across the whole call: its kernels must reach the stream without another
+        // thread's kernels over the same workspace between them. Taken without the GIL and
+        // before the ticket (nothing waits for the GIL or for a ticket while holding it).
+        std::lock_guard<std::mutex> exclusive(workspace.enqueue);
         DispatchTicket ticket(api, device, stream->id());
         const cublasStatus_t s = g_lt.cublasLtMatmul(
             state->handle, plan->desc, alpha, reinterpret_cast<void*>(b.ptr), plan->a,
             reinterpret_cast<void*>(a.ptr), plan->b, beta, reinterpret_cast<void*>(c), plan->c,
-            reinterpret_cast<void*>(c), plan->c, &algo, reinterpret_cast<void*>(ws->ptr()),
+            reinterpret_cast<void*>(c), plan->c, &algo, reinterpret_cast<void*>(ws_ptr),
             kWorkspaceBytes, stream->handle());
         ticket.end(s == 0);
         return s;
     };
-    if (!plan->tuned) tune(*plan, stream, enqueue);
-    check_lt(enqueue(plan->algo), "cublasLtMatmul");
+    if (!plan->tuning_claimed.load(std::memory_order_acquire)) tune(*plan, stream, enqueue);
+    check_lt(enqueue(plan->algo()), "cublasLtMatmul");
     return true;
 }
 

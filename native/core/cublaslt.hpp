@@ -1,11 +1,14 @@
 // cuBLASLt, opened with dlopen from the candidates pygpukit._environment lists (the
 // nvidia-cublas wheel, CUDA_PATH, the system); never linked. Optional: without it matmul runs on
 // the runtime's own kernels. One handle per device; matmul descriptors, layouts and the
-// heuristic's algorithm cached per problem key; a 32 MiB workspace per stream from the Rust pool;
+// heuristic's algorithm cached per problem key (immutable once made, so threads share them); a
+// 32 MiB workspace per stream from the Rust pool, one call at a time on it (see LtWorkspace);
 // every cublasLtMatmul enqueued through the dispatch controller like a kernel launch.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,16 +42,27 @@ struct LtOperand {
 // Whether cuBLASLt computes this dtype (float32, float16, bfloat16, float64).
 bool cublaslt_supports(DType dtype);
 
+// A stream's cuBLASLt workspace. One cublasLtMatmul may enqueue several kernels that pass data
+// through the workspace (split-K partials, then their reduction), so two threads enqueueing on
+// one stream at once must not interleave their launches over the same bytes: `enqueue` is held
+// for the whole of each cublasLtMatmul call on this workspace. Kernels from different calls
+// then run back to back on the stream, never interleaved.
+struct LtWorkspace {
+    BufferPtr buffer;
+    std::mutex enqueue;
+};
+using LtWorkspacePtr = std::shared_ptr<LtWorkspace>;
+
 // The stream's cuBLASLt workspace (kept from its first uncaptured matmul; a block allocated
 // while the stream is captured belongs to that graph's pool region and is not kept). Taken
 // before the operands are made resident: allocating it may spill an evictable operand.
-BufferPtr cublaslt_workspace(const StreamPtr& stream);
+LtWorkspacePtr cublaslt_workspace(const StreamPtr& stream);
 
 // C[z] = A[z] @ B[z], z < batch: A (m x k), B (k x n), C row-major (m x n) with row stride ldc
 // and batch stride batch_c; fp32 accumulation for the half types, TF32 tensor cores for float32
 // only when tf32 is set. Returns false (nothing enqueued) when the heuristic finds no algorithm.
 bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
                      const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
-                     int64_t batch_c, const BufferPtr& workspace, const StreamPtr& stream);
+                     int64_t batch_c, LtWorkspace& workspace, const StreamPtr& stream);
 
 }  // namespace pgk

@@ -72,12 +72,12 @@ bool run_cublaslt(const Array& a, const Array& b, const Array& out, bool tf32,
     if (batch == 1) la.batch_stride = lb.batch_stride = 0;
     // Every allocation of the call (copies above, the stream's workspace) before the operands are
     // made resident together and their addresses read.
-    const BufferPtr workspace = cublaslt_workspace(stream);
+    const LtWorkspacePtr workspace = cublaslt_workspace(stream);
     make_resident(stream, {&ac, &bc, &out});
     la.ptr = ac.data_ptr();
     lb.ptr = bc.data_ptr();
     const bool ok = cublaslt_matmul(a.dtype(), tf32, m, n, k, batch, la, lb, out.data_ptr(), n,
-                                    m * n, workspace, stream);
+                                    m * n, *workspace, stream);
     ac.buffer()->used_on(stream);
     bc.buffer()->used_on(stream);
     return ok;

@@ -1,45 +1,29 @@
-"""pygpukit.ops._kernel_loader on any backend: cubin choice and the JIT fallback's source."""
+"""pygpukit.ops._kernel_loader on any backend: the kernels' constants and the cubin choice."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
-from pygpukit import _jit_cache
 from pygpukit.backend import select as _select
 from pygpukit.ops import _kernel_loader as kl
 
 
-@pytest.fixture
-def kernel_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A private ``_kernels`` folder with one kernel, one header and a manifest."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "k.cu").write_text('#include "h.cuh"\nextern "C" __global__ void f(int n) {}\n')
-    (src / "h.cuh").write_text("#define WIDTH 4\n")
-    manifest = {"kernel_abi": 1, "archs": ["80"], "options": ["-std=c++17"]}
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    monkeypatch.setattr(kl, "KERNEL_DIR", tmp_path)
-    kl._source.cache_clear()
-    kl.manifest.cache_clear()
-    yield tmp_path
-    kl._source.cache_clear()
-    kl.manifest.cache_clear()
-
-
-def test_jit_fallback_key_changes_with_a_shipped_header(kernel_dir: Path) -> None:
-    """gp.jit's cache key for the fallback compile covers the headers in the shipped src/."""
-
-    def key() -> str:
-        return _jit_cache.cache_key(kl._source("k"), (), kl.jit_options(), "sm_90a", (13, 0))
-
-    first = key()
-    assert first == key()
-    (kernel_dir / "src" / "h.cuh").write_text("#define WIDTH 8\n")
-    assert key() != first
+@pytest.mark.parametrize(
+    ("file", "names"),
+    [
+        (
+            "gemv",
+            ["GEMV_WARPS", "GEMV_MAX_ROWS", "GEMV_SIMT_ROWS_PER_BLOCK", "GEMV_MMA_ROWS_PER_BLOCK"],
+        ),
+        ("attention_decode", ["DECODE_THREADS", "DECODE_MMA_HEADS", "DECODE_MAX_SPLITS"]),
+        ("attention_prefill", ["PREFILL_THREADS", "PREFILL_ROWS_D128", "PREFILL_KEYS_D64"]),
+    ],
+)
+def test_kernel_constants_come_from_the_manifest(file: str, names: list[str]) -> None:
+    """The ops' launch geometry is exported by the kernels (PGK_CONSTANT), on every backend."""
+    constants = kl.LIBRARY.constants(file)
+    for name in names:
+        assert kl.constant(file, name) == constants[name] > 0
 
 
 def test_cubin_choice() -> None:

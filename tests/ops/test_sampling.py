@@ -49,9 +49,12 @@ def test_generator_offsets_and_errors() -> None:
     g = Generator(5)
     assert (g.seed, g.offset) == (5, 0)
     assert [g.next_offset() for _ in range(3)] == [0, 1, 2] and g.offset == 3
-    assert Generator(-1).seed == 2**64 - 1
+    assert Generator(2**64 - 1).seed == 2**64 - 1
     assert Generator().seed != Generator().seed or Generator().seed != Generator().seed
-    with pytest.raises(TypeError, match="seed must be an int"):
+    for out_of_range in (-1, 2**64, -(2**70)):  # refused, never wrapped into [0, 2**64)
+        with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*64\)"):
+            Generator(out_of_range)
+    with pytest.raises(TypeError, match="seed must be an integer"):
         Generator(1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="offset"):
         Generator(1, offset=-1)

@@ -27,7 +27,7 @@ from pygpukit import _environment, _jit_cache
 from pygpukit.backend import cpu_elementwise
 from pygpukit.backend.select import native, native_error
 from pygpukit.dtypes import SUPPORTED, numpy_promotion, promote_types, promotion_table
-from pygpukit.jit import KERNEL_ABI_VERSION as JIT_KERNEL_ABI_VERSION
+from pygpukit.kernels import KERNEL_ABI_VERSION as PUBLIC_KERNEL_ABI_VERSION
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNTIME_SRC = pathlib.Path(_environment.__file__).resolve().parent
@@ -206,7 +206,7 @@ def test_kernel_abi_version_is_defined_once() -> None:
     assert [place.split(":")[0] for place in places] == [
         "packages/pygpukit-runtime/src/pygpukit/_environment.py"
     ], places
-    assert JIT_KERNEL_ABI_VERSION is _environment.KERNEL_ABI_VERSION
+    assert PUBLIC_KERNEL_ABI_VERSION is _environment.KERNEL_ABI_VERSION
     assert _jit_cache.KERNEL_ABI_VERSION is _environment.KERNEL_ABI_VERSION
 
 

@@ -52,11 +52,14 @@ def test_stream_context_sets_the_current_stream(rand) -> None:
     assert s.query() is True
 
 
-def test_stream_priority_is_clamped_into_range() -> None:
+def test_stream_priority_outside_the_range_is_refused() -> None:
     least, greatest = gp.Stream.priority_range()
-    assert greatest <= least
-    assert gp.Stream(priority=-1000).priority == greatest
-    assert gp.Stream(priority=1000).priority == least
+    assert greatest < least  # (0, -5) on SM 80+ GPUs, simulated so on the CPU backend
+    assert gp.Stream(priority=greatest).priority == greatest
+    assert gp.Stream(priority=least).priority == least
+    for bad in (greatest - 1, least + 1, 99, -1000):
+        with pytest.raises(ValueError, match=rf"priority must be in \[{greatest}, {least}\]"):
+            gp.Stream(priority=bad)
 
 
 def test_events_and_cross_stream_waits(rand) -> None:

@@ -356,3 +356,63 @@ def test_tf32_flag_values_mean_what_they_say(fresh_env: pytest.MonkeyPatch) -> N
         fresh_env.setenv("PYGPUKIT_ALLOW_TF32", raw)
         assert allow_tf32_default() is expected
     assert gp.env is env
+
+
+# --- PYGPUKIT_CACHE_DIR: empty means memory only; an unusable folder is reported once -------
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_empty_cache_dir_means_memory_only(value: str) -> None:
+    code = "import pygpukit as gp\nprint(gp.get_jit_cache_dir())\n"
+    out = _python(code, PYGPUKIT_CACHE_DIR=value, PYGPUKIT_BACKEND="cpu")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"
+    info = subprocess.run(
+        [sys.executable, "-m", "pygpukit", "info"],
+        env={**os.environ, "PYGPUKIT_CACHE_DIR": value, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "kernel cache: in memory only" in info.stdout, info.stdout + info.stderr
+
+
+def _unusable_folders(tmp_path: Path) -> dict[str, str]:
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(os.urandom(16))
+    return {"a file": str(blocker), "below a file": str(blocker / "kernels"), "nul": "bad\0dir"}
+
+
+@pytest.mark.parametrize(
+    ("how", "case"),
+    [
+        (how, case)
+        for how in ("environment", "set_jit_cache_dir")
+        for case in ("a file", "below a file", "nul")
+        if (how, case) != ("environment", "nul")  # an environment value cannot hold a NUL
+    ],
+)
+def test_unusable_cache_dir_is_reported_once_and_kernels_stay_in_memory(
+    tmp_path: Path, fresh_env: pytest.MonkeyPatch, how: str, case: str
+) -> None:
+    from pygpukit import _jit_cache
+
+    folder = _unusable_folders(tmp_path)[case]
+    fresh_env.setattr(_jit_cache, "_memory", {})
+    fresh_env.setattr(_jit_cache, "_warned_unwritable", False)
+    fresh_env.setattr(_jit_cache, "_override", _jit_cache._UNSET)
+    if how == "environment":
+        fresh_env.setenv("PYGPUKIT_CACHE_DIR", folder)
+    else:
+        gp.set_jit_cache_dir(folder)
+    entries = {os.urandom(32).hex(): _jit_cache.CacheEntry(os.urandom(64), {}) for _ in range(3)}
+    with pytest.warns(RuntimeWarning, match="cannot write the kernel cache") as record:
+        for key, entry in entries.items():
+            _jit_cache.store(key, entry)
+    warned = [w for w in record if "kernel cache" in str(w.message)]
+    assert len(warned) == 1  # once, however many kernels
+    assert warned[0].filename == __file__
+    source = "PYGPUKIT_CACHE_DIR" if how == "environment" else "gp.set_jit_cache_dir()"
+    assert f"set by {source}" in str(warned[0].message)
+    for key, entry in entries.items():
+        assert _jit_cache.load(key) == entry

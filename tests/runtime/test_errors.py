@@ -66,11 +66,11 @@ CASES: list[tuple[str, Callable[[], Any], type[BaseException], str]] = [
     ("complex dtype", lambda: gp.ones((2,), dtype="complex64"), TypeError, "unsupported dtype"),
     ("unknown dtype name", lambda: gp.zeros(3, dtype="nope"), TypeError, "unsupported dtype"),
     ("string fill value", lambda: gp.full((2,), "x"), TypeError, "fill value must be"),
-    ("fill value out of range", lambda: gp.full((2,), 300, "uint8"), OverflowError, "300"),
+    ("fill value out of range", lambda: gp.full((2,), 300, "uint8"), ValueError, "out of range"),
     ("arange zero step", lambda: gp.arange(0, 10, 0), ValueError, "step must not be zero"),
     ("arange of a string", lambda: gp.arange("a"), TypeError, "real number"),
     ("linspace negative num", lambda: gp.linspace(0, 1, -3), ValueError, "non-negative"),
-    ("from_numpy of a list", lambda: gp.from_numpy([1, 2]), TypeError, "expects a numpy.ndarray"),
+    ("from_numpy of a list", lambda: gp.from_numpy([1, 2]), TypeError, "must be a numpy.ndarray"),
     (
         "from_numpy complex",
         lambda: gp.from_numpy(np.ones(3, np.complex64)),

@@ -8,9 +8,12 @@ one ``backend.view(impl, shape, strides, offset)`` call.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 __all__ = [
     "basic_index",
@@ -29,41 +32,74 @@ __all__ = [
 Shape = tuple[int, ...]
 
 
-def normalize_shape(shape: Any) -> Shape:
+#: NumPy's limit on the number of dimensions.
+MAX_NDIM = 64
+#: The most elements a shape may have: sizes are 64-bit signed in C++ and Rust.
+MAX_ELEMENTS = 2**63 - 1
+
+
+def _short(value: Any) -> str:
+    """A repr for an error message, cut short (a shape could be a long list or an array)."""
+    if isinstance(value, np.ndarray):
+        return f"a numpy.ndarray of shape {value.shape}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dimension(d: Any, name: str, shape: Any) -> int:
+    if not isinstance(d, (bool, np.bool_)):
+        try:
+            return operator.index(d)
+        except TypeError:
+            pass
+    raise TypeError(f"{name} entries must be ints, got {_short(d)} in {_short(shape)}")
+
+
+def normalize_shape(shape: Any, name: str = "shape") -> Shape:
     """``shape`` (an int or a sequence of ints) as a tuple; errors like NumPy's.
 
-    ``TypeError`` for non-integers, ``ValueError`` for negative sizes.
+    ``TypeError`` for non-integers (strings included), ``ValueError`` for negative sizes,
+    more than 64 dimensions, or more than 2**63 - 1 elements in all.
     """
     # Fast path for what nearly every call passes, a tuple of non-negative Python ints or one
     # such int (``type(...) is int`` excludes bool): ~0.1 us instead of ~0.7 us through the
-    # general validation below, which gives the same result and handles everything else.
+    # general validation below, which gives the same result and handles everything else. The
+    # element-count bound is checked by the creation functions with the dtype's item size.
     if type(shape) is tuple:
         for d in shape:
             if type(d) is not int or d < 0:
                 break
         else:
-            return shape
+            if len(shape) <= MAX_NDIM:
+                return shape
     elif type(shape) is int and shape >= 0:
         return (shape,)
-    if isinstance(shape, (bool,)) or shape is None:
-        raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}")
+    if isinstance(shape, (bool, np.bool_, str, bytes)) or shape is None:
+        raise TypeError(f"{name} must be an int or a tuple of ints, got {_short(shape)}")
     try:
         dims: tuple[int, ...] = (operator.index(shape),)
     except TypeError:
         if not isinstance(shape, Sequence) and not hasattr(shape, "__iter__"):
-            raise TypeError(f"shape must be an int or a tuple of ints, got {shape!r}") from None
+            raise TypeError(
+                f"{name} must be an int or a tuple of ints, got {type(shape).__name__}"
+            ) from None
         dims_list = []
         for d in shape:
-            if isinstance(d, bool):
-                raise TypeError(f"shape entries must be ints, got {d!r} in {shape!r}") from None
-            try:
-                dims_list.append(operator.index(d))
-            except TypeError:
-                raise TypeError(f"shape entries must be ints, got {d!r} in {shape!r}") from None
+            dims_list.append(_dimension(d, name, shape))
+            if len(dims_list) > MAX_NDIM:
+                break
         dims = tuple(dims_list)
+    if len(dims) > MAX_NDIM:
+        raise ValueError(f"{name} has {len(dims)} dimensions; at most {MAX_NDIM} are supported")
+    total = 1
     for d in dims:
         if d < 0:
-            raise ValueError(f"negative dimensions are not allowed: shape {dims}")
+            raise ValueError(f"negative dimensions are not allowed: {name} {dims}")
+        total *= d
+    if total > MAX_ELEMENTS:
+        raise ValueError(
+            f"{name} {dims} has {total} elements, more than any device can address (2**63 - 1)"
+        )
     return dims
 
 
@@ -89,22 +125,29 @@ def is_c_contiguous(shape: Shape, strides: Shape, itemsize: int) -> bool:
     return True
 
 
-def normalize_axis(axis: Any, ndim: int) -> int:
-    """``axis`` in ``[0, ndim)``, negatives counted from the end; ``IndexError`` if out of range."""
-    try:
-        ax = operator.index(axis)
-    except TypeError:
-        raise TypeError(f"axis must be an int, got {axis!r}") from None
-    if not -ndim <= ax < ndim:
-        raise IndexError(f"axis {ax} is out of bounds for an array of dimension {ndim}")
-    return ax + ndim if ax < 0 else ax
+def normalize_axis(axis: Any, ndim: int, name: str = "axis") -> int:
+    """``axis`` in ``[0, ndim)``, negatives counted from the end.
+
+    ``TypeError`` for a non-integer (a bool, a float, a string, a list); NumPy's ``AxisError``
+    (a ``ValueError`` and an ``IndexError``) when out of range.
+    """
+    if type(axis) is not int:
+        if isinstance(axis, (bool, np.bool_)) or not hasattr(axis, "__index__"):
+            raise TypeError(f"{name} must be an int, got {_short(axis)}")
+        axis = operator.index(axis)
+    if not -ndim <= axis < ndim:
+        raise np.exceptions.AxisError(axis, ndim, name if name != "axis" else None)
+    return axis + ndim if axis < 0 else axis
 
 
-def _axes_tuple(axis: Any, ndim: int) -> tuple[int, ...]:
+def _axes_tuple(axis: Any, ndim: int, lists: bool = True) -> tuple[int, ...]:
+    """One axis or a tuple of distinct axes (a list too when ``lists``, as NumPy's expand_dims)."""
+    if isinstance(axis, list) and not lists:
+        raise TypeError(f"axis must be an int or a tuple of ints, got a list ({_short(axis)})")
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
     out = tuple(normalize_axis(a, ndim) for a in axes)
     if len(set(out)) != len(out):
-        raise ValueError(f"repeated axis in {axis!r}")
+        raise ValueError(f"repeated axis in {_short(axis)}")
     return out
 
 
@@ -278,7 +321,7 @@ def squeeze(shape: Shape, strides: Shape, axis: Any = None) -> tuple[Shape, Shap
     if axis is None:
         keep = [i for i, d in enumerate(shape) if d != 1]
     else:
-        drop = _axes_tuple(axis, len(shape))
+        drop = _axes_tuple(axis, len(shape), lists=False)
         for a in drop:
             if shape[a] != 1:
                 raise ValueError(
@@ -330,6 +373,10 @@ def broadcast_shapes(*shapes: Shape) -> Shape:
 def broadcast_to(shape: Shape, strides: Shape, newshape: Any) -> tuple[Shape, Shape]:
     """A read view of ``shape`` broadcast to ``newshape`` (zero strides on repeated axes)."""
     target = normalize_shape(newshape)
+    if math.prod(target) > MAX_ELEMENTS:
+        raise ValueError(
+            f"cannot broadcast to {target}: more than any device can address (2**63 - 1 elements)"
+        )
     if len(target) < len(shape):
         raise ValueError(
             f"cannot broadcast shape {shape} to {target}: the target has fewer dimensions"

@@ -12,7 +12,9 @@ so readers never see half a file.
 
 Where: ``$PYGPUKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/pygpukit/kernels``
 (``~/.cache/pygpukit/kernels``). ``PYGPUKIT_CACHE_DIR=""`` or
-``gp.set_jit_cache_dir(None)`` keeps compiled kernels in memory only.
+``gp.set_jit_cache_dir(None)`` keeps compiled kernels in memory only. A folder
+that cannot be used (a file, not writable, a path the system refuses) is reported
+once per process, pointed at the user's line, and kernels stay in memory.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import env
+from ._caller import user_stacklevel
 from ._environment import KERNEL_ABI_VERSION
 
 __all__ = [
@@ -195,7 +198,7 @@ def load(key: str) -> CacheEntry | None:
         return None
     try:
         data = path.read_bytes()
-    except OSError:
+    except (OSError, ValueError):
         return None
     entry = _decode(key, data)
     if entry is None:
@@ -228,23 +231,31 @@ def store(key: str, entry: CacheEntry) -> None:
         except BaseException:
             os.unlink(tmp)
             raise
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: a path the system cannot represent
         _warn_unwritable(path.parent, exc)
 
 
 _warned_unwritable = False
 
 
-def _warn_unwritable(folder: Path, exc: OSError) -> None:
+def _warn_unwritable(folder: Path, exc: Exception) -> None:
     """Say once that the disk cache is unusable (compiling still works)."""
     global _warned_unwritable
     if not _warned_unwritable:
         _warned_unwritable = True
+        source = (
+            "set by gp.set_jit_cache_dir()"
+            if _override is not _UNSET
+            else "set by PYGPUKIT_CACHE_DIR"
+            if env.is_set("PYGPUKIT_CACHE_DIR")
+            else "the default folder"
+        )
         warnings.warn(
-            f"cannot write the kernel cache in {folder} ({exc}); compiled kernels stay in "
-            "memory only. Set PYGPUKIT_CACHE_DIR to a writable folder (or to '' to silence this).",
+            f"cannot write the kernel cache in {folder} ({source}; {exc}); compiled "
+            "kernels stay in memory only. Set PYGPUKIT_CACHE_DIR to a writable folder (or to "
+            "'' to keep kernels in memory without this warning).",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
 
 

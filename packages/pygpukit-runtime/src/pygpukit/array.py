@@ -283,7 +283,10 @@ class GPUArray:
         try:
             scalar = np.array(value, dtype=dtype)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"cannot fill a {dtype.name} array with {value!r}: {exc}") from None
+            shown = repr(value) if np.ndim(value) == 0 else f"a sequence of shape {np.shape(value)}"
+            raise TypeError(f"cannot fill a {dtype.name} array with {shown[:60]}: {exc}") from None
+        except OverflowError:
+            raise ValueError(f"fill value {value!r} is out of range for {dtype.name}") from None
         if scalar.ndim != 0:
             raise ValueError(f"fill value must be a scalar, got shape {scalar.shape}")
         self._backend.fill(self._impl, scalar.item())
@@ -526,6 +529,10 @@ class GPUArray:
     def astype(self, dtype: Any, copy: bool = True) -> GPUArray:
         """Convert to ``dtype`` (NumPy's unsafe casting); ``copy=False`` returns self if equal."""
         dt = normalize(dtype)
+        if copy is not True and copy is not False:
+            from .validation import boolean
+
+            copy = boolean(copy, "copy", "astype")
         if not copy and dt == self.dtype:
             return self
         return _wrap(self._backend.astype(self._impl, NAMES[dt]), self._backend)
@@ -561,7 +568,11 @@ class GPUArray:
         staging on a copy stream, and ``.result()`` returns the array when it
         has landed. The future keeps this array's data alive until then.
         """
-        stream_impl = None if stream is None else stream._impl
+        from .validation import boolean
+        from .validation import stream as stream_arg
+
+        stream_impl = stream_arg(stream, "stream", "to_numpy")
+        blocking = boolean(blocking, "blocking", "to_numpy")
         if out is not None:
             self._check_out(out)
         if blocking:
@@ -696,6 +707,66 @@ class GPUArray:
         if self.nbytes > REPR_MAX_BYTES:
             return repr(self)
         return str(self.to_numpy())
+
+    # --- Python protocols NumPy and CuPy users reach for ------------------------------
+    def tolist(self) -> Any:
+        """The values as nested Python lists of Python scalars (a scalar for a 0-d array).
+
+        Copies to the host first (a sync point), as ``numpy.ndarray.tolist`` does.
+        """
+        return self.to_numpy().tolist()
+
+    def __round__(self, ndigits: int | None = None) -> GPUArray:
+        """``round(a)`` / ``round(a, n)``: elementwise, half to even, in ``a``'s dtype.
+
+        As :func:`gp.round <pygpukit.round>` (and ``torch.Tensor``), not Python's
+        rounding of one number: the result is an array of the same shape and dtype.
+        Integer arrays stay integers (a negative ``ndigits`` rounds to tens, hundreds...).
+        """
+        from .elementwise import round as round_
+
+        if ndigits is None:
+            ndigits = 0
+        if isinstance(ndigits, bool) or not isinstance(ndigits, (int, np.integer)):
+            raise TypeError(f"round(): ndigits must be an int, got {type(ndigits).__name__}")
+        if self.dtype.kind in "iub":
+            if ndigits >= 0:
+                return self.copy()
+            rounded = round_(self.astype(np.float64), int(ndigits))
+            return rounded.astype(self.dtype)
+        return round_(self, int(ndigits))
+
+    def __contains__(self, value: Any) -> bool:
+        """``value in a``: whether any element equals ``value`` (``(a == value).any()``).
+
+        As NumPy: ``value`` broadcasts against the array (a shape that does not is a
+        ``ValueError``), NaN is in nothing, and the answer needs the device (a sync point).
+        """
+        equal = self == value
+        if not isinstance(equal, GPUArray):  # no elementwise comparison: Python's answer
+            return bool(equal)
+        return bool(_reductions().any(equal))
+
+    def __copy__(self) -> GPUArray:
+        """``copy.copy(a)``: a new C-contiguous array with its own memory, as NumPy's."""
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> GPUArray:
+        """``copy.deepcopy(a)``: a device-side copy (no host round trip), as CuPy's."""
+        duplicate = self.copy()
+        memo[id(self)] = duplicate
+        return duplicate
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle through the host, as CuPy does: the values, shape and dtype.
+
+        Unpickling uploads them to the current device of the process that loads
+        them (any backend; a pickle made on the GPU loads on the CPU backend).
+        Views pickle only the elements they see.
+        """
+        from .creation import from_numpy
+
+        return from_numpy, (self.to_numpy(),)  # a fresh C-contiguous host copy
 
 
 class ArrayFlags:

@@ -13,12 +13,12 @@ and ``asarray`` keep NumPy's dtype.
 from __future__ import annotations
 
 import math
-import operator
 from typing import Any
 
 import numpy as np
 
 from . import _indexing
+from . import validation as _v
 from .array import GPUArray, _wrap
 from .backend.select import backend as _backend
 from .dtypes import NAMES, SUPPORTED, float32, normalize
@@ -50,22 +50,33 @@ def _target(backend: Any, device: int | None) -> int:
     return _check_ordinal(device)
 
 
-def _stream_impl(stream: Any) -> Any:
-    return None if stream is None else stream._impl
+def _stream_impl(stream: Any, op: str = "") -> Any:
+    return None if stream is None else _v.stream(stream, "stream", op)
+
+
+def _fits(dims: tuple[int, ...], dtype_name: str, op: str) -> None:
+    """``ValueError`` naming the shape when its byte size overflows a 64-bit size."""
+    if math.prod(dims) > _MAX_ITEMS_ANY_DTYPE:
+        _v.byte_size(dims, SUPPORTED[dtype_name].itemsize, op)
+
+
+#: Shapes up to this many elements fit 2**63 - 1 bytes in every dtype (8 bytes at most).
+_MAX_ITEMS_ANY_DTYPE = (2**63 - 1) // 8
 
 
 def _dtype_for(dtype: Any, default: np.dtype[Any]) -> np.dtype[Any]:
-    return default if dtype is None else normalize(dtype)
+    return default if dtype is None else _v.dtype(dtype)
 
 
 def _infer_scalar_dtype(value: Any) -> np.dtype[Any]:
+    """The dtype ``full`` infers from a fill value (NumPy's for NumPy scalars)."""
     if isinstance(value, (bool, np.bool_)):
         return SUPPORTED["bool"]
     if isinstance(value, (int, np.integer)):
         return SUPPORTED["int64"] if isinstance(value, int) else normalize(np.asarray(value).dtype)
     if isinstance(value, (float, np.floating)):
         return float32 if isinstance(value, float) else normalize(np.asarray(value).dtype)
-    raise TypeError(f"fill value must be a real number or bool, got {type(value).__name__}")
+    raise TypeError(f"fill value must be a real number or bool, got {_v.describe(value)}")
 
 
 def _scalar(value: Any, dtype: np.dtype[Any]) -> Any:
@@ -73,7 +84,11 @@ def _scalar(value: Any, dtype: np.dtype[Any]) -> Any:
     try:
         converted = np.array(value, dtype=dtype)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"cannot represent {value!r} as {dtype.name}: {exc}") from None
+        raise TypeError(f"cannot represent {_v.describe(value)} as {dtype.name}: {exc}") from None
+    except OverflowError:
+        raise ValueError(
+            f"fill value {_v.describe(value)} is out of range for {dtype.name}"
+        ) from None
     if converted.ndim != 0:
         raise ValueError(f"fill value must be a scalar, got an array of shape {converted.shape}")
     return converted.item()
@@ -104,12 +119,15 @@ def empty(
         name = _EMPTY_NAMES[dtype]
     except (KeyError, TypeError):
         name = _dtype_name(dtype)
+    _fits(dims, name, "empty")
+    if evictable is not False and evictable is not True:
+        evictable = _v.boolean(evictable, "evictable", "empty")
     b = _backend()
     impl = b.empty(
         dims,
         name,
         None if device is None else _target(b, device),
-        None if stream is None else stream._impl,
+        None if stream is None else _v.stream(stream, "stream", "empty"),
         evictable,
     )
     out = _object_new(GPUArray)
@@ -139,10 +157,12 @@ def full(
 ) -> GPUArray:
     """Return a new array of ``shape`` filled with ``fill_value``."""
     dims = _indexing.normalize_shape(shape)
-    dt = _infer_scalar_dtype(fill_value) if dtype is None else normalize(dtype)
+    dt = _infer_scalar_dtype(fill_value) if dtype is None else _v.dtype(dtype, "dtype", "full")
+    _fits(dims, NAMES[dt], "full")
     value = _scalar(fill_value, dt)
+    stream_impl = _stream_impl(stream, "full")
     b = _backend()
-    return _wrap(b.full(dims, NAMES[dt], value, _target(b, device), _stream_impl(stream)), b)
+    return _wrap(b.full(dims, NAMES[dt], value, _target(b, device), stream_impl), b)
 
 
 def zeros(shape: Any, dtype: Any = None, device: int | None = None, stream: Any = None) -> GPUArray:
@@ -165,7 +185,7 @@ def _like(a: Any, dtype: Any, shape: Any) -> tuple[Any, np.dtype[Any], int | Non
         base_dtype = normalize(a.dtype)
         base_shape = a.shape
     else:
-        raise TypeError(f"expected a GPUArray or a NumPy array, got {type(a).__name__}")
+        raise TypeError(f"expected a GPUArray or a NumPy array, got {_v.describe(a)}")
     return (
         base_shape if shape is None else shape,
         base_dtype if dtype is None else normalize(dtype),
@@ -198,10 +218,7 @@ def full_like(a: Any, fill_value: Any, dtype: Any = None, shape: Any = None) -> 
 
 
 def _real(value: Any, what: str) -> Any:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.number)):
-        raise TypeError(f"arange {what} must be a real number, got {value!r}")
-    if isinstance(value, (complex, np.complexfloating)):
-        raise TypeError(f"arange {what} must be a real number, got {value!r}")
+    _v.real(value, what, "arange")
     return value
 
 
@@ -223,14 +240,19 @@ def arange(
     start, stop, step = _real(start, "start"), _real(stop, "stop"), _real(step, "step")
     if step == 0:
         raise ValueError("arange step must not be zero")
-    n = max(0, math.ceil((stop - start) / step))
+    span = (stop - start) / step
+    if not math.isfinite(span):
+        raise ValueError(f"arange: the length (stop - start) / step is {span}, not finite")
+    n = max(0, math.ceil(span))
     if dtype is None:
         all_int = all(isinstance(v, (int, np.integer)) for v in (start, stop, step))
         dt = SUPPORTED["int64"] if all_int else float32
     else:
-        dt = normalize(dtype)
+        dt = _v.dtype(dtype, "dtype", "arange")
+    _fits((n,), NAMES[dt], "arange")
+    stream_impl = _stream_impl(stream, "arange")
     b = _backend()
-    impl = b.arange(start, step, n, NAMES[dt], _target(b, device), _stream_impl(stream))
+    impl = b.arange(start, step, n, NAMES[dt], _target(b, device), stream_impl)
     return _wrap(impl, b)
 
 
@@ -247,10 +269,12 @@ def linspace(
 
     Computed in float64 on the host and copied over (``num`` is small in practice).
     """
-    count = operator.index(num)
-    if count < 0:
-        raise ValueError(f"linspace num must be non-negative, got {count}")
-    dt = _dtype_for(dtype, float32)
+    count = _v.size(num, "num", "linspace")
+    endpoint = _v.boolean(endpoint, "endpoint", "linspace")
+    _v.real(start, "start", "linspace")
+    _v.real(stop, "stop", "linspace")
+    dt = float32 if dtype is None else _v.dtype(dtype, "dtype", "linspace")
+    _fits((count,), NAMES[dt], "linspace")
     values = np.linspace(start, stop, count, endpoint=endpoint, dtype=np.float64)
     return from_numpy(values.astype(dt), device=device, stream=stream)
 
@@ -264,9 +288,9 @@ def eye(
     stream: Any = None,
 ) -> GPUArray:
     """Return an ``N x M`` array with ones on diagonal ``k`` and zeros elsewhere."""
-    rows = operator.index(N)
-    cols = rows if M is None else operator.index(M)
-    diag = operator.index(k)
+    rows = _v.size(N, "N", "eye")
+    cols = rows if M is None else _v.size(M, "M", "eye")
+    diag = _v.index(k, "k", "eye")
     out = zeros((rows, cols), dtype, device, stream)
     length = max(0, min(rows, cols - diag) if diag >= 0 else min(rows + diag, cols))
     if length:
@@ -308,18 +332,18 @@ def from_numpy(
         array = np.asarray(array)
     if not isinstance(array, np.ndarray):
         raise TypeError(
-            f"from_numpy() expects a numpy.ndarray, got {type(array).__name__}; "
+            f"from_numpy: array must be a numpy.ndarray, got {_v.describe(array)}; "
             "use gp.asarray() for other objects"
         )
+    evictable = _v.boolean(evictable, "evictable", "from_numpy")
+    stream_impl = _stream_impl(stream, "from_numpy")
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("="))
-    normalize(array.dtype)  # TypeError for unsupported dtypes
+    _v.dtype(array.dtype, "array.dtype", "from_numpy")  # TypeError for unsupported dtypes
     if not array.flags.c_contiguous:  # backends copy C-contiguous host memory only
         array = array.copy(order="C")
     b = _backend()
-    impl = b.from_numpy(
-        array, _target(b, device), _stream_impl(stream), stream is None, bool(evictable)
-    )
+    impl = b.from_numpy(array, _target(b, device), stream_impl, stream is None, evictable)
     return _wrap(impl, b)
 
 
@@ -337,7 +361,13 @@ def asarray(obj: Any, dtype: Any = None, device: int | None = None, stream: Any 
     if isinstance(obj, GPUArray):
         out = obj if dtype is None else obj.astype(dtype, copy=False)
         return out if device is None else out.to_device(device)
-    host = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=normalize(dtype))
+    try:
+        host = np.asarray(obj) if dtype is None else np.asarray(obj, dtype=normalize(dtype))
+    except (ValueError, OverflowError) as exc:
+        # Ragged nested lists, values that do not fit the dtype: NumPy's reason, not its repr.
+        raise ValueError(f"asarray: cannot convert {_v.describe(obj)}: {exc}") from None
+    if host.dtype == object:
+        raise TypeError(f"asarray: cannot convert {_v.describe(obj)} to a numeric array")
     return from_numpy(host, device=device, stream=stream)
 
 
@@ -355,7 +385,7 @@ def _on_cuda_device(obj: Any) -> bool:
 def to_numpy(a: GPUArray) -> np.ndarray:
     """Copy a GPUArray to a new NumPy array (a sync point)."""
     if not isinstance(a, GPUArray):
-        raise TypeError(f"to_numpy() expects a GPUArray, got {type(a).__name__}")
+        raise TypeError(f"to_numpy: a must be a GPUArray, got {_v.describe(a)}")
     return a.to_numpy()
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 import warnings
+from argparse import Namespace
 from typing import TextIO
 
 import numpy as np
 
-__all__ = ["main", "run"]
+__all__ = ["command", "main", "run"]
 
 _SCALE = r"""
 extern "C" __global__
@@ -83,6 +84,11 @@ def run(out: TextIO) -> None:
     if not err < 1e-5:
         raise AssertionError("matmul/softmax result differs from NumPy")
     w(f"\ndone on the {backend} backend\n")
+
+
+def command(args: Namespace) -> int:
+    """``pygpukit demo``: the tour (the command takes no options)."""
+    return main([])
 
 
 def main(argv: list[str] | None = None) -> int:

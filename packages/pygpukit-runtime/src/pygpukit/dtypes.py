@@ -84,7 +84,12 @@ _CACHE: dict[Any, np.dtype[Any]] = {}
 
 def _unsupported(dtype: Any) -> TypeError:
     names = ", ".join(SUPPORTED)
-    return TypeError(f"unsupported dtype {dtype!r}; PyGPUkit supports {names}")
+    if isinstance(dtype, np.ndarray):  # never print a whole array
+        shown = f"(a numpy.ndarray of shape {dtype.shape}, not a dtype)"
+    else:
+        shown = repr(dtype)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return TypeError(f"unsupported dtype {shown}; PyGPUkit supports {names}")
 
 
 def normalize(dtype: Any) -> np.dtype[Any]:

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._validate import index, out_array
 from .array import GPUArray, _operand, _wrap
+from .validation import index, out_array
 
 #: What the functions accept as an operand.
 ArrayLike = GPUArray | bool | int | float | np.generic | np.ndarray

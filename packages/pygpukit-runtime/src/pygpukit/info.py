@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
+from argparse import Namespace
 from typing import Any, TextIO
 
-__all__ = ["collect", "main"]
+__all__ = ["collect", "command", "main"]
 
 
 def _probe_library(name: str) -> dict[str, Any]:
@@ -110,6 +111,11 @@ def render(report: dict[str, Any], out: TextIO) -> None:
         w("not found (pip install pygpukit-runtime[cublas]); tried:\n")
         for path, why in cublas["tried"]:
             w(f"    {path}: {why}\n")
+
+
+def command(args: Namespace) -> int:
+    """``pygpukit info``: the report (the command takes no options)."""
+    return main([])
 
 
 def main(argv: list[str] | None = None) -> int:

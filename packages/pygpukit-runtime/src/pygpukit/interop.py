@@ -16,8 +16,25 @@ import numpy as np
 from .array import GPUArray, _wrap
 from .backend.select import backend as _backend
 from .dtypes import normalize
+from .validation import describe
 
 __all__ = ["from_dlpack"]
+
+
+def _device_type(obj: Any) -> int:
+    """``obj.__dlpack_device__()[0]``, or ``TypeError`` when it is not ``(int, int)``."""
+    device = obj.__dlpack_device__()
+    if (
+        not isinstance(device, tuple)
+        or len(device) != 2
+        or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in device)
+    ):
+        raise TypeError(
+            f"from_dlpack(): the {type(obj).__name__}'s __dlpack_device__() returned "
+            f"{describe(device)}, not a (device_type, device_id) pair of ints"
+        )
+    return int(device[0])
+
 
 _KDL_CPU = 1
 _KDL_CUDA = 2
@@ -35,10 +52,10 @@ def from_dlpack(obj: Any) -> GPUArray:
     if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
         raise TypeError(
             f"from_dlpack() needs an object with __dlpack__ and __dlpack_device__, "
-            f"got {type(obj).__name__}"
+            f"got {describe(obj)}"
         )
     b = _backend()
-    device_type = int(obj.__dlpack_device__()[0])
+    device_type = _device_type(obj)
     expected = _KDL_CUDA if b.name == "cuda" else _KDL_CPU
     if device_type != expected:
         where = "CUDA" if b.name == "cuda" else "CPU simulation"
@@ -47,7 +64,15 @@ def from_dlpack(obj: Any) -> GPUArray:
             f"which the {where} backend cannot share; copy it there first "
             "(e.g. gp.asarray(numpy_array))"
         )
-    impl = b.from_dlpack(obj)
+    try:
+        impl = b.from_dlpack(obj)
+    except (TypeError, ValueError, BufferError) as exc:
+        if isinstance(exc, BufferError) or "dtype" in str(exc):
+            raise  # the producer's own refusal, or an unsupported dtype: already clear
+        raise TypeError(
+            f"from_dlpack(): the {type(obj).__name__}'s __dlpack__() did not return a valid"
+            f" DLPack capsule ({exc})"
+        ) from None
     normalize(b.dtype(impl))  # TypeError for dtypes PyGPUkit does not support
     # A read-only NumPy producer (CPU backend) stays read-only here.
     readonly = isinstance(impl, np.ndarray) and not impl.flags.writeable

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 
 from . import _indexing, env
-from ._validate import out_array
 from .array import GPUArray, _wrap
 from .dtypes import NAMES, SUPPORTED, normalize
+from .validation import boolean, out_array
 
 __all__ = ["matmul", "result_dtype"]
 
@@ -112,6 +112,10 @@ def matmul(a: Any, b: Any, out: GPUArray | None = None, allow_tf32: bool | None 
     """
     a = _as_operand(a, "a")
     b = _as_operand(b, "b")
+    if out is not None:
+        out_array(out, "matmul")
+    if allow_tf32 is not None:
+        allow_tf32 = boolean(allow_tf32, "allow_tf32", "matmul")
     if a._backend is not b._backend:
         raise ValueError("matmul: operands live on different backends")
     ashape, bshape = tuple(a._impl.shape), tuple(b._impl.shape)
@@ -145,10 +149,8 @@ def matmul(a: Any, b: Any, out: GPUArray | None = None, allow_tf32: bool | None 
     if allow_tf32 is None:
         allow_tf32 = allow_tf32_default()
     backend = a._backend
-    if out is not None:
-        out_array(out, "matmul")
-        if tuple(out.shape) != shape:
-            raise ValueError(f"matmul: out has shape {tuple(out.shape)}, the result is {shape}")
+    if out is not None and tuple(out.shape) != shape:
+        raise ValueError(f"matmul: out has shape {tuple(out.shape)}, the result is {shape}")
     a3 = _batched(a, batch)
     b3 = _batched(b, batch)
     nbatch = a3._impl.shape[0]  # == b3's: both were broadcast to `batch`

@@ -206,6 +206,9 @@ class MemoryPool:
         """Create the pool; ``device`` defaults to GPU 0, or the host pool on the CPU backend."""
         if quota is not None and quota < 0:
             raise ValueError(f"quota must be >= 0 bytes or None, got {quota}")
+        from .backend.select import backend
+
+        backend()  # the runtime's first use: pick the backend (and say so if it is the CPU)
         self._pool = _rust().MemoryPool(quota, enable_eviction, name, device)
 
     @property

@@ -17,21 +17,26 @@ NumPy's semantics, with these choices (the same on every backend):
   ``argmax``/``argmin`` of an empty reduction raise ``ValueError``.
 
 ``axis`` is ``None`` (every axis), an int or a tuple of ints (negative counts
-from the end); ``keepdims`` keeps reduced axes with size 1; ``out`` receives the
+from the end; a list is a ``TypeError``, as in NumPy); ``keepdims`` (``True`` or
+``False``, nothing else) keeps reduced axes with size 1; ``out`` receives the
 result (any strides, its shape must match; values are cast to its dtype).
+``dtype`` (``sum``/``prod``/``mean``/``var``/``std``/``cumsum``) is the result's
+dtype, as in NumPy: the input is converted to it and the result returned in it
+(integer sums and products wrap around exactly as NumPy's do; the accumulation
+itself stays as above, so an integer ``mean``/``var`` whose NumPy accumulator
+would overflow differs). Every argument is checked before any work starts.
 """
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
 
 from . import _indexing
-from ._validate import out_array
+from . import validation as _v
 from .array import GPUArray, _wrap
-from .dtypes import NAMES, SUPPORTED, normalize
+from .dtypes import NAMES, SUPPORTED
 
 __all__ = [
     "all",
@@ -69,28 +74,16 @@ def result_dtype(op: str, dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 def _check(a: Any, name: str) -> GPUArray:
-    if not isinstance(a, GPUArray):
-        raise TypeError(f"{name}() expects a GPUArray, got {type(a).__name__}")
-    return a
+    return _v.array(a, "a", name)
 
 
-def normalize_axes(axis: Any, ndim: int) -> tuple[int, ...]:
-    """``axis`` (None, an int or a sequence of ints) as sorted non-negative axes.
+def normalize_axes(axis: Any, ndim: int, op: str = "") -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints) as sorted non-negative axes.
 
-    Raises ``IndexError`` for an axis out of range (NumPy's ``AxisError`` is one),
-    ``ValueError`` for a repeated axis and ``TypeError`` for a non-integer.
+    Raises NumPy's ``AxisError`` (an ``IndexError`` and a ``ValueError``) for an axis out
+    of range, ``ValueError`` for a repeated axis and ``TypeError`` for a non-integer or a list.
     """
-    if axis is None:
-        return tuple(range(ndim))
-    items = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
-    out = []
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, (int, np.integer)):
-            raise TypeError(f"axis must be an int or a tuple of ints, got {item!r}")
-        out.append(_indexing.normalize_axis(operator.index(item), ndim))
-    if len(set(out)) != len(out):
-        raise ValueError(f"repeated axis in {axis!r}")
-    return tuple(sorted(out))
+    return _v.axes(axis, ndim, "axis", op)
 
 
 def _host_empty(op: str, a: GPUArray, axes: tuple[int, ...], ddof: int) -> np.ndarray:
@@ -125,7 +118,7 @@ def _finish(
         res = res.reshape(shape)
     if out is None:
         return res
-    out_array(out)
+    _v.out_array(out)
     if out.shape != res.shape:
         raise ValueError(f"out has shape {out.shape}, the result has shape {res.shape}")
     out._backend.copy_into(out._impl, res._impl)
@@ -142,9 +135,15 @@ def _reduce(
     ddof: int = 0,
 ) -> GPUArray:
     a = _check(a, op)
-    if dtype is not None:
-        a = a.astype(normalize(dtype), copy=False)
-    axes = normalize_axes(axis, a.ndim)
+    if out is not None:
+        _v.out_array(out, op)
+    keepdims = _v.boolean(keepdims, "keepdims", op)
+    want = None if dtype is None else _v.dtype(dtype, "dtype", op)
+    axes = normalize_axes(axis, a.ndim, op)
+    if op in ("var", "std"):
+        ddof = _v.index(ddof, "ddof", op)
+    if want is not None:
+        a = a.astype(want, copy=False)
     backend = a._backend
     if a.size == 0:
         from .creation import from_numpy
@@ -155,6 +154,8 @@ def _reduce(
         res = _wrap(backend.reduce(op, a.reshape((*a.shape, 1))._impl, (a.ndim,), ddof), backend)
     else:
         res = _wrap(backend.reduce(op, a._impl, axes, int(ddof)), backend)
+    if want is not None and res.dtype != want:
+        res = res.astype(want)  # NumPy returns the requested dtype
     return _finish(res, a.shape, axes, keepdims, out)
 
 
@@ -228,6 +229,9 @@ def any(a: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> GP
 
 def _arg(op: str, a: Any, axis: Any, out: Any, keepdims: bool) -> GPUArray:
     a = _check(a, op)
+    if out is not None:
+        _v.out_array(out, op)
+    keepdims = _v.boolean(keepdims, "keepdims", op)
     if axis is None:
         flat = a.reshape(-1)
         res = _reduce(op, flat, 0, False, None)
@@ -235,7 +239,7 @@ def _arg(op: str, a: Any, axis: Any, out: Any, keepdims: bool) -> GPUArray:
             res = res.reshape((1,) * a.ndim)
         return _finish(res, res.shape, (), False, out)
     if isinstance(axis, (tuple, list)):
-        raise TypeError(f"{op}: axis must be an int or None, got {axis!r}")
+        raise TypeError(f"{op}: axis must be an int or None, got {_v.describe(axis)}")
     return _reduce(op, a, axis, keepdims, out)
 
 
@@ -266,7 +270,7 @@ def _softmax(a: Any, axis: int, log: bool) -> GPUArray:
     a = _float_input(_check(a, name))
     if a.ndim == 0:
         return _softmax(a.reshape(1), 0, log).reshape(())
-    ax = _indexing.normalize_axis(operator.index(axis), a.ndim)
+    ax = _indexing.normalize_axis(axis, a.ndim)
     if a.size == 0:
         return a.copy()
     return _wrap(a._backend.softmax(a._impl, ax, log), a._backend)
@@ -294,21 +298,25 @@ def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> GPUA
     """Inclusive prefix sum along ``axis`` (of the flattened array when None).
 
     Accumulates like ``sum`` (halves in float32 returning their dtype, ints and
-    bools in int64); ``dtype`` converts the input first.
+    bools in int64); ``dtype`` is the result's dtype, as in NumPy.
     """
     a = _check(a, "cumsum")
-    if dtype is not None:
-        a = a.astype(normalize(dtype), copy=False)
+    if out is not None:
+        _v.out_array(out, "cumsum")
+    want = None if dtype is None else _v.dtype(dtype, "dtype", "cumsum")
+    ax = 0 if axis is None else _indexing.normalize_axis(axis, a.ndim)
+    if want is not None:
+        a = a.astype(want, copy=False)
     if axis is None:
         a = a.reshape(-1)
-        ax = 0
-    else:
-        ax = _indexing.normalize_axis(operator.index(axis), a.ndim)
-    out_dt = result_dtype("cumsum", a.dtype)
+    out_dt = result_dtype("cumsum", a.dtype) if want is None else want
     if a.size == 0:
         from .creation import empty
 
         res = empty(a.shape, dtype=out_dt)
     else:
-        res = _wrap(a._backend.cumsum(a._impl, ax, NAMES[out_dt]), a._backend)
+        acc_dt = result_dtype("cumsum", a.dtype)
+        res = _wrap(a._backend.cumsum(a._impl, ax, NAMES[acc_dt]), a._backend)
+        if acc_dt != out_dt:
+            res = res.astype(out_dt)  # NumPy returns the requested dtype
     return _finish(res, res.shape, (), False, out)

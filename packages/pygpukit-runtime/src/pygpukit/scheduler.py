@@ -38,6 +38,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pygpukit.backend.select import backend
 from pygpukit.errors import AdmissionError, PyGPUkitError
 
 # The scheduler's decisions live in the Rust core; importing this module loads it.
@@ -527,6 +528,7 @@ class PartitionManager:
     """
 
     def __init__(self, config: Any) -> None:
+        backend()  # the runtime's first use: pick the backend (and say so if it is the CPU)
         self._core = _rust.PartitionManager(config)
         self._partitions: dict[str, Partition] = {}
         self._guard = threading.Lock()
@@ -648,6 +650,7 @@ class Scheduler:
             raise ValueError(f"total_memory must be a positive byte count, got {total_memory}")
         if workers < 1:
             raise ValueError(f"workers must be at least 1, got {workers}")
+        backend()  # the runtime's first use: pick the backend (and say so if it is the CPU)
         self._core = _rust.SchedulerCore(total_memory, total_sms)
         self._cond = threading.Condition()
         self._tasks: dict[int, Task[Any]] = {}

@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 
 from . import _indexing
-from ._validate import out_array
 from .array import GPUArray, _wrap
 from .dtypes import SUPPORTED, promote_types
+from .validation import choice, describe, index, out_array
 
 __all__ = [
     "array_split",
@@ -45,7 +45,7 @@ __all__ = [
 
 def _check(a: Any, name: str) -> GPUArray:
     if not isinstance(a, GPUArray):
-        raise TypeError(f"{name}() expects a GPUArray, got {type(a).__name__}")
+        raise TypeError(f"{name}() expects a GPUArray, got {describe(a)}")
     return a
 
 
@@ -70,7 +70,7 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: Any = None) ->
     first = arrs[0]
     if first.ndim == 0:
         raise ValueError("zero-dimensional arrays cannot be concatenated")
-    ax = _indexing.normalize_axis(operator.index(axis), first.ndim)
+    ax = _indexing.normalize_axis(axis, first.ndim)
     for i, x in enumerate(arrs[1:], 1):
         if x.ndim != first.ndim:
             raise ValueError(
@@ -115,13 +115,13 @@ def stack(arrays: Sequence[Any], axis: int = 0, out: Any = None) -> GPUArray:
     for i, x in enumerate(arrs[1:], 1):
         if x.shape != shape:
             raise ValueError(f"stack: array 0 has shape {shape}, array {i} has shape {x.shape}")
-    ax = _indexing.normalize_axis(operator.index(axis), len(shape) + 1)
+    ax = _indexing.normalize_axis(axis, len(shape) + 1)
     return concatenate([x.expand_dims(ax) for x in arrs], axis=ax, out=out)
 
 
 def _split_points(n: int, sections: Any, exact: bool) -> list[int]:
     if isinstance(sections, (int, np.integer)) and not isinstance(sections, bool):
-        k = int(sections)
+        k = index(sections, "indices_or_sections", "split")
         if k <= 0:
             raise ValueError("number of sections must be larger than 0")
         if exact and n % k:
@@ -142,7 +142,7 @@ def _split(a: Any, indices_or_sections: Any, axis: int, exact: bool, name: str) 
     a = _check(a, name)
     if a.ndim == 0:
         raise ValueError(f"{name}: a 0-d array cannot be split")
-    ax = _indexing.normalize_axis(operator.index(axis), a.ndim)
+    ax = _indexing.normalize_axis(axis, a.ndim)
     n = a.shape[ax]
     points = _split_points(n, indices_or_sections, exact)
     bounds = [0, *points, n]
@@ -199,12 +199,12 @@ def repeat(a: Any, repeats: Any, axis: int | None = None) -> GPUArray:
         a = a.reshape(-1)
         ax = 0
     else:
-        ax = _indexing.normalize_axis(operator.index(axis), a.ndim)
+        ax = _indexing.normalize_axis(axis, a.ndim)
     if isinstance(repeats, GPUArray):
         repeats = repeats.to_numpy()
     counts = np.asarray(repeats)
     if counts.dtype.kind not in "iub":
-        raise TypeError(f"repeat: counts must be integers, got {counts.dtype}")
+        raise TypeError(f"repeat: repeats must be integers, got {describe(repeats)}")
     if (counts < 0).any():
         raise ValueError("repeat: negative repetitions")
     n = a.shape[ax]
@@ -244,13 +244,12 @@ def take(
 
 def _take(a: Any, indices: Any, axis: int | None, mode: str) -> GPUArray:
     a = _check(a, "take")
-    if mode not in ("raise", "wrap", "clip"):
-        raise ValueError(f"take: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
+    choice(mode, ("raise", "wrap", "clip"), "mode", "take")
     if axis is None:
         a = a.reshape(-1)
         ax = 0
     else:
-        ax = _indexing.normalize_axis(operator.index(axis), a.ndim)
+        ax = _indexing.normalize_axis(axis, a.ndim)
     n = a.shape[ax]
     if isinstance(indices, GPUArray):
         if indices.dtype.kind not in "iu":
@@ -290,7 +289,7 @@ def _take(a: Any, indices: Any, axis: int | None, mode: str) -> GPUArray:
 def _tri(a: Any, k: int, upper: bool) -> GPUArray:
     name = "triu" if upper else "tril"
     a = _check(a, name)
-    k = operator.index(k)
+    k = index(k, "k", name)
     if a.ndim < 2:
         if a.ndim == 1:
             # NumPy treats a 1-D input as the rows of a square matrix
@@ -317,6 +316,6 @@ def flip(a: Any, axis: Any = None) -> GPUArray:
     from .reductions import normalize_axes
 
     a = _check(a, "flip")
-    axes = normalize_axes(axis, a.ndim)
+    axes = normalize_axes(tuple(axis) if isinstance(axis, list) else axis, a.ndim, "flip")
     index = tuple(slice(None, None, -1) if d in axes else slice(None) for d in range(a.ndim))
     return a[index] if a.ndim else a

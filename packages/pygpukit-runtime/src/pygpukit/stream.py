@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import validation as _v
 from .backend.select import backend as _backend
 
 __all__ = ["Event", "Stream", "current_stream"]
@@ -18,9 +19,9 @@ __all__ = ["Event", "Stream", "current_stream"]
 class Stream:
     """A non-blocking stream.
 
-    Lower ``priority`` numbers are served first; values outside the device's
-    :meth:`priority_range` are clamped into it, as CUDA does (the CPU backend
-    has one priority, 0).
+    Lower ``priority`` numbers are served first, within the device's
+    :meth:`priority_range` (``(0, -5)`` on SM 80+ GPUs, and simulated so on the CPU
+    backend); a value outside it is a ``ValueError`` (CUDA would clamp it silently).
     """
 
     __slots__ = ("__weakref__", "_impl", "_previous")
@@ -30,10 +31,14 @@ class Stream:
 
         b = _backend()
         ordinal = int(b.get_device()) if device is None else _check_ordinal(device)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise TypeError(f"priority must be an int, got {priority!r}")
+        priority = _v.index(priority, "priority", "Stream")
         least, greatest = b.priority_range(ordinal)
-        self._impl = b.Stream(ordinal, min(max(priority, greatest), least))
+        if not greatest <= priority <= least:
+            raise ValueError(
+                f"Stream: priority must be in [{greatest}, {least}] on device {ordinal}"
+                f" (lower numbers are served first), got {priority}"
+            )
+        self._impl = b.Stream(ordinal, priority)
         self._previous: list[Any] = []
 
     @classmethod
@@ -46,8 +51,10 @@ class Stream:
     @staticmethod
     def priority_range(device: int | None = None) -> tuple[int, int]:
         """Return ``(least, greatest)`` priority of ``device``; greatest is the smallest number."""
+        from .device import _check_ordinal
+
         b = _backend()
-        ordinal = int(b.get_device()) if device is None else int(device)
+        ordinal = int(b.get_device()) if device is None else _check_ordinal(device)
         least, greatest = b.priority_range(ordinal)
         return int(least), int(greatest)
 
@@ -77,11 +84,13 @@ class Stream:
     def wait_event(self, event: Event) -> None:
         """Make later work on this stream wait for ``event`` (the host does not wait)."""
         if not isinstance(event, Event):
-            raise TypeError(f"wait_event() expects a gp.Event, got {type(event).__name__}")
+            raise TypeError(f"wait_event: event must be a gp.Event, got {_v.describe(event)}")
         self._impl.wait_event(event._impl)
 
     def wait_stream(self, other: Stream) -> None:
         """Make later work on this stream wait for the work queued so far on ``other``."""
+        if not isinstance(other, Stream):
+            raise TypeError(f"wait_stream: other must be a gp.Stream, got {_v.describe(other)}")
         event = Event()
         event.record(other)
         self.wait_event(event)
@@ -126,15 +135,15 @@ class Event:
 
         b = _backend()
         ordinal = int(b.get_device()) if device is None else _check_ordinal(device)
-        self.timing = bool(timing)
+        self.timing = _v.boolean(timing, "timing", "Event")
         self._impl = b.Event(ordinal, self.timing)
         self._recorded = False
 
     def record(self, stream: Stream | None = None) -> Event:
         """Record on ``stream`` (the current stream by default); returns self."""
-        if stream is not None and not isinstance(stream, Stream):
-            raise TypeError(f"record() expects a gp.Stream or None, got {type(stream).__name__}")
-        impl = _backend().current_stream() if stream is None else stream._impl
+        impl = _v.stream(stream, "stream", "Event.record")
+        if impl is None:
+            impl = _backend().current_stream()
         self._impl.record(impl)
         self._recorded = True
         return self
@@ -150,7 +159,7 @@ class Event:
     def elapsed_time(self, end: Event) -> float:
         """Milliseconds between this event and ``end`` (both recorded, both ``timing=True``)."""
         if not isinstance(end, Event):
-            raise TypeError(f"elapsed_time() expects a gp.Event, got {type(end).__name__}")
+            raise TypeError(f"elapsed_time: end must be a gp.Event, got {_v.describe(end)}")
         if not (self.timing and end.timing):
             raise ValueError("elapsed_time() needs two events created with timing=True")
         if not (self._recorded and end._recorded):

@@ -19,11 +19,14 @@ from typing import Any
 
 from pygpukit.backend import select as _select
 from pygpukit.errors import DeviceNotSupportedError
-
-# `pygpukit.jit` the module (the package attribute `jit` is the function gp.jit).
-from pygpukit.jit import KERNEL_ABI_VERSION, Kernel, _load, _signature
+from pygpukit.jit.compile import load as _load
+from pygpukit.jit.kernel import Kernel
+from pygpukit.jit.signature import signature as _signature
+from pygpukit.kernels import KERNEL_ABI_VERSION, KernelLibrary
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "_kernels"
+#: The ops package's kernels as a library: constants (and the manifest) read through it.
+LIBRARY = KernelLibrary(KERNEL_DIR, "pygpukit-ops")
 
 _lock = threading.Lock()
 _modules: dict[tuple[str, int], Any] = {}
@@ -49,6 +52,15 @@ def manifest() -> dict[str, Any]:
     return data
 
 
+def constant(file: str, name: str) -> int:
+    """The integer ``PGK_CONSTANT(name, ...)`` of ``kernels/<file>.cu`` (from the manifest).
+
+    Launch geometry the kernels define (tile sizes, heads per CTA, split bounds), read on
+    every backend; ``KeyError`` listing the file's constants for an unknown name.
+    """
+    return LIBRARY.constant(file, name)
+
+
 @functools.cache
 def _source(file: str) -> str:
     return (KERNEL_DIR / "src" / f"{file}.cu").read_text(encoding="utf-8")
@@ -60,7 +72,7 @@ def jit_options() -> list[str]:
     ``gp.jit``'s cache key covers the headers a source includes from its ``-I`` folders, so a
     cubin compiled against an older ``*.cuh`` is never reused after an upgrade.
     """
-    return [*manifest()["options"], f"-I{KERNEL_DIR / 'src'}"]
+    return LIBRARY.jit_options()
 
 
 def _cubin_folder(device: int, backend: Any) -> str | None:

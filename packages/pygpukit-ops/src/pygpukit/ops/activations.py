@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
@@ -89,8 +90,7 @@ def gelu_mul(x: GPUArray, approximate: str = "tanh", *, out: GPUArray | None = N
 
     ``approximate="tanh"`` (``gelu_pytorch_tanh``, Gemma) or ``"none"`` (the exact erf form).
     """
-    if approximate not in ("tanh", "none"):
-        raise ValueError(f"approximate must be 'tanh' or 'none', got {approximate!r}")
+    validation.choice(approximate, ("tanh", "none"), "approximate", "gelu_mul")
     return _gated(x, "gelu_tanh" if approximate == "tanh" else "gelu", out)
 
 

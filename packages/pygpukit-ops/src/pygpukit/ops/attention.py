@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import validation
 from pygpukit.array import GPUArray
 from pygpukit.backend import select as _select
 from pygpukit.jit import Kernel
@@ -121,11 +122,7 @@ def _check_head_dim(d: int, name: str) -> None:
 def _check_scale(scale: float | None, d: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(d)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.floating, np.integer)):
-        raise TypeError(f"scale must be a real number or None, got {type(scale).__name__}")
-    if not math.isfinite(float(scale)):
-        raise ValueError(f"scale must be finite, got {scale}")
-    return float(scale)
+    return validation.real(scale, "scale", finite=True)
 
 
 def _check_aligned(*named: tuple[str, GPUArray | None]) -> None:
@@ -244,8 +241,7 @@ def scaled_dot_product_attention(
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of the KV heads ({hkv})")
     _check_head_dim(d, "q")
-    if not isinstance(is_causal, bool):
-        raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
+    is_causal = validation.boolean(is_causal, "is_causal")
     scale_f = _check_scale(scale, d)
     strides: tuple[int, ...] = (0, 0, 0, 0)
     if attn_mask is not None:
@@ -340,6 +336,32 @@ def _decode_split(
     return -(-capacity // chunk), chunk
 
 
+def _check_lengths_and_blocks(
+    lens: np.ndarray, table: np.ndarray | None, cache_shape: tuple[int, ...], capacity: int
+) -> None:
+    """The values the GPU kernels read unchecked, checked where the data is on the host.
+
+    A negative length, or a block index outside the paged cache among the blocks a
+    sequence's length reaches, is a ``ValueError`` naming the entry.
+    """
+    negative = np.flatnonzero(lens < 0)
+    if negative.size:
+        b = int(negative[0])
+        raise ValueError(f"seq_lens[{b}] = {int(lens[b])} is negative; lengths are >= 0")
+    if table is None:
+        return
+    num_blocks, block_size = cache_shape[0], cache_shape[2]
+    for b, length in enumerate(np.minimum(lens, capacity)):
+        used = table[b, : -(-int(length) // block_size)]
+        bad = np.flatnonzero((used < 0) | (used >= num_blocks))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(
+                f"block_table[{b}, {i}] = {int(used[i])} is not a block of the paged cache"
+                f" (0..{num_blocks - 1}); sequence {b} of length {int(length)} reaches it"
+            )
+
+
 def _decode_cpu(
     q: GPUArray,
     kc: GPUArray,
@@ -351,6 +373,7 @@ def _decode_cpu(
     out: GPUArray,
 ) -> None:
     qh, kh, vh, lh = host(q), host(kc), host(vc), host(lens)
+    _check_lengths_and_blocks(lh, None if table is None else host(table), kh.shape, capacity)
     b_, hq, d = qh.shape
     hkv = kh.shape[1]
     group = hq // hkv
@@ -394,8 +417,10 @@ def decode_attention(
     - paged: ``[num_blocks, Hkv, block_size, D]`` with ``block_table`` int32
       ``[B, max_blocks]``: token ``t`` of sequence ``b`` is at block
       ``block_table[b, t // block_size]``, offset ``t % block_size``. The entries a
-      sequence's length reaches must be valid block indices (``[0, num_blocks)``): the GPU
-      reads them without a check (checking would need a synchronisation).
+      sequence's length reaches must be valid block indices (``[0, num_blocks)``).
+
+    ``seq_lens`` must be >= 0. The CPU backend checks both and raises ``ValueError`` naming
+    the entry; the GPU reads them without a check (checking would need a synchronisation).
 
     Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
     to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding)

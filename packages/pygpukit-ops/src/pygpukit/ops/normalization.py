@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
@@ -49,6 +50,7 @@ def _check(
         residual = c.check_array(residual, "residual")
         c.check_same_dtype(x, ("residual", residual))
         c.check_shape(residual, "residual", x.shape)
+    eps = validation.real(eps, "eps")
     if not math.isfinite(eps) or eps < 0:
         raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
     return x, weight, bias, residual

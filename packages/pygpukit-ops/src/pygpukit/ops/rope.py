@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
@@ -49,6 +50,7 @@ def rope_cos_sin(
         raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
     if rotary_dim <= 0 or rotary_dim % 2:
         raise ValueError(f"rotary_dim must be a positive even number, got {rotary_dim}")
+    base = validation.real(base, "base", "rope_cos_sin")
     if not np.isfinite(base) or base <= 0:
         raise ValueError(f"base must be a positive number, got {base!r}")
     dt = np.dtype(gp.dtypes.normalize(dtype))
@@ -124,8 +126,8 @@ def apply_rope(
     Positions outside ``[0, max_positions)`` raise ``ValueError`` on the CPU backend; on the GPU
     (where checking would need a synchronisation) such a token is passed through unrotated.
     """
-    if layout not in _LAYOUTS:
-        raise ValueError(f"layout must be 'neox' or 'gptj', got {layout!r}")
+    validation.choice(layout, tuple(_LAYOUTS), "layout", "apply_rope")
+    inplace = validation.boolean(inplace, "inplace", "apply_rope")
     q = c.check_array(q, "q", dtypes=c.FLOAT_DTYPES, ndim=(3, 4))
     k = c.check_array(k, "k", dtypes=c.FLOAT_DTYPES, ndim=(3, 4))
     c.check_same_dtype(q, ("k", k))

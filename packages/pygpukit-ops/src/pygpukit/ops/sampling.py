@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
@@ -53,18 +54,20 @@ class Generator:
     ``Generator(seed)`` reproduces the same draws for the same sequence of calls;
     each :func:`sample` call uses the current :attr:`offset` and advances it by
     one, so a generator is never "consumed" by the device and nothing is copied.
-    ``seed=None`` picks a random seed. Thread-safe.
+    ``seed=None`` picks a random seed; a seed is an integer in ``[0, 2**64)`` (others are a
+    ``ValueError``, never wrapped). Thread-safe.
     """
 
     def __init__(self, seed: int | None = None, *, offset: int = 0) -> None:
         if seed is None:
             seed = secrets.randbits(64)
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-        if not isinstance(offset, (int, np.integer)) or not 0 <= int(offset) <= _U64:
-            raise ValueError(f"offset must be an int in [0, 2**64), got {offset!r}")
-        self._seed = int(seed) & _U64
-        self._offset = int(offset)
+        # Out-of-range seeds are refused rather than wrapped: -1 and 2**64 - 1 would otherwise
+        # silently give the same stream.
+        self._seed = validation.seed(seed, "seed", "Generator")
+        offset = validation.index(offset, "offset", "Generator")
+        if not 0 <= offset <= _U64:
+            raise ValueError(f"Generator: offset must be in [0, 2**64), got {offset}")
+        self._offset = offset
         self._lock = threading.Lock()
 
     @property
@@ -201,7 +204,8 @@ def sample(
     - ``min_p``: keep tokens at least ``min_p`` times as likely as the top one (0: off).
     - ``repetition_penalty`` (> 0, 1 = off) with ``prev_tokens`` int32 [B, P]: the
       tokens already generated per row; entries outside [0, V) (e.g. -1 padding)
-      are ignored. With a penalty, V may be at most ``MAX_PENALTY_VOCAB``.
+      are ignored. A penalty other than 1 without ``prev_tokens`` is a ``ValueError``.
+      With a penalty, V may be at most ``MAX_PENALTY_VOCAB``.
     - ``generator``: a :class:`Generator` (seed + offset); None uses a process-wide
       one with a random seed. Each call advances its offset by one.
 
@@ -219,6 +223,11 @@ def sample(
     pen, _ = _row_param(repetition_penalty, "repetition_penalty", b, gp.float32, 0.0, None)
     if pen == 0.0:
         raise ValueError("repetition_penalty must be > 0 (1.0 turns it off)")
+    if pen != 1.0 and prev_tokens is None:
+        raise ValueError(
+            f"repetition_penalty={pen} needs prev_tokens (the int32 [B, P] tokens to penalize);"
+            " pass them, or leave repetition_penalty at 1.0"
+        )
     n_prev = 0
     if prev_tokens is not None:
         c.check_array(prev_tokens, "prev_tokens", dtypes=[gp.int32], ndim=2)
@@ -235,7 +244,9 @@ def sample(
             f"a repetition penalty supports V <= {MAX_PENALTY_VOCAB} tokens, got V = {v}"
         )
     if generator is not None and not isinstance(generator, Generator):
-        raise TypeError(f"generator must be a pygpukit.ops.Generator, got {type(generator)}")
+        raise TypeError(
+            f"generator must be a pygpukit.ops.Generator, got {validation.describe(generator)}"
+        )
     gen = generator if generator is not None else _default_generator()
     offset = gen.next_offset()
 

@@ -190,8 +190,11 @@ def set_current_stream(stream: HostStream | None) -> None:
 
 
 def priority_range(device: int) -> tuple[int, int]:
-    """Return ``(0, 0)``: host streams have one priority."""
-    return (0, 0)
+    """Return ``(0, -5)``, the range every SM 80+ GPU reports, so code runs unchanged here.
+
+    Host streams are always idle, so the priority is only recorded.
+    """
+    return (0, -5)
 
 
 def begin_capture(stream: Any) -> None:

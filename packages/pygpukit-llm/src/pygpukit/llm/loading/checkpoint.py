@@ -49,9 +49,7 @@ def resolve_dtype(dtype: Any) -> np.dtype[Any]:
 
 def freeze(array: GPUArray) -> GPUArray:
     """Mark a loaded weight read-only so an in-place write raises instead of corrupting it."""
-    setflags = getattr(array, "setflags", None)
-    if setflags is not None:  # read-only GPUArrays: runtimes from the read-only flag on
-        setflags(write=False)
+    array.setflags(write=False)
     return array
 
 

@@ -259,7 +259,9 @@ class GGUFFile:
             raise UnsupportedModelError(
                 f"{self.path}: tensor {name!r} is stored as {t.type_name}; pygpukit.llm loads "
                 f"GGUF tensors of types {', '.join(LOADABLE_TYPES)}. Use a GGUF quantized to one "
-                "of them (e.g. Q8_0 or Q4_1), or the model's SafeTensors"
+                "of them (e.g. Q8_0 or Q4_1), or the model's SafeTensors",
+                path=str(self.path),
+                tensor=name,
             )
         assert self._map is not None, "the GGUF file was closed"
         return self._map[t.offset : t.offset + t.nbytes]

@@ -9,6 +9,7 @@
 //                               scaled and written (see normalization.cu for the row groups);
 //   softmax_<dtype>_v<VEC>_s    rows too wide for registers: one block per row, three passes.
 #include "layers.cuh"
+#include "pygpukit/kernel.cuh"
 
 using namespace pgk_layers;
 

@@ -14,6 +14,7 @@
 // Dynamic shared memory of attn_decode_mma_*: (16 + 2 * 64) * (D + 8) * 2 bytes; of
 // attn_decode_mma2_* (two K/V stages): (16 + 4 * 64) * (D + 8) * 2 bytes.
 #include "attention_common.cuh"
+#include "pygpukit/kernel.cuh"
 
 using namespace pgk_attn;
 
@@ -694,3 +695,10 @@ extern "C" __global__ void attn_decode_combine_bf16(const float* o_part, const f
     attn_decode_combine<__nv_bfloat16>(o_part, lse, seq_lens, out, hq, d_head, splits, chunk,
                                        capacity);
 }
+
+// Launch geometry the host side plans with (KernelLibrary.constant("attention_decode", NAME)).
+PGK_CONSTANT(DECODE_THREADS, kThreads);
+PGK_CONSTANT(DECODE_SIMT_HEADS, kG);       // query heads per CTA, SIMT kernel
+PGK_CONSTANT(DECODE_MMA_HEADS, kTcHeads);  // query heads per CTA, tensor-core kernels
+PGK_CONSTANT(DECODE_KEY_TILE, kTcTile);    // keys per step of the tensor-core kernels
+PGK_CONSTANT(DECODE_MAX_SPLITS, kMaxSplits);

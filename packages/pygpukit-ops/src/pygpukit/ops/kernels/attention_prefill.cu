@@ -18,6 +18,7 @@
 // Grid: 1-d, B * Hq * query tiles, in PrefillOrder (attention_common.cuh): longest causal tiles
 // first within groups of heads.
 #include "attention_common.cuh"
+#include "pygpukit/kernel.cuh"
 
 using namespace pgk_attn;
 
@@ -413,15 +414,6 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-// The TMA descriptor a kernel parameter `const __grid_constant__ CUtensorMap` receives
-// (gp.TensorMap on the host; cuda.h's type where it is included). Every arch's entry points
-// declare it; only sm_90a's use it.
-#ifndef CUDA_VERSION
-struct alignas(64) CUtensorMap {
-    unsigned long long opaque[16];
-};
-#endif
-
 // attn_prefill_wgmma_tma_* (attention_prefill_sm90_tma.cuh, 384 threads): warp-specialized, one
 // producer thread loading Q, K and V by TMA and two consumer warpgroups taking turns at the
 // tensor cores (ping-pong); tq, tk and tv are gp.TensorMap of q, k and v viewed as
@@ -489,3 +481,17 @@ extern "C" __global__ void __launch_bounds__(384, 1)
     __trap();
 #endif
 }
+
+// Launch geometry the host side plans with (KernelLibrary.constant("attention_prefill", NAME)):
+// the mma kernel's threads, and per head dim its query rows per CTA, keys per tile and shared
+// row stride (elements).
+PGK_CONSTANT(PREFILL_THREADS, kThreads);
+#define PGK_PREFILL_CONFIG(D)                        \
+    PGK_CONSTANT(PREFILL_ROWS_D##D, Config<D>::kBM); \
+    PGK_CONSTANT(PREFILL_KEYS_D##D, Config<D>::kBN); \
+    PGK_CONSTANT(PREFILL_STRIDE_D##D, Config<D>::kStride)
+PGK_PREFILL_CONFIG(64);
+PGK_PREFILL_CONFIG(80);
+PGK_PREFILL_CONFIG(96);
+PGK_PREFILL_CONFIG(128);
+PGK_PREFILL_CONFIG(256);

@@ -1,6 +1,7 @@
 // Bias + activation applied in place to a matmul result y [rows, cols] (the M > 8 path of
 // pygpukit.ops.linear): one read and one write of y, fp32 math, one rounding to the storage type.
 #include "linear_epilogue.cuh"
+#include "pygpukit/kernel.cuh"
 
 using namespace pygpukit_linear;
 

@@ -23,6 +23,7 @@
 // r1u8), 2-4 warps per row on contiguous K slices (s2, s4), and persistent grids sweeping W front
 // to back: none beat the simt kernel at M = 1 or the mma kernel at M >= 2.
 #include "linear_epilogue.cuh"
+#include "pygpukit/kernel.cuh"
 
 using namespace pygpukit_linear;
 
@@ -366,3 +367,9 @@ extern "C" __global__ void __launch_bounds__(kWarps * 32)
                     int K, int act) {
     gemv_scalar<__half>(x, w, bias, y, M, N, K, act);
 }
+
+// Launch geometry the host side plans with (KernelLibrary.constant("gemv", NAME)).
+PGK_CONSTANT(GEMV_WARPS, kWarps);
+PGK_CONSTANT(GEMV_MAX_ROWS, 8);                      // M <= 8: the accumulators live in registers
+PGK_CONSTANT(GEMV_SIMT_ROWS_PER_BLOCK, 4 * kWarps);  // simt: kRows = 4 output rows per warp
+PGK_CONSTANT(GEMV_MMA_ROWS_PER_BLOCK, 16);           // mma: one 16-row m16n8k16 tile per block

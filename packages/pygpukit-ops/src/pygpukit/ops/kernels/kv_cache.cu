@@ -7,6 +7,7 @@
 //     tokens, as in vLLM).
 // Positions or slots outside the cache are skipped too: a kernel cannot raise, and writing
 // there would corrupt other memory.
+#include "pygpukit/kernel.cuh"
 
 namespace {
 

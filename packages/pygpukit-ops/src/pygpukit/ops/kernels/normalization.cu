@@ -15,6 +15,7 @@
 // vLLM round the sum to the activation dtype before the norm; so do we). fp32 accumulation; the
 // output is rounded to T once.
 #include "layers.cuh"
+#include "pygpukit/kernel.cuh"
 
 using namespace pgk_layers;
 

@@ -13,6 +13,7 @@
 // flags: bit 0 positions are int64; bit 1 GPT-J layout; bit 2 copy the pass-through dims;
 // bits 4-5 the table dtype (0 fp32, 1 fp16, 2 bf16).
 #include "layers.cuh"
+#include "pygpukit/kernel.cuh"
 
 using namespace pgk_layers;
 

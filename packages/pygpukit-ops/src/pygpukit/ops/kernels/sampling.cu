@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "layers.cuh"
+#include "pygpukit/kernel.cuh"
 
 namespace {
 
