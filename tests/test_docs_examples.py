@@ -22,6 +22,8 @@ GUIDES = (
     "ops-attention.md",
     "ops-linear-sampling.md",
     "errors.md",
+    "llm.md",
+    "llm-loading.md",
 )
 BLOCKS = [
     (guide, index, code)

@@ -29,13 +29,14 @@ void raise_instance(PyObject* cls, const py::tuple& args, PyObject* fallback, co
 }
 
 // The OutOfMemoryError arguments of this thread's last refused allocation, as the Rust pool
-// recorded it (requested, in_use, limit, partition); `requested` alone when unavailable.
+// recorded it (requested, in_use, limit, partition, limit_exceeded); `requested` alone when
+// unavailable.
 py::tuple oom_arguments(uint64_t requested) {
     try {
         py::object last = py::module_::import("pygpukit._rust").attr("last_alloc_error")();
         if (!last.is_none()) {
             return py::make_tuple(last["requested"], last["in_use"], last["limit"],
-                                  last["partition"]);
+                                  last["partition"], last["limit_exceeded"]);
         }
     } catch (const py::error_already_set&) {
     }

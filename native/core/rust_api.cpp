@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -279,6 +280,10 @@ namespace {
         case PGK_OUT_OF_MEMORY:
         case PGK_LIMIT_EXCEEDED:
             throw OutOfMemoryError(nbytes, rust_last_error());
+        case PGK_INVALID_ARGUMENT:
+            // Not a device failure: e.g. an allocation inside a deleted partition. The pool's
+            // message says what was wrong and what to do.
+            throw std::runtime_error(rust_last_error());
         case PGK_BACKEND_ERROR:
             if (t_backend_error != CUDA_SUCCESS) throw_cuda_error(t_backend_error, what);
             [[fallthrough]];

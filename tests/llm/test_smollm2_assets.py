@@ -154,7 +154,9 @@ def transformers_reference():
 def test_ids_match_transformers(tokenizer, transformers_reference):
     for case in transformers_reference["texts"]:
         assert tokenizer.encode(case["text"], add_special_tokens=False) == case["ids"], case
-    assert tokenizer.eos_token_id == transformers_reference["eos_token_id"]
+    # transformers' GGUF conversion reports <|im_start|> (1) as eos; the file's metadata and
+    # llama.cpp say <|im_end|> (2), the token a chat turn ends with, which generation stops on.
+    assert tokenizer.eos_token_id == tokenizer.encode("<|im_end|>", add_special_tokens=False)[0]
 
 
 def test_chat_template_matches_transformers(tokenizer, transformers_reference):

@@ -115,6 +115,8 @@ def test_sdpa_errors(rand):
     q, k, v = _arrays(rand, (1, 4, 8, 64), (1, 2, 8, 64), (1, 2, 8, 64))
     sdpa = ops.scaled_dot_product_attention
     with pytest.raises(TypeError, match="q must have dtype"):
+        sdpa(gp.from_numpy(rand((1, 4, 8, 64), np.float64)), k, v)
+    with pytest.raises(TypeError, match="k has dtype float16, expected float32"):
         sdpa(gp.from_numpy(rand((1, 4, 8, 64))), k, v)
     with pytest.raises(TypeError, match="k has dtype"):
         sdpa(q, *_arrays(rand, (1, 2, 8, 64), dtype=gp.bfloat16), v)
@@ -288,14 +290,11 @@ def test_decode_split_of_the_benchmark_shape(monkeypatch):
 )  # fmt: skip
 def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
     """wgmma_tma is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
-    from pygpukit.ops import attention
+    from pygpukit.ops import attention, config
 
     monkeypatch.setattr(attention, "_arch", lambda device: arch)
-    if env is None:
-        monkeypatch.delenv(attention.KERNEL_ENV, raising=False)
-    else:
-        monkeypatch.setenv(attention.KERNEL_ENV, env)
-    assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == expect
+    with config.override(attention_kernel=env or "auto"):
+        assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == expect
 
 
 @pytest.mark.parametrize("env", ["wgma", "wgmma", "wgmma_ws", "wgmma_ws_pp"])
@@ -303,13 +302,19 @@ def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
 def test_prefill_kernel_env_invalid(monkeypatch, env, arch):
     """A typo or a removed variant (wgmma, wgmma_ws, wgmma_ws_pp) is an error on every GPU,
     naming the valid choices, rather than a silent fallback."""
-    from pygpukit.ops import attention
+    from pygpukit.ops import attention, config
 
     monkeypatch.setattr(attention, "_arch", lambda device: arch)
     monkeypatch.setenv(attention.KERNEL_ENV, env)
-    match = r"PYGPUKIT_ATTENTION_KERNEL must be one of auto, mma, wgmma_pipe, wgmma_tma .*'"
-    with pytest.raises(ValueError, match=match + env + "'"):
-        attention._prefill_kernel(128)
+    try:
+        with pytest.raises(ValueError, match=f"PYGPUKIT_ATTENTION_KERNEL='{env}' is not valid"):
+            config.reload()
+        match = r"must be one of auto, mma, wgmma_pipe, wgmma_tma, got '"
+        with pytest.raises(ValueError, match=match + env + "'"):
+            config.set(attention_kernel=env)
+    finally:
+        monkeypatch.undo()
+        config.reload()
 
 
 def test_wgmma_kernels_match_their_launch():

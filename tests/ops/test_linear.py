@@ -9,7 +9,7 @@ import pytest
 from ops_references import act_ref, linear_ref, rel_err
 
 import pygpukit as gp
-from pygpukit.ops import gemv, linear
+from pygpukit.ops import config, gemv, linear
 from pygpukit.ops.linear import ACTIVATIONS, GEMV_VARIANTS, gemv_variant
 
 LIMITS = {np.dtype(gp.float32): 1e-5, np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
@@ -132,19 +132,32 @@ def test_benchmark_suite_smoke() -> None:
 
 
 def test_gemv_variant_knob(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unset or auto: simt for one row of x, mma for more; a named variant applies to every M."""
-    for unset in (None, "", "auto"):
-        if unset is None:
-            monkeypatch.delenv("PYGPUKIT_GEMV_VARIANT", raising=False)
-        else:
-            monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", unset)
-        assert [gemv_variant(m) for m in range(1, 9)] == ["simt"] + ["mma"] * 7
-    for name in GEMV_VARIANTS:
-        monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", name)
-        assert {gemv_variant(m) for m in range(1, 9)} == {name}
-    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "r3u3")
-    with pytest.raises(ValueError, match="'r3u3' is not a GEMV variant; use one of auto, simt"):
-        gemv_variant(1)
+    """Unset or auto: simt for one row of x, mma for more; a named variant applies to every M.
+
+    The knob is read once into ops.config: a change to the environment counts after reload().
+    """
+    try:
+        for unset in (None, "", "auto"):
+            if unset is None:
+                monkeypatch.delenv("PYGPUKIT_GEMV_VARIANT", raising=False)
+            else:
+                monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", unset)
+            config.reload()
+            assert [gemv_variant(m) for m in range(1, 9)] == ["simt"] + ["mma"] * 7
+        for name in GEMV_VARIANTS:
+            monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", name)
+            assert gemv_variant(1) == "simt"  # not read again until reload()
+            config.reload()
+            assert {gemv_variant(m) for m in range(1, 9)} == {name}
+        monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "r3u3")
+        with pytest.raises(ValueError, match="PYGPUKIT_GEMV_VARIANT='r3u3' is not valid"):
+            config.reload()
+        with pytest.raises(ValueError, match=r"gemv_variant .* must be one of auto, simt, mma"):
+            config.set(gemv_variant="r3u3")
+        assert gemv_variant(2) == "mma"  # the bad value left the configuration as it was
+    finally:
+        monkeypatch.undo()
+        config.reload()
 
 
 def test_benchmark_rows_per_variant_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,11 +168,11 @@ def test_benchmark_rows_per_variant_on_gpu(monkeypatch: pytest.MonkeyPatch) -> N
 
     rng = np.random.default_rng()
     ctx = SuiteContext("cuda", True, DataCache(rng), rng, sizes=[64])
-    monkeypatch.delenv("PYGPUKIT_GEMV_VARIANT", raising=False)
-    cases = list(suite.SUITE.cases(ctx))
+    with config.override(gemv_variant="auto"):
+        cases = list(suite.SUITE.cases(ctx))
     assert len(cases) == 3 * len(GEMV_VARIANTS)
     assert {c.params["kernel"] for c in cases} == set(GEMV_VARIANTS)
     assert len({c.peer_key for c in cases}) == 3
-    monkeypatch.setenv("PYGPUKIT_GEMV_VARIANT", "mma")
-    cases = list(suite.SUITE.cases(ctx))
+    with config.override(gemv_variant="mma"):
+        cases = list(suite.SUITE.cases(ctx))
     assert len(cases) == 3 and all("kernel" not in c.params for c in cases)

@@ -161,3 +161,18 @@ def test_pickle_names_only_public_functions(rand) -> None:
     data = pickle.dumps(gp.from_numpy(rand((3,))))
     assert b"pygpukit.creation" in data and b"from_numpy" in data
     assert b"_native" not in data and b"_impl" not in data
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy", "copy"])
+def test_copies_of_a_read_only_array_are_writeable(rand, how: str) -> None:
+    host = rand((4, 3))
+    a = gp.from_numpy(host)
+    a.setflags(write=False)
+    out = {
+        "pickle": lambda: pickle.loads(pickle.dumps(a)),
+        "deepcopy": lambda: copy.deepcopy(a),
+        "copy": lambda: copy.copy(a),
+    }[how]()
+    assert out.flags.writeable and not a.flags.writeable  # as NumPy's copies
+    out[0, 0] = 5.0
+    np.testing.assert_array_equal(a.to_numpy(), host)

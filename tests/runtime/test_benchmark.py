@@ -266,3 +266,117 @@ def test_plugins_named_in_the_environment_register(
     assert "my_suite" in registry.registered_suites()
     assert "reduction" in registry.registered_suites()  # the built-ins too
     assert "ModuleNotFoundError" in registry.load_errors()["missing_module:SUITE"]
+
+
+# --- speed of light never above 100%; --sizes that cannot fit refused before the run ----------
+
+
+def test_speed_of_light_never_reads_above_100_percent(quick_run: tuple[Path, str]) -> None:
+    path, stdout = quick_run
+    doc = json.loads(path.read_text())
+    pcts = [r["pct_of_ceiling"] for r in doc["results"] if r["pct_of_ceiling"] is not None]
+    assert pcts, "no row has a speed-of-light figure"
+    assert all(0 < p <= 100.0 for p in pcts)
+    for row in doc["results"]:
+        ceiling = doc["ceilings"].get(row["ceiling"]) if row["ceiling"] else None
+        rate = row["libs"]["pygpukit"].get("rate")
+        if ceiling and ceiling["value"] and rate:
+            # a row faster than its ceiling is flagged, and then reads exactly 100%
+            assert row["exceeds_ceiling"] == (rate > ceiling["value"])
+            if row["exceeds_ceiling"]:
+                assert row["pct_of_ceiling"] == 100.0
+    for line in stdout.splitlines():
+        for cell in line.split():
+            if cell.endswith("%") and cell[:-1].isdigit():
+                assert int(cell[:-1]) <= 100, line
+
+
+def _ceiling(name: str, value: float, unit: str = "GB/s") -> Any:
+    from pygpukit.benchmark.results import Ceiling
+
+    return Ceiling(name, value, unit, measured_with="torch", how="test")
+
+
+@pytest.mark.parametrize("ratio", [0.25, 0.999, 1.0, 1.001, 3.0, 250.0])
+def test_pct_of_ceiling_is_capped_and_flagged(ratio: float, rng: np.random.Generator) -> None:
+    from pygpukit.benchmark.results import LibResult, Row
+
+    ms = float(rng.uniform(0.01, 5.0))
+    nbytes = int(rng.integers(1 << 10, 1 << 30))
+    row = Row("s/op", "s", "op", {}, "device", bytes_moved=nbytes, ceiling="copy_bw")
+    row.libs["pygpukit"] = LibResult("ok", times_ms=[ms])
+    rate = row.rate("pygpukit")
+    assert rate is not None
+    ceilings = {"copy_bw": _ceiling("copy_bw", rate / ratio)}
+    pct = row.pct_of_ceiling("pygpukit", ceilings)
+    assert pct == pytest.approx(min(100.0 * ratio, 100.0))
+    assert row.pct_of_ceiling("pygpukit", ceilings, cap=False) == pytest.approx(100.0 * ratio)
+    assert row.exceeds_ceiling("pygpukit", ceilings) == (100.0 * ratio > 100.0)
+
+
+def test_a_row_faster_than_its_ceiling_gets_the_ceiling_at_its_own_size() -> None:
+    """A 64 KiB copy (in cache) against a copy_bw ceiling measured on a large buffer."""
+    from pygpukit.benchmark.ceilings import Ceilings
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.harness import run_case
+    from pygpukit.benchmark.registry import SuiteContext
+    from pygpukit.benchmark.suites.memory import copy_case
+
+    rng = np.random.default_rng()
+    ctx = SuiteContext("cpu", True, DataCache(rng), rng)
+    lib = PyGPUkitLibrary()
+    cfg = HarnessConfig(max_reps=5, min_reps=3, budget_s=0.05, warmup_s=0.01)
+    ceilings = Ceilings(ctx, [lib], cfg)
+    case = copy_case(ctx, 64 * 1024)
+    row = run_case(case, [lib], cfg, {})
+    rate = row.rate("pygpukit")
+    assert rate is not None
+    ceilings.values["copy_bw"] = _ceiling("copy_bw", rate / 2)  # the row is twice as fast
+    ceilings.fit(case, row)
+    assert row.ceiling == "copy_bw@bytes=64KiB"
+    sized = ceilings.values[row.ceiling]
+    assert sized.value is not None and sized.how.endswith("memory/copy_d2d[bytes=64KiB]")
+    assert row.pct_of_ceiling("pygpukit", ceilings.values) <= 100.0
+
+
+@pytest.mark.parametrize(
+    ("suite", "size"),
+    [
+        ("memory", "1T"),
+        ("memory", "256T"),
+        ("elementwise", "1T"),
+        ("reduction", "4T"),
+        ("gemm", "1M"),
+        ("gemm", "4M"),
+    ],
+)
+def test_sizes_larger_than_memory_are_refused_before_the_run(suite: str, size: str) -> None:
+    proc = _run_cli("--quick", "--suite", suite, "--sizes", f"1K,{size}")
+    assert proc.returncode == 2, proc.stderr
+    assert f"--sizes {size} is too large for the {suite} suite: it needs" in proc.stderr
+    assert "GiB of host memory (it has" in proc.stderr and "nothing was run" in proc.stderr
+    assert "ceiling" not in proc.stderr and "[  1" not in proc.stderr  # nothing measured
+    assert "--sizes 1K" not in proc.stderr
+
+
+@pytest.mark.parametrize("suite", ["memory", "elementwise", "reduction", "gemm"])
+def test_sizes_that_fit_are_accepted(suite: str) -> None:
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.footprint import check_sizes_fit
+    from pygpukit.benchmark.registry import SuiteContext, registered_suites
+
+    rng = np.random.default_rng()
+    ctx = SuiteContext("cpu", True, DataCache(rng), rng, sizes=[64, 4096])
+    check_sizes_fit(ctx, [registered_suites()[suite]])
+    footprint = registered_suites()[suite].footprint
+    assert footprint is not None
+    assert footprint(ctx, 8192).device > footprint(ctx, 4096).device > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("suite", "size"), [("memory", "128G"), ("gemm", "192K")])
+def test_sizes_larger_than_gpu_memory_are_refused_on_the_gpu(suite: str, size: str) -> None:
+    proc = _run_cli("--quick", "--suite", suite, "--sizes", size, backend=None)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"--sizes {size} is too large for the {suite} suite" in proc.stderr
+    assert "of GPU memory (it has" in proc.stderr and "nothing was run" in proc.stderr

@@ -89,7 +89,9 @@ def test_help_of_every_command_describes_it_without_running_it(launcher: str, co
 
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS if not c.passthrough])
 def test_unknown_option_is_reported_with_the_commands_usage(command: str) -> None:
-    out = _run(["-m", "pygpukit", command, "--frobnicate"])
+    # Commands with positional arguments get them, so that the unknown option is the error.
+    positionals = {"chat": ["MODEL"], "generate": ["MODEL", "PROMPT"]}.get(command, [])
+    out = _run(["-m", "pygpukit", command, *positionals, "--frobnicate"])
     assert out.returncode == 2
     assert f"usage: python -m pygpukit {command}" in out.stderr
     assert "unrecognized arguments: --frobnicate" in out.stderr
@@ -112,11 +114,11 @@ def test_a_new_command_is_one_registration(tmp_path, monkeypatch, capsys) -> Non
         "    return 3\n",
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    extra = Command("generate", "complete a prompt", f"{name}:run", f"{name}:arguments")
+    extra = Command("complete", "complete a prompt", f"{name}:run", f"{name}:arguments")
     commands = (*COMMANDS, extra)
-    assert cli.main(["generate", "ab", "--max-new-tokens", "2"], commands) == 3
+    assert cli.main(["complete", "ab", "--max-new-tokens", "2"], commands) == 3
     assert capsys.readouterr().out == "abab\n"
-    assert cli.main(["generate", "--help"], commands) == 0
+    assert cli.main(["complete", "--help"], commands) == 0
     assert "--max-new-tokens" in capsys.readouterr().out
     assert cli.main(["--help"], commands) == 0
     assert "complete a prompt" in capsys.readouterr().out
@@ -274,3 +276,38 @@ def test_fallback_notice_from_a_pygpukit_thread_target_names_no_threading_frame(
     filename = notices[0].split(" ")[1]
     # No user frame on that thread: the outermost PyGPUkit frame, not threading's or runpy's.
     assert os.path.basename(os.path.dirname(filename)) == "pygpukit", filename
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({}, ["environment: no PYGPUKIT_* variables set"]),
+        ({"PYGPUKIT_ALLOW_TF32": "yes"}, ["PYGPUKIT_ALLOW_TF32='yes': ok"]),
+        (
+            {"PYGPUKIT_GEMM_BACKEND": "fastest"},
+            ["PYGPUKIT_GEMM_BACKEND='fastest': not valid: allowed values are auto, own, cublaslt"],
+        ),
+        (
+            {"PYGPUKIT_GEMM_BACKED": "own", "PYGPUKIT_ALOW_TF32": "1"},
+            [
+                "PYGPUKIT_GEMM_BACKED='own': not a known variable; did you mean "
+                "PYGPUKIT_GEMM_BACKEND?",
+                "PYGPUKIT_ALOW_TF32='1': not a known variable; did you mean PYGPUKIT_ALLOW_TF32?",
+            ],
+        ),
+        (
+            {"PYGPUKIT_BACKEND": "tpu"},
+            [
+                "backend: none  (not chosen: PYGPUKIT_BACKEND='tpu' is not valid",
+                "PYGPUKIT_BACKEND='tpu': not valid: allowed values are cpu, cuda",
+            ],
+        ),
+    ],
+    ids=["none", "ok", "bad-value", "typos", "bad-backend"],
+)
+def test_info_reports_every_pygpukit_variable(variables: dict[str, str], expected) -> None:
+    unset = {k: "<unset>" for k in os.environ if k.startswith("PYGPUKIT_")}
+    out = _run(["-m", "pygpukit", "info"], **{**unset, **variables})
+    assert out.returncode == 0, out.stderr
+    for line in expected:
+        assert line in out.stdout, out.stdout

@@ -120,3 +120,18 @@ def test_graph_capture_needs_a_gpu_on_cpu() -> None:
     assert not g.captured
     with pytest.raises(RuntimeError, match="still being captured"):
         g.replay()
+
+
+def test_host_wait_count_counts_every_wait(rand):
+    a = gp.from_numpy(rand((4,)))
+    stream, event = gp.Stream(), gp.Event()
+    before = gp.host_wait_count()
+    b = a + 1.0  # enqueueing work is not a wait
+    assert gp.host_wait_count() == before
+    b.to_numpy()
+    a[0].item()
+    stream.synchronize()
+    event.record()
+    event.synchronize()
+    gp.synchronize()
+    assert gp.host_wait_count() == before + 5

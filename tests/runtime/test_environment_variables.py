@@ -126,7 +126,7 @@ def test_good_values_parse(
         assert env.get(name) == expected
 
 
-@pytest.mark.parametrize("name", [v.name for v in env.variables() if v.kind == "choice"])
+@pytest.mark.parametrize("name", [v.name for v in _all_variables() if v.kind == "choice"])
 def test_choices_accept_each_allowed_value_in_any_case(
     fresh_env: pytest.MonkeyPatch, name: str
 ) -> None:
@@ -135,7 +135,7 @@ def test_choices_accept_each_allowed_value_in_any_case(
         assert env.choice(name) == allowed
 
 
-@pytest.mark.parametrize("name", [v.name for v in env.variables()])
+@pytest.mark.parametrize("name", [v.name for v in _all_variables()])
 def test_unset_and_empty_give_the_default(fresh_env: pytest.MonkeyPatch, name: str) -> None:
     var = env.variable(name)
     fresh_env.delenv(name, raising=False)
@@ -340,13 +340,35 @@ def test_runtime_warns_once_at_first_use_on_the_callers_line(name: str, value: s
 
 
 @pytest.mark.parametrize("value", ["lots", "-3", "1.5", "8 parsecs"])
-def test_memory_limit_from_the_environment_is_validated_by_the_rust_core(value: str) -> None:
-    out = _python(
-        "from pygpukit import memory; print(memory.get_limit(-1))", PYGPUKIT_MEMORY_LIMIT=value
-    )
+def test_memory_limit_is_reported_once_at_first_use(value: str) -> None:
+    code = "import pygpukit as gp\nx = gp.zeros((4,))\nprint(gp.memory.get_limit())\n"
+    out = _python(code, PYGPUKIT_MEMORY_LIMIT=value, PYGPUKIT_BACKEND="cpu")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"
-    assert "PYGPUKIT_MEMORY_LIMIT ignored" in out.stderr and value in out.stderr
+    warned = [line for line in out.stderr.splitlines() if "Warning: PYGPUKIT_MEMORY_LIMIT" in line]
+    assert len(warned) == 1 and value in warned[0], out.stderr
+    # the Rust core's warning, re-issued at the user's line with the runtime's category
+    assert warned[0].startswith("<string>:2: EnvironmentVariableWarning: "), warned[0]
+
+
+@pytest.mark.parametrize("value", ["lots", "-3", "1.5", "8 parsecs"])
+@pytest.mark.parametrize(
+    "first_use",
+    [
+        "from pygpukit import memory; print(memory.get_limit(-1))",
+        "from pygpukit import scheduler, memory; print(memory.get_limit(-1))",
+    ],
+    ids=["memory", "scheduler-import"],
+)
+def test_memory_limit_from_the_environment_is_validated_by_the_rust_core(
+    value: str, first_use: str
+) -> None:
+    out = _python(first_use, PYGPUKIT_MEMORY_LIMIT=value)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"
+    warned = [line for line in out.stderr.splitlines() if "PYGPUKIT_MEMORY_LIMIT ignored" in line]
+    assert len(warned) == 1 and value in warned[0], out.stderr
+    assert warned[0].startswith("<string>:1: EnvironmentVariableWarning: "), warned[0]
 
 
 def test_tf32_flag_values_mean_what_they_say(fresh_env: pytest.MonkeyPatch) -> None:

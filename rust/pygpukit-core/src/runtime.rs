@@ -51,6 +51,11 @@ struct Settings {
     next_partition: PartitionId,
     partition_qos: HashMap<PartitionId, PartitionQos>,
     qos_capacity: Option<u64>,
+    /// The memory each live scheduler (by owner id) gives its partitions; their sum is the
+    /// pools' QoS capacity.
+    governors: HashMap<u64, u64>,
+    /// Deleted partitions, refused by every pool (present and future).
+    retired: Vec<PartitionId>,
 }
 
 /// The registered device backend and one pool per device.
@@ -219,6 +224,18 @@ impl Runtime {
         Ok(self.pool_of_id(id)?.touch(id, stream)?)
     }
 
+    /// Touches block `id` and keeps it in place (never spilled) until as many
+    /// [`Runtime::release_in_place`] calls: for a host view of its memory.
+    pub fn hold_in_place(&self, id: u64, stream: Stream) -> Result<BlockRef, RuntimeError> {
+        Ok(self.pool_of_id(id)?.hold_in_place(id, stream)?)
+    }
+
+    /// Ends one [`Runtime::hold_in_place`] of block `id`.
+    pub fn release_in_place(&self, id: u64) -> Result<(), RuntimeError> {
+        self.pool_of_id(id)?.release_in_place(id);
+        Ok(())
+    }
+
     /// Touches blocks of one pool together (see [`DevicePool::touch_all`]).
     pub fn touch_all(&self, ids: &[u64], stream: Stream) -> Result<Vec<BlockRef>, RuntimeError> {
         let Some(&first) = ids.first() else {
@@ -323,6 +340,38 @@ impl Runtime {
         self.settings().qos_capacity = capacity;
         for d in self.devices() {
             self.pool(d)?.set_qos_capacity(capacity);
+        }
+        Ok(())
+    }
+
+    /// Records that scheduler `owner` gives its partitions `memory` bytes (`None`: it
+    /// governs nothing any more, e.g. shut down). The pools' QoS capacity is the sum over
+    /// the schedulers that govern partitions, so a second scheduler adds its budget for its
+    /// own partitions instead of replacing the first one's; with none it is `None`.
+    pub fn set_governor(&self, owner: u64, memory: Option<u64>) -> Result<(), RuntimeError> {
+        let capacity = {
+            let mut s = self.settings();
+            match memory {
+                Some(m) => s.governors.insert(owner, m),
+                None => s.governors.remove(&owner),
+            };
+            (!s.governors.is_empty())
+                .then(|| s.governors.values().fold(0u64, |a, &m| a.saturating_add(m)))
+        };
+        self.set_qos_capacity(capacity)
+    }
+
+    /// Retires a deleted partition on every pool, present and future: its quota and QoS are
+    /// lifted and allocations charged to it refused (`AllocErrorKind::PartitionRetired`).
+    pub fn retire_partition(&self, partition: PartitionId) -> Result<(), RuntimeError> {
+        {
+            let mut s = self.settings();
+            s.partition_limits.remove(&partition);
+            s.partition_qos.remove(&partition);
+            s.retired.push(partition);
+        }
+        for d in self.devices() {
+            self.pool(d)?.retire_partition(partition);
         }
         Ok(())
     }
@@ -498,6 +547,9 @@ fn apply_settings(pool: &mut DevicePool, settings: &Settings) -> Result<(), Back
         pool.set_partition_qos(p, Some(q));
     }
     pool.set_qos_capacity(settings.qos_capacity);
+    for &p in &settings.retired {
+        pool.retire_partition(p);
+    }
     Ok(())
 }
 
@@ -505,6 +557,7 @@ fn apply_settings(pool: &mut DevicePool, settings: &Settings) -> Result<(), Back
 mod tests {
     use super::*;
     use crate::fake_backend::FakeBackend;
+    use crate::pool::AllocErrorKind;
     use crate::transfer::Direction;
 
     #[test]
@@ -594,5 +647,49 @@ mod tests {
             matches!(err, RuntimeError::Pool(PoolError::Alloc(AllocError { partition: Some(id), .. })) if id == p)
         );
         rt.free(a.id, 0).unwrap();
+    }
+
+    #[test]
+    fn schedulers_add_their_budgets_and_leave_with_them() {
+        let rt = Runtime::new();
+        let capacity = |rt: &Runtime| rt.settings().qos_capacity;
+        rt.set_governor(1, Some(256 << 20)).unwrap();
+        rt.set_governor(2, Some(64 << 20)).unwrap();
+        assert_eq!(
+            capacity(&rt),
+            Some(320 << 20),
+            "a second scheduler adds, never replaces"
+        );
+        rt.set_governor(1, None).unwrap();
+        assert_eq!(capacity(&rt), Some(64 << 20));
+        rt.set_governor(2, None).unwrap();
+        assert_eq!(capacity(&rt), None);
+    }
+
+    #[test]
+    fn a_retired_partition_is_refused_on_pools_made_later_too() {
+        let rt = Runtime::new();
+        let p = rt.create_partition("gone", None).unwrap();
+        let kept = rt
+            .alloc_in(HOST_DEVICE, 4096, 0, AllocOptions::default(), p)
+            .unwrap();
+        rt.retire_partition(p).unwrap();
+        let refused = |device| {
+            matches!(
+                rt.alloc_in(device, 64, 0, AllocOptions::default(), p),
+                Err(RuntimeError::Pool(PoolError::Alloc(AllocError {
+                    kind: AllocErrorKind::PartitionRetired,
+                    ..
+                })))
+            )
+        };
+        assert!(refused(HOST_DEVICE));
+        rt.register_backend(Arc::new(FakeBackend::new(1 << 30)), 1)
+            .unwrap();
+        assert!(
+            refused(0),
+            "a pool registered after the deletion refuses it too"
+        );
+        rt.free(kept.id, 0).unwrap();
     }
 }

@@ -157,6 +157,7 @@ pub fn status_of(err: &RuntimeError) -> PgkStatus {
             AllocErrorKind::OutOfMemory => PGK_OUT_OF_MEMORY,
             AllocErrorKind::LimitExceeded => PGK_LIMIT_EXCEEDED,
             AllocErrorKind::WouldBlock => PGK_WOULD_BLOCK,
+            AllocErrorKind::PartitionRetired => PGK_INVALID_ARGUMENT,
             AllocErrorKind::Backend(_) => PGK_BACKEND_ERROR,
         },
         RuntimeError::Pool(PoolError::Backend(_)) => PGK_BACKEND_ERROR,
@@ -196,6 +197,22 @@ pub fn describe(err: &RuntimeError) -> String {
             format!("the transfer engine of device {d} is already configured")
         }
         RuntimeError::UnknownTransfer(t) => format!("unknown or released transfer ticket {t}"),
+        RuntimeError::Pool(PoolError::Alloc(AllocError {
+            kind: AllocErrorKind::PartitionRetired,
+            requested,
+            partition,
+            ..
+        })) => {
+            let name = partition.map_or_else(String::new, |p| {
+                let name = runtime().partition_name(p).unwrap_or_else(|| p.to_string());
+                format!(" {name:?}")
+            });
+            format!(
+                "allocation of {requested} bytes refused: partition{name} was deleted, so nothing \
+                 more can be allocated inside it; leave its `with partition:` block (or create \
+                 the partition again) before allocating"
+            )
+        }
         RuntimeError::Pool(PoolError::Alloc(a)) => {
             let limit = a.limit.map_or("none".to_string(), |l| format!("{l} bytes"));
             let what = match &a.kind {
@@ -204,11 +221,13 @@ pub fn describe(err: &RuntimeError) -> String {
                 AllocErrorKind::WouldBlock => {
                     "no cached block fits (no-wait allocation)".to_string()
                 }
+                AllocErrorKind::PartitionRetired => unreachable!("described above"),
                 AllocErrorKind::Backend(e) => e.to_string(),
             };
-            let partition = a
-                .partition
-                .map_or(String::new(), |p| format!(", partition {p}"));
+            let partition = a.partition.map_or(String::new(), |p| {
+                let name = runtime().partition_name(p).unwrap_or_else(|| p.to_string());
+                format!(", partition {name:?}")
+            });
             format!(
                 "{what}: requested {} bytes, in use {} bytes, limit {limit}{partition}",
                 a.requested, a.in_use

@@ -7,6 +7,7 @@ mod memory;
 mod pyfmt;
 mod runtime;
 mod scheduler;
+mod sizes;
 
 use pyo3::exceptions::PyUserWarning;
 use pyo3::prelude::*;
@@ -54,6 +55,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::get_limit, m)?)?;
     m.add_function(wrap_pyfunction!(memory::empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(memory::parse_limit, m)?)?;
+    m.add_function(wrap_pyfunction!(sizes::parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(memory::last_alloc_error, m)?)?;
     m.add_function(wrap_pyfunction!(memory::current_partition, m)?)?;
     m.add_function(wrap_pyfunction!(memory::set_current_partition, m)?)?;
@@ -63,6 +65,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(memory::pinned_block, m)?)?;
     m.add_class::<memory::PinnedBlock>()?;
     m.add_class::<memory::Block>()?;
+    m.add_class::<memory::HostView>()?;
     m.add_class::<memory::MemoryPool>()?;
     scheduler::register(m)?;
     apply_env_limit(py)?;

@@ -2,9 +2,17 @@
 //!
 //! The CPU backend allocates host blocks here too, so limits and stats behave
 //! as on a GPU. Under abi3-py310 PyO3 cannot implement the buffer protocol
-//! (`Py_buffer` entered the limited API in 3.11), so a host [`Block`] exposes
-//! NumPy's `__array_interface__` instead: `numpy.asarray(block)` is a writable
-//! `uint8` view whose `.base` is the block, keeping the memory alive.
+//! (`Py_buffer` entered the limited API in 3.11), so host memory is viewed by
+//! NumPy through `__array_interface__`.
+//!
+//! Host views keep their memory alive and `free()` refuses while any exists:
+//! `numpy.asarray(block)` goes through `Block.__array__`, which hands NumPy a
+//! [`HostView`] (the view's `.base`) that holds the block, counts itself in the
+//! block's live views and keeps the block in place (never spilled) while it
+//! lives. So no view can outlive the memory it reads, and no write through a
+//! view can land in a later allocation. A [`PinnedBlock`] has no `free()`: its
+//! NumPy views (`pinned_empty`) hold it, and it goes back to the pinned cache
+//! with the last of them.
 //!
 //! Calls that may wait on the device (allocation under pressure, touch,
 //! free, limits, empty_cache) release the GIL: the backend contract says
@@ -12,13 +20,17 @@
 
 use crate::capi::{self, alloc_error_of, describe};
 use crate::runtime::runtime;
+use crate::sizes::{opt_size_arg, size_arg};
 use pygpukit_core::limits::{self, LimitSpec, PartitionId};
 use pygpukit_core::pinned::PinnedBuf;
 use pygpukit_core::pool::{AllocError, AllocOptions};
 use pygpukit_core::runtime::{RuntimeError, HOST_DEVICE};
-use pyo3::exceptions::{PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyBufferError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// The device Python calls default to: 0 once a GPU backend is registered, else the host (-1).
 #[pyfunction]
@@ -43,13 +55,15 @@ fn device_or_default(device: Option<i32>) -> i32 {
 /// `pygpukit.errors.OutOfMemoryError(requested, in_use, limit, partition)`, or
 /// `MemoryError` if that module cannot be imported.
 fn out_of_memory(py: Python<'_>, a: &AllocError) -> PyErr {
+    // The default partition is "outside every partition": no partition to name.
     let partition = a
         .partition
+        .filter(|&p| p != limits::DEFAULT_PARTITION)
         .map(|p| runtime().partition_name(p).unwrap_or_else(|| p.to_string()));
     let built = py
         .import("pygpukit.errors")
         .and_then(|m| m.getattr("OutOfMemoryError"))
-        .and_then(|cls| cls.call1((a.requested, a.in_use, a.limit, partition)));
+        .and_then(|cls| cls.call1((a.requested, a.in_use, a.limit, partition, limit_exceeded(a))));
     match built {
         Ok(err) => PyErr::from_value(err),
         Err(_) => PyMemoryError::new_err(describe(&RuntimeError::Pool(
@@ -58,12 +72,19 @@ fn out_of_memory(py: Python<'_>, a: &AllocError) -> PyErr {
     }
 }
 
+/// Whether a limit (a partition's quota or the global limit) refused the allocation, rather
+/// than the device or other partitions' reservations.
+fn limit_exceeded(a: &AllocError) -> bool {
+    matches!(a.kind, pygpukit_core::pool::AllocErrorKind::LimitExceeded)
+}
+
 /// Converts a registry error into the Python exception a user should see.
 pub fn to_py_err(py: Python<'_>, err: RuntimeError) -> PyErr {
     // Python and C++ callers see the same last error and last allocation failure.
     capi::status_of(&err);
     if let Some(a) = alloc_error_of(&err) {
-        if !matches!(a.kind, pygpukit_core::pool::AllocErrorKind::Backend(_)) {
+        use pygpukit_core::pool::AllocErrorKind::{Backend, PartitionRetired};
+        if !matches!(a.kind, Backend(_) | PartitionRetired) {
             return out_of_memory(py, a);
         }
     }
@@ -201,9 +222,11 @@ pub fn last_alloc_error<'py>(py: Python<'py>) -> PyResult<Option<Bound<'py, PyDi
     d.set_item("requested", a.requested)?;
     d.set_item("in_use", a.in_use)?;
     d.set_item("limit", a.limit)?;
+    d.set_item("limit_exceeded", limit_exceeded(&a))?;
     d.set_item(
         "partition",
         a.partition
+            .filter(|&p| p != limits::DEFAULT_PARTITION)
             .map(|p| runtime().partition_name(p).unwrap_or_else(|| p.to_string())),
     )?;
     Ok(Some(d))
@@ -251,7 +274,8 @@ pub fn dispatch_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// A block of a pool. Freed by `free()` or when garbage-collected.
 ///
 /// An evictable block may be spilled by later allocations and moves when
-/// restored: read `address` (or build the NumPy view) right before each use.
+/// restored: read `address` right before each use. A NumPy view of a host
+/// block keeps it in place and alive; `free()` refuses while one exists.
 #[pyclass(module = "pygpukit._rust")]
 pub struct Block {
     #[pyo3(get)]
@@ -267,6 +291,8 @@ pub struct Block {
     address: u64,
     stream: u64,
     freed: bool,
+    /// Live [`HostView`]s of this block.
+    views: Arc<AtomicUsize>,
 }
 
 impl Block {
@@ -292,9 +318,19 @@ impl Block {
     }
 
     /// Gives the block back to its pool; its last use was on `stream` (default: its own).
+    /// Raises `BufferError` while NumPy views of it exist.
     #[pyo3(signature = (stream=None))]
     fn free(&mut self, py: Python<'_>, stream: Option<u64>) -> PyResult<()> {
         self.live()?;
+        let views = self.views.load(Ordering::Acquire);
+        if views > 0 {
+            return Err(PyBufferError::new_err(format!(
+                "block {} cannot be freed while {views} NumPy view(s) of it exist: delete them \
+                 first (`del view`; views in reference cycles go at the next gc.collect()), or \
+                 drop the block instead and it returns to the pool with its last view",
+                self.id
+            )));
+        }
         self.freed = true;
         let (id, stream) = (self.id, stream.unwrap_or(self.stream));
         py.detach(|| runtime().free(id, stream))
@@ -318,24 +354,63 @@ impl Block {
         self.freed
     }
 
-    /// NumPy's array interface (host blocks only): a writable uint8 view of `nbytes`.
-    #[getter]
-    fn __array_interface__<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        self.live()?;
-        if self.device != HOST_DEVICE {
-            return Err(PyTypeError::new_err(
-                "only host blocks (CPU backend) can be viewed as NumPy arrays",
+    /// `numpy.asarray(block)` (host blocks only): a writable `uint8` view of `nbytes`
+    /// whose base is a [`HostView`] holding the block. `copy=True` returns a copy
+    /// instead; a `dtype` other than `uint8` casts (a copy, so not with `copy=False`).
+    #[pyo3(signature = (dtype=None, copy=None))]
+    fn __array__<'py>(
+        slf: &Bound<'py, Self>,
+        dtype: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let view = {
+            let block = slf.borrow();
+            block.live()?;
+            if block.device != HOST_DEVICE {
+                return Err(PyTypeError::new_err(
+                    "only host blocks (CPU backend) can be viewed as NumPy arrays",
+                ));
+            }
+            let (id, stream) = (block.id, block.stream);
+            // Touched (restored, if spilled) and held in place for the view's life.
+            let b = py
+                .detach(|| runtime().hold_in_place(id, stream))
+                .map_err(|e| to_py_err(py, e))?;
+            block.views.fetch_add(1, Ordering::AcqRel);
+            HostView {
+                block: slf.clone().unbind(),
+                id,
+                address: b.ptr,
+                nbytes: block.nbytes,
+                views: block.views.clone(),
+            }
+        };
+        let asarray = numpy_asarray(py)?;
+        let array = asarray.call1((Bound::new(py, view)?,))?;
+        let wants_cast = match dtype {
+            Some(dt) if !dt.is_none() => !dt.eq(array.getattr("dtype")?)?,
+            _ => false,
+        };
+        if wants_cast && copy == Some(false) {
+            return Err(PyValueError::new_err(
+                "a block is viewed as uint8 bytes: a NumPy view of another dtype needs a cast \
+                 (copy=False refuses it); take numpy.asarray(block).view(dtype) instead",
             ));
         }
-        // A host block may have been spilled only if evictable; host pools never spill (no limit pressure
-        // from a GPU), but touch keeps the address right either way.
-        let address = self.touch(py, None)?;
-        let d = PyDict::new(py);
-        d.set_item("version", 3)?;
-        d.set_item("shape", (self.nbytes,))?;
-        d.set_item("typestr", "|u1")?;
-        d.set_item("data", (address, false))?;
-        Ok(d)
+        if wants_cast {
+            return array.call_method1("astype", (dtype,));
+        }
+        if copy == Some(true) {
+            return array.call_method0("copy");
+        }
+        Ok(array)
+    }
+
+    /// How many NumPy views of the block exist now.
+    #[getter]
+    fn views(&self) -> usize {
+        self.views.load(Ordering::Acquire)
     }
 
     fn __repr__(&self) -> String {
@@ -380,13 +455,72 @@ fn allocate_block(
         address: b.ptr,
         stream,
         freed: false,
+        views: Arc::new(AtomicUsize::new(0)),
     })
 }
 
-/// A host block of `nbytes` from the host pool (the CPU backend's allocator),
-/// charged to this thread's current partition.
+/// `numpy.asarray`, looked up once.
+fn numpy_asarray(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    ASARRAY
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(py.import("numpy")?.getattr("asarray")?.unbind())
+        })
+        .map(|f| f.bind(py))
+}
+
+/// The base of a NumPy view of a host [`Block`]: holds the block (so the block is not
+/// freed by garbage collection while the view lives), counts in its live views (so
+/// `free()` refuses) and keeps it in place in its pool (never spilled) until it goes.
+#[pyclass(module = "pygpukit._rust", frozen)]
+pub struct HostView {
+    block: Py<Block>,
+    id: u64,
+    address: u64,
+    nbytes: u64,
+    views: Arc<AtomicUsize>,
+}
+
+#[pymethods]
+impl HostView {
+    /// NumPy's array interface: a writable uint8 view of the block's `nbytes`.
+    #[getter]
+    fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("version", 3)?;
+        d.set_item("shape", (self.nbytes,))?;
+        d.set_item("typestr", "|u1")?;
+        d.set_item("data", (self.address, false))?;
+        Ok(d)
+    }
+
+    /// The block this view reads.
+    #[getter]
+    fn block(&self, py: Python<'_>) -> Py<Block> {
+        self.block.clone_ref(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HostView(block={}, nbytes={}, address={:#x})",
+            self.id, self.nbytes, self.address
+        )
+    }
+}
+
+impl Drop for HostView {
+    fn drop(&mut self) {
+        // Nothing to report to at garbage collection; a freed block has no hold left anyway.
+        let _ = runtime().release_in_place(self.id);
+        self.views.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A host block of `nbytes` (an int or a size string) from the host pool (the CPU
+/// backend's allocator), charged to this thread's current partition.
 #[pyfunction]
-pub fn host_block(py: Python<'_>, nbytes: u64) -> PyResult<Block> {
+pub fn host_block(py: Python<'_>, nbytes: &Bound<'_, PyAny>) -> PyResult<Block> {
+    let nbytes = size_arg(nbytes, "nbytes")?;
     allocate_block(
         py,
         HOST_DEVICE,
@@ -450,7 +584,12 @@ impl Drop for PinnedBlock {
 /// host pool's plain memory on the CPU backend).
 #[pyfunction]
 #[pyo3(signature = (nbytes, device=None))]
-pub fn pinned_block(py: Python<'_>, nbytes: u64, device: Option<i32>) -> PyResult<PinnedBlock> {
+pub fn pinned_block(
+    py: Python<'_>,
+    nbytes: &Bound<'_, PyAny>,
+    device: Option<i32>,
+) -> PyResult<PinnedBlock> {
+    let nbytes = size_arg(nbytes, "nbytes")?;
     let device = device_or_default(device);
     let buf = py
         .detach(|| {
@@ -488,11 +627,12 @@ impl MemoryPool {
     #[pyo3(signature = (quota=None, enable_eviction=false, name=None, device=None))]
     fn new(
         py: Python<'_>,
-        quota: Option<u64>,
+        quota: Option<&Bound<'_, PyAny>>,
         enable_eviction: bool,
         name: Option<String>,
         device: Option<i32>,
     ) -> PyResult<Self> {
+        let quota = opt_size_arg(quota, "MemoryPool(quota)")?;
         let device = device_or_default(device);
         let rt = runtime();
         // Fail at construction, not at the first allocation, for a device without a backend.
@@ -510,9 +650,10 @@ impl MemoryPool {
         })
     }
 
-    /// A block of at least `nbytes`, usable on `stream`.
+    /// A block of at least `nbytes` (an int or a size string), usable on `stream`.
     #[pyo3(signature = (nbytes, stream=0))]
-    fn allocate(&self, py: Python<'_>, nbytes: u64, stream: u64) -> PyResult<Block> {
+    fn allocate(&self, py: Python<'_>, nbytes: &Bound<'_, PyAny>, stream: u64) -> PyResult<Block> {
+        let nbytes = size_arg(nbytes, "MemoryPool.allocate(nbytes)")?;
         allocate_block(
             py,
             self.device,

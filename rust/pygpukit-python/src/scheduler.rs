@@ -10,6 +10,7 @@
 
 use crate::capi::describe;
 use crate::runtime::runtime;
+use crate::sizes::{opt_size_arg, size_arg};
 use pygpukit_core::pool::PartitionQos;
 use pygpukit_core::scheduler::{
     self as core, AdmissionError, ComputeShare, Outcome, PacingConfig, PartitionError,
@@ -18,6 +19,7 @@ use pygpukit_core::scheduler::{
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -101,11 +103,20 @@ impl PooledError {
     }
 }
 
-/// Admits a partition in `m` under an id from the process's memory runtime, which
-/// then charges allocations made inside the partition to it and enforces its
-/// memory limit as a quota. The runtime is asked only once admission is certain.
+/// A number naming one `PartitionManager` or `SchedulerCore` to the runtime, whose
+/// QoS capacity is the sum of the memory every live one gives its partitions.
+fn new_owner() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Admits a partition in `m` (of `owner`) under an id from the process's memory
+/// runtime, which then charges allocations made inside the partition to it and
+/// enforces its memory limit as a quota. The runtime is asked only once admission
+/// is certain.
 fn create_pooled(
     m: &mut core::PartitionManager,
+    owner: u64,
     key: &str,
     name: &str,
     spec: PartitionSpec,
@@ -119,16 +130,17 @@ fn create_pooled(
     let p = m
         .create_with_id(id, key, name, spec)
         .map_err(PooledError::Partition)?;
-    enforce(p, total_memory).map_err(PooledError::Pool)?;
+    enforce(p, owner, total_memory).map_err(PooledError::Pool)?;
     Ok(PyPartition::from_core(p, sms))
 }
 
 /// Hands an admitted partition to the enforcers: its class and request to the
-/// memory pool (reservations held back from others, reclaim order), its class and
+/// memory pool (reservations held back from other governed partitions, reclaim
+/// order; the owner's `total_memory` joins the capacity they share), its class and
 /// pacing to the dispatch controller.
-fn enforce(p: &core::Partition, total_memory: u64) -> Result<(), String> {
+fn enforce(p: &core::Partition, owner: u64, total_memory: u64) -> Result<(), String> {
     let rt = runtime();
-    rt.set_qos_capacity(Some(total_memory))
+    rt.set_governor(owner, Some(total_memory))
         .and_then(|()| {
             rt.set_partition_qos(
                 p.id,
@@ -143,8 +155,7 @@ fn enforce(p: &core::Partition, total_memory: u64) -> Result<(), String> {
     rt.dispatch().set_pacing(p.id, Some((p.qos, p.pacing())))
 }
 
-/// Lifts the quota, QoS and pacing of a deleted partition (the runtime never
-/// reuses its id).
+/// Lifts the quota, QoS and pacing of a partition no longer enforced.
 fn unpool(p: &core::Partition) -> Result<(), PooledError> {
     let rt = runtime();
     rt.dispatch()
@@ -155,13 +166,24 @@ fn unpool(p: &core::Partition) -> Result<(), PooledError> {
         .map_err(|e| PooledError::Pool(describe(&e)))
 }
 
-/// When a manager goes away its partitions stop being enforced: their
+/// A deleted partition: enforcement lifted, and allocations still made inside it
+/// refused by the pool (the runtime never reuses its id).
+fn retire(p: &core::Partition) -> Result<(), PooledError> {
+    unpool(p)?;
+    runtime()
+        .retire_partition(p.id)
+        .map_err(|e| PooledError::Pool(describe(&e)))
+}
+
+/// When a manager is closed or goes away its partitions stop being enforced and its
+/// memory leaves the capacity the pool's governed partitions share: their
 /// reservations would otherwise be held back for nobody.
-fn unpool_all(m: &core::PartitionManager) {
+fn unpool_all(m: &core::PartitionManager, owner: u64) {
     for p in m.list().filter(|p| p.id != core::DEFAULT_PARTITION) {
         // Best effort: a failure here has no caller to report to.
         let _ = unpool(p);
     }
+    let _ = runtime().set_governor(owner, None);
 }
 
 /// What a partition asks for, built by chaining:
@@ -186,23 +208,27 @@ impl PyPartitionLimits {
         }
     }
 
-    /// Reserves `bytes` and caps the partition there (request = limit).
-    fn memory(&self, bytes: u64) -> Self {
-        self.with(|s| {
+    /// Reserves `bytes` (an int or a size string like `"1GiB"`) and caps the partition
+    /// there (request = limit).
+    fn memory(&self, bytes: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let bytes = size_arg(bytes, "PartitionLimits.memory(bytes)")?;
+        Ok(self.with(|s| {
             s.memory_request = bytes;
             s.memory_limit = Some(bytes);
-        })
+        }))
     }
 
-    /// Reserves `bytes` without changing the limit.
-    fn memory_request(&self, bytes: u64) -> Self {
-        self.with(|s| s.memory_request = bytes)
+    /// Reserves `bytes` (an int or a size string) without changing the limit.
+    fn memory_request(&self, bytes: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let bytes = size_arg(bytes, "PartitionLimits.memory_request(bytes)")?;
+        Ok(self.with(|s| s.memory_request = bytes))
     }
 
-    /// Caps the partition at `bytes` (`None`: the device).
+    /// Caps the partition at `bytes` (an int or a size string; `None`: the device).
     #[pyo3(signature = (bytes))]
-    fn memory_limit(&self, bytes: Option<u64>) -> Self {
-        self.with(|s| s.memory_limit = bytes)
+    fn memory_limit(&self, bytes: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let bytes = opt_size_arg(bytes, "PartitionLimits.memory_limit(bytes)")?;
+        Ok(self.with(|s| s.memory_limit = bytes))
     }
 
     /// Reserves a fraction of the device's compute, in (0, 1].
@@ -214,8 +240,16 @@ impl PyPartitionLimits {
     }
 
     /// Reserves `count` SMs (the manager must know the device's SM count).
-    fn sms(&self, count: u32) -> Self {
-        self.with(|s| s.compute = ComputeShare::Sms(count))
+    fn sms(&self, count: i64) -> PyResult<Self> {
+        let count = u32::try_from(count)
+            .ok()
+            .filter(|&c| c > 0)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "PartitionLimits.sms(count) must be a number of SMs >= 1, got {count}"
+                ))
+            })?;
+        Ok(self.with(|s| s.compute = ComputeShare::Sms(count)))
     }
 
     /// Orders this partition's tasks within its QoS class; larger goes first.
@@ -289,6 +323,28 @@ impl PyPartitionLimits {
     }
 }
 
+/// A device's SM count as given to `name`: `None`, or a number >= 1.
+fn sm_count(count: Option<i64>, name: &str) -> PyResult<Option<u32>> {
+    count
+        .map(|c| {
+            u32::try_from(c).ok().filter(|&c| c > 0).ok_or_else(|| {
+                PyValueError::new_err(format!("{name} must be an SM count >= 1 or None, got {c}"))
+            })
+        })
+        .transpose()
+}
+
+/// A task's share of the device's bandwidth, given to `name`: a finite number >= 0.
+fn bandwidth_arg(bandwidth: f64, name: &str) -> PyResult<f64> {
+    if bandwidth.is_finite() && bandwidth >= 0.0 {
+        Ok(bandwidth)
+    } else {
+        Err(PyValueError::new_err(format!(
+            "{name} must be a finite share of the device's bandwidth >= 0, got {bandwidth}"
+        )))
+    }
+}
+
 fn pacing_tuple(p: &PacingConfig) -> (f64, f64, bool) {
     (p.rate, p.burst_ns as f64 / 1e6, p.yield_to_higher)
 }
@@ -312,11 +368,11 @@ pub struct PyPartitionConfig {
 impl PyPartitionConfig {
     #[new]
     #[pyo3(signature = (total_memory, total_sms = None))]
-    fn new(total_memory: u64, total_sms: Option<u32>) -> Self {
-        PyPartitionConfig {
-            total_memory,
-            total_sms,
-        }
+    fn new(total_memory: &Bound<'_, PyAny>, total_sms: Option<i64>) -> PyResult<Self> {
+        Ok(PyPartitionConfig {
+            total_memory: size_arg(total_memory, "PartitionConfig(total_memory)")?,
+            total_sms: sm_count(total_sms, "PartitionConfig(total_sms)")?,
+        })
     }
 
     fn __repr__(&self) -> String {
@@ -405,11 +461,12 @@ impl PyPartition {
 #[pyclass(module = "pygpukit._rust", name = "PartitionManager", frozen)]
 pub struct PyPartitionManager {
     inner: Mutex<core::PartitionManager>,
+    owner: u64,
 }
 
 impl Drop for PyPartitionManager {
     fn drop(&mut self) {
-        unpool_all(&lock(&self.inner));
+        unpool_all(&lock(&self.inner), self.owner);
     }
 }
 
@@ -419,6 +476,7 @@ impl PyPartitionManager {
     fn new(config: PyPartitionConfig) -> Self {
         PyPartitionManager {
             inner: Mutex::new(core::PartitionManager::new(config.core())),
+            owner: new_owner(),
         }
     }
 
@@ -430,13 +488,13 @@ impl PyPartitionManager {
         name: &str,
         limits: PyPartitionLimits,
     ) -> PyResult<PyPartition> {
-        let result = create_pooled(&mut lock(&self.inner), id, name, limits.spec);
+        let result = create_pooled(&mut lock(&self.inner), self.owner, id, name, limits.spec);
         result.map_err(|e| e.into_py(py))
     }
 
     /// Stops enforcing every partition (quota, reservation, pacing).
     fn end_enforcement(&self) {
-        unpool_all(&lock(&self.inner));
+        unpool_all(&lock(&self.inner), self.owner);
     }
 
     /// Deletes a partition, giving its reservation back.
@@ -445,7 +503,7 @@ impl PyPartitionManager {
             let mut m = lock(&self.inner);
             let sms = m.config().total_sms;
             m.delete(id).map_err(PooledError::Partition).and_then(|p| {
-                unpool(&p)?;
+                retire(&p)?;
                 Ok(PyPartition::from_core(&p, sms))
             })
         };
@@ -499,10 +557,17 @@ impl PyQosTaskMeta {
     /// Reserves `memory` bytes (request = limit) and `bandwidth`.
     #[staticmethod]
     #[pyo3(signature = (id, name, memory, bandwidth = 0.0))]
-    fn guaranteed(id: &str, name: &str, memory: u64, bandwidth: f64) -> Self {
-        PyQosTaskMeta {
+    fn guaranteed(
+        id: &str,
+        name: &str,
+        memory: &Bound<'_, PyAny>,
+        bandwidth: f64,
+    ) -> PyResult<Self> {
+        let memory = size_arg(memory, "QosTaskMeta.guaranteed(memory)")?;
+        let bandwidth = bandwidth_arg(bandwidth, "QosTaskMeta.guaranteed(bandwidth)")?;
+        Ok(PyQosTaskMeta {
             inner: core::QosTaskMeta::guaranteed(id, name, memory, bandwidth),
-        }
+        })
     }
 
     /// Reserves `memory_request`, may grow to `memory_limit` (`None`: the device).
@@ -511,13 +576,16 @@ impl PyQosTaskMeta {
     fn burstable(
         id: &str,
         name: &str,
-        memory_request: u64,
-        memory_limit: Option<u64>,
+        memory_request: &Bound<'_, PyAny>,
+        memory_limit: Option<&Bound<'_, PyAny>>,
         bandwidth: f64,
-    ) -> Self {
-        PyQosTaskMeta {
+    ) -> PyResult<Self> {
+        let memory_request = size_arg(memory_request, "QosTaskMeta.burstable(memory_request)")?;
+        let memory_limit = opt_size_arg(memory_limit, "QosTaskMeta.burstable(memory_limit)")?;
+        let bandwidth = bandwidth_arg(bandwidth, "QosTaskMeta.burstable(bandwidth)")?;
+        Ok(PyQosTaskMeta {
             inner: core::QosTaskMeta::burstable(id, name, memory_request, memory_limit, bandwidth),
-        }
+        })
     }
 
     /// Reserves nothing.
@@ -622,7 +690,8 @@ pub struct PyQosPolicyEvaluator {
 impl PyQosPolicyEvaluator {
     #[new]
     #[pyo3(signature = (total_memory, total_bandwidth = 1.0))]
-    fn new(total_memory: u64, total_bandwidth: f64) -> PyResult<Self> {
+    fn new(total_memory: &Bound<'_, PyAny>, total_bandwidth: f64) -> PyResult<Self> {
+        let total_memory = size_arg(total_memory, "QosPolicyEvaluator(total_memory)")?;
         let inner = core::QosPolicyEvaluator::new(total_memory, total_bandwidth)
             .map_err(PyValueError::new_err)?;
         Ok(PyQosPolicyEvaluator {
@@ -670,11 +739,12 @@ impl PyQosPolicyEvaluator {
 pub struct PySchedulerCore {
     inner: Mutex<core::Scheduler>,
     epoch: Instant,
+    owner: u64,
 }
 
 impl Drop for PySchedulerCore {
     fn drop(&mut self) {
-        unpool_all(lock(&self.inner).partitions());
+        unpool_all(lock(&self.inner).partitions(), self.owner);
     }
 }
 
@@ -707,15 +777,16 @@ fn seconds(ns: u64) -> f64 {
 impl PySchedulerCore {
     #[new]
     #[pyo3(signature = (total_memory, total_sms = None))]
-    fn new(total_memory: u64, total_sms: Option<u32>) -> Self {
+    fn new(total_memory: &Bound<'_, PyAny>, total_sms: Option<i64>) -> PyResult<Self> {
         let config = core::PartitionConfig {
-            total_memory,
-            total_sms,
+            total_memory: size_arg(total_memory, "Scheduler(total_memory)")?,
+            total_sms: sm_count(total_sms, "Scheduler(total_sms)")?,
         };
-        PySchedulerCore {
+        Ok(PySchedulerCore {
             inner: Mutex::new(core::Scheduler::new(core::PartitionManager::new(config))),
             epoch: Instant::now(),
-        }
+            owner: new_owner(),
+        })
     }
 
     /// Admits a partition; raises `AdmissionError` saying what is short.
@@ -726,14 +797,20 @@ impl PySchedulerCore {
         name: &str,
         limits: PyPartitionLimits,
     ) -> PyResult<PyPartition> {
-        let result = create_pooled(lock(&self.inner).partitions_mut(), id, name, limits.spec);
+        let result = create_pooled(
+            lock(&self.inner).partitions_mut(),
+            self.owner,
+            id,
+            name,
+            limits.spec,
+        );
         result.map_err(|e| e.into_py(py))
     }
 
     /// Stops enforcing every partition (quota, reservation, pacing): the
     /// scheduler is shut down. Its books stay readable.
     fn end_enforcement(&self) {
-        unpool_all(lock(&self.inner).partitions());
+        unpool_all(lock(&self.inner).partitions(), self.owner);
     }
 
     /// Deletes a partition with no unfinished tasks.
@@ -744,7 +821,7 @@ impl PySchedulerCore {
             s.delete_partition(id)
                 .map_err(PooledError::Scheduler)
                 .and_then(|p| {
-                    unpool(&p)?;
+                    retire(&p)?;
                     Ok(PyPartition::from_core(&p, sms))
                 })
         };
@@ -762,16 +839,17 @@ impl PySchedulerCore {
 
     /// Queues a task as pending; returns its id. Raises `AdmissionError` when it
     /// could never fit, `KeyError` for an unknown partition.
-    #[pyo3(signature = (name, partition = None, priority = 0, memory = 0, timeout = None))]
+    #[pyo3(signature = (name, partition = None, priority = 0, memory = None, timeout = None))]
     fn submit(
         &self,
         py: Python<'_>,
         name: String,
         partition: Option<String>,
         priority: i32,
-        memory: u64,
+        memory: Option<&Bound<'_, PyAny>>,
         timeout: Option<f64>,
     ) -> PyResult<u64> {
+        let memory = opt_size_arg(memory, "submit(memory)")?.unwrap_or(0);
         if let Some(t) = timeout {
             if !(t >= 0.0 && t.is_finite()) {
                 return Err(PyValueError::new_err(format!(

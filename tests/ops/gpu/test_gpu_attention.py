@@ -9,7 +9,8 @@ KV writes: exact against NumPy loops.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 import numpy as np
 import pytest
@@ -26,6 +27,15 @@ from ops_references import (
 
 import pygpukit as gp
 from pygpukit import ops
+from pygpukit.ops import config
+
+
+@pytest.fixture
+def use_config() -> Iterator[Callable[..., object]]:
+    """``use_config(**knobs)``: ops.config knobs in force until the test ends."""
+    with ExitStack() as stack:
+        yield lambda **knobs: stack.enter_context(config.override(**knobs))
+
 
 pytestmark = pytest.mark.gpu
 
@@ -45,12 +55,12 @@ def run(q, k, v, **kw) -> np.ndarray:
 
 
 @pytest.fixture(params=["auto", "mma", "wgmma_pipe"])
-def prefill_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def prefill_kernel(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a prefill test with the default kernel (wgmma_tma on SM 9.0 for head dims 64 and
     128), with the mma.sync kernel forced, and with the other Hopper kernel (mma off SM 9.0 and
     for the other head dims), so all three stay covered on Hopper."""
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", request.param)
-    return request.param
+    with config.override(attention_kernel=request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -147,10 +157,10 @@ def test_vs_torch(rand, prefill_kernel, dtype, d, sq, sk, causal):
 
 
 @pytest.fixture(params=["mma", "mma2", "simt"])
-def decode_kernel(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def decode_kernel(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a decode test with each decode kernel (PYGPUKIT_DECODE_KERNEL)."""
-    monkeypatch.setenv("PYGPUKIT_DECODE_KERNEL", request.param)
-    return str(request.param)
+    with config.override(decode_kernel=request.param):
+        yield str(request.param)
 
 
 @pytest.mark.parametrize("dtype", HALF)
@@ -296,9 +306,9 @@ def _hopper() -> None:
 )  # fmt: skip
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("variant", WGMMA_VARIANTS)
-def test_wgmma_prefill(rand, monkeypatch, variant, dtype, d, hq, hkv, sq, sk, causal):
+def test_wgmma_prefill(rand, use_config, variant, dtype, d, hq, hkv, sq, sk, causal):
     _hopper()
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    use_config(attention_kernel=variant)
     q, k, v = qkv(rand, 2, hq, hkv, sq, sk, d, dtype)
     got = run(q, k, v, is_causal=causal)
     assert np.all(np.isfinite(got.astype(np.float32)))
@@ -308,9 +318,9 @@ def test_wgmma_prefill(rand, monkeypatch, variant, dtype, d, hq, hkv, sq, sk, ca
 @pytest.mark.parametrize("dtype", HALF)
 @pytest.mark.parametrize("shape", [(129, 200), (2, 1, 129, 200), (1, 4, 1, 200)])
 @pytest.mark.parametrize("variant", WGMMA_VARIANTS)
-def test_wgmma_prefill_masks(rand, monkeypatch, variant, dtype, shape):
+def test_wgmma_prefill_masks(rand, use_config, variant, dtype, shape):
     _hopper()
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    use_config(attention_kernel=variant)
     q, k, v = qkv(rand, 2, 4, 2, 129, 200, 128, dtype)
     mask = rand(shape).astype(np.float32)
     got = run(q, k, v, attn_mask=mask, is_causal=True)
@@ -320,10 +330,10 @@ def test_wgmma_prefill_masks(rand, monkeypatch, variant, dtype, shape):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("variant", WGMMA_VARIANTS)
-def test_wgmma_prefill_no_keys(rand, monkeypatch, variant, d, causal):
+def test_wgmma_prefill_no_keys(rand, use_config, variant, d, causal):
     """Sk = 0: every CTA runs zero key tiles (no load, no barrier phase) and writes zeros."""
     _hopper()
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    use_config(attention_kernel=variant)
     q, k, v = qkv(rand, 2, 4, 2, 200, 0, d, gp.bfloat16)
     got = run(q, k, v, is_causal=causal)
     assert got.shape == q.shape
@@ -332,13 +342,13 @@ def test_wgmma_prefill_no_keys(rand, monkeypatch, variant, d, causal):
 
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("variant", WGMMA_VARIANTS)
-def test_wgmma_matches_mma(rand, monkeypatch, variant, d):
+def test_wgmma_matches_mma(rand, use_config, variant, d):
     """Both kernels on a long causal problem (4 K tokens): same result within bf16 rounding."""
     _hopper()
     q, k, v = qkv(rand, 1, 4, 4, 4096, 4096, d, gp.bfloat16)
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "mma")
+    use_config(attention_kernel="mma")
     a = run(q, k, v, is_causal=True)
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    use_config(attention_kernel=variant)
     b = run(q, k, v, is_causal=True)
     assert rel_err(b, a) < 1e-2
 
@@ -346,11 +356,11 @@ def test_wgmma_matches_mma(rand, monkeypatch, variant, d):
 @pytest.mark.parametrize("scale", [-0.1, 0.0, 0.04])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("variant", WGMMA_VARIANTS)
-def test_wgmma_prefill_explicit_scales(rand, monkeypatch, variant, scale, causal):
+def test_wgmma_prefill_explicit_scales(rand, use_config, variant, scale, causal):
     """Interior tiles fold a positive scale into exp2; zero and negative scales take the
     explicitly scaled path on every tile (the fold needs max(S * scale) = max(S) * scale)."""
     _hopper()
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    use_config(attention_kernel=variant)
     q, k, v = qkv(rand, 1, 2, 2, 300, 300, 128, gp.bfloat16)
     got = run(q, k, v, is_causal=causal, scale=scale)
     ref = ref_sdpa(q, k, v, causal=causal, scale=scale)
@@ -358,34 +368,34 @@ def test_wgmma_prefill_explicit_scales(rand, monkeypatch, variant, scale, causal
 
 
 @pytest.mark.parametrize("variant", WGMMA_VARIANTS)
-def test_wgmma_prefill_head_groups_with_a_partial_last_group(rand, monkeypatch, variant):
+def test_wgmma_prefill_head_groups_with_a_partial_last_group(rand, use_config, variant):
     """B * Hq = 12 heads: one full group of 8 and a last group of 4 (the kernels' PrefillOrder),
     with GQA, causal, row tiles of unequal length."""
     _hopper()
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", variant)
+    use_config(attention_kernel=variant)
     q, k, v = qkv(rand, 3, 4, 2, 700, 700, 64, gp.float16)
     got = run(q, k, v, is_causal=True)
     assert rel_err(got, ref_sdpa(q, k, v, causal=True)) < LIMIT[np.dtype(gp.float16)]
 
 
-def test_prefill_of_evictable_inputs(rand, monkeypatch):
+def test_prefill_of_evictable_inputs(rand, use_config):
     """Evictable q, k, v (their address may change) run on the Hopper kernel that takes
     pointers: the TMA kernel's maps would hold a stale address."""
-    monkeypatch.delenv("PYGPUKIT_ATTENTION_KERNEL", raising=False)
+    use_config(attention_kernel="auto")
     q, k, v = qkv(rand, 2, 4, 2, 200, 200, 128, gp.bfloat16)
     ga = [gp.from_numpy(x, evictable=True) for x in (q, k, v)]
     got = ops.scaled_dot_product_attention(*ga, is_causal=True).to_numpy()
     assert rel_err(got, ref_sdpa(q, k, v, causal=True)) < LIMIT[np.dtype(gp.bfloat16)]
 
 
-def test_wgmma_is_the_hopper_default(monkeypatch):
+def test_wgmma_is_the_hopper_default(use_config):
     """Unset or auto: wgmma_tma for head dims 64 and 128 on SM 9.0, mma for the others."""
     _hopper()
     from pygpukit.ops import attention
 
-    monkeypatch.delenv("PYGPUKIT_ATTENTION_KERNEL", raising=False)
+    use_config(attention_kernel="auto")
     assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == [
         "wgmma_tma", "mma", "wgmma_tma", "mma",
     ]  # fmt: skip
-    monkeypatch.setenv("PYGPUKIT_ATTENTION_KERNEL", "mma")
+    use_config(attention_kernel="mma")
     assert attention._prefill_kernel(128) == "mma"

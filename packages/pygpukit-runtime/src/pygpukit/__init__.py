@@ -181,7 +181,7 @@ from .shape_ops import (
     tril,
     triu,
 )
-from .stream import Event, Stream, current_stream
+from .stream import Event, Stream, current_stream, host_wait_count
 
 if TYPE_CHECKING:
     from . import benchmark, memory, scheduler
@@ -275,6 +275,7 @@ __all__ = [
     "graph_capture",
     "greater",
     "greater_equal",
+    "host_wait_count",
     "int8",
     "int16",
     "int32",

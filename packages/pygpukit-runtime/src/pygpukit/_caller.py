@@ -43,6 +43,12 @@ def _is_plumbing(frame: FrameType) -> bool:
     return any(name == m or name.startswith(m + ".") for m in _PLUMBING_MODULES)
 
 
+def _hidden_by_warnings(frame: FrameType) -> bool:
+    """Frames ``warnings.warn`` steps over when counting ``stacklevel`` (the import system)."""
+    filename = frame.f_code.co_filename
+    return "importlib" in filename and "_bootstrap" in filename
+
+
 def user_stacklevel(skip: int = 0) -> int:
     """The ``stacklevel`` that points a warning issued by the caller at the user's line.
 
@@ -53,6 +59,9 @@ def user_stacklevel(skip: int = 0) -> int:
     level = 1
     outermost_internal = 1
     while frame is not None:
+        if level > 1 and _hidden_by_warnings(frame):
+            frame = frame.f_back  # warnings.warn skips these itself: they take no level
+            continue
         if skip > 0:
             skip -= 1
             outermost_internal = level

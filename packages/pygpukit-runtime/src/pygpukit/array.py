@@ -7,7 +7,7 @@ Metadata reads come straight from the impl; views are computed by
 which backend runs. Arrays made on internal paths skip validation
 (:func:`_wrap`), because per-op host time matters.
 
-Sync points (explicit, per ARCHITECTURE.md): ``to_numpy``, ``__array__``,
+Sync points (explicit, per docs/internals.md): ``to_numpy``, ``__array__``,
 ``item``/``float``/``int``/``bool``, ``repr``.
 """
 
@@ -576,6 +576,9 @@ class GPUArray:
         if out is not None:
             self._check_out(out)
         if blocking:
+            from .stream import count_host_wait
+
+            count_host_wait()
             return self._backend.to_numpy(self._impl, stream_impl, out)
         return self._backend.to_numpy_async(self._impl, stream_impl, out)
 

@@ -62,6 +62,20 @@ COMMANDS: tuple[Command, ...] = (
         "pygpukit.benchmark.cli:main",
         passthrough=True,
     ),
+    Command(
+        "chat",
+        "chat with an LLM (a model directory or .gguf file): streaming, /reset, /exit",
+        "pygpukit.llm.cli:chat_command",
+        arguments="pygpukit.llm.cli:chat_arguments",
+        distribution="pygpukit-llm",
+    ),
+    Command(
+        "generate",
+        "continue a prompt with an LLM and print the text as it is generated",
+        "pygpukit.llm.cli:generate_command",
+        arguments="pygpukit.llm.cli:generate_arguments",
+        distribution="pygpukit-llm",
+    ),
 )
 
 

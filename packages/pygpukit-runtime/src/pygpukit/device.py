@@ -83,7 +83,10 @@ def get_device_info(device: int | None = None) -> dict[str, Any]:
 
 def synchronize(device: int | None = None) -> None:
     """Wait until all work on ``device`` (the current one by default) has finished."""
+    from .stream import count_host_wait
+
     ordinal = get_device() if device is None else _check_ordinal(device)
+    count_host_wait()
     _backend().synchronize(ordinal)
 
 

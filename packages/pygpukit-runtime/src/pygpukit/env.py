@@ -46,6 +46,7 @@ __all__ = [
     "Variable",
     "choice",
     "clear_cache",
+    "describe_environment",
     "flag",
     "get",
     "integer",
@@ -101,7 +102,8 @@ class Variable:
     ``path``, empty has a meaning of its own: see :func:`path`). ``read`` says when it is
     read (``"first use"``, ``"each call"``, ``"build"``, ...), ``package`` which
     distribution owns it. ``on_invalid`` is ``"warn"`` (warn once, use the default) or
-    ``"raise"``.
+    ``"raise"``. ``reported_natively``: native code reads it and reports a bad value
+    itself, so :func:`validate_all` leaves it out (one warning, not two).
     """
 
     name: str
@@ -113,6 +115,7 @@ class Variable:
     package: str = "pygpukit-runtime"
     on_invalid: str = "warn"
     fraction: bool = False
+    reported_natively: bool = False
     minimum: int | None = None
     maximum: int | None = None
     accepts: str = ""
@@ -220,6 +223,7 @@ def register(
     package: str = "pygpukit-runtime",
     on_invalid: Literal["warn", "raise"] = "warn",
     fraction: bool = False,
+    reported_natively: bool = False,
     minimum: int | None = None,
     maximum: int | None = None,
     accepts: str = "",
@@ -255,6 +259,7 @@ def register(
         read=read,
         package=package,
         on_invalid=on_invalid,
+        reported_natively=reported_natively,
         fraction=fraction,
         minimum=minimum,
         maximum=maximum,
@@ -395,8 +400,41 @@ def validate_all() -> None:
     every backend, even for variables that backend never reads.
     """
     for var in variables():
-        if var.read != "build" and var.package != "tests" and var.name in os.environ:
+        skip = var.read == "build" or var.package == "tests" or var.reported_natively
+        if not skip and var.name in os.environ:
             get(var.name)
+
+
+def describe_environment() -> list[tuple[str, str, str]]:
+    """``(name, value, verdict)`` for every ``PYGPUKIT_*`` variable set now, sorted.
+
+    The verdict is ``"ok"``, what the variable accepts when the value is not allowed, or,
+    for a name nothing registered, that it is unknown (with the closest registered name:
+    a typo is otherwise silently ignored). Warns and raises nothing: for reports such as
+    ``pygpukit info``. Variables of packages not imported yet count as unknown.
+    """
+    import difflib
+
+    known = {var.name: var for var in variables()}
+    rows = []
+    for name in sorted(n for n in os.environ if n.startswith("PYGPUKIT_")):
+        raw = os.environ[name]
+        var = known.get(name)
+        if var is None:
+            close = difflib.get_close_matches(name, list(known), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            rows.append((name, raw, f"not a known variable{hint}"))
+            continue
+        verdict = "ok"
+        if raw.strip():
+            try:
+                var.parse(raw)
+            except _Invalid:
+                verdict = f"not valid: allowed values are {var.allowed_text()}"
+            except ValueError as exc:
+                verdict = f"not valid: allowed values are {var.allowed_text()} ({exc})"
+        rows.append((name, raw, verdict))
+    return rows
 
 
 def clear_cache() -> None:
@@ -453,6 +491,7 @@ register(
     "size",
     fraction=True,
     read="when pygpukit._rust loads (first use)",
+    reported_natively=True,
     description="A limit on every memory pool, as gp.memory.set_limit takes it. Read by the "
     "Rust core, which warns and ignores a value it cannot read.",
 )
@@ -499,6 +538,14 @@ register(
     description="Make the test suite fail instead of skipping GPU tests when no usable GPU "
     "is found (tools/gpu_check.sh sets it).",
     on_invalid="raise",
+)
+register(
+    "PYGPUKIT_SMOLLM2_GGUF",
+    "path",
+    read="test session (tests/llm)",
+    package="tests",
+    description="A local copy of the SmolLM2-135M-Instruct Q4_1 GGUF the llm tests use, for "
+    "machines that cannot download it.",
 )
 register(
     "PYGPUKIT_CUDA_ARCHS",

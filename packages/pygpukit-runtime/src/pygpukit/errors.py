@@ -24,6 +24,7 @@ __all__ = [
     "OutOfMemoryError",
     "PyGPUkitError",
     "ReadOnlyArrayError",
+    "SchedulerDeadlockError",
 ]
 
 
@@ -66,18 +67,32 @@ class CudaError(PyGPUkitError):
 
 
 class OutOfMemoryError(PyGPUkitError, MemoryError):
-    """An allocation did not fit in the device, the memory limit or a partition's quota."""
+    """An allocation did not fit in the device, the memory limit or a partition's quota.
+
+    ``in_use`` is what the refusing partition (or, outside partitions, the pool) holds, not
+    counting the refused request; ``partition`` is None outside every partition.
+    ``limit_exceeded`` says whether a limit (the partition's quota or the global limit)
+    refused it, rather than the device or other partitions' reservations.
+    """
 
     def __init__(
-        self, requested: int, in_use: int, limit: int | None, partition: str | None = None
+        self,
+        requested: int,
+        in_use: int,
+        limit: int | None,
+        partition: str | None = None,
+        limit_exceeded: bool | None = None,
     ) -> None:
         self.requested = requested
         self.in_use = in_use
         self.limit = limit
         self.partition = partition
+        if limit_exceeded is None:  # not told: guess from the figures (sizes are rounded up)
+            limit_exceeded = limit is not None and in_use + requested > limit
+        self.limit_exceeded = limit_exceeded
         where = f"partition {partition!r}" if partition else "the memory pool"
         cap = f" of a {_size(limit)} limit" if limit is not None else ""
-        if partition and (limit is None or in_use + requested <= limit):
+        if partition and not limit_exceeded:
             # Not the partition's own quota: the scheduler's QoS refused it, because the rest of
             # the device is allocated or reserved by other partitions.
             super().__init__(
@@ -162,6 +177,15 @@ class AdmissionError(PyGPUkitError):
     requested: int | None = None
     available: int | None = None
     partition: str | None = None
+
+
+class SchedulerDeadlockError(PyGPUkitError, RuntimeError):
+    """A scheduler task waited for another task that can never start.
+
+    Raised by ``Task.result()`` / ``Task.exception()`` (without a timeout) inside a
+    task when every worker of the scheduler would then be blocked waiting on its
+    own tasks, so none is left to run the one awaited.
+    """
 
 
 class DeviceNotSupportedError(PyGPUkitError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from argparse import Namespace
 from typing import Any, TextIO
@@ -28,12 +29,18 @@ def _probe_library(name: str) -> dict[str, Any]:
 
 def collect() -> dict[str, Any]:
     """Gather the report as a dict (backend, reason, devices, libraries)."""
-    from . import __version__
+    from . import __version__, env
     from ._environment import library_candidates
     from .backend.select import native_error, status
+    from .errors import EnvironmentVariableError
     from .jit import get_jit_cache_dir, nvrtc_status
 
-    state = status()
+    with contextlib.suppress(ImportError):  # the ops package registers its own variables
+        import pygpukit.ops  # noqa: F401
+    try:
+        state = status()
+    except EnvironmentVariableError as exc:  # reported below with the other variables
+        state = {"backend": "none", "reason": f"not chosen: {exc}", "details": {}}
     report: dict[str, Any] = {
         "version": __version__,
         "python": sys.version.split()[0],
@@ -46,6 +53,7 @@ def collect() -> dict[str, Any]:
         "cublasLt": _probe_library("cublasLt"),
         "cuda_candidates": [(c.path, c.source) for c in library_candidates("cuda")],
         "kernel_cache": get_jit_cache_dir(),
+        "environment": env.describe_environment(),
     }
     return report
 
@@ -111,6 +119,10 @@ def render(report: dict[str, Any], out: TextIO) -> None:
         w("not found (pip install pygpukit-runtime[cublas]); tried:\n")
         for path, why in cublas["tried"]:
             w(f"    {path}: {why}\n")
+    variables = report["environment"]
+    w("environment:" + ("\n" if variables else " no PYGPUKIT_* variables set\n"))
+    for name, value, verdict in variables:
+        w(f"    {name}={value!r}: {verdict}\n")
 
 
 def command(args: Namespace) -> int:

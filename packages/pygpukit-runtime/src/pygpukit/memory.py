@@ -27,6 +27,17 @@ into a CUDA graph (``ValueError``). An operation that does not handle evictable
 arrays yet raises ``RuntimeError`` rather than read memory the pool moved.
 Other arrays are never moved.
 
+Sizes (``MemoryPool(quota=...)``, ``pool.allocate(nbytes)``,
+:func:`host_buffer`, and in :mod:`pygpukit.scheduler` ``Scheduler(total_memory=...)``,
+``PartitionLimits().memory(...)``, ``submit(memory=...)``, ...) are bytes or the same
+size strings ``set_limit`` takes (``"8GiB"``, ``"512MiB"``, ``"2GB"``); a negative or
+unreadable size raises ``ValueError`` naming the argument.
+
+Host views (``numpy.asarray(block)`` of a host pool block, :func:`host_buffer`,
+:func:`pinned_empty`) keep their memory alive: a view holds its block, which
+goes back to the pool with the last view, and ``block.free()`` raises
+``BufferError`` while views of it exist (docs/memory.md).
+
 Pinned host memory, for the transfer engine's staging (``from_numpy(...,
 stream=)``, ``to_numpy(blocking=False)``), spills and :func:`pinned_empty`
 arrays, comes from the Rust pinned pools too: ``pinned_reserved_bytes`` and
@@ -37,10 +48,10 @@ Importing this module is cheap: ``pygpukit._rust`` loads on first use.
 
 from __future__ import annotations
 
-import functools
-import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
+
+from ._rust_loader import rust_module
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,10 +72,9 @@ HOST_DEVICE = -1
 """Device number of the host pool (the CPU backend's memory)."""
 
 
-@functools.cache
 def _rust() -> ModuleType:
     # Loaded on first use, not at import: `import pygpukit` stays cheap.
-    return importlib.import_module("pygpukit._rust")
+    return rust_module()
 
 
 def _pool_device(device: int | None) -> int:
@@ -139,17 +149,15 @@ def empty_cache(device: int | None = None) -> int:
     return released
 
 
-def host_buffer(nbytes: int) -> np.ndarray:
+def host_buffer(nbytes: int | str) -> np.ndarray:
     """Allocate a writable flat ``uint8`` NumPy array of ``nbytes`` from the host pool.
 
     The memory is accounted, limited and reported like device memory. The
-    array's ``base`` is the pool block, which returns to the pool when the
+    array's ``base`` holds the pool block, which returns to the pool when the
     last array viewing it is garbage-collected.
     """
     import numpy as np  # only the CPU path needs NumPy here
 
-    if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
     return np.asarray(_rust().host_block(nbytes))
 
 
@@ -198,14 +206,15 @@ class MemoryPool:
 
     def __init__(
         self,
-        quota: int | None = None,
+        quota: int | str | None = None,
         enable_eviction: bool = False,
         name: str | None = None,
         device: int | None = None,
     ) -> None:
-        """Create the pool; ``device`` defaults to GPU 0, or the host pool on the CPU backend."""
-        if quota is not None and quota < 0:
-            raise ValueError(f"quota must be >= 0 bytes or None, got {quota}")
+        """Create the pool; ``device`` defaults to GPU 0, or the host pool on the CPU backend.
+
+        ``quota`` is bytes or a size string (``"256MiB"``), or None for no quota.
+        """
         from .backend.select import backend
 
         backend()  # the runtime's first use: pick the backend (and say so if it is the CPU)
@@ -237,17 +246,17 @@ class MemoryPool:
         """The partition id the pool's bytes are charged to."""
         return int(self._pool.partition)
 
-    def allocate(self, nbytes: int, stream: Any = 0) -> Any:
-        """Return a block of at least ``nbytes`` usable on ``stream``.
+    def allocate(self, nbytes: int | str, stream: Any = 0) -> Any:
+        """Return a block of at least ``nbytes`` (bytes or a size string) usable on ``stream``.
 
         ``stream`` is a :class:`gp.Stream <pygpukit.Stream>` or a raw stream
         handle (an int; 0 is the legacy default stream). The block has ``id``,
-        ``size``, ``nbytes``, ``address``, ``free()`` and ``touch()``; it returns
-        to the pool when freed or garbage-collected. Host blocks convert to
-        NumPy with ``numpy.asarray(block)``.
+        ``size``, ``nbytes``, ``address``, ``views``, ``free()`` and ``touch()``;
+        it returns to the pool when freed or garbage-collected. Host blocks
+        convert to NumPy with ``numpy.asarray(block)``: the view holds the block
+        (kept in place, never spilled) and ``free()`` raises ``BufferError``
+        while any view exists.
         """
-        if nbytes < 0:
-            raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         handle = getattr(stream, "handle", stream)
         if isinstance(handle, bool) or not isinstance(handle, int):
             raise TypeError(f"stream must be a gp.Stream or an int handle, got {stream!r}")

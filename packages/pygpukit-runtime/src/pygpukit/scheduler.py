@@ -28,21 +28,22 @@ The product brief's names are re-exported: ``QosPolicyEvaluator``,
 
 from __future__ import annotations
 
+import contextlib
 import enum
-import importlib
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pygpukit._rust_loader import rust_module
 from pygpukit.backend.select import backend
-from pygpukit.errors import AdmissionError, PyGPUkitError
+from pygpukit.errors import AdmissionError, PyGPUkitError, SchedulerDeadlockError
 
 # The scheduler's decisions live in the Rust core; importing this module loads it.
-_rust: Any = importlib.import_module("pygpukit._rust")
+_rust: Any = rust_module()
 _log = logging.getLogger("pygpukit.scheduler")
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "QosPolicyEvaluator",
     "QosTaskMeta",
     "Scheduler",
+    "SchedulerDeadlockError",
     "Task",
     "TaskState",
     "create_partition",
@@ -272,7 +274,7 @@ class Partition:
     current stream until the block ends; blocks nest.
     """
 
-    __slots__ = ("__weakref__", "_compute", "_info", "_lock", "_owner")
+    __slots__ = ("__weakref__", "_compute", "_ended", "_info", "_lock", "_owner")
 
     def __init__(self, scheduler: Scheduler | PartitionManager, info: Any) -> None:
         # Weak: the owner holds its partitions, and a cycle would keep a dropped
@@ -281,6 +283,9 @@ class Partition:
         self._info = info
         self._compute: dict[int, _Compute] = {}
         self._lock = threading.Lock()
+        # Why the partition can no longer be entered (it was deleted), or None. A partition of
+        # a shut-down scheduler or closed manager can still be entered, unenforced.
+        self._ended: str | None = None
         _by_numeric_id[self.numeric_id] = self
 
     @property
@@ -478,6 +483,11 @@ class Partition:
     def __enter__(self) -> Partition:
         from pygpukit.backend.select import backend
 
+        if self._ended is not None:
+            raise RuntimeError(
+                f"partition {self.id!r} {self._ended}: allocations inside it would be refused, "
+                "so `with partition:` is refused too; create the partition again to run in it"
+            )
         stream = self._placement().stream
         b = backend()
         previous_stream = b.current_stream()
@@ -532,11 +542,23 @@ class PartitionManager:
         self._core = _rust.PartitionManager(config)
         self._partitions: dict[str, Partition] = {}
         self._guard = threading.Lock()
+        self._closed = False
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise RuntimeError(
+                f"{what} after PartitionManager.close(): the manager no longer enforces "
+                "partitions; create a new PartitionManager"
+            )
 
     def create_partition(self, id: str, name: str | None = None, limits: Any = None) -> Partition:
-        """Admit a partition; raises ``AdmissionError`` saying what is short."""
+        """Admit a partition; raises ``AdmissionError`` saying what is short.
+
+        ``RuntimeError`` once the manager is closed.
+        """
         limits = PartitionLimits() if limits is None else limits
         with self._guard:
+            self._check_open("create_partition")
             info = self._core.create_partition(id, name if name is not None else id, limits)
             partition = Partition(self, info)
             self._partitions[id] = partition
@@ -559,22 +581,35 @@ class PartitionManager:
         return [p for p in (self.get_partition(i.id) for i in self._core.list_partitions()) if p]
 
     def delete_partition(self, partition: Partition | str) -> Partition:
-        """Delete a partition, giving its reservation and its SMs back."""
+        """Delete a partition, giving its reservation and its SMs back.
+
+        Allocations still made inside it are refused from then on (``RuntimeError``).
+        """
         key = partition.id if isinstance(partition, Partition) else partition
         with self._guard:
+            self._check_open("delete_partition")
             info = self._core.delete_partition(key)
             gone = self._partitions.pop(key, None)
-        if gone is not None:
-            gone._release_compute()
-        return gone if gone is not None else Partition(self, info)
+        if gone is None:
+            gone = Partition(self, info)
+        gone._ended = "was deleted"
+        gone._release_compute()
+        return gone
 
     def close(self) -> None:
         """Stop enforcing every partition (quota, reservation, pacing, SMs).
 
-        The books stay readable. Also done when the manager is garbage-collected.
+        The books stay readable and its partitions can still be entered (unenforced);
+        creating or deleting partitions raises ``RuntimeError`` afterwards. Also done
+        when the manager is garbage-collected. Closing twice does nothing more.
         """
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            partitions = list(self._partitions.values())
         self._core.end_enforcement()
-        for partition in list(self._partitions.values()):
+        for partition in partitions:
             partition._release_compute()
 
     @property
@@ -627,6 +662,21 @@ class Task(Future[T]):
         """Withdraw the task if it has not started; True when it is (or was) cancelled."""
         return self._scheduler._cancel(self)
 
+    def result(self, timeout: float | None = None) -> T:
+        """The task's return value, waiting for it (see ``concurrent.futures.Future``).
+
+        Inside another task of the same scheduler, a wait without ``timeout`` that
+        would leave no worker free to run this task raises
+        :class:`SchedulerDeadlockError` instead of hanging.
+        """
+        with self._scheduler._waiting(self, timeout):
+            return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The task's exception, waiting for it; deadlocks detected as in :meth:`result`."""
+        with self._scheduler._waiting(self, timeout):
+            return super().exception(timeout)
+
     def __repr__(self) -> str:
         return (
             f"Task(id={self.id}, name={self.name!r}, partition={self.partition.id!r}, "
@@ -637,21 +687,31 @@ class Task(Future[T]):
 class Scheduler:
     """Runs tasks in partitions of one device under admission control.
 
-    ``total_memory`` is the memory the partitions share (bytes); ``total_sms``
-    the device's SM count, needed for shares given in SMs; ``workers`` how many
-    tasks run at once. Worker threads start with the first task and stop at
-    :meth:`shutdown`. Usable as a context manager (shutdown on exit).
+    ``total_memory`` is the memory the partitions share (bytes, or a size string
+    such as ``"8GiB"``); it bounds this scheduler's partitions only: allocations
+    outside every partition answer to the global limit
+    (:func:`pygpukit.memory.set_limit`) alone. ``total_sms`` is the device's SM
+    count, needed for shares given in SMs; ``workers`` how many tasks run at once.
+    Worker threads start with the first task and stop at :meth:`shutdown`. Usable
+    as a context manager (shutdown on exit).
+
+    A task that waits for the result of a task it submitted needs a free worker
+    for that task: when every worker is blocked that way, the wait that would
+    complete the deadlock raises :class:`SchedulerDeadlockError` instead.
     """
 
     def __init__(
-        self, total_memory: int, *, total_sms: int | None = None, workers: int = 2
+        self, total_memory: int | str, *, total_sms: int | None = None, workers: int = 2
     ) -> None:
-        if total_memory <= 0:
-            raise ValueError(f"total_memory must be a positive byte count, got {total_memory}")
+        total = int(_rust.parse_size(total_memory, "Scheduler(total_memory)"))
+        if total == 0:
+            raise ValueError("Scheduler(total_memory) must be a positive size, got 0")
+        if isinstance(workers, bool) or not isinstance(workers, int):
+            raise TypeError(f"Scheduler(workers) must be an int, got {type(workers).__name__}")
         if workers < 1:
-            raise ValueError(f"workers must be at least 1, got {workers}")
+            raise ValueError(f"Scheduler(workers) must be at least 1, got {workers}")
         backend()  # the runtime's first use: pick the backend (and say so if it is the CPU)
-        self._core = _rust.SchedulerCore(total_memory, total_sms)
+        self._core = _rust.SchedulerCore(total, total_sms)
         self._cond = threading.Condition()
         self._tasks: dict[int, Task[Any]] = {}
         self._partitions: dict[str, Partition] = {
@@ -660,6 +720,8 @@ class Scheduler:
         self._workers = workers
         self._threads: list[threading.Thread] = []
         self._closed = False
+        # Workers blocked in Task.result()/exception() on a task of this scheduler.
+        self._blocked_workers = 0
 
     # -- partitions -------------------------------------------------------------------
 
@@ -676,6 +738,11 @@ class Scheduler:
             )
         limits = PartitionLimits() if limits is None else limits
         with self._cond:
+            if self._closed:
+                raise RuntimeError(
+                    "create_partition after Scheduler.shutdown(): a shut-down scheduler "
+                    "governs nothing; create a new Scheduler"
+                )
             info = self._core.create_partition(id, name if name is not None else id, limits)
             partition = Partition(self, info)
             self._partitions[id] = partition
@@ -695,12 +762,16 @@ class Scheduler:
             return list(self._partitions.values())
 
     def delete_partition(self, partition: Partition | str) -> None:
-        """Delete a partition with no unfinished tasks, giving its reservation back."""
+        """Delete a partition with no unfinished tasks, giving its reservation back.
+
+        Allocations still made inside it are refused from then on (``RuntimeError``).
+        """
         key = partition.id if isinstance(partition, Partition) else partition
         with self._cond:
             self._core.delete_partition(key)
             gone = self._partitions.pop(key)
             self._cond.notify_all()
+        gone._ended = "was deleted"
         gone._release_compute()
 
     # -- tasks ------------------------------------------------------------------------
@@ -729,8 +800,7 @@ class Scheduler:
         """
         if not callable(fn):
             raise TypeError(f"submit needs a callable, got {type(fn).__name__}")
-        if memory < 0:
-            raise ValueError(f"memory must be >= 0 bytes, got {memory}")
+        memory = int(_rust.parse_size(memory, "submit(memory)"))
         key = partition.id if isinstance(partition, Partition) else (partition or "default")
         label = name if name is not None else getattr(fn, "__qualname__", repr(fn))
         with self._cond:
@@ -810,6 +880,33 @@ class Scheduler:
             self._cond.notify_all()  # its memory claim is free again
         return Future.cancel(task)
 
+    @contextlib.contextmanager
+    def _waiting(self, task: Task[Any], timeout: float | None) -> Iterator[None]:
+        """Counts a worker of this scheduler blocked on ``task`` for as long as it waits.
+
+        When every worker would be blocked that way nobody is left to run a pending
+        task, and nothing running can finish either: the last wait raises instead.
+        A wait with a timeout comes back by itself, so it never counts.
+        """
+        if timeout is not None or task.done() or getattr(_local, "worker_of", None) is not self:
+            yield
+            return
+        with self._cond:
+            if self._blocked_workers + 1 >= self._workers:
+                raise SchedulerDeadlockError(
+                    f"task {task.name!r} can never run: this wait would leave all"
+                    f" {self._workers} worker(s) of the scheduler blocked on tasks they"
+                    " submitted, with none free to run them. Create the Scheduler with more"
+                    " workers, wait with a timeout, or return the inner task instead of"
+                    " waiting for it inside a task."
+                )
+            self._blocked_workers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._blocked_workers -= 1
+
     def _start_workers(self) -> None:
         while len(self._threads) < self._workers:
             thread = threading.Thread(
@@ -845,6 +942,7 @@ class Scheduler:
         )
 
     def _work(self) -> None:
+        _local.worker_of = self
         while (task := self._next()) is not None:
             assert task._call is not None, "a task is dispatched once"
             fn, args, kwargs = task._call

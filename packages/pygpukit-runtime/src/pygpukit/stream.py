@@ -8,12 +8,35 @@ Work on different streams may overlap; order it with events
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from . import validation as _v
 from .backend.select import backend as _backend
 
-__all__ = ["Event", "Stream", "current_stream"]
+__all__ = ["Event", "Stream", "current_stream", "host_wait_count"]
+
+_host_waits = 0
+_host_waits_lock = threading.Lock()
+
+
+def count_host_wait() -> None:
+    """Record that the calling thread waits for the GPU (runtime-internal; see host_wait_count)."""
+    global _host_waits
+    with _host_waits_lock:
+        _host_waits += 1
+
+
+def host_wait_count() -> int:
+    """How many times this process has waited on the host for GPU work so far.
+
+    Counts :meth:`Stream.synchronize`, :meth:`Event.synchronize`, ``gp.synchronize`` and
+    blocking downloads (``to_numpy``, ``item``, ``get``, ``np.asarray``). A loop that must never
+    wait for the GPU (an LLM decode step, say) keeps it constant; tests assert exactly that.
+    Non-blocking downloads (``to_numpy(blocking=False)``) are not counted: their worker waits,
+    not the caller.
+    """
+    return _host_waits
 
 
 class Stream:
@@ -75,6 +98,7 @@ class Stream:
 
     def synchronize(self) -> None:
         """Wait until all work queued on this stream has finished."""
+        count_host_wait()
         self._impl.synchronize()
 
     def query(self) -> bool:
@@ -154,6 +178,7 @@ class Event:
 
     def synchronize(self) -> None:
         """Wait on the host until the recorded work has finished."""
+        count_host_wait()
         self._impl.synchronize()
 
     def elapsed_time(self, end: Event) -> float:

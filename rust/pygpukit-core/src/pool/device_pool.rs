@@ -10,13 +10,22 @@
 //! 7. fail with `OutOfMemory` (the device) or `LimitExceeded` (a limit).
 //!
 //! Once the scheduler has told the pool partitions' QoS
-//! ([`DevicePool::set_partition_qos`]), step 4 first checks that the new segment
-//! leaves every other partition's unused reservation free
+//! ([`DevicePool::set_partition_qos`]), an allocation of such a *governed*
+//! partition first checks at step 4 that the new segment leaves every other
+//! governed partition's unused reservation free
 //! (`scheduler::pressure::reservation_shortfall`), and steps 5-6 follow the
 //! scheduler's reclaim plan instead of taking from anyone: the unowned cache,
 //! then BestEffort partitions, then Burstable ones above their request, never a
 //! Guaranteed partition within its request. What the plan cannot cover fails
-//! the requester alone (`OutOfMemory` naming its partition).
+//! the requester alone (`OutOfMemory` naming its partition). The scheduler's
+//! capacity bounds its partitions only: allocations outside every governed
+//! partition (the default partition, a `MemoryPool`'s) are held to the global
+//! limit and their own quota, never to the scheduler's total; they only shrink
+//! what the device can give the governed partitions, and they spill nobody's
+//! evictable blocks but their own kind's.
+//!
+//! A retired partition (deleted from its scheduler) refuses new allocations
+//! with [`AllocErrorKind::PartitionRetired`]; its live blocks stay valid.
 //!
 //! While `s` is captured into a CUDA graph (between `graph_begin` and
 //! `graph_end`), steps 1-4 use only the graph's private region, and segments of
@@ -40,7 +49,7 @@ use crate::scheduler::pressure::{
 };
 use crate::scheduler::QosClass;
 use crate::stats::{BlockInfo, BlockState, PoolStats};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,6 +63,9 @@ pub enum AllocErrorKind {
     /// `AllocOptions::no_wait` and no cached range fits: the caller retries
     /// without the flag (where waiting is allowed). Not an out-of-memory.
     WouldBlock,
+    /// The partition was deleted ([`DevicePool::retire_partition`]): it takes no
+    /// new allocations. Not an out-of-memory: a caller still inside it is wrong.
+    PartitionRetired,
     Backend(BackendError),
 }
 
@@ -62,7 +74,8 @@ pub enum AllocErrorKind {
 pub struct AllocError {
     pub kind: AllocErrorKind,
     pub requested: u64,
-    /// Bytes in use where the refusal happened (the partition's, or the pool's reserved bytes).
+    /// Bytes in use where the refusal happened (the partition's live blocks, or the pool's
+    /// reserved bytes), not counting the refused request.
     pub in_use: u64,
     pub limit: Option<u64>,
     /// The partition whose quota refused the request, if that is what happened.
@@ -166,12 +179,26 @@ pub struct DevicePool {
     qos: HashMap<PartitionId, PartitionQos>,
     /// The scheduler's total memory, as set (`None`: reservations are not held back).
     qos_configured: Option<u64>,
-    /// `qos_configured` bounded by what the device could back when last looked at (see
-    /// [`DevicePool::refresh_qos_capacity`]): the bytes reservations are made against.
-    qos_capacity: Option<u64>,
+    /// What the device could give the pool when last looked at: its free memory plus what
+    /// the pool holds, less a margin. [`DevicePool::governed_capacity`] bounds reservations
+    /// by it.
+    qos_device: Option<u64>,
     stats: PoolStats,
     /// Blocks [`DevicePool::touch_all`] is making resident together: never spilled meanwhile.
     keep: Vec<u64>,
+    /// Blocks with host views (`hold_in_place`), by number of holds: never spilled.
+    held_in_place: FastMap<u64, u32>,
+    /// Deleted partitions: their allocations are refused.
+    retired: HashSet<PartitionId>,
+}
+
+/// Whose evictable blocks a spill may take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Victims {
+    Anyone,
+    Of(PartitionId),
+    /// Partitions without QoS (outside the scheduler's governance).
+    Ungoverned,
 }
 
 /// Bits of an id below the pool prefix.
@@ -198,9 +225,11 @@ impl DevicePool {
             partitions: PartitionTable::default(),
             qos: HashMap::new(),
             qos_configured: None,
-            qos_capacity: None,
+            qos_device: None,
             stats: PoolStats::default(),
             keep: Vec::new(),
+            held_in_place: FastMap::default(),
+            retired: HashSet::new(),
         }
     }
 
@@ -253,32 +282,69 @@ impl DevicePool {
         };
     }
 
-    /// The bytes partitions' reservations share (`None`: reservations are not held
-    /// back), at most what the device can still give the pool: its free memory plus
-    /// what the pool holds, less a margin for memory taken outside the pool
-    /// (modules, library workspaces). A capacity the device cannot back would let
-    /// BestEffort fill the device before the reservation check ever refused it.
+    /// Retires a deleted partition: its QoS and quota are lifted and its new allocations
+    /// refused ([`AllocErrorKind::PartitionRetired`]); blocks it holds stay valid until freed.
+    pub fn retire_partition(&mut self, partition: PartitionId) {
+        self.qos.remove(&partition);
+        self.partitions.set_limit(partition, None);
+        self.retired.insert(partition);
+    }
+
+    /// Whether the scheduler governs `partition` (it has QoS): its allocations are held to
+    /// reservations and the reclaim plan; everyone else's only to limits and quotas.
+    fn governed(&self, partition: PartitionId) -> bool {
+        self.qos.contains_key(&partition)
+    }
+
+    /// Bytes of live blocks charged to partitions the scheduler does not govern.
+    fn ungoverned_allocated(&self) -> u64 {
+        self.partitions
+            .iter()
+            .filter(|(id, _)| !self.governed(*id))
+            .map(|(_, u)| u.allocated)
+            .sum()
+    }
+
+    /// What the governed partitions share: the scheduler's capacity, at most what the device
+    /// and the global limit leave beside the live blocks of ungoverned allocations.
+    fn governed_capacity(&self) -> Option<u64> {
+        let capacity = self.qos_configured?;
+        let outside = self.ungoverned_allocated();
+        let capacity = match self.qos_device {
+            Some(device) => capacity.min(device.saturating_sub(outside)),
+            None => capacity,
+        };
+        Some(
+            self.limit
+                .map_or(capacity, |l| capacity.min(l.saturating_sub(outside))),
+        )
+    }
+
+    /// The bytes governed partitions' reservations share (`None`: reservations are not
+    /// held back), at most what the device can still give the pool: its free memory plus
+    /// what the pool holds, less a margin for memory taken outside the pool (modules,
+    /// library workspaces) and the live blocks of ungoverned allocations. A capacity the
+    /// device cannot back would let BestEffort fill the device before the reservation
+    /// check ever refused it.
     pub fn set_qos_capacity(&mut self, capacity: Option<u64>) {
         self.qos_configured = capacity;
         self.refresh_qos_capacity();
     }
 
-    /// Bounds the configured capacity by the device's free memory plus what the pool holds,
-    /// less the margin. Also called before every new segment while reservations are held
+    /// Records what the device can give the pool (its free memory plus what the pool holds,
+    /// less the margin), which bounds the configured capacity. Also called before every new segment while reservations are held
     /// back: memory taken outside the pool after they were made (a green context's own
     /// allocations, another library's cache, another process) would otherwise leave a
     /// reservation the device can no longer back, and a Guaranteed partition would meet
     /// OutOfMemoryError within its request once BestEffort had filled the rest.
     fn refresh_qos_capacity(&mut self) {
-        self.qos_capacity =
-            self.qos_configured
-                .map(|c| match self.backend.mem_get_info(self.device) {
-                    Ok((free, total)) => {
-                        let margin = (total / 50).min(256 << 20);
-                        c.min((free + self.stats.reserved_bytes).saturating_sub(margin))
-                    }
-                    Err(_) => c,
-                });
+        self.qos_device = match (self.qos_configured, self.backend.mem_get_info(self.device)) {
+            (Some(_), Ok((free, total))) => {
+                let margin = (total / 50).min(256 << 20);
+                Some((free + self.stats.reserved_bytes).saturating_sub(margin))
+            }
+            _ => None,
+        };
     }
 
     /// Every partition with QoS or usage, as the reclaim plan sees it (the cache is
@@ -321,17 +387,17 @@ impl DevicePool {
             .collect()
     }
 
-    /// Bytes a new segment of `seg` bytes for `size` bytes of `partition` would
-    /// take from others' reservations; 0 without QoS.
+    /// Bytes a new segment of `seg` bytes for `size` bytes of the governed `partition`
+    /// would take from other governed partitions' reservations; 0 without QoS.
     fn reservation_short(&self, partition: PartitionId, size: u64, seg: u64) -> u64 {
-        let Some(capacity) = self.qos_capacity else {
-            return 0;
-        };
         if self.qos.is_empty() {
             return 0;
         }
-        let capacity = self.limit.map_or(capacity, |l| l.min(capacity));
-        let parts = self.partition_memory(partition, size);
+        let Some(capacity) = self.governed_capacity() else {
+            return 0;
+        };
+        let mut parts = self.partition_memory(partition, size);
+        parts.retain(|p| self.governed(p.id));
         let me = parts.iter().find(|p| p.id == partition);
         if me.is_some_and(|p| p.allocated + size <= p.request) {
             // Within its request it is owed the memory: nobody else was allowed to
@@ -353,28 +419,21 @@ impl DevicePool {
     /// partition had just freed, and the Guaranteed partition's next allocation would find the
     /// device full. Cheap enough for the hot path: two passes over the partitions, no allocation.
     fn cache_hit_short(&self, partition: PartitionId) -> u64 {
-        let Some(capacity) = self.qos_capacity else {
-            return 0;
-        };
         let request = |id: PartitionId| self.qos.get(&id).map_or(0, |q| q.request);
         if self.qos.is_empty() || self.partitions.get(partition).allocated <= request(partition) {
             return 0;
         }
-        let capacity = self.limit.map_or(capacity, |l| l.min(capacity));
-        // Partitions with QoS commit the larger of their request and their allocation; the
-        // others (BestEffort without a request) commit what they hold.
-        let with_qos: u64 = self
+        let Some(capacity) = self.governed_capacity() else {
+            return 0;
+        };
+        // Governed partitions commit the larger of their request and their allocation
+        // (ungoverned allocations are taken off the capacity instead).
+        let committed: u64 = self
             .qos
             .iter()
             .map(|(id, q)| q.request.max(self.partitions.get(*id).allocated))
             .sum();
-        let without: u64 = self
-            .partitions
-            .iter()
-            .filter(|(id, _)| !self.qos.contains_key(id))
-            .map(|(_, u)| u.allocated)
-            .sum();
-        (with_qos + without).saturating_sub(capacity)
+        committed.saturating_sub(capacity)
     }
 
     /// Carries out the reclaim plan for `needed` bytes for `partition`; returns the
@@ -426,7 +485,7 @@ impl DevicePool {
                     let mut spilled = 0;
                     while spilled < step.bytes {
                         let before = self.stats.spilled_bytes;
-                        if !self.evict_one(Some(victim), Some(exclude))? {
+                        if !self.evict_one(Victims::Of(victim), Some(exclude))? {
                             break;
                         }
                         spilled += self.stats.spilled_bytes - before;
@@ -447,6 +506,15 @@ impl DevicePool {
         partition: PartitionId,
     ) -> Result<BlockRef, AllocError> {
         let size = round_request(nbytes);
+        if !self.retired.is_empty() && self.retired.contains(&partition) {
+            return Err(AllocError {
+                kind: AllocErrorKind::PartitionRetired,
+                requested: nbytes,
+                in_use: self.partitions.get(partition).allocated,
+                limit: None,
+                partition: Some(partition),
+            });
+        }
         if options.no_wait && self.partitions.check(partition, size).is_err() {
             // The quota would have to spill: that waits.
             return Err(self.would_block(nbytes));
@@ -508,7 +576,7 @@ impl DevicePool {
                 }
                 Err(q) => {
                     let spilled = self
-                        .evict_one(Some(partition), exclude)
+                        .evict_one(Victims::Of(partition), exclude)
                         .map_err(|e| self.backend_failure(e, requested))?;
                     if !spilled {
                         self.stats.oom_count += 1;
@@ -526,13 +594,18 @@ impl DevicePool {
     }
 
     /// The device (or the memory partitions share) cannot hold `requested` more
-    /// bytes for `partition` without taking what the reclaim plan protects.
-    fn qos_oom(&mut self, partition: PartitionId, requested: u64) -> AllocError {
+    /// bytes for `partition` without taking what the reclaim plan protects. The
+    /// partition was already charged `charged` bytes for this request: not in use.
+    fn qos_oom(&mut self, partition: PartitionId, requested: u64, charged: u64) -> AllocError {
         self.stats.oom_count += 1;
         AllocError {
             kind: AllocErrorKind::OutOfMemory,
             requested,
-            in_use: self.partitions.get(partition).allocated,
+            in_use: self
+                .partitions
+                .get(partition)
+                .allocated
+                .saturating_sub(charged),
             // The partition's own quota, if it has one: the capacity partitions share is not a
             // limit the user set, and naming it made the message read as "under the limit".
             limit: self.partitions.get(partition).limit,
@@ -576,12 +649,13 @@ impl DevicePool {
         partition: PartitionId,
     ) -> Result<(DevPtr, u64), AllocError> {
         let kind = kind_of(size);
+        let governed = self.governed(partition);
         loop {
             let cached = self
                 .find_cached(size, stream, graph)
                 .map_err(|e| self.backend_failure(e, requested))?;
             if let Some(ptr) = cached {
-                let short = if graph.is_none() {
+                let short = if graph.is_none() && governed {
                     self.cache_hit_short(partition)
                 } else {
                     0
@@ -597,7 +671,7 @@ impl DevicePool {
                 if freed > 0 {
                     continue;
                 }
-                return Err(self.qos_oom(partition, requested));
+                return Err(self.qos_oom(partition, requested, size));
             }
             if no_wait {
                 return Err(self.would_block(requested));
@@ -607,11 +681,15 @@ impl DevicePool {
                 .map_or(u64::MAX, |l| l.saturating_sub(self.stats.reserved_bytes));
             let seg = segment_size(size, room);
             let mut device_full = false;
-            if !self.qos.is_empty() {
+            if governed {
                 // The slow path (a new segment) only: one cuMemGetInfo next to a cuMemAlloc.
                 self.refresh_qos_capacity();
             }
-            let short = self.reservation_short(partition, size, seg);
+            let short = if governed {
+                self.reservation_short(partition, size, seg)
+            } else {
+                0
+            };
             if short > 0 {
                 let freed = self
                     .reclaim_for(partition, size, short, id)
@@ -619,7 +697,7 @@ impl DevicePool {
                 if freed > 0 {
                     continue;
                 }
-                return Err(self.qos_oom(partition, requested));
+                return Err(self.qos_oom(partition, requested, size));
             }
             if seg <= room {
                 match self.backend.mem_alloc(self.device, seg) {
@@ -633,14 +711,14 @@ impl DevicePool {
                     Err(e) => return Err(self.backend_failure(e, requested)),
                 }
             }
-            if !self.qos.is_empty() {
+            if governed {
                 let freed = self
                     .reclaim_for(partition, size, seg, id)
                     .map_err(|e| self.backend_failure(e, requested))?;
                 if freed > 0 {
                     continue;
                 }
-                return Err(self.qos_oom(partition, requested));
+                return Err(self.qos_oom(partition, requested, size));
             }
             let released = self
                 .release_cached(Some(seg))
@@ -648,8 +726,15 @@ impl DevicePool {
             if released > 0 {
                 continue;
             }
+            // Outside the scheduler's partitions only ungoverned blocks may be spilled: the
+            // governed ones answer to the reclaim plan.
+            let victims = if self.qos.is_empty() {
+                Victims::Anyone
+            } else {
+                Victims::Ungoverned
+            };
             if self
-                .evict_one(None, Some(id))
+                .evict_one(victims, Some(id))
                 .map_err(|e| self.backend_failure(e, requested))?
             {
                 continue;
@@ -776,6 +861,7 @@ impl DevicePool {
             .remove(&id)
             .ok_or(PoolError::UnknownBlock(id))?;
         self.eviction.forget(id, &mut self.events);
+        self.held_in_place.remove(&id);
         self.stats.free_count += 1;
         self.stats.active_blocks -= 1;
         match a.place {
@@ -836,6 +922,25 @@ impl DevicePool {
         }
     }
 
+    /// [`DevicePool::touch`], and keeps the block where it is until as many
+    /// [`DevicePool::release_in_place`] calls: a host view of its memory (a NumPy
+    /// array over a host pool block) must never see it spilled and its range reused.
+    pub fn hold_in_place(&mut self, id: u64, stream: Stream) -> Result<BlockRef, PoolError> {
+        let b = self.touch(id, stream)?;
+        *self.held_in_place.entry(id).or_insert(0) += 1;
+        Ok(b)
+    }
+
+    /// Ends one [`DevicePool::hold_in_place`] of block `id` (a freed block: nothing to do).
+    pub fn release_in_place(&mut self, id: u64) {
+        if let Some(n) = self.held_in_place.get_mut(&id) {
+            *n -= 1;
+            if *n == 0 {
+                self.held_in_place.remove(&id);
+            }
+        }
+    }
+
     /// [`DevicePool::touch`] of every block of `ids`, for one piece of work that
     /// uses them all: restoring one never spills another of the set, so every
     /// address returned is current at once. Fails when they do not fit together.
@@ -892,13 +997,9 @@ impl DevicePool {
         })
     }
 
-    /// Step 6: spills one evictable block (of `partition`, if given; never
-    /// `exclude`). Returns whether one was spilled.
-    fn evict_one(
-        &mut self,
-        partition: Option<PartitionId>,
-        exclude: Option<u64>,
-    ) -> Result<bool, BackendError> {
+    /// Step 6: spills one evictable block of `victims` (never `exclude`, never one held
+    /// in place). Returns whether one was spilled.
+    fn evict_one(&mut self, victims: Victims, exclude: Option<u64>) -> Result<bool, BackendError> {
         let candidates: Vec<Candidate> = self
             .allocations
             .iter()
@@ -908,7 +1009,12 @@ impl DevicePool {
                     && !self.capturing.contains_key(&a.last_stream)
                     && Some(**id) != exclude
                     && !self.keep.contains(id)
-                    && partition.is_none_or(|p| a.partition == p)
+                    && !self.held_in_place.contains_key(id)
+                    && match victims {
+                        Victims::Anyone => true,
+                        Victims::Of(p) => a.partition == p,
+                        Victims::Ungoverned => !self.qos.contains_key(&a.partition),
+                    }
             })
             .map(|(id, a)| Candidate {
                 id: *id,

@@ -200,3 +200,161 @@ fn one_block_of_the_whole_request_fits_after_best_effort_filled_the_rest() {
     );
     let _ = (whole, held);
 }
+
+// ----------------------------------------------------------------------------- scheduler scope
+
+const OUTSIDE: u64 = crate::limits::DEFAULT_PARTITION;
+const MEMORY_POOL: u64 = 7; // a partition with a quota but no QoS (a `MemoryPool`)
+
+#[test]
+fn allocations_outside_governed_partitions_ignore_the_scheduler_capacity() {
+    // A 64 MiB scheduler on a 1 GiB device: 200 MiB outside its partitions still fit, and a
+    // second, smaller scheduler does not make 64-byte allocations fail either.
+    let (_fake, mut p) = qos_pool(1 << 30, Some(64 * MIB));
+    let big = p.alloc(200 * MIB, 0, opts(false), OUTSIDE).unwrap();
+    p.set_qos_capacity(Some(MIB));
+    let small = p.alloc(64, 0, opts(false), OUTSIDE).unwrap();
+    p.set_partition_limit(MEMORY_POOL, Some(300 * MIB));
+    let pooled = p.alloc(250 * MIB, 0, opts(false), MEMORY_POOL).unwrap();
+    assert_eq!(p.partition_usage(OUTSIDE).allocated, big.size + small.size);
+    let _ = pooled;
+}
+
+#[test]
+fn ungoverned_blocks_shrink_what_governed_partitions_share() {
+    // 96 MiB device, 64 MiB scheduler with a 32 MiB Guaranteed reservation. 40 MiB taken
+    // outside the partitions leave the device ~54 MiB for them: the Guaranteed partition
+    // still gets its whole request, and BestEffort only what remains beside it.
+    let (_fake, mut p) = qos_pool(96 * MIB, Some(64 * MIB));
+    let outside = p.alloc(40 * MIB, 0, opts(false), OUTSIDE).unwrap();
+    let mut held = Vec::new();
+    while let Ok(b) = p.alloc(2 * MIB, 0, opts(false), BEST_EFFORT) {
+        held.push(b);
+    }
+    let mine: Vec<BlockRef> = (0..8)
+        .map(|i| {
+            p.alloc(4 * MIB, 0, opts(false), GUARANTEED)
+                .unwrap_or_else(|e| panic!("Guaranteed block {i} within its request: {e:?}"))
+        })
+        .collect();
+    let taken: u64 = held.iter().map(|b| b.size).sum();
+    assert!(
+        taken <= 96 * MIB - 40 * MIB - 32 * MIB,
+        "BestEffort took {taken}"
+    );
+    let _ = (outside, mine);
+}
+
+#[test]
+fn ungoverned_pressure_never_spills_a_governed_block() {
+    let (_fake, mut p) = qos_pool(32 * MIB, None);
+    let g = p.alloc(16 * MIB, 0, opts(true), GUARANTEED).unwrap();
+    let mine = p.alloc(8 * MIB, 0, opts(true), OUTSIDE).unwrap();
+    // Outside the partitions, only ungoverned blocks may make room: its own, then nothing.
+    let more = p.alloc(12 * MIB, 0, opts(false), OUTSIDE).unwrap();
+    assert_eq!(p.stats().spilled_bytes, mine.size);
+    let err = p.alloc(12 * MIB, 0, opts(false), OUTSIDE).unwrap_err();
+    assert_eq!(
+        (err.kind, err.partition),
+        (AllocErrorKind::OutOfMemory, None)
+    );
+    assert_eq!(
+        p.stats().spilled_bytes,
+        mine.size,
+        "the Guaranteed block stays"
+    );
+    let _ = (g, more);
+}
+
+#[test]
+fn qos_out_of_memory_reports_what_the_partition_holds_not_the_request() {
+    let (_fake, mut p) = qos_pool(1 << 30, Some(64 * MIB));
+    let mut held = 0;
+    let err = loop {
+        match p.alloc(4 * MIB, 0, opts(false), BEST_EFFORT) {
+            Ok(b) => held += b.size,
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err.kind, AllocErrorKind::OutOfMemory);
+    assert_eq!(err.partition, Some(BEST_EFFORT));
+    assert_eq!(err.in_use, held);
+    assert_eq!(p.partition_usage(BEST_EFFORT).allocated, held);
+}
+
+#[test]
+fn a_retired_partition_refuses_allocations_and_keeps_its_blocks() {
+    let (_fake, mut p) = qos_pool(1 << 30, Some(64 * MIB));
+    let b = p.alloc(MIB, 0, opts(false), BURSTABLE).unwrap();
+    p.retire_partition(BURSTABLE);
+    let err = p.alloc(64, 0, opts(false), BURSTABLE).unwrap_err();
+    assert_eq!(
+        (err.kind, err.partition, err.in_use),
+        (AllocErrorKind::PartitionRetired, Some(BURSTABLE), b.size)
+    );
+    assert!(
+        p.alloc(64, 0, opts(false), GUARANTEED).is_ok(),
+        "others go on"
+    );
+    p.touch(b.id, 0).unwrap();
+    p.free(b.id, 0).unwrap();
+    assert_eq!(p.partition_usage(BURSTABLE).allocated, 0);
+}
+
+#[test]
+fn a_block_held_in_place_is_never_spilled() {
+    let fake = Arc::new(FakeBackend::new(16 * MIB));
+    fake.set_auto_complete(true);
+    let mut p = DevicePool::new(0, fake, 1);
+    let a = p.alloc(8 * MIB, 0, opts(true), OUTSIDE).unwrap();
+    let held = p.hold_in_place(a.id, 0).unwrap();
+    assert_eq!(held.ptr, a.ptr);
+    p.hold_in_place(a.id, 0).unwrap();
+    assert!(p.alloc(12 * MIB, 0, opts(false), OUTSIDE).is_err());
+    p.release_in_place(a.id);
+    assert!(
+        p.alloc(12 * MIB, 0, opts(false), OUTSIDE).is_err(),
+        "one hold left"
+    );
+    p.release_in_place(a.id);
+    let b = p.alloc(12 * MIB, 0, opts(false), OUTSIDE).unwrap();
+    assert_eq!(p.stats().spilled_bytes, a.size);
+    let _ = b;
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Whatever the governed partitions do and whatever capacity the scheduler set, an
+    /// allocation outside them (the default partition, a `MemoryPool`) fails only when the
+    /// device itself is full.
+    #[test]
+    fn outside_allocations_answer_only_to_the_device(
+        ops in proptest::collection::vec((0u8..4, 1u64..6, proptest::prelude::any::<bool>()), 1..60),
+        capacity_mib in 1u64..128,
+    ) {
+        let budget = 256 * MIB;
+        let (fake, mut p) = qos_pool(budget, Some(capacity_mib * MIB));
+        let mut live: Vec<(u64, u64)> = Vec::new();
+        for (who, mib, free_one) in ops {
+            if free_one && !live.is_empty() {
+                let (id, _) = live.swap_remove(0);
+                p.free(id, 0).unwrap();
+                continue;
+            }
+            let partition = [OUTSIDE, BEST_EFFORT, BURSTABLE, MEMORY_POOL][who as usize];
+            match p.alloc(mib * MIB, 0, opts(false), partition) {
+                Ok(b) => live.push((b.id, partition)),
+                Err(e) => {
+                    if partition == OUTSIDE || partition == MEMORY_POOL {
+                        proptest::prop_assert_eq!(e.kind, AllocErrorKind::OutOfMemory);
+                        proptest::prop_assert!(
+                            fake.device_used() + 2 * mib * MIB > budget,
+                            "refused with the device at {} of {budget}", fake.device_used()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

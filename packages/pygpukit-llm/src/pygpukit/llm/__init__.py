@@ -1,6 +1,40 @@
-"""pygpukit.llm: LLM execution on PyGPUkit (SafeTensors, Llama/Qwen family, KV cache, decode).
+"""pygpukit.llm: run causal LLMs from Hugging Face SafeTensors directories and GGUF files.
 
-Distributed as ``pygpukit-llm`` (``pip install "pygpukit[llm]"``). The models arrive
-with their own issue; this package fixes the import path and the dependency on
-``pygpukit-runtime`` and ``pygpukit-ops`` of the same version.
+Distributed as ``pygpukit-llm`` (``pip install "pygpukit[llm]"``)::
+
+    from pygpukit import llm
+
+    model = llm.load("path/to/SmolLM2-135M-Instruct")      # or a .gguf file
+    print(model.chat([{"role": "user", "content": "Hi!"}]).text)
+
+Supported architectures: ``ARCHITECTURES`` (Llama 2/3/3.1/3.2, SmolLM/SmolLM2, Qwen2/2.5,
+Qwen3, Mistral). Guide: docs/llm.md.
 """
+
+from __future__ import annotations
+
+from .config import ModelConfig
+from .errors import CheckpointError, LLMError, TokenizerError, UnsupportedModelError
+from .generate import Generation, GenerationStats, SamplingParams
+from .model import CausalLM, load
+from .models import ARCHITECTURES
+
+#: The original project's names for the same things.
+CausalTransformerModel = CausalLM
+load_model_from_safetensors = load
+
+__all__ = [
+    "ARCHITECTURES",
+    "CausalLM",
+    "CausalTransformerModel",
+    "CheckpointError",
+    "Generation",
+    "GenerationStats",
+    "LLMError",
+    "ModelConfig",
+    "SamplingParams",
+    "TokenizerError",
+    "UnsupportedModelError",
+    "load",
+    "load_model_from_safetensors",
+]

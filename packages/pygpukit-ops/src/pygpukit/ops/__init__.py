@@ -6,12 +6,20 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 
 - :mod:`.normalization`: rmsnorm, layernorm and their fused residual-add forms;
 - :mod:`.rope`: rotary position embeddings (NeoX and GPT-J layouts);
+- :mod:`.rope_scaling`: long-context RoPE frequencies (linear, llama3, yarn);
 - :mod:`.activations`: gated activations (SwiGLU, GeGLU), embedding lookup, row softmax;
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
 - :mod:`.sampling`: token sampling on the GPU;
-- :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device.
+- :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device;
+- :mod:`.layers`: the same ops as stateful layers (weights + launch plans made once) for
+  model code: ``Linear``, ``RMSNorm``, ``LayerNorm``, ``Rotary``, ``Attention``, ``GatedMLP``,
+  ``Embedding``;
+- :mod:`.config`: the tuning knobs, read from the environment once.
+
+Each call plans its launch once per shape bucket and then only looks the plan up; the NumPy
+versions (:mod:`.reference`) run on the CPU backend.
 
 Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 """
@@ -19,17 +27,22 @@ Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 from . import (
     activations,
     attention,
+    config,
     kv_cache,
+    layers,
     linear,
     normalization,
     quantization,
     rope,
+    rope_scaling,
     sampling,
 )
 
 # Collected before the star imports: they bind the function linear() over the module of
 # that name (ops.linear is the function; the module is pygpukit.ops.linear).
 __all__ = [
+    "config",
+    "layers",
     *activations.__all__,
     *attention.__all__,
     *kv_cache.__all__,
@@ -37,6 +50,7 @@ __all__ = [
     *normalization.__all__,
     *quantization.__all__,
     *rope.__all__,
+    *rope_scaling.__all__,
     *sampling.__all__,
 ]
 
@@ -47,4 +61,5 @@ from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
 from .quantization import *  # noqa: F403
 from .rope import *  # noqa: F403
+from .rope_scaling import *  # noqa: F403
 from .sampling import *  # noqa: F403

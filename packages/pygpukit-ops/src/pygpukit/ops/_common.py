@@ -1,10 +1,11 @@
-"""Shared plumbing of the ops: argument checks, and the NumPy side of the CPU backend.
+"""Shared plumbing of the ops: argument checks, and the bridge to the CPU backend's buffers.
 
 Every op takes and returns ``GPUArray``s. On the CUDA backend it launches a
 built-in kernel (:mod:`._kernel_loader`) on the current stream and returns at
-once; on the CPU backend it runs a NumPy version on the array's host buffer
-(:func:`host`), computing in float32 or wider and rounding once to the output
-dtype, which is also the reference the GPU tests compare against.
+once; on the CPU backend it runs the NumPy version (:mod:`.reference`) on the
+array's host buffer (:func:`host`), computing in float32 or wider and rounding
+once to the output dtype, which is also the reference the GPU tests compare
+against. Which of the two runs is chosen once per process (:mod:`._plan`).
 """
 
 from __future__ import annotations
@@ -31,11 +32,6 @@ KERNEL_SUFFIX = {
 def kernel_suffix(dtype: np.dtype) -> str:
     """``f32`` / ``f16`` / ``bf16``: the entry-point suffix of a dtype the op already checked."""
     return KERNEL_SUFFIX[dtype]
-
-
-def on_cpu(x: GPUArray) -> bool:
-    """True when ``x`` lives on the CPU simulation backend (the NumPy path)."""
-    return bool(x._backend.name == "cpu")
 
 
 def host(x: GPUArray) -> np.ndarray:

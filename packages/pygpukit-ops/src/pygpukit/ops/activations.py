@@ -12,17 +12,20 @@ Math is float32 for every storage dtype, rounded once to the output dtype.
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+import pygpukit as gp
 from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
 from . import _kernel_loader as kl
 from . import _rows
+from ._plan import Launch, PlanCache, per_backend
+from .reference import activations as reference
 
 __all__ = ["embedding", "gelu_mul", "silu_mul", "softmax"]
 
@@ -32,20 +35,56 @@ _ID_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 _MAX_BLOCKS = 65535
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[np.float64])(x)
+@dataclass(frozen=True, slots=True)
+class ArgsPlan:
+    """A launch whose size arguments are fixed: ``plan(*arrays)`` appends them and enqueues it."""
+
+    launch: Launch
+    tail: tuple[int, ...]
+
+    def __call__(self, *arrays: GPUArray | int) -> None:
+        self.launch(*arrays, *self.tail)
 
 
-def _activate(g: np.ndarray, act: str) -> np.ndarray:
-    """``act(g)`` in the precision of ``g`` (float32 or float64)."""
-    if act == "silu":
-        with np.errstate(over="ignore"):
-            return g / (1 + np.exp(-g))
-    if act == "gelu_tanh":  # 0.5 g (1 + tanh(u)), as g / (1 + exp(-2u)): no cancellation at g << 0
-        u = np.asarray(0.7978845608028654, g.dtype) * (g + np.asarray(0.044715, g.dtype) * g**3)
-        with np.errstate(over="ignore"):
-            return g / (1 + np.exp(-2 * u))
-    return (0.5 * g * (1 + _erf(g.astype(np.float64) / math.sqrt(2.0)))).astype(g.dtype)
+@dataclass(frozen=True, slots=True)
+class ReferenceGated:
+    """The CPU backend's gated activation: ``plan(x, y)``."""
+
+    act: str
+
+    def __call__(self, x: GPUArray, y: GPUArray) -> None:
+        c.write_into(y, reference.gated(c.f32(x), self.act))
+
+
+def _plan_gated_cuda(
+    rows: int, d: int, vec: int, dtype: np.dtype[Any], act: str, device: int
+) -> ArgsPlan | ReferenceGated:
+    c.check_int32("silu_mul/gelu_mul", d=d)
+    grid = max(1, min(_MAX_BLOCKS, -(-(rows * (d // vec)) // 256)))
+    kernel = kl.kernel("activations", f"gated_{c.kernel_suffix(dtype)}_v{vec}")
+    return ArgsPlan(Launch(kernel, grid, 256), (rows, d, _ACT[act]))
+
+
+def _plan_gated_numpy(
+    rows: int, d: int, vec: int, dtype: np.dtype[Any], act: str, device: int
+) -> ArgsPlan | ReferenceGated:
+    return ReferenceGated(act)
+
+
+#: Gated-activation plans by (rows, d, vector width, dtype, activation, device).
+GATED_PLANS: PlanCache[ArgsPlan | ReferenceGated] = PlanCache(
+    "gated", per_backend(cpu=_plan_gated_numpy, cuda=_plan_gated_cuda)
+)
+
+
+def gated_plan(x: GPUArray, y: GPUArray, act: str) -> ArgsPlan | ReferenceGated | None:
+    """The (cached) plan of ``act(gate) * up`` from ``x`` [..., 2d] into ``y``; None if empty."""
+    d = x.shape[-1] // 2
+    rows = x.size // (2 * d) if d else 0
+    if rows == 0:
+        return None
+    vec = _rows.vector_width(d, x.itemsize, x, y)
+    return GATED_PLANS.get(rows, d, vec, x.dtype, act, gp.get_device())
 
 
 def _gated(x: Any, act: str, out: GPUArray | None) -> GPUArray:
@@ -58,20 +97,9 @@ def _gated(x: Any, act: str, out: GPUArray | None) -> GPUArray:
     shape = (*x.shape[:-1], d)
     c.check_out(out, shape, x.dtype)
     y = c.result(out, shape, x.dtype)
-    if c.on_cpu(x):
-        h = c.f32(x)
-        c.write_into(y, _activate(h[..., :d], act) * h[..., d:])
-        return y
-    rows = x.size // (2 * d) if d else 0
-    if rows == 0:
-        return y
-    c.check_int32("silu_mul/gelu_mul", d=d)
-    vec = _rows.vector_width(d, x.itemsize, x, y)
-    total = rows * (d // vec)
-    block = 256
-    grid = max(1, min(_MAX_BLOCKS, -(-total // block)))
-    kernel = kl.kernel("activations", f"gated_{c.kernel_suffix(x.dtype)}_v{vec}")
-    kernel.launch(grid, block, (x, y, rows, d, _ACT[act]))
+    plan = gated_plan(x, y, act)
+    if plan is not None:
+        plan(x, y)
     return y
 
 
@@ -102,35 +130,58 @@ def embedding(ids: GPUArray, table: GPUArray, *, out: GPUArray | None = None) ->
     """
     ids = c.check_array(ids, "ids", dtypes=_ID_DTYPES)
     table = c.check_array(table, "table", ndim=2)
-    vocab, dim = table.shape
+    dim = table.shape[1]
     shape = (*ids.shape, dim)
     c.check_out(out, shape, table.dtype)
     y = c.result(out, shape, table.dtype)
-    if c.on_cpu(ids):
-        flat = c.host(ids).reshape(-1).astype(np.int64)
-        bad = (flat < 0) | (flat >= vocab)
-        if bad.any():
-            raise IndexError(
-                f"ids must be in [0, {vocab}) (rows of table); got {int(flat[bad][0])}"
-            )
-        c.host(y)[...] = c.host(table)[flat].reshape(shape)
-        return y
     n_ids = ids.size
     row_bytes = dim * table.itemsize
     if n_ids == 0 or row_bytes == 0:
         return y
+    embedding_plan(ids, table, y)(ids, int(ids.dtype == np.int64), table, y)
+    return y
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceEmbedding:
+    """The CPU backend's lookup: ``plan(ids, ids_are_int64, table, y)``."""
+
+    def __call__(self, ids: GPUArray, wide: int, table: GPUArray, y: GPUArray) -> None:
+        c.host(y)[...] = reference.embedding(c.host(ids), c.host(table))
+
+
+def _plan_embedding_cuda(
+    n_ids: int, vocab: int, row_bytes: int, word: int, device: int
+) -> ArgsPlan | ReferenceEmbedding:
+    words = row_bytes // word
+    c.check_int32("embedding", words=words)
+    grid = max(1, min(_MAX_BLOCKS, -(-(n_ids * words) // 256)))
+    kernel = kl.kernel("activations", f"embedding_w{word}")
+    return ArgsPlan(Launch(kernel, grid, 256), (n_ids, vocab, words))
+
+
+def _plan_embedding_numpy(
+    n_ids: int, vocab: int, row_bytes: int, word: int, device: int
+) -> ArgsPlan | ReferenceEmbedding:
+    return ReferenceEmbedding()
+
+
+#: Embedding plans by (ids, vocabulary, row bytes, copy word size, device).
+EMBEDDING_PLANS: PlanCache[ArgsPlan | ReferenceEmbedding] = PlanCache(
+    "embedding", per_backend(cpu=_plan_embedding_numpy, cuda=_plan_embedding_cuda)
+)
+
+
+def embedding_plan(ids: GPUArray, table: GPUArray, y: GPUArray) -> ArgsPlan | ReferenceEmbedding:
+    """The (cached) plan of a lookup of ``ids`` (at least one) in ``table`` into ``y``."""
+    vocab, dim = table.shape
+    row_bytes = dim * table.itemsize
     word = next(
         w
         for w in (16, 8, 4, 2, 1)
         if row_bytes % w == 0 and table.data_ptr % w == 0 and y.data_ptr % w == 0
     )
-    words = row_bytes // word
-    c.check_int32("embedding", words=words)
-    block = 256
-    grid = max(1, min(_MAX_BLOCKS, -(-(n_ids * words) // block)))
-    kernel = kl.kernel("activations", f"embedding_w{word}")
-    kernel.launch(grid, block, (ids, int(ids.dtype == np.int64), table, y, n_ids, vocab, words))
-    return y
+    return EMBEDDING_PLANS.get(ids.size, vocab, row_bytes, word, gp.get_device())
 
 
 def softmax(x: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
@@ -144,17 +195,38 @@ def softmax(x: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
     c.check_out(out, x.shape, x.dtype)
     y = c.result(out, x.shape, x.dtype)
     width = x.shape[-1]
-    if c.on_cpu(x):
-        h = c.f32(x)
-        e = np.exp(h - h.max(axis=-1, keepdims=True)) if h.size else h
-        c.write_into(y, e / e.sum(axis=-1, keepdims=True) if h.size else e)
-        return y
     rows = x.size // width if width else 0
     if rows == 0:
         return y
-    c.check_int32("softmax", width=width)
     vec = _rows.vector_width(width, x.itemsize, x, y)
-    plan = _rows.plan_rows(rows, width, vec)
-    kernel = kl.kernel("activations", f"softmax_{c.kernel_suffix(x.dtype)}_{plan.suffix}")
-    kernel.launch(plan.grid, plan.block, (x, y, rows, width, plan.group))
+    SOFTMAX_PLANS.get(rows, width, vec, x.dtype, gp.get_device())(x, y)
     return y
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceSoftmax:
+    """The CPU backend's softmax: ``plan(x, y)``."""
+
+    def __call__(self, x: GPUArray, y: GPUArray) -> None:
+        c.write_into(y, reference.softmax(c.f32(x)))
+
+
+def _plan_softmax_cuda(
+    rows: int, width: int, vec: int, dtype: np.dtype[Any], device: int
+) -> ArgsPlan | ReferenceSoftmax:
+    c.check_int32("softmax", width=width)
+    rp = _rows.plan_rows(rows, width, vec)
+    kernel = kl.kernel("activations", f"softmax_{c.kernel_suffix(dtype)}_{rp.suffix}")
+    return ArgsPlan(Launch(kernel, rp.grid, rp.block), (rows, width, rp.group))
+
+
+def _plan_softmax_numpy(
+    rows: int, width: int, vec: int, dtype: np.dtype[Any], device: int
+) -> ArgsPlan | ReferenceSoftmax:
+    return ReferenceSoftmax()
+
+
+#: Softmax plans by (rows, width, vector width, dtype, device).
+SOFTMAX_PLANS: PlanCache[ArgsPlan | ReferenceSoftmax] = PlanCache(
+    "softmax", per_backend(cpu=_plan_softmax_numpy, cuda=_plan_softmax_cuda)
+)

@@ -2,7 +2,9 @@
 
 Layouts follow PyTorch: ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]``; query head
 ``h`` attends with KV head ``h // (Hq // Hkv)`` (grouped-query / multi-query attention).
-Head dims 64, 80, 96, 128 and 256; float16 and bfloat16, accumulated in float32.
+Head dims 64, 80, 96, 128 and 256; float16 and bfloat16 on the flash kernels, accumulated in
+float32; float32 too, through matmul + softmax with the scores materialised (for checks against
+a float32 reference; slower, and no paged cache on the GPU).
 
 Two rules differ from a naive reading of PyTorch and are the same on both backends:
 
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 import functools
 import math
-import os
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,62 +31,60 @@ from pygpukit.array import GPUArray
 from pygpukit.backend import select as _select
 from pygpukit.jit import Kernel
 
-from . import _kernel_loader
+from . import _attention_fp32, _kernel_loader, config
 from ._common import (
-    HALF_DTYPES,
+    FLOAT_DTYPES,
     check_array,
     check_int32,
     check_out,
     check_same_dtype,
     host,
     kernel_suffix,
-    on_cpu,
     result,
     write_into,
 )
+from ._constants import (
+    PREFILL_WGMMA_ROWS,
+    PREFILL_WGMMA_THREADS,
+    constant,
+    decode_heads_per_cta,
+    prefill_mma_tiles,
+)
+from ._plan import Launch, PlanCache, per_backend
+from .reference import attention as reference
 
 __all__ = ["decode_attention", "scaled_dot_product_attention"]
 
 #: Head dimensions with a built-in kernel.
 HEAD_DIMS = (64, 80, 96, 128, 256)
 
-#: Picks the decode kernel: ``mma2`` (tensor cores, two K/V stages per CTA: the default, 72% of
-#: the copy bandwidth for 8K cached tokens on an H200), ``mma`` (one stage, 69%) or ``simt``
-#: (CUDA cores, 70%).
-DECODE_KERNEL_ENV = "PYGPUKIT_DECODE_KERNEL"
-#: Query heads per decode CTA: attention_decode.cu kTcHeads (mma, mma2) and kG (simt).
-_DECODE_HEADS = {"mma": 16, "mma2": 16, "simt": 4}
-_MAX_SPLITS = 64  # attention_decode.cu kMaxSplits
-_CPU_ROWS = 512  # query rows per NumPy step: a [rows, Sk] float32 score block at a time
-
-_dynamic_smem_set: set[tuple[int, int]] = set()
+#: The ``decode_kernel`` knob of :mod:`.config` picks the decode kernel: ``mma2`` (tensor
+#: cores, two K/V stages per CTA: the default, 72% of the copy bandwidth for 8K cached tokens on
+#: an H200), ``mma`` (one stage, 69%) or ``simt`` (CUDA cores, 70%).
+DECODE_KERNEL_ENV = config.ENV["decode_kernel"][0]
 
 
-def _allow_dynamic_smem(kern: Kernel, d: int, smem: int) -> None:
-    """Opt ``kern`` into ``smem`` bytes of dynamic shared memory (above 48 KiB), once."""
-    key = (id(kern), d)
-    if smem > 48 * 1024 and key not in _dynamic_smem_set:
+def _allow_dynamic_smem(kern: Kernel, smem: int) -> None:
+    """Opt ``kern`` into ``smem`` bytes of dynamic shared memory when above 48 KiB (at planning)."""
+    if smem > 48 * 1024:
         kern.set_max_dynamic_shared_memory(smem)
-        _dynamic_smem_set.add(key)
 
 
-#: Picks the prefill kernel. Unset or ``auto``: the Hopper kernel ``wgmma_tma`` on SM 9.0 for
-#: the head dims it has (64 and 128), else ``mma`` (mma.sync, every SM 80+ GPU). ``mma`` forces
-#: the mma.sync kernel everywhere; ``wgmma_tma`` and ``wgmma_pipe`` apply where ``auto`` would
-#: pick a Hopper kernel and fall back to ``mma`` elsewhere. ``wgmma_tma`` is warp-specialized:
-#: one producer thread loads Q, K and V by TMA for two consumer warpgroups that take turns
-#: issuing their matrix multiplies (FlashAttention-3's ping-pong). ``wgmma_pipe`` has no
-#: producer: each of its two warpgroups overlaps its softmax with its own matrix multiplies, and
-#: all threads load with cp.async. Causal bf16 B=4 H=32 S=4096 D=128 on an H200, same run
-#: (PyTorch SDPA 0.92 ms): wgmma_tma 1.06 ms, wgmma_pipe 1.40, mma 2.31 (an earlier run);
-#: non-causal 2.01 against 2.64. Removed after losing: the same warp-specialized kernel with a
-#: cp.async producer warpgroup (``wgmma_ws_pp``, 1.27 ms in that run), staggered warpgroups
-#: (1.60 ms) and warp-specialized without ping-pong (1.48-1.50 ms).
-KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"
-_KERNEL_CHOICES = ("auto", "mma", "wgmma_pipe", "wgmma_tma")
+#: The ``attention_kernel`` knob of :mod:`.config` picks the prefill kernel. ``auto``: the
+#: Hopper kernel ``wgmma_tma`` on SM 9.0 for the head dims it has (64 and 128), else ``mma``
+#: (mma.sync, every SM 80+ GPU). ``mma`` forces the mma.sync kernel everywhere; ``wgmma_tma``
+#: and ``wgmma_pipe`` apply where ``auto`` would pick a Hopper kernel and fall back to ``mma``
+#: elsewhere. ``wgmma_tma`` is warp-specialized: one producer thread loads Q, K and V by TMA for
+#: two consumer warpgroups that take turns issuing their matrix multiplies (FlashAttention-3's
+#: ping-pong). ``wgmma_pipe`` has no producer: each of its two warpgroups overlaps its softmax
+#: with its own matrix multiplies, and all threads load with cp.async. ``wgmma_tma`` is the
+#: fastest on an H200; docs/ops-attention.md (Performance notes) has the measurements and the
+#: variants that lost.
+KERNEL_ENV = config.ENV["attention_kernel"][0]
+_KERNEL_CHOICES = config.ENV["attention_kernel"][1]
 _WGMMA_HEAD_DIMS = (64, 128)
 #: Threads per CTA of each Hopper kernel (attention_prefill.cu launch bounds).
-_WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_tma": 384}
+_WGMMA_THREADS = PREFILL_WGMMA_THREADS
 
 
 @functools.cache
@@ -93,11 +94,7 @@ def _arch(device: int) -> str:
 
 def _prefill_kernel(d: int) -> str:
     """The prefill kernel for head dim ``d`` on the current device: ``mma`` or a wgmma kernel."""
-    choice = os.environ.get(KERNEL_ENV, "") or "auto"
-    if choice not in _KERNEL_CHOICES:
-        raise ValueError(
-            f"{KERNEL_ENV} must be one of {', '.join(_KERNEL_CHOICES)} (or unset), got {choice!r}"
-        )
+    choice = config.get().attention_kernel
     if choice == "mma" or d not in _WGMMA_HEAD_DIMS or _arch(gp.get_device()) != "sm_90a":
         return "mma"
     return "wgmma_tma" if choice == "auto" else choice
@@ -152,83 +149,141 @@ def _mask_strides(mask: GPUArray, target: tuple[int, int, int, int]) -> tuple[in
     return tuple(strides)
 
 
-def _causal_visible(sq: int, sk: int, rows: slice) -> np.ndarray:
-    """[rows, Sk] bool: key j visible to query i when j <= i + (Sk - Sq) (bottom-right)."""
-    i = np.arange(sq)[rows][:, None]
-    return np.arange(sk)[None, :] <= i + (sk - sq)
+@dataclass(frozen=True, slots=True)
+class PrefillPlan:
+    """A prefill launch: ``plan(q, k, v, out, mask, mask_strides, scale)`` enqueues it."""
+
+    launch: Launch
+    mask_kind: int
+    sizes: tuple[int, int, int, int]  # hq, hkv, sq, sk
+    causal: int
+    tma: bool  # the kernel takes q, k, v tensor maps
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k: GPUArray,
+        v: GPUArray,
+        out: GPUArray,
+        mask: GPUArray | None,
+        strides: tuple[int, ...],
+        scale: float,
+    ) -> None:
+        _check_aligned(("q", q), ("k", k), ("v", v), ("out", out))
+        maps = _tma_maps(q, k, v) if self.tma else ()
+        self.launch(
+            q, k, v, out, mask if mask is not None else 0, self.mask_kind, *strides,
+            *self.sizes, scale, self.causal, *maps,
+        )  # fmt: skip
 
 
-def _softmax_rows(s: np.ndarray) -> np.ndarray:
-    """Row softmax that gives a row of zeros, not NaN, when every entry is -inf (or none exists).
+@dataclass(frozen=True, slots=True)
+class ReferencePrefill:
+    """The CPU backend's prefill: :func:`.reference.attention.sdpa` on the host buffers."""
 
-    Sk = 0 (no keys at all) is the empty case of a row that sees no key: zeros, as the kernels
-    give (they run zero key tiles); ``max`` of an empty row would raise.
-    """
-    if s.shape[-1] == 0:
-        return np.zeros(s.shape, s.dtype)
-    m = s.max(axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    p = np.exp(s - m)
-    total = p.sum(axis=-1, keepdims=True)
-    return np.divide(p, total, out=np.zeros_like(p), where=total > 0)
+    causal: bool
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k: GPUArray,
+        v: GPUArray,
+        out: GPUArray,
+        mask: GPUArray | None,
+        strides: tuple[int, ...],
+        scale: float,
+    ) -> None:
+        m = host(mask) if mask is not None else None
+        write_into(out, reference.sdpa(host(q), host(k), host(v), m, self.causal, scale))
 
 
-def _sdpa_cpu(
+@dataclass(frozen=True, slots=True)
+class ComposedPrefill:
+    """float32 prefill on the GPU: matmul, softmax and where (:mod:`._attention_fp32`)."""
+
+    causal: bool
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k: GPUArray,
+        v: GPUArray,
+        out: GPUArray,
+        mask: GPUArray | None,
+        strides: tuple[int, ...],
+        scale: float,
+    ) -> None:
+        _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, out)
+
+
+def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
+    b, hq, hkv, sq, sk, d, dtype, causal, mask_kind, movable, _device = key
+    if dtype == np.float32:
+        return ComposedPrefill(bool(causal))
+    check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
+    kind = _prefill_kernel(d)
+    if kind == "wgmma_tma" and (sk == 0 or movable):
+        # No key tile to load (TMA cannot map an empty k), or an input whose address may change
+        # (a tensor map holds the address; wgmma_pipe takes pointers made resident at launch).
+        kind = "wgmma_pipe"
+    if kind != "mma":
+        # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. Both hold Q and 3 K/V stages with
+        # 1 KiB of alignment slack (wgmma_tma's mbarriers are static shared memory).
+        name = f"attn_prefill_{kind}_d{d}_{kernel_suffix(dtype)}"
+        rows, threads = PREFILL_WGMMA_ROWS, _WGMMA_THREADS[kind]
+        smem = 7 * (d // 64) * 128 * 128 + 1024
+    else:
+        rows, block_n, stride = prefill_mma_tiles(d)
+        threads = constant("attention_prefill", "PREFILL_THREADS")
+        name = f"attn_prefill_d{d}_{kernel_suffix(dtype)}"
+        smem = (rows + 2 * block_n) * stride * 2  # Q rows and one K and one V tile, 16-bit
+    ctas = b * hq * ((sq + rows - 1) // rows)  # a 1-d grid (kernels: PrefillOrder)
+    check_int32("scaled_dot_product_attention", **{"B * Hq * row tiles": ctas})
+    kern = _kernel_loader.kernel("attention_prefill", name)
+    _allow_dynamic_smem(kern, smem)
+    launch = Launch(kern, ctas, threads, smem)
+    return PrefillPlan(launch, mask_kind, (hq, hkv, sq, sk), int(causal), kind == "wgmma_tma")
+
+
+def _plan_prefill_numpy(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
+    return ReferencePrefill(bool(key[7]))
+
+
+#: Prefill plans by (B, Hq, Hkv, Sq, Sk, D, dtype, causal, mask kind, any input evictable,
+#: device).
+PREFILL_PLANS: PlanCache[PrefillPlan | ReferencePrefill | ComposedPrefill] = PlanCache(
+    "prefill", per_backend(cpu=_plan_prefill_numpy, cuda=_plan_prefill_cuda)
+)
+
+
+def mask_kind(mask: GPUArray | None) -> int:
+    """The kernels' mask code: 0 none, 1 float32, 2 the query's dtype."""
+    return 0 if mask is None else (1 if mask.dtype == np.float32 else 2)
+
+
+def prefill_plan(
+    q: GPUArray, k: GPUArray, v: GPUArray, mask: GPUArray | None, causal: bool
+) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
+    """The (cached) prefill plan for these (already checked) arrays."""
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    movable = q.evictable or k.evictable or v.evictable
+    key = (b, hq, hkv, sq, sk, d, q.dtype, causal, mask_kind(mask), movable, gp.get_device())
+    return PREFILL_PLANS.get(*key)
+
+
+def check_prefill(
     q: GPUArray,
     k: GPUArray,
     v: GPUArray,
-    mask: GPUArray | None,
-    causal: bool,
-    scale: float,
-    out: GPUArray,
-) -> None:
-    hq_, kh, vh = host(q), host(k), host(v)
-    b_, hq, sq, _ = hq_.shape
-    sk, group = kh.shape[2], hq // kh.shape[1]
-    mh: np.ndarray | None = None
-    if mask is not None:
-        mh = host(mask).reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))
-    res = np.empty(hq_.shape, np.float32)
-    # One (batch, head) and _CPU_ROWS query rows at a time: memory stays O(rows * Sk).
-    for b in range(b_):
-        for h in range(hq):
-            kf = kh[b, h // group].astype(np.float32)
-            vf = vh[b, h // group].astype(np.float32)
-            for r0 in range(0, sq, _CPU_ROWS):
-                rows = slice(r0, min(sq, r0 + _CPU_ROWS))
-                s = (hq_[b, h, rows].astype(np.float32) @ kf.T) * np.float32(scale)
-                if mh is not None:
-                    mb = mh[min(b, mh.shape[0] - 1), min(h, mh.shape[1] - 1)]
-                    s = s + np.broadcast_to(mb, (sq, sk))[rows].astype(np.float32)
-                if causal:
-                    s = np.where(_causal_visible(sq, sk, rows), s, -np.inf)
-                res[b, h, rows] = _softmax_rows(s) @ vf
-    write_into(out, res)
-
-
-def scaled_dot_product_attention(
-    q: GPUArray,
-    k: GPUArray,
-    v: GPUArray,
-    *,
-    attn_mask: GPUArray | None = None,
-    is_causal: bool = False,
-    scale: float | None = None,
-    out: GPUArray | None = None,
-) -> GPUArray:
-    """Attention ``softmax(q k^T * scale + attn_mask) v`` without materialising the scores.
-
-    ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]`` (C-contiguous, float16 or
-    bfloat16, ``Hq`` a multiple of ``Hkv``); returns ``[B, Hq, Sq, D]`` in q's dtype.
-    ``attn_mask`` is an additive mask (float32 or q's dtype) that broadcasts to
-    ``[B, Hq, Sq, Sk]``; ``is_causal`` hides key ``j`` from query ``i`` when
-    ``j > i + (Sk - Sq)`` (bottom-right aligned; PyTorch's rule when ``Sq == Sk``) and
-    may be combined with a mask. ``scale`` defaults to ``1 / sqrt(D)``. Rows that see
-    no key output zeros. Raises ``TypeError``/``ValueError`` for wrong arguments.
-    """
-    check_array(q, "q", dtypes=HALF_DTYPES, ndim=4)
-    check_array(k, "k", dtypes=HALF_DTYPES, ndim=4)
-    check_array(v, "v", dtypes=HALF_DTYPES, ndim=4)
+    attn_mask: GPUArray | None,
+    is_causal: bool,
+    scale: float | None,
+) -> tuple[float, tuple[int, ...]]:
+    """Validate the prefill arguments; return the scale and the mask's broadcast strides."""
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(k, "k", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v, "v", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k", k), ("v", v))
     b, hq, sq, d = q.shape
     if tuple(k.shape) != tuple(v.shape):
@@ -247,58 +302,37 @@ def scaled_dot_product_attention(
     if attn_mask is not None:
         check_array(attn_mask, "attn_mask", dtypes=[gp.float32, q.dtype], ndim=(1, 2, 3, 4))
         strides = _mask_strides(attn_mask, (b, hq, sq, sk))
+    return scale_f, strides
+
+
+def scaled_dot_product_attention(
+    q: GPUArray,
+    k: GPUArray,
+    v: GPUArray,
+    *,
+    attn_mask: GPUArray | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    out: GPUArray | None = None,
+) -> GPUArray:
+    """Attention ``softmax(q k^T * scale + attn_mask) v`` without materialising the scores.
+
+    ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]`` (C-contiguous, float16 or
+    bfloat16, or float32 on the slower composed path; ``Hq`` a multiple of ``Hkv``); returns
+    ``[B, Hq, Sq, D]`` in q's dtype.
+    ``attn_mask`` is an additive mask (float32 or q's dtype) that broadcasts to
+    ``[B, Hq, Sq, Sk]``; ``is_causal`` hides key ``j`` from query ``i`` when
+    ``j > i + (Sk - Sq)`` (bottom-right aligned; PyTorch's rule when ``Sq == Sk``) and
+    may be combined with a mask. ``scale`` defaults to ``1 / sqrt(D)``. Rows that see
+    no key output zeros. Raises ``TypeError``/``ValueError`` for wrong arguments.
+    """
+    scale_f, strides = check_prefill(q, k, v, attn_mask, is_causal, scale)
+    is_causal = bool(is_causal)
     check_out(out, tuple(q.shape), q.dtype)
     res = result(out, tuple(q.shape), q.dtype)
     if res.size == 0:
         return res
-    if on_cpu(q):
-        _sdpa_cpu(q, k, v, attn_mask, is_causal, scale_f, res)
-        return res
-
-    check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
-    _check_aligned(("q", q), ("k", k), ("v", v), ("out", res))
-    kind = _prefill_kernel(d)
-    if kind == "wgmma_tma" and (sk == 0 or q.evictable or k.evictable or v.evictable):
-        # No key tile to load (TMA cannot map an empty k), or an input whose address may change
-        # (a tensor map holds the address; wgmma_pipe takes pointers made resident at launch).
-        kind = "wgmma_pipe"
-    if kind != "mma":
-        # Kernel names: attn_prefill_<kind>_d<D>_<dtype>. Both hold Q and 3 K/V stages with
-        # 1 KiB of alignment slack (wgmma_tma's mbarriers are static shared memory).
-        name = f"attn_prefill_{kind}_d{d}_{kernel_suffix(q.dtype)}"
-        rows, threads = 128, _WGMMA_THREADS[kind]
-        smem = 7 * (d // 64) * 128 * 128 + 1024
-    else:
-        # attention_prefill.cu Config<D>: rows per CTA, keys per tile, padded shared rows.
-        rows, threads = (128 if d <= 128 else 64), 128
-        name = f"attn_prefill_d{d}_{kernel_suffix(q.dtype)}"
-        block_n = 64 if d <= 80 else 32
-        smem = (rows + 2 * block_n) * (d + 8) * 2
-    ctas = b * hq * ((sq + rows - 1) // rows)  # a 1-d grid (kernels: PrefillOrder)
-    check_int32("scaled_dot_product_attention", **{"B * Hq * row tiles": ctas})
-    kern = _kernel_loader.kernel("attention_prefill", name)
-    _allow_dynamic_smem(kern, d, smem)
-    mask_kind = 0 if attn_mask is None else (1 if attn_mask.dtype == np.float32 else 2)
-    maps = _tma_maps(q, k, v) if kind == "wgmma_tma" else ()
-    kern(
-        q,
-        k,
-        v,
-        res,
-        attn_mask if attn_mask is not None else 0,
-        mask_kind,
-        *strides,
-        hq,
-        hkv,
-        sq,
-        sk,
-        scale_f,
-        int(is_causal),
-        *maps,
-        grid=ctas,
-        block=threads,
-        shared_mem=smem,
-    )
+    prefill_plan(q, k, v, attn_mask, is_causal)(q, k, v, res, attn_mask, strides, scale_f)
     return res
 
 
@@ -312,12 +346,9 @@ def _sm_count(device: int) -> int:
 
 #: CTAs per SM the flash-decoding split aims for, per decode kernel. The tensor-core kernels'
 #: CTAs hold 72 KiB of shared memory (3 fit on an SM): two per SM keeps every CTA resident at
-#: once, so no partial last wave runs alone, and makes each CTA's key range long. Measured on an
-#: H200 (B=8, Hq=32, Hkv=8, 8192 tokens, D=128, bf16; 64 head CTAs per split; copy bandwidth
-#: 4224 GB/s), mma2 at 4 / 6 / 8 / 12 / 16 splits: 78.4 / 81.6 / 96.3 / 84.3 / 87.1 us (81% /
-#: 78% / 66% / 75% / 73% of the copy bandwidth; 8 splits = 1.3 waves). The SIMT kernel (no
-#: shared memory, many CTAs per SM) keeps the earlier eight per SM, 16 splits here (89.0 us; 84.4
-#: at 8 splits, 109 at 4 in the same run).
+#: once, so no partial last wave runs alone, and makes each CTA's key range long. The SIMT kernel
+#: (no shared memory, many CTAs per SM) does best at eight per SM. docs/ops-attention.md
+#: (Performance notes) has the split sweep these come from.
 _DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "simt": 8}
 
 
@@ -330,106 +361,174 @@ def _decode_split(
     lengths live on the device and are not read back.
     """
     want = max(1, per_sm * _sm_count(gp.get_device()) // max(1, batch * ctas))
-    splits = max(1, min(_MAX_SPLITS, want, -(-capacity // 256)))
+    splits = max(
+        1, min(constant("attention_decode", "DECODE_MAX_SPLITS"), want, -(-capacity // 256))
+    )
     chunk = -(-capacity // splits)
     chunk = -(-chunk // 64) * 64  # whole steps of the kernel's key loop
     return -(-capacity // chunk), chunk
 
 
-def _check_lengths_and_blocks(
-    lens: np.ndarray, table: np.ndarray | None, cache_shape: tuple[int, ...], capacity: int
-) -> None:
-    """The values the GPU kernels read unchecked, checked where the data is on the host.
+@dataclass(frozen=True, slots=True)
+class DecodePlan:
+    """A decode launch, and its combine launch when the keys are split across CTAs.
 
-    A negative length, or a block index outside the paged cache among the blocks a
-    sequence's length reaches, is a ``ValueError`` naming the entry.
+    ``plan(q, k_cache, v_cache, seq_lens, block_table, out, scale, o_part, lse)`` enqueues it;
+    :meth:`workspace` makes the float32 partials a split plan writes.
     """
-    negative = np.flatnonzero(lens < 0)
-    if negative.size:
-        b = int(negative[0])
-        raise ValueError(f"seq_lens[{b}] = {int(lens[b])} is negative; lengths are >= 0")
-    if table is None:
-        return
-    num_blocks, block_size = cache_shape[0], cache_shape[2]
-    for b, length in enumerate(np.minimum(lens, capacity)):
-        used = table[b, : -(-int(length) // block_size)]
-        bad = np.flatnonzero((used < 0) | (used >= num_blocks))
-        if bad.size:
-            i = int(bad[0])
-            raise ValueError(
-                f"block_table[{b}, {i}] = {int(used[i])} is not a block of the paged cache"
-                f" (0..{num_blocks - 1}); sequence {b} of length {int(length)} reaches it"
+
+    launch: Launch
+    combine: Launch | None
+    tail: tuple[int, ...]  # hq, hkv, cache_len, max_blocks, capacity, chunk
+    partials: tuple[int, int, int]  # float32 elements of o_part and lse, and the splits
+
+    def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
+        """New ``(o_part, lse)`` float32 arrays for a split plan; ``(0, 0)`` (none) unsplit."""
+        if self.combine is None:
+            return 0, 0
+        return gp.empty((self.partials[0],), gp.float32), gp.empty((self.partials[1],), gp.float32)
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k_cache: GPUArray,
+        v_cache: GPUArray,
+        seq_lens: GPUArray,
+        block_table: GPUArray | None,
+        out: GPUArray,
+        scale: float,
+        o_part: GPUArray | int,
+        lse: GPUArray | int,
+    ) -> None:
+        _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
+        table = block_table if block_table is not None else 0
+        self.launch(q, k_cache, v_cache, seq_lens, table, out, o_part, lse, *self.tail, scale)
+        if self.combine is not None:
+            hq, _, _, _, capacity, chunk = self.tail
+            # One split writes the output itself; several write fp32 partials that this merges.
+            self.combine(
+                o_part, lse, seq_lens, out, hq, q.shape[2], self.partials[2], chunk, capacity
             )
 
 
-def _decode_cpu(
-    q: GPUArray,
-    kc: GPUArray,
-    vc: GPUArray,
-    lens: GPUArray,
-    table: GPUArray | None,
-    scale: float,
-    capacity: int,
-    out: GPUArray,
-) -> None:
-    qh, kh, vh, lh = host(q), host(kc), host(vc), host(lens)
-    _check_lengths_and_blocks(lh, None if table is None else host(table), kh.shape, capacity)
-    b_, hq, d = qh.shape
-    hkv = kh.shape[1]
-    group = hq // hkv
-    res = np.zeros(qh.shape, np.float32)
-    for b in range(b_):
-        n = int(min(max(int(lh[b]), 0), capacity))
-        if n == 0:
-            continue
-        if table is None:
-            keys, vals = kh[b, :, :n], vh[b, :, :n]
-        else:
-            bs = kh.shape[2]
-            blocks = host(table)[b, : -(-n // bs)]
-            # [nb, Hkv, bs, D] -> [Hkv, nb * bs, D], first n keys.
-            keys = kh[blocks].transpose(1, 0, 2, 3).reshape(hkv, -1, d)[:, :n]
-            vals = vh[blocks].transpose(1, 0, 2, 3).reshape(hkv, -1, d)[:, :n]
-        for hk in range(hkv):
-            qg = qh[b, hk * group : (hk + 1) * group].astype(np.float32)
-            s = (qg @ keys[hk].astype(np.float32).T) * np.float32(scale)
-            res[b, hk * group : (hk + 1) * group] = _softmax_rows(s) @ vals[hk].astype(np.float32)
-    write_into(out, res)
+@dataclass(frozen=True, slots=True)
+class ReferenceDecode:
+    """The CPU backend's decode: :func:`.reference.attention.decode` on the host buffers."""
+
+    capacity: int
+
+    def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
+        """No workspace on the CPU backend."""
+        return 0, 0
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k_cache: GPUArray,
+        v_cache: GPUArray,
+        seq_lens: GPUArray,
+        block_table: GPUArray | None,
+        out: GPUArray,
+        scale: float,
+        o_part: GPUArray | int,
+        lse: GPUArray | int,
+    ) -> None:
+        table = host(block_table) if block_table is not None else None
+        reference.check_lengths_and_blocks(host(seq_lens), table, k_cache.shape, self.capacity)
+        res = reference.decode(
+            host(q), host(k_cache), host(v_cache), host(seq_lens), table, scale, self.capacity
+        )
+        write_into(out, res)
 
 
-def decode_attention(
+@dataclass(frozen=True, slots=True)
+class ComposedDecode:
+    """float32 decode on the GPU (contiguous cache): matmul, softmax and where."""
+
+    def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
+        """No workspace: the composition allocates its own scores."""
+        return 0, 0
+
+    def __call__(
+        self,
+        q: GPUArray,
+        k_cache: GPUArray,
+        v_cache: GPUArray,
+        seq_lens: GPUArray,
+        block_table: GPUArray | None,
+        out: GPUArray,
+        scale: float,
+        o_part: GPUArray | int,
+        lse: GPUArray | int,
+    ) -> None:
+        _attention_fp32.decode(q, k_cache, v_cache, seq_lens, scale, out)
+
+
+def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
+    b, hq, hkv, d, dtype, cache_len, max_blocks, capacity, _device = key
+    if dtype == np.float32:
+        if max_blocks:
+            raise TypeError("a paged cache needs float16 or bfloat16 on the GPU, got float32")
+        return ComposedDecode()
+    if b > 65535:
+        raise ValueError(f"at most 65535 sequences per call, got {b}")
+    check_int32("decode_attention", Hq=hq, cache_len=cache_len, max_blocks=max_blocks)
+    which = config.get().decode_kernel
+    suffix = kernel_suffix(dtype)
+    if which != "simt":
+        stages = 2 if which == "mma2" else 1
+        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")
+        # Q rows + K and V tiles of DECODE_KEY_TILE tokens per stage, rows padded by 8 elements.
+        tile = constant("attention_decode", "DECODE_KEY_TILE")
+        smem = (decode_heads_per_cta(which) + 2 * stages * tile) * (d + 8) * 2
+        _allow_dynamic_smem(kern, smem)
+    else:
+        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
+        smem = 0
+    head_ctas = hkv * -(-(hq // hkv) // decode_heads_per_cta(which))
+    splits, chunk = _decode_split(b, head_ctas, max(capacity, 1), _DECODE_CTAS_PER_SM[which])
+    threads = constant("attention_decode", "DECODE_THREADS")
+    launch = Launch(kern, (splits, head_ctas, b), threads, smem)
+    combine = None
+    if splits > 1:
+        name = f"attn_decode_combine_{suffix}"
+        combine = Launch(_kernel_loader.kernel("attention_decode", name), b * hq, threads)
+    tail = (hq, hkv, cache_len, max_blocks, capacity, chunk)
+    return DecodePlan(launch, combine, tail, (b * hq * splits * d, b * hq * splits, splits))
+
+
+def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
+    return ReferenceDecode(key[7])
+
+
+#: Decode plans by (B, Hq, Hkv, D, dtype, cache_len, max_blocks, capacity, device).
+DECODE_PLANS: PlanCache[DecodePlan | ReferenceDecode | ComposedDecode] = PlanCache(
+    "decode", per_backend(cpu=_plan_decode_numpy, cuda=_plan_decode_cuda)
+)
+
+
+def decode_plan(
+    q: GPUArray, k_cache: GPUArray, max_blocks: int, capacity: int
+) -> DecodePlan | ReferenceDecode | ComposedDecode:
+    """The (cached) decode plan for these (already checked) arrays and cache capacity."""
+    b, hq, d = q.shape
+    hkv, cache_len = k_cache.shape[1], k_cache.shape[2]
+    key = (b, hq, hkv, d, q.dtype, cache_len, max_blocks, capacity, gp.get_device())
+    return DECODE_PLANS.get(*key)
+
+
+def check_decode(
     q: GPUArray,
     k_cache: GPUArray,
     v_cache: GPUArray,
     seq_lens: GPUArray,
-    *,
-    scale: float | None = None,
-    block_table: GPUArray | None = None,
-    out: GPUArray | None = None,
-) -> GPUArray:
-    """Attention of one new query token per sequence over its cached keys and values.
-
-    ``q [B, Hq, D]`` (float16 or bfloat16); ``seq_lens`` int32 ``[B]`` on the device (the
-    number of cached tokens of each sequence, the new token's included if it was written).
-    Caches, same dtype as q:
-
-    - contiguous: ``[B, Hkv, max_len, D]`` (``block_table=None``);
-    - paged: ``[num_blocks, Hkv, block_size, D]`` with ``block_table`` int32
-      ``[B, max_blocks]``: token ``t`` of sequence ``b`` is at block
-      ``block_table[b, t // block_size]``, offset ``t % block_size``. The entries a
-      sequence's length reaches must be valid block indices (``[0, num_blocks)``).
-
-    ``seq_lens`` must be >= 0. The CPU backend checks both and raises ``ValueError`` naming
-    the entry; the GPU reads them without a check (checking would need a synchronisation).
-
-    Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
-    to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding)
-    and merged by a second kernel, which needs a float32 workspace of
-    ``B * Hq * splits * (D + 1)`` values for that call. Returns ``[B, Hq, D]``.
-    """
-    check_array(q, "q", dtypes=HALF_DTYPES, ndim=3)
-    check_array(k_cache, "k_cache", dtypes=HALF_DTYPES, ndim=4)
-    check_array(v_cache, "v_cache", dtypes=HALF_DTYPES, ndim=4)
+    block_table: GPUArray | None,
+    scale: float | None,
+) -> tuple[int, int, float]:
+    """Validate the decode arguments; return (max_blocks, capacity in tokens, scale)."""
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=3)
+    check_array(k_cache, "k_cache", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
     check_array(seq_lens, "seq_lens", dtypes=[np.int32], ndim=1)
     b, hq, d = q.shape
@@ -471,65 +570,46 @@ def decode_attention(
     if capacity >= 2**31:
         raise ValueError(f"the cache holds {capacity} tokens per sequence; at most 2**31 - 1")
     scale_f = _check_scale(scale, d)
+    return max_blocks, capacity, scale_f
+
+
+def decode_attention(
+    q: GPUArray,
+    k_cache: GPUArray,
+    v_cache: GPUArray,
+    seq_lens: GPUArray,
+    *,
+    scale: float | None = None,
+    block_table: GPUArray | None = None,
+    out: GPUArray | None = None,
+) -> GPUArray:
+    """Attention of one new query token per sequence over its cached keys and values.
+
+    ``q [B, Hq, D]`` (float16 or bfloat16; float32 on the composed path, contiguous caches
+    only on the GPU); ``seq_lens`` int32 ``[B]`` on the device (the
+    number of cached tokens of each sequence, the new token's included if it was written).
+    Caches, same dtype as q:
+
+    - contiguous: ``[B, Hkv, max_len, D]`` (``block_table=None``);
+    - paged: ``[num_blocks, Hkv, block_size, D]`` with ``block_table`` int32
+      ``[B, max_blocks]``: token ``t`` of sequence ``b`` is at block
+      ``block_table[b, t // block_size]``, offset ``t % block_size``. The entries a
+      sequence's length reaches must be valid block indices (``[0, num_blocks)``).
+
+    ``seq_lens`` must be >= 0. The CPU backend checks both and raises ``ValueError`` naming
+    the entry; the GPU reads them without a check (checking would need a synchronisation).
+
+    Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
+    to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding)
+    and merged by a second kernel, which needs a float32 workspace of
+    ``B * Hq * splits * (D + 1)`` values for that call. Returns ``[B, Hq, D]``.
+    """
+    max_blocks, capacity, scale_f = check_decode(q, k_cache, v_cache, seq_lens, block_table, scale)
+    b, hq, d = q.shape
     check_out(out, (b, hq, d), q.dtype)
     res = result(out, (b, hq, d), q.dtype)
     if res.size == 0:
         return res
-    if on_cpu(q):
-        _decode_cpu(q, k_cache, v_cache, seq_lens, block_table, scale_f, capacity, res)
-        return res
-
-    if b > 65535:
-        raise ValueError(f"at most 65535 sequences per call, got {b}")
-    check_int32("decode_attention", Hq=hq, cache_len=cache_len, max_blocks=max_blocks)
-    _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
-    which = os.environ.get(DECODE_KERNEL_ENV, "") or "mma2"
-    if which not in _DECODE_HEADS:
-        raise ValueError(
-            f"{DECODE_KERNEL_ENV} must be one of {', '.join(_DECODE_HEADS)}, got {which!r}"
-        )
-    suffix = kernel_suffix(q.dtype)
-    if which != "simt":
-        stages = 2 if which == "mma2" else 1
-        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")
-        smem = (16 + 2 * stages * 64) * (d + 8) * 2  # Q rows + 64-token K and V tiles
-        _allow_dynamic_smem(kern, d, smem)
-    else:
-        kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")
-        smem = 0
-    head_ctas = hkv * -(-(hq // hkv) // _DECODE_HEADS[which])
-    splits, chunk = _decode_split(b, head_ctas, max(capacity, 1), _DECODE_CTAS_PER_SM[which])
-    grid = (splits, head_ctas, b)
-    table = block_table if block_table is not None else 0
-    # One split writes the output itself; several write fp32 partials (0 = no pointer) that the
-    # combine kernel merges.
-    o_part: GPUArray | int = 0
-    lse: GPUArray | int = 0
-    if splits > 1:
-        o_part = gp.empty((b * hq * splits * d,), gp.float32)
-        lse = gp.empty((b * hq * splits,), gp.float32)
-    kern(
-        q,
-        k_cache,
-        v_cache,
-        seq_lens,
-        table,
-        res,
-        o_part,
-        lse,
-        hq,
-        hkv,
-        cache_len,
-        max_blocks,
-        capacity,
-        chunk,
-        scale_f,
-        grid=grid,
-        block=128,
-        shared_mem=smem,
-    )
-    if splits == 1:
-        return res
-    combine = _kernel_loader.kernel("attention_decode", f"attn_decode_combine_{suffix}")
-    combine(o_part, lse, seq_lens, res, hq, d, splits, chunk, capacity, grid=b * hq, block=128)
+    plan = decode_plan(q, k_cache, max_blocks, capacity)
+    plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f, *plan.workspace())
     return res

@@ -13,7 +13,9 @@ import numpy as np
 from pygpukit.array import GPUArray, check_writeable
 
 from . import _kernel_loader
-from ._common import FLOAT_DTYPES, check_array, check_int32, check_same_dtype, host, on_cpu
+from ._common import FLOAT_DTYPES, check_array, check_int32, check_same_dtype, host
+from ._plan import per_backend
+from .reference import kv_cache as reference
 
 __all__ = ["kv_cache_append", "paged_kv_cache_write"]
 
@@ -72,7 +74,7 @@ def kv_cache_append(
     are skipped. Writes in place on the current stream and returns None.
     """
     _check_kv(k, v, k_cache, v_cache, 4)
-    b, hkv, t, d = k.shape
+    b, t = k.shape[0], k.shape[2]
     if k_cache.shape[0] != b:
         raise ValueError(f"k_cache must be [B={b}, Hkv, max_len, D], got {tuple(k_cache.shape)}")
     check_array(positions, "positions", dtypes=_INDEX_DTYPES, ndim=(1, 2))
@@ -80,18 +82,22 @@ def kv_cache_append(
         raise ValueError(
             f"positions must have shape ({b},) or ({b}, {t}), got {tuple(positions.shape)}"
         )
-    max_len = k_cache.shape[2]
     if k.size == 0:
         return
-    if on_cpu(k):
-        pos = host(positions).astype(np.int64)
-        pos = pos if pos.ndim == 2 else pos[:, None] + np.arange(t)[None, :]
-        bi, ti = np.nonzero((pos >= 0) & (pos < max_len))
-        kh, vh, pi = host(k), host(v), pos[bi, ti]
-        # Advanced indices on axes 0 and 2 around a slice: the result is [n, Hkv, D].
-        host(k_cache)[bi, :, pi] = kh[bi, :, ti]
-        host(v_cache)[bi, :, pi] = vh[bi, :, ti]
-        return
+    _append(k, v, k_cache, v_cache, positions)
+
+
+def _append_numpy(
+    k: GPUArray, v: GPUArray, k_cache: GPUArray, v_cache: GPUArray, positions: GPUArray
+) -> None:
+    reference.append(host(k), host(v), host(k_cache), host(v_cache), host(positions))
+
+
+def _append_cuda(
+    k: GPUArray, v: GPUArray, k_cache: GPUArray, v_cache: GPUArray, positions: GPUArray
+) -> None:
+    hkv, t, d = k.shape[1], k.shape[2], k.shape[3]
+    max_len = k_cache.shape[2]
     check_int32("kv_cache_append", Hkv=hkv, T=t, max_len=max_len)
     suffix = "i32" if positions.dtype == np.int32 else "i64"
     row_chunks = d * k.itemsize // 16
@@ -110,24 +116,35 @@ def paged_kv_cache_write(
     last block. Writes in place on the current stream and returns None.
     """
     _check_kv(k, v, k_cache, v_cache, 3)
-    n, hkv, d = k.shape
+    n = k.shape[0]
     check_array(slot_mapping, "slot_mapping", dtypes=_INDEX_DTYPES, ndim=1)
     if slot_mapping.shape[0] != n:
         raise ValueError(f"slot_mapping must have shape ({n},), got {tuple(slot_mapping.shape)}")
-    num_blocks, block_size = k_cache.shape[0], k_cache.shape[2]
+    block_size = k_cache.shape[2]
     if k.size == 0:
         return
     if block_size == 0:
         raise ValueError("k_cache has block_size 0 (axis 2)")
-    if on_cpu(k):
-        slots = host(slot_mapping).astype(np.int64)
-        keep = np.nonzero((slots >= 0) & (slots // block_size < num_blocks))[0]
-        blk, off = slots[keep] // block_size, slots[keep] % block_size
-        host(k_cache)[blk, :, off] = host(k)[keep]
-        host(v_cache)[blk, :, off] = host(v)[keep]
-        return
+    _paged_write(k, v, k_cache, v_cache, slot_mapping)
+
+
+def _paged_write_numpy(
+    k: GPUArray, v: GPUArray, k_cache: GPUArray, v_cache: GPUArray, slot_mapping: GPUArray
+) -> None:
+    reference.paged_write(host(k), host(v), host(k_cache), host(v_cache), host(slot_mapping))
+
+
+def _paged_write_cuda(
+    k: GPUArray, v: GPUArray, k_cache: GPUArray, v_cache: GPUArray, slot_mapping: GPUArray
+) -> None:
+    hkv, d = k.shape[1], k.shape[2]
+    num_blocks, block_size = k_cache.shape[0], k_cache.shape[2]
     check_int32("paged_kv_cache_write", Hkv=hkv, block_size=block_size)
     suffix = "i32" if slot_mapping.dtype == np.int32 else "i64"
     row_chunks = d * k.itemsize // 16
     args = (k, v, k_cache, v_cache, slot_mapping, hkv, block_size, num_blocks, row_chunks)
     _launch(f"kv_paged_write_{suffix}", args, k.size * k.itemsize // 16)
+
+
+_append = per_backend(cpu=_append_numpy, cuda=_append_cuda)
+_paged_write = per_backend(cpu=_paged_write_numpy, cuda=_paged_write_cuda)

@@ -12,20 +12,24 @@ Weights use PyTorch's ``nn.Linear`` layout, ``weight`` [N, K] row-major, and
   lower bandwidth). Two vector kernels: ``simt`` (4 output rows per warp, FMAs on
   the SIMT cores), used for M = 1, and ``mma`` (16 rows per block, products on
   tensor cores, a cost that does not grow with M), used for M >= 2; the
-  ``PYGPUKIT_GEMV_VARIANT`` tuning knob (``auto``, ``simt`` or ``mma``, read at
-  each launch) pins one. See ``kernels/gemv.cu``.
+  ``gemv_variant`` knob of :mod:`.config` (``PYGPUKIT_GEMV_VARIANT``: ``auto``,
+  ``simt`` or ``mma``, read once) pins one. See ``kernels/gemv.cu``.
 - :func:`linear` with M > 8, or float32: ``gp.matmul(x, weight.T)`` (cuBLASLt or the
   runtime's own kernels; ``weight.T`` is a view, not a copy), then one in-place
   bias + activation kernel (``kernels/epilogue.cu``) when there is a bias or an
   activation. The matmul result is rounded to the storage dtype before the bias
   is added (two roundings, unlike the GEMV path).
-- CPU backend: NumPy in float64, rounded once to the output dtype.
+- CPU backend: NumPy in float64 (:mod:`.reference.linear`), rounded once to the output dtype.
+
+Each shape bucket (rows, N, K, dtype, activation, alignment) is planned once: the plan holds the
+kernel, grid and block (:class:`GemvPlan`, :class:`MatmulPlan`), and :class:`~.layers.Linear`
+holds the same plans.
 """
 
 from __future__ import annotations
 
 import math
-import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,34 +38,33 @@ import pygpukit as gp
 from pygpukit.array import GPUArray
 
 from . import _common as c
-from ._kernel_loader import kernel
+from . import _kernel_loader as kl
+from . import config
+from ._constants import constant, gemv_rows_per_block
+from ._plan import Launch, PlanCache, per_backend
+from .reference import linear as reference
 
 __all__ = ["ACTIVATIONS", "GEMV_MAX_ROWS", "GEMV_VARIANTS", "gemv", "gemv_variant", "linear"]
 
 #: Activation names accepted by :func:`linear`, and their codes in the kernels.
 ACTIVATIONS: dict[str | None, int] = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
-#: Largest number of rows of ``x`` the GEMV kernel takes (its accumulators live in registers).
-GEMV_MAX_ROWS = 8
-
-_WARPS = 4  # warps per block of the GEMV kernels (kernels/gemv.cu kWarps)
-#: Vector kernels: name -> (entry point prefix, output rows per block). The ``simt`` kernels
-#: take M as a template argument (entry points ``gemv_<dtype>_m<M>``); the ``mma`` kernels
+#: Vector kernels: name -> entry point prefix. The ``simt`` kernels take M as a template
+#: argument (entry points ``gemv_<dtype>_m<M>``, 4 output rows per warp); the ``mma`` kernels
 #: (tensor cores, 16 rows per block) take it at run time.
-GEMV_VARIANTS: dict[str, tuple[str, int]] = {
-    "simt": ("gemv_", 4 * _WARPS),
-    "mma": ("gemv_mma_", 16),
-}
-_VARIANT_ENV = "PYGPUKIT_GEMV_VARIANT"
+GEMV_VARIANTS: dict[str, str] = {"simt": "gemv_", "mma": "gemv_mma_"}
+#: Largest number of rows of ``x`` the GEMV kernels take (their accumulators live in registers).
+GEMV_MAX_ROWS = constant("gemv", "GEMV_MAX_ROWS")
 
 
-def _activation_code(activation: str | None) -> int:
+def activation_code(activation: str | None) -> int:
+    """The kernels' code of an activation name; ``ValueError`` naming the valid ones."""
     if activation not in ACTIVATIONS:
         names = ", ".join(repr(a) for a in ACTIVATIONS)
         raise ValueError(f"activation must be one of {names}; got {activation!r}")
     return ACTIVATIONS[activation]
 
 
-def _check_weight(x: GPUArray, weight: Any, bias: Any) -> tuple[int, int]:
+def check_weight(x: GPUArray, weight: Any, bias: Any) -> tuple[int, int]:
     """Validate ``weight`` [N, K] and ``bias`` [N] against ``x`` [..., K]; return (N, K)."""
     c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=2)
     c.check_same_dtype(x, ("weight", weight))
@@ -78,14 +81,15 @@ def _check_weight(x: GPUArray, weight: Any, bias: Any) -> tuple[int, int]:
     return n, k
 
 
-def _check_x(x: Any, ndim: int | tuple[int, ...] | None) -> GPUArray:
+def check_x(x: Any, ndim: int | tuple[int, ...] | None) -> GPUArray:
+    """Validate ``x``: a float GPUArray, C-contiguous, with at least the K axis."""
     c.check_array(x, "x", dtypes=c.FLOAT_DTYPES, ndim=ndim)
     if x.ndim == 0:
         raise ValueError("x must have at least one dimension (the K features)")
     return x
 
 
-def _check_no_overlap(out: GPUArray | None, *named: tuple[str, GPUArray | None]) -> None:
+def check_no_overlap(out: GPUArray | None, *named: tuple[str, GPUArray | None]) -> None:
     """Raise ``ValueError`` when ``out`` shares memory with an input (all are C-contiguous).
 
     The GEMV kernel's blocks read all of ``x`` (and ``weight``) while others already write
@@ -99,85 +103,123 @@ def _check_no_overlap(out: GPUArray | None, *named: tuple[str, GPUArray | None])
             raise ValueError(f"out overlaps {name}; pass a separate out array (or none)")
 
 
-def _reference(
-    x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, activation: str | None
-) -> np.ndarray:
-    """The CPU backend: float64 product, bias and activation."""
-    y = x.astype(np.float64) @ w.astype(np.float64).T
-    if bias is not None:
-        y = y + bias.astype(np.float64)
-    return _activate(y, activation)
-
-
-def _activate(y: np.ndarray, activation: str | None) -> np.ndarray:
-    if activation == "relu":
-        return np.maximum(y, 0.0)
-    if activation == "gelu":
-        from math import erf
-
-        return 0.5 * y * (1.0 + np.vectorize(erf, otypes=[np.float64])(y / np.sqrt(2.0)))
-    if activation == "gelu_tanh":
-        return 0.5 * y * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (y + 0.044715 * y**3)))
-    if activation == "silu":
-        return y / (1.0 + np.exp(-y))
-    return y
-
-
 def gemv_variant(m: int = 1) -> str:
     """The GEMV vector kernel for ``m`` rows of x: ``simt`` for one row, ``mma`` for more.
 
-    ``PYGPUKIT_GEMV_VARIANT`` set to ``simt`` or ``mma`` pins one (unset or ``auto``: by M).
+    The ``gemv_variant`` knob of :mod:`.config` (``PYGPUKIT_GEMV_VARIANT``) set to ``simt`` or
+    ``mma`` pins one (``auto``: by M).
 
-    Measured on an H200 (bf16 W [14336, 4096]): simt 30.4 us at M = 1 against mma's 33.9;
-    at M = 4 and 8 simt takes 40 and 45 us, mma 34 at every M.
+    ``simt`` is the faster at M = 1; ``mma``'s cost does not grow with M, so it wins from
+    M = 2 (docs/ops-linear-sampling.md has the measurements).
     """
-    name = os.environ.get(_VARIANT_ENV) or "auto"
+    name = config.get().gemv_variant
     if name == "auto":
         return "simt" if m == 1 else "mma"
-    if name not in GEMV_VARIANTS:
-        known = ", ".join(["auto", *GEMV_VARIANTS])
-        raise ValueError(f"{_VARIANT_ENV}={name!r} is not a GEMV variant; use one of {known}")
     return name
 
 
-def _launch_gemv(
-    x: GPUArray,
-    weight: GPUArray,
-    bias: GPUArray | None,
-    y: GPUArray,
-    m: int,
-    n: int,
-    k: int,
-    dtype: np.dtype[Any],
-    act: int,
-) -> None:
-    """Enqueue the GEMV kernel: ``x`` holds M <= 8 rows of K, ``y`` M rows of N (both C-contiguous).
+def gemv_vector(k: int, x: GPUArray, weight: GPUArray) -> bool:
+    """Whether the vector GEMV kernels can run: K % 8 == 0 and 16-byte aligned x and weight."""
+    return k % 8 == 0 and x.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0
 
-    The decode loop calls this for every linear layer, and at M = 1 the kernel runs for only
-    ~30 us: the host side must stay well under that, so it takes the sizes its caller already
-    read, passes ``x`` and ``y`` as they are (the kernel sees only addresses; no reshaped view)
-    and uses the lean ``Kernel.launch``.
-    """
-    c.check_int32("gemv", N=n, K=k)
+
+@dataclass(frozen=True, slots=True)
+class GemvPlan:
+    """The GEMV kernel for M <= 8 rows: ``plan(x, weight, bias, y)`` enqueues it."""
+
+    launch: Launch
+    tail: tuple[int, ...]  # the size and activation arguments after (x, weight, bias, y)
+
+    def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
+        self.launch(x, weight, bias if bias is not None else 0, y, *self.tail)
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulPlan:
+    """``gp.matmul`` into ``y`` and, with a bias or an activation, one epilogue kernel."""
+
+    m: int
+    n: int
+    k: int
+    epilogue: Launch | None
+    act: int
+
+    def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
+        y2 = y.reshape(self.m, self.n)
+        gp.matmul(x.reshape(self.m, self.k), weight.T, out=y2)
+        if self.epilogue is not None:
+            bias_arg: GPUArray | int = bias if bias is not None else 0
+            self.epilogue(y2, bias_arg, self.m, self.n, self.act)
+
+
+@dataclass(frozen=True, slots=True)
+class ReferencePlan:
+    """The CPU backend's "plan": the float64 NumPy product, rounded once into ``y``."""
+
+    m: int
+    k: int
+    activation: str | None
+
+    def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
+        b = None if bias is None else c.host(bias)
+        ref = reference.linear(
+            c.host(x).reshape(self.m, self.k), c.host(weight), b, self.activation
+        )
+        c.write_into(y, ref.reshape(y.shape))
+
+
+LinearPlan = GemvPlan | MatmulPlan | ReferencePlan
+
+_ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
+
+
+def _plan_cuda(
+    m: int, n: int, k: int, dtype: np.dtype[Any], act: int, vector: bool, bias: bool, device: int
+) -> LinearPlan:
+    """The launch of ``y [M, N] = act(x [M, K] @ weight.T + bias)`` on the current device."""
     sfx = c.KERNEL_SUFFIX[dtype]
-    bias_arg: GPUArray | int = bias if bias is not None else 0
-    if k % 8 == 0 and x.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0:
+    warps = constant("gemv", "GEMV_WARPS")
+    block = warps * 32
+    if m <= GEMV_MAX_ROWS and dtype in c.HALF_DTYPES and k > 0:
+        c.check_int32("gemv", N=n, K=k)
+        if not vector:  # the scalar kernel: one output row per warp
+            grid = (n + warps - 1) // warps
+            launch = Launch(kl.kernel("gemv", f"gemv_scalar_{sfx}"), grid, block)
+            return GemvPlan(launch, (m, n, k, act))
         variant = gemv_variant(m)
-        prefix, rows_per_block = GEMV_VARIANTS[variant]
+        prefix, rows_per_block = GEMV_VARIANTS[variant], gemv_rows_per_block(variant)
         grid = (n + rows_per_block - 1) // rows_per_block
         if variant == "mma":
-            kernel("gemv", f"{prefix}{sfx}").launch(
-                grid, _WARPS * 32, (x, weight, bias_arg, y, m, n, k, act)
+            return GemvPlan(
+                Launch(kl.kernel("gemv", f"{prefix}{sfx}"), grid, block), (m, n, k, act)
             )
-        else:
-            kernel("gemv", f"{prefix}{sfx}_m{m}").launch(
-                grid, _WARPS * 32, (x, weight, bias_arg, y, n, k, act)
-            )
-    else:
-        grid = (n + _WARPS - 1) // _WARPS
-        kernel("gemv", f"gemv_scalar_{sfx}").launch(
-            grid, _WARPS * 32, (x, weight, bias_arg, y, m, n, k, act)
-        )
+        launch = Launch(kl.kernel("gemv", f"{prefix}{sfx}_m{m}"), grid, block)
+        return GemvPlan(launch, (n, k, act))
+    epilogue = None
+    if bias or act != 0:
+        c.check_int32("linear", N=n)
+        grid = min((m * n + 255) // 256, 65535)
+        epilogue = Launch(kl.kernel("epilogue", f"bias_act_{sfx}"), grid, 256)
+    return MatmulPlan(m, n, k, epilogue, act)
+
+
+def _plan_numpy(
+    m: int, n: int, k: int, dtype: np.dtype[Any], act: int, vector: bool, bias: bool, device: int
+) -> LinearPlan:
+    return ReferencePlan(m, k, _ACTIVATION_NAMES[act])
+
+
+_plan = per_backend(cpu=_plan_numpy, cuda=_plan_cuda)
+#: Linear and GEMV plans by (M, N, K, dtype, activation code, vector kernels allowed, bias,
+#: device).
+PLANS: PlanCache[LinearPlan] = PlanCache("linear", _plan)
+
+
+def plan(
+    m: int, n: int, k: int, dtype: np.dtype[Any], act: int, vector: bool, bias: bool
+) -> LinearPlan:
+    """The (cached) plan of an ``[M, K] x [N, K]^T`` product with this epilogue, this device."""
+    return PLANS.get(m, n, k, dtype, act, vector, bias, gp.get_device())
 
 
 def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
@@ -189,11 +231,11 @@ def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUAr
     result.
     Use :func:`linear` for a bias, an activation, or more rows.
     """
-    _check_x(x, (1, 2))
+    check_x(x, (1, 2))
     dtype = x.dtype
     if dtype not in c.HALF_DTYPES:
         raise TypeError(f"gemv takes float16 or bfloat16 arrays, got {dtype}; use linear()")
-    n, k = _check_weight(x, weight, None)
+    n, k = check_weight(x, weight, None)
     x_shape = x.shape
     m = 1 if len(x_shape) == 1 else x_shape[0]
     if not 1 <= m <= GEMV_MAX_ROWS:
@@ -201,15 +243,10 @@ def gemv(x: GPUArray, weight: GPUArray, *, out: GPUArray | None = None) -> GPUAr
     shape = (n,) if len(x_shape) == 1 else (m, n)
     if out is not None:
         c.check_out(out, shape, dtype)
-        _check_no_overlap(out, ("x", x), ("weight", weight))
+        check_no_overlap(out, ("x", x), ("weight", weight))
     y = c.result(out, shape, dtype)
-    if c.on_cpu(x):
-        c.write_into(
-            y, _reference(c.host(x).reshape(m, k), c.host(weight), None, None).reshape(shape)
-        )
-        return y
     if n:
-        _launch_gemv(x, weight, None, y, m, n, k, dtype, 0)
+        plan(m, n, k, dtype, 0, gemv_vector(k, x, weight), False)(x, weight, None, y)
     return y
 
 
@@ -231,34 +268,17 @@ def linear(
     docstring). ``out`` ([..., N], same dtype, C-contiguous, not overlapping an input)
     receives the result.
     """
-    _check_x(x, None)
-    act = _activation_code(activation)
-    n, k = _check_weight(x, weight, bias)
+    check_x(x, None)
+    act = activation_code(activation)
+    n, k = check_weight(x, weight, bias)
     lead = tuple(x.shape[:-1])
     m = math.prod(lead)
     shape = (*lead, n)
     c.check_out(out, shape, x.dtype)
-    _check_no_overlap(out, ("x", x), ("weight", weight), ("bias", bias))
+    check_no_overlap(out, ("x", x), ("weight", weight), ("bias", bias))
     y = c.result(out, shape, x.dtype)
     if m == 0 or n == 0:
         return y
-    if c.on_cpu(x):
-        b = None if bias is None else c.host(bias)
-        ref = _reference(c.host(x).reshape(m, k), c.host(weight), b, activation)
-        c.write_into(y, ref.reshape(shape))
-        return y
-    dtype = x.dtype
-    if m <= GEMV_MAX_ROWS and dtype in c.HALF_DTYPES and k > 0:
-        _launch_gemv(x, weight, bias, y, m, n, k, dtype, act)
-        return y
-    x2, y2 = x.reshape(m, k), y.reshape(m, n)
-    gp.matmul(x2, weight.T, out=y2)
-    if bias is not None or act != 0:
-        c.check_int32("linear", N=n)
-        bias_arg: GPUArray | int = bias if bias is not None else 0
-        total = m * n
-        grid = min((total + 255) // 256, 65535)
-        kernel("epilogue", f"bias_act_{c.kernel_suffix(x.dtype)}")(
-            y2, bias_arg, m, n, act, grid=grid, block=256
-        )
+    vector = gemv_vector(k, x, weight)
+    plan(m, n, k, x.dtype, act, vector, bias is not None)(x, weight, bias, y)
     return y

@@ -18,16 +18,20 @@ few floats of shared memory, and written from registers; see ``kernels/normaliza
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+import pygpukit as gp
 from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
 from . import _kernel_loader as kl
 from . import _rows
+from ._plan import Launch, PlanCache, per_backend
+from .reference import normalization as reference
 
 __all__ = ["add_layernorm", "add_rmsnorm", "layernorm", "rmsnorm"]
 
@@ -56,65 +60,102 @@ def _check(
     return x, weight, bias, residual
 
 
-def _reference(
-    x: np.ndarray,
-    weight: np.ndarray,
-    bias: np.ndarray | None,
-    eps: float,
-    layer: bool,
-    dtype: np.dtype,
-) -> np.ndarray:
-    """The norm of ``x`` (float32 or wider) over the last axis, rounded to ``dtype``."""
-    if x.size == 0:  # no rows, or rows of width 0: nothing to normalise (and no empty mean)
-        return x.astype(dtype)
-    if layer:
-        mean = x.mean(axis=-1, keepdims=True)
-        centered = x - mean
-        var = np.mean(centered * centered, axis=-1, keepdims=True)
-    else:
-        centered = x
-        var = np.mean(x * x, axis=-1, keepdims=True)
-    y = centered / np.sqrt(var + np.asarray(eps, dtype=x.dtype)) * weight
-    if bias is not None:
-        y = y + bias
-    return np.asarray(y).astype(dtype)
+@dataclass(frozen=True, slots=True)
+class NormPlan:
+    """A row-norm launch for ``rows`` rows of ``width`` elements.
 
+    ``plan(x, residual, weight, bias, out, sum_out, eps, layer)`` enqueues it (None for the
+    optional arrays).
+    """
 
-def _launch(
-    x: GPUArray,
-    residual: GPUArray | None,
-    weight: GPUArray,
-    bias: GPUArray | None,
-    out: GPUArray,
-    sum_out: GPUArray | None,
-    eps: float,
-    layer: bool,
-) -> None:
-    width = x.shape[-1]
-    rows = x.size // width if width else 0
-    if rows == 0 or width == 0:
-        return
-    c.check_int32("norm", width=width)
-    vec = _rows.vector_width(width, x.itemsize, x, residual, weight, bias, out, sum_out)
-    plan = _rows.plan_rows(rows, width, vec)
-    kernel = kl.kernel("normalization", f"norm_{c.kernel_suffix(x.dtype)}_{plan.suffix}")
-    kernel.launch(
-        plan.grid,
-        plan.block,
-        (
+    launch: Launch
+    rows: int
+    width: int
+    group: int
+
+    def __call__(
+        self,
+        x: GPUArray,
+        residual: GPUArray | None,
+        weight: GPUArray,
+        bias: GPUArray | None,
+        out: GPUArray,
+        sum_out: GPUArray | None,
+        eps: float,
+        layer: bool,
+    ) -> None:
+        self.launch(
             x,
             residual if residual is not None else 0,
             weight,
             bias if bias is not None else 0,
             out,
             sum_out if sum_out is not None else 0,
-            rows,
-            width,
-            plan.group,
-            float(eps),
+            self.rows,
+            self.width,
+            self.group,
+            eps,
             int(layer),
-        ),
-    )
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReferencePlan:
+    """The CPU backend's "plan": :mod:`.reference.normalization` on the host buffers."""
+
+    def __call__(
+        self,
+        x: GPUArray,
+        residual: GPUArray | None,
+        weight: GPUArray,
+        bias: GPUArray | None,
+        out: GPUArray,
+        sum_out: GPUArray | None,
+        eps: float,
+        layer: bool,
+    ) -> None:
+        b = c.f32(bias) if bias is not None else None
+        if residual is None:
+            c.write_into(out, reference.norm(c.f32(x), c.f32(weight), b, eps, layer, x.dtype))
+            return
+        assert sum_out is not None
+        s, y = reference.add_norm(c.f32(x), c.f32(residual), c.f32(weight), b, eps, layer, x.dtype)
+        c.write_into(sum_out, s)
+        c.write_into(out, y)
+
+
+def _plan_cuda(
+    rows: int, width: int, vec: int, dtype: np.dtype[Any], device: int
+) -> NormPlan | ReferencePlan:
+    c.check_int32("norm", width=width)
+    rp = _rows.plan_rows(rows, width, vec)
+    kernel = kl.kernel("normalization", f"norm_{c.kernel_suffix(dtype)}_{rp.suffix}")
+    return NormPlan(Launch(kernel, rp.grid, rp.block), rows, width, rp.group)
+
+
+def _plan_numpy(
+    rows: int, width: int, vec: int, dtype: np.dtype[Any], device: int
+) -> NormPlan | ReferencePlan:
+    return ReferencePlan()
+
+
+#: Norm plans by (rows, width, vector width, dtype, device).
+PLANS: PlanCache[NormPlan | ReferencePlan] = PlanCache(
+    "norm", per_backend(cpu=_plan_numpy, cuda=_plan_cuda)
+)
+
+
+def plan(x: GPUArray, *arrays: GPUArray | None) -> NormPlan | ReferencePlan | None:
+    """The (cached) plan for ``x``'s rows at the vector width every array's address allows.
+
+    None when there is nothing to normalise (no rows, or rows of width 0).
+    """
+    width = x.shape[-1]
+    rows = x.size // width if width else 0
+    if rows == 0:
+        return None
+    vec = _rows.vector_width(width, x.itemsize, x, *arrays)
+    return PLANS.get(rows, width, vec, x.dtype, gp.get_device())
 
 
 def _norm(
@@ -128,11 +169,9 @@ def _norm(
     x, weight, bias, _ = _check(x, weight, bias, None, eps)
     c.check_out(out, x.shape, x.dtype)
     y = c.result(out, x.shape, x.dtype)
-    if c.on_cpu(x):
-        b = c.f32(bias) if bias is not None else None
-        c.write_into(y, _reference(c.f32(x), c.f32(weight), b, eps, layer, x.dtype))
-        return y
-    _launch(x, None, weight, bias, y, None, eps, layer)
+    p = plan(x, weight, bias, y)
+    if p is not None:
+        p(x, None, weight, bias, y, None, float(eps), layer)
     return y
 
 
@@ -144,15 +183,9 @@ def _add_norm(
     x, weight, bias, residual = _check(x, weight, bias, residual, eps)
     total = c.result(None, x.shape, x.dtype)
     y = c.result(None, x.shape, x.dtype)
-    if c.on_cpu(x):
-        s = (c.f32(x) + c.f32(residual)).astype(x.dtype)
-        c.write_into(total, s)
-        b = c.f32(bias) if bias is not None else None
-        sf = s if s.dtype == np.float64 else s.astype(np.float32)
-        c.write_into(y, _reference(sf, c.f32(weight), b, eps, layer, x.dtype))
-        return total, y
-    assert residual is not None
-    _launch(x, residual, weight, bias, y, total, eps, layer)
+    p = plan(x, residual, weight, bias, y, total)
+    if p is not None:
+        p(x, residual, weight, bias, y, total, float(eps), layer)
     return total, y
 
 

@@ -20,6 +20,8 @@ from pygpukit.dtypes import normalize
 
 from . import _common as c
 from . import _kernel_loader as kl
+from ._plan import per_backend
+from .reference import quantization as reference
 
 __all__ = ["GGML_BLOCKS", "dequantize"]
 
@@ -53,22 +55,26 @@ def _type_name(ggml_type: int | str) -> str:
     )
 
 
-def _numpy_dequantize(raw: np.ndarray, name: str, n: int) -> np.ndarray:
-    """float32 values of ``n`` elements of type ``name`` in ``raw`` (uint8)."""
-    if name in _FLOAT_VIEWS:
-        return raw.view(_FLOAT_VIEWS[name]).astype(np.float32)
-    block_bytes = GGML_BLOCKS[name][2]
-    blocks = raw.reshape(-1, block_bytes)
-    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n_blocks, 1]
-    if name == "Q8_0":
-        q = blocks[:, 2:].view(np.int8).astype(np.float32)
-        return (q * d).reshape(n)
-    qs = blocks[:, 2:18] if name == "Q4_0" else blocks[:, 4:20]
-    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32)  # j and j + 16
-    if name == "Q4_0":
-        return ((q - 8) * d).reshape(n)
-    m = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
-    return (q * d + m).reshape(n)
+def _dequantize_numpy(raw: GPUArray, y: GPUArray, name: str, n: int) -> None:
+    values = reference.dequantize(
+        c.host(raw), name, n, GGML_BLOCKS[name][2], _FLOAT_VIEWS.get(name)
+    )
+    c.write_into(y, values.reshape(y.shape))
+
+
+def _dequantize_cuda(raw: GPUArray, y: GPUArray, name: str, n: int) -> None:
+    if n == 0:
+        return
+    align = 4 if name == "F32" else 2
+    if raw.data_ptr % align:
+        raise ValueError(f"dequantize: raw must be {align}-byte aligned for {name}")
+    kernel = kl.kernel("quantization", f"dequantize_{name.lower()}_{c.kernel_suffix(y.dtype)}")
+    block_threads = 256
+    grid = max(1, min(_MAX_BLOCKS, -(-n // block_threads)))
+    kernel.launch(grid, block_threads, (raw, y, n))
+
+
+_dequantize = per_backend(cpu=_dequantize_numpy, cuda=_dequantize_cuda)
 
 
 def dequantize(
@@ -110,16 +116,5 @@ def dequantize(
         )
     c.check_out(out, shape, dt)
     y = c.result(out, shape, dt)
-    if c.on_cpu(raw):
-        c.write_into(y, _numpy_dequantize(c.host(raw), name, n).reshape(shape))
-        return y
-    if n == 0:
-        return y
-    align = 4 if name == "F32" else 2
-    if raw.data_ptr % align:
-        raise ValueError(f"dequantize: raw must be {align}-byte aligned for {name}")
-    kernel = kl.kernel("quantization", f"dequantize_{name.lower()}_{c.kernel_suffix(dt)}")
-    block_threads = 256
-    grid = max(1, min(_MAX_BLOCKS, -(-n // block_threads)))
-    kernel.launch(grid, block_threads, (raw, y, n))
+    _dequantize(raw, y, name, n)
     return y

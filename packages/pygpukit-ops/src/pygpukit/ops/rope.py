@@ -13,6 +13,7 @@ Dimensions past ``rotary_dim`` pass through unchanged (partial rotary: GPT-NeoX,
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,8 @@ from pygpukit.array import GPUArray
 
 from . import _common as c
 from . import _kernel_loader as kl
+from ._plan import Launch, PlanCache, per_backend
+from .reference import rope as reference
 
 __all__ = ["apply_rope", "rope_cos_sin"]
 
@@ -36,6 +39,9 @@ def rope_cos_sin(
     rotary_dim: int,
     base: float = 10000.0,
     dtype: Any = "float32",
+    *,
+    inv_freq: Any = None,
+    attention_factor: float = 1.0,
 ) -> tuple[GPUArray, GPUArray]:
     """The ``(cos, sin)`` tables, each ``[P, rotary_dim // 2]``, for :func:`apply_rope`.
 
@@ -45,6 +51,10 @@ def rope_cos_sin(
     ``pos * base ** (-2i / rotary_dim)`` are computed in float64 on the host and rounded once
     to ``dtype`` (float32 by default; float16/bfloat16 tables save memory at a small cost in
     precision).
+
+    ``inv_freq`` (``[rotary_dim // 2]``) replaces ``base ** (-2i / rotary_dim)``, and the tables
+    are multiplied by ``attention_factor``: both come from :func:`rope_inv_freq` for the
+    ``linear``, ``llama3`` and ``yarn`` scalings of long-context models.
     """
     if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, (int, np.integer)):
         raise TypeError(f"rotary_dim must be an int, got {type(rotary_dim).__name__}")
@@ -68,9 +78,20 @@ def rope_cos_sin(
                 f"{host.dtype} of shape {host.shape}"
             )
         pos = host.astype(np.float64)
-    inv_freq = 1.0 / base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
-    angles = np.outer(pos, inv_freq)
-    return c.to_array(np.cos(angles), dt), c.to_array(np.sin(angles), dt)
+    if inv_freq is None:
+        freqs = 1.0 / base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+    else:
+        freqs = np.asarray(inv_freq, dtype=np.float64)
+        if freqs.shape != (rotary_dim // 2,) or not np.isfinite(freqs).all():
+            raise ValueError(
+                f"inv_freq must be {rotary_dim // 2} finite numbers (rotary_dim // 2), got "
+                f"shape {freqs.shape}"
+            )
+    if not np.isfinite(attention_factor) or attention_factor <= 0:
+        raise ValueError(f"attention_factor must be a positive number, got {attention_factor!r}")
+    angles = np.outer(pos, freqs)
+    cos, sin = np.cos(angles) * attention_factor, np.sin(angles) * attention_factor
+    return c.to_array(cos, dt), c.to_array(sin, dt)
 
 
 def _flat(a: GPUArray, name: str) -> tuple[int, int, int]:
@@ -82,52 +103,81 @@ def _flat(a: GPUArray, name: str) -> tuple[int, int, int]:
     raise ValueError(f"{name} must be [tokens, heads, head_dim] or [batch, seq, heads, head_dim]")
 
 
-def _rotate_reference(
-    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, rotary_dim: int, gptj: bool
-) -> np.ndarray:
-    """Rotate ``x`` ``[T, H, D]`` (float32) by per-token tables ``[T, rotary_dim/2]``."""
-    half = rotary_dim // 2
-    y = x.copy()
-    cs, sn = cos[:, None, :], sin[:, None, :]
-    if gptj:
-        x0, x1 = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
-        y[..., 0:rotary_dim:2] = x0 * cs - x1 * sn
-        y[..., 1:rotary_dim:2] = x1 * cs + x0 * sn
-    else:
-        x0, x1 = x[..., :half], x[..., half:rotary_dim]
-        y[..., :half] = x0 * cs - x1 * sn
-        y[..., half:rotary_dim] = x1 * cs + x0 * sn
-    return y
+@dataclass(frozen=True, slots=True)
+class RopePlan:
+    """The RoPE launch for one shape: ``plan(q, k, q_out, k_out, cos, sin, positions)``."""
+
+    launch: Launch
+    tail: tuple[int, ...]  # max_pos, q_heads, kv_heads, head_dim, rotary_dim, flags
+
+    def __call__(self, *arrays: GPUArray) -> None:
+        self.launch(*arrays, *self.tail)
 
 
-def apply_rope(
-    q: GPUArray,
-    k: GPUArray,
-    cos: GPUArray,
-    sin: GPUArray,
-    positions: GPUArray,
-    *,
-    layout: str = "neox",
-    rotary_dim: int | None = None,
-    inplace: bool = False,
-) -> tuple[GPUArray, GPUArray]:
-    """Rotate ``q`` and ``k`` by the angles of each token's position; returns ``(q, k)``.
+@dataclass(frozen=True, slots=True)
+class ReferencePlan:
+    """The CPU backend's "plan": :func:`.reference.rope.rotate` on the host buffers."""
 
-    ``q`` is ``[tokens, q_heads, head_dim]`` and ``k`` ``[tokens, kv_heads, head_dim]`` (or both
-    with a leading batch dimension, ``[batch, seq, heads, head_dim]``), float32, float16 or
-    bfloat16, C-contiguous. ``cos``/``sin`` are :func:`rope_cos_sin` tables
-    ``[max_positions, rotary_dim // 2]`` (float32 or q's dtype); ``positions`` holds one int32
-    or int64 position per token (``[tokens]``, or ``[batch, seq]``). ``layout`` is ``"neox"``
-    (pairs ``(i, i + rotary_dim/2)``) or ``"gptj"`` (pairs ``(2i, 2i+1)``). ``rotary_dim``
-    (default: twice the table width) rotates the first ``rotary_dim`` dimensions of each head
-    and passes the rest through. ``inplace=True`` writes into ``q`` and ``k`` and returns them;
-    otherwise new arrays. Math in float32, rounded once.
+    tokens: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    rotary_dim: int
+    max_pos: int
+    gptj: bool
 
-    Positions outside ``[0, max_positions)`` raise ``ValueError`` on the CPU backend; on the GPU
-    (where checking would need a synchronisation) such a token is passed through unrotated.
+    def __call__(self, *arrays: GPUArray) -> None:
+        q, k, q_out, k_out, cos, sin, positions = arrays
+        pos = reference.table_rows(c.host(positions), self.max_pos)
+        cs, sn = c.f32(cos)[pos], c.f32(sin)[pos]
+        for src, dst, h in ((q, q_out, self.q_heads), (k, k_out, self.kv_heads)):
+            x = c.f32(src).reshape(self.tokens, h, self.head_dim)
+            y = reference.rotate(x, cs, sn, self.rotary_dim, self.gptj)
+            c.write_into(dst, y.reshape(src.shape))
+
+
+def _plan_cuda(*key: Any) -> RopePlan | ReferencePlan:
+    tokens, q_heads, kv_heads, head_dim, rd, max_pos, flags, dtype, _device = key
+    # The kernel loops over (q_heads + kv_heads) * head_dim / 2 pairs of a token in an int.
+    c.check_int32("apply_rope", heads_times_head_dim=(q_heads + kv_heads) * head_dim)
+    pairs = (q_heads + kv_heads) * (rd // 2)
+    block = min(256, max(32, -(-pairs // 32) * 32))
+    kernel = kl.kernel("rope", f"rope_{c.kernel_suffix(dtype)}")
+    return RopePlan(
+        Launch(kernel, tokens, block), (max_pos, q_heads, kv_heads, head_dim, rd, flags)
+    )
+
+
+def _plan_numpy(*key: Any) -> RopePlan | ReferencePlan:
+    tokens, q_heads, kv_heads, head_dim, rd, max_pos, flags, _dtype, _device = key
+    return ReferencePlan(tokens, q_heads, kv_heads, head_dim, rd, max_pos, bool(flags & 2))
+
+
+#: RoPE plans by (tokens, q_heads, kv_heads, head_dim, rotary_dim, max_positions, flags, dtype,
+#: device).
+PLANS: PlanCache[RopePlan | ReferencePlan] = PlanCache(
+    "rope", per_backend(cpu=_plan_numpy, cuda=_plan_cuda)
+)
+
+
+def rope_flags(positions_dtype: np.dtype[Any], gptj: bool, inplace: bool, table: np.dtype) -> int:
+    """The kernel's flag word: int64 positions, GPT-J layout, out of place, table dtype."""
+    return (
+        (1 if positions_dtype == np.int64 else 0)
+        | (2 if gptj else 0)
+        | (0 if inplace else 4)
+        | (_TABLE_KIND[table] << 4)
+    )
+
+
+def check_rope(
+    q: Any, k: Any, cos: Any, sin: Any, positions: Any, layout: str, rotary_dim: int | None
+) -> tuple[int, int, int, int, int, int]:
+    """Validate :func:`apply_rope`'s arguments.
+
+    Returns ``(tokens, q_heads, kv_heads, head_dim, rotary_dim, max_positions)``.
     """
     validation.choice(layout, tuple(_LAYOUTS), "layout", "apply_rope")
-    inplace = validation.boolean(inplace, "inplace", "apply_rope")
     q = c.check_array(q, "q", dtypes=c.FLOAT_DTYPES, ndim=(3, 4))
     k = c.check_array(k, "k", dtypes=c.FLOAT_DTYPES, ndim=(3, 4))
     c.check_same_dtype(q, ("k", k))
@@ -158,6 +208,39 @@ def apply_rope(
             f"cos/sin have width {half} but rotary_dim is {rd}: the tables must be built "
             f"for rotary_dim (rope_cos_sin(P, {rd}))"
         )
+    return tokens, q_heads, kv_heads, head_dim, rd, max_pos
+
+
+def apply_rope(
+    q: GPUArray,
+    k: GPUArray,
+    cos: GPUArray,
+    sin: GPUArray,
+    positions: GPUArray,
+    *,
+    layout: str = "neox",
+    rotary_dim: int | None = None,
+    inplace: bool = False,
+) -> tuple[GPUArray, GPUArray]:
+    """Rotate ``q`` and ``k`` by the angles of each token's position; returns ``(q, k)``.
+
+    ``q`` is ``[tokens, q_heads, head_dim]`` and ``k`` ``[tokens, kv_heads, head_dim]`` (or both
+    with a leading batch dimension, ``[batch, seq, heads, head_dim]``), float32, float16 or
+    bfloat16, C-contiguous. ``cos``/``sin`` are :func:`rope_cos_sin` tables
+    ``[max_positions, rotary_dim // 2]`` (float32 or q's dtype); ``positions`` holds one int32
+    or int64 position per token (``[tokens]``, or ``[batch, seq]``). ``layout`` is ``"neox"``
+    (pairs ``(i, i + rotary_dim/2)``) or ``"gptj"`` (pairs ``(2i, 2i+1)``). ``rotary_dim``
+    (default: twice the table width) rotates the first ``rotary_dim`` dimensions of each head
+    and passes the rest through. ``inplace=True`` writes into ``q`` and ``k`` and returns them;
+    otherwise new arrays. Math in float32, rounded once.
+
+    Positions outside ``[0, max_positions)`` raise ``ValueError`` on the CPU backend; on the GPU
+    (where checking would need a synchronisation) such a token is passed through unrotated.
+    """
+    inplace = validation.boolean(inplace, "inplace", "apply_rope")
+    tokens, q_heads, kv_heads, head_dim, rd, max_pos = check_rope(
+        q, k, cos, sin, positions, layout, rotary_dim
+    )
     gptj = layout == "gptj"
     if inplace:
         c.check_writeable(q, "q (inplace=True)")
@@ -165,35 +248,9 @@ def apply_rope(
     q_out = q if inplace else gp.empty(q.shape, q.dtype)
     k_out = k if inplace else gp.empty(k.shape, k.dtype)
 
-    if c.on_cpu(q):
-        pos = c.host(positions).reshape(-1).astype(np.int64)
-        bad = (pos < 0) | (pos >= max_pos)
-        if bad.any():
-            raise ValueError(
-                f"positions must be in [0, {max_pos}) (the rows of cos/sin); got {int(pos[bad][0])}"
-            )
-        cs, sn = c.f32(cos)[pos], c.f32(sin)[pos]
-        for src, dst, h in ((q, q_out, q_heads), (k, k_out, kv_heads)):
-            x = c.f32(src).reshape(tokens, h, head_dim)
-            y = _rotate_reference(x, cs, sn, rd, gptj)
-            c.write_into(dst, y.reshape(src.shape))
-        return q_out, k_out
-
     if tokens == 0:
         return q_out, k_out
-    # The kernel loops over (q_heads + kv_heads) * head_dim / 2 pairs of a token in an int.
-    c.check_int32("apply_rope", heads_times_head_dim=(q_heads + kv_heads) * head_dim)
-    flags = (
-        (1 if positions.dtype == np.int64 else 0)
-        | (2 if gptj else 0)
-        | (0 if inplace else 4)
-        | (_TABLE_KIND[cos.dtype] << 4)
-    )
-    pairs = (q_heads + kv_heads) * half
-    block = min(256, max(32, -(-pairs // 32) * 32))
-    kernel = kl.kernel("rope", f"rope_{c.kernel_suffix(q.dtype)}")
-    kernel.launch(
-        tokens, block,
-        (q, k, q_out, k_out, cos, sin, positions, max_pos, q_heads, kv_heads, head_dim, rd, flags),
-    )  # fmt: skip
+    flags = rope_flags(positions.dtype, gptj, inplace, cos.dtype)
+    key = (tokens, q_heads, kv_heads, head_dim, rd, max_pos, flags, q.dtype, gp.get_device())
+    PLANS.get(*key)(q, k, q_out, k_out, cos, sin, positions)
     return q_out, k_out

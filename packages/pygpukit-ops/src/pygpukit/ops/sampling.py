@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,11 +36,14 @@ from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
+from ._constants import SAMPLING_THREADS
 from ._kernel_loader import kernel
+from ._plan import per_backend
+from .reference import sampling as reference
 
 __all__ = ["Generator", "argmax", "sample"]
 
-_THREADS = 1024  # threads per row (kernels/sampling.cu kThreads)
+_THREADS = SAMPLING_THREADS
 #: Shared memory for the bitmask of ``prev_tokens``: the 48 KiB a block gets without opt-in,
 #: less the kernel's static ~5 KiB, rounded down.
 _MASK_BYTES_MAX = 40 * 1024
@@ -145,22 +149,40 @@ def _check_logits(logits: Any) -> tuple[int, int]:
     return b, v
 
 
-def argmax(logits: GPUArray) -> GPUArray:
+def argmax(logits: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
     """Greedy decoding: the index of the largest logit of each row, int32 [B].
 
     ``logits`` is [B, V] float32/float16/bfloat16; ties go to the lowest index,
-    NaN counts as -inf.
+    NaN counts as -inf. ``out`` (int32 [B]) receives the ids: nothing is allocated, as a
+    decode loop needs.
     """
     b, v = _check_logits(logits)
-    if c.on_cpu(logits):
-        host = c.host(logits).astype(np.float32)
-        return c.to_array(np.argmax(np.where(np.isnan(host), -np.inf, host), axis=1), np.int32)
-    out = gp.empty((b,), gp.int32)
+    c.check_out(out, (b,), gp.int32)
+    return _argmax(logits, b, v, out)
+
+
+def _store(ids: np.ndarray, out: GPUArray | None) -> GPUArray:
+    """CPU backend: the ids as a new int32 array, or written into ``out``."""
+    if out is None:
+        return c.to_array(ids, np.int32)
+    c.write_into(out, ids)
+    return out
+
+
+def _argmax_numpy(logits: GPUArray, b: int, v: int, out: GPUArray | None) -> GPUArray:
+    return _store(reference.argmax(c.host(logits)), out)
+
+
+def _argmax_cuda(logits: GPUArray, b: int, v: int, out: GPUArray | None) -> GPUArray:
+    out = c.result(out, (b,), gp.int32)
     if b:
-        kernel("sampling", f"argmax_{c.kernel_suffix(logits.dtype)}")(
-            logits, out, v, grid=b, block=_THREADS
+        kernel("sampling", f"argmax_{c.kernel_suffix(logits.dtype)}").launch(
+            b, _THREADS, (logits, out, v)
         )
     return out
+
+
+_argmax = per_backend(cpu=_argmax_numpy, cuda=_argmax_cuda)
 
 
 def _row_param(
@@ -193,6 +215,7 @@ def sample(
     repetition_penalty: float = 1.0,
     prev_tokens: GPUArray | None = None,
     generator: Generator | None = None,
+    out: GPUArray | None = None,
 ) -> GPUArray:
     """Draw one token per row of ``logits`` [B, V]; returns int32 [B] on the device.
 
@@ -208,6 +231,7 @@ def sample(
       With a penalty, V may be at most ``MAX_PENALTY_VOCAB``.
     - ``generator``: a :class:`Generator` (seed + offset); None uses a process-wide
       one with a random seed. Each call advances its offset by one.
+    - ``out``: an int32 [B] array that receives the ids (none is allocated).
 
     Per-row arrays are read by the kernel: their values are not validated.
     """
@@ -247,42 +271,85 @@ def sample(
         raise TypeError(
             f"generator must be a pygpukit.ops.Generator, got {validation.describe(generator)}"
         )
+    c.check_out(out, (b,), gp.int32)
     gen = generator if generator is not None else _default_generator()
     offset = gen.next_offset()
 
-    if c.on_cpu(logits):
-        host = lambda a: None if a is None else c.host(a)  # noqa: E731
-        tokens = _sample_numpy(
-            c.host(logits),
-            temp if temps is None else host(temps),
-            k if ks is None else host(ks),
-            p if ps is None else host(ps),
-            float(mp),
-            float(pen),
-            host(prev_tokens) if use_penalty else None,
-            uniforms(gen.seed, offset, b),
-        )
-        return c.to_array(tokens, np.int32)
+    args = _SampleArgs(temp, temps, k, ks, p, ps, float(mp), float(pen), n_prev, use_penalty)
+    return _sample(logits, b, v, args, prev_tokens, gen.seed, offset, out)
 
-    out = gp.empty((b,), gp.int32)
+
+@dataclass(frozen=True)
+class _SampleArgs:
+    """The checked sampling parameters: scalars, or per-row arrays where given."""
+
+    temp: float | int
+    temps: GPUArray | None
+    k: float | int
+    ks: GPUArray | None
+    p: float | int
+    ps: GPUArray | None
+    min_p: float
+    penalty: float
+    n_prev: int
+    use_penalty: bool
+
+
+def _sample_numpy(
+    logits: GPUArray,
+    b: int,
+    v: int,
+    a: _SampleArgs,
+    prev_tokens: GPUArray | None,
+    seed: int,
+    offset: int,
+    out: GPUArray | None,
+) -> GPUArray:
+    def host(x: GPUArray | None, scalar: float | int) -> Any:
+        return scalar if x is None else c.host(x)
+
+    tokens = reference.sample(
+        c.host(logits),
+        host(a.temps, a.temp),
+        host(a.ks, a.k),
+        host(a.ps, a.p),
+        a.min_p,
+        a.penalty,
+        c.host(prev_tokens) if a.use_penalty and prev_tokens is not None else None,
+        uniforms(seed, offset, b),
+    )
+    return _store(tokens, out)
+
+
+def _sample_cuda(
+    logits: GPUArray,
+    b: int,
+    v: int,
+    a: _SampleArgs,
+    prev_tokens: GPUArray | None,
+    seed: int,
+    offset: int,
+    out: GPUArray | None,
+) -> GPUArray:
+    out = c.result(out, (b,), gp.int32)
     if b == 0:
         return out
-    mask_bytes = ((v + 31) // 32) * 4 if use_penalty else 0
+    mask_bytes = ((v + 31) // 32) * 4 if a.use_penalty else 0
     kernel("sampling", f"sample_{c.kernel_suffix(logits.dtype)}")(
         logits,
         out,
         v,
-        float(temp),
-        temps if temps is not None else 0,
-        int(min(k, v)),  # k >= V keeps all, as 0 does: clamped to fit the kernel's int
-        ks if ks is not None else 0,
-        float(p),
-        ps if ps is not None else 0,
-        float(mp),
-        float(pen),
-        prev_tokens if use_penalty else 0,
-        n_prev if use_penalty else 0,
-        gen.seed,
+        float(a.temp),
+        a.temps if a.temps is not None else 0,
+        int(min(a.k, v)),  # k >= V keeps all, as 0 does: clamped to fit the kernel's int
+        a.ks if a.ks is not None else 0,
+        float(a.p),
+        a.ps if a.ps is not None else 0,
+        a.min_p,
+        a.penalty,
+        prev_tokens if a.use_penalty else 0,
+        a.n_prev if a.use_penalty else 0,
+        seed,
         offset,
         grid=b,
         block=_THREADS,
@@ -291,63 +358,4 @@ def sample(
     return out
 
 
-def _per_row(value: Any, row: int) -> Any:
-    return value[row] if isinstance(value, np.ndarray) else value
-
-
-def _sample_numpy(
-    logits: np.ndarray,
-    temperature: Any,
-    top_k: Any,
-    top_p: Any,
-    min_p: float,
-    penalty: float,
-    prev: np.ndarray | None,
-    draws: np.ndarray,
-) -> np.ndarray:
-    """The CPU backend: the kernel's algorithm, row by row, in float32 values / float64 masses."""
-    rows, v = logits.shape
-    out = np.zeros(rows, dtype=np.int32)
-    for r in range(rows):
-        logit = logits[r].astype(np.float32)
-        logit = np.where(np.isnan(logit), np.float32(-np.inf), logit)
-        if prev is not None:
-            ids = prev[r][(prev[r] >= 0) & (prev[r] < v)]
-            hit = np.zeros(v, dtype=bool)
-            hit[ids] = True
-            pen = np.float32(penalty)
-            logit = np.where(hit, np.where(logit > 0, logit / pen, logit * pen), logit)
-            logit = logit.astype(np.float32)
-        temp = float(_per_row(temperature, r))
-        best = int(np.argmax(logit))
-        if not temp > 0.0 or logit[best] == -np.inf:
-            out[r] = best
-            continue
-        with np.errstate(over="ignore"):
-            val = (logit / np.float32(temp)).astype(np.float32)
-        vmax = val[best]
-        if np.isinf(vmax):  # a temperature so small the scaled logits overflow: greedy
-            out[r] = best
-            continue
-        mass = np.exp(val.astype(np.float64) - float(vmax))
-        keep = np.ones(v, dtype=bool)
-        k = int(_per_row(top_k, r))
-        if 0 < k < v:
-            keep &= val >= np.partition(val, v - k)[v - k]
-        p = float(_per_row(top_p, r))
-        if p < 1.0:
-            order = np.argsort(-val[keep], kind="stable")
-            kept_vals, kept_mass = val[keep][order], mass[keep][order]
-            cum = np.cumsum(kept_mass)
-            cut = min(int(np.searchsorted(cum, max(p, 0.0) * cum[-1], side="left")), cum.size - 1)
-            keep &= val >= kept_vals[cut]
-        if min_p > 0.0:
-            keep &= val >= np.float32(vmax + np.float32(np.log(np.float32(min_p))))
-        cum = np.cumsum(np.where(keep, mass, 0.0))
-        target = float(draws[r]) / 2.0**64 * cum[-1]
-        pick = int(np.searchsorted(cum, target, side="right"))
-        kept_idx = np.flatnonzero(keep)
-        out[r] = min(pick, int(kept_idx[-1]))
-        if not keep[out[r]]:  # a draw at a boundary rounding into a dropped token
-            out[r] = int(kept_idx[np.searchsorted(kept_idx, out[r])])
-    return out
+_sample = per_backend(cpu=_sample_numpy, cuda=_sample_cuda)

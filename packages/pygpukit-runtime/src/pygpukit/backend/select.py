@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import env, errors
 from .._caller import user_stacklevel
+from .._rust_loader import rust_module
 
 __all__ = ["backend", "native", "native_error", "status"]
 
@@ -39,6 +40,7 @@ def native() -> ModuleType | None:
     if not _native_tried:
         _native_tried = True
         try:
+            rust_module()  # _native imports it: load it here, where its warnings are handled
             module = importlib.import_module("pygpukit._native")
             module._set_error_types(errors)
             _native = module

@@ -26,6 +26,7 @@ from .ceilings import Ceilings
 from .compare import Comparison, compare_runs
 from .data import DataCache, parse_dtype
 from .environment import capture, l2_bytes
+from .footprint import check_sizes_fit
 from .harness import HarnessConfig, run_case
 from .peers import PEER_NAMES, Library, PyGPUkitLibrary, discover_peers
 from .registry import Suite, SuiteContext, load_errors, registered_suites
@@ -247,6 +248,7 @@ def measure_run(
         opts.seq_lens,
         dict(environment.get("device") or {}),
     )
+    check_sizes_fit(ctx, suites)  # before anything runs
     cfg = harness_config(args.quick, args.iterations, l2_bytes(environment))
 
     def announce(c: Ceiling) -> None:
@@ -265,6 +267,8 @@ def measure_run(
                 if not case.skip:
                     ceilings.ensure(case.ceiling)
                 row = run_case(case, libs, cfg, peer_cache)
+                if not case.skip:
+                    ceilings.fit(case, row)
                 rows.append(row)
                 log(progress_line(len(rows), row, time.perf_counter() - started))
         except Skip as exc:

@@ -27,6 +27,7 @@ import numpy as np
 from .. import env
 from .case import Case
 from .data import DataCache
+from .footprint import Footprint
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -92,11 +93,16 @@ class Suite:
 
     Yielding lazily matters: a case's inputs are made when it is reached and
     freed after it, so a run never holds every suite's data at once.
+
+    A suite that reads ``--sizes`` gives ``footprint(ctx, size)``: the device and host
+    bytes (a :class:`~pygpukit.benchmark.footprint.Footprint`) its largest case holds at
+    that size, so sizes that cannot fit are refused before the run.
     """
 
     name: str
     description: str
     cases: Callable[[SuiteContext], Iterable[Case]]
+    footprint: Callable[[SuiteContext, int], Footprint] | None = None
 
 
 _SUITES: dict[str, Suite] = {}

@@ -80,7 +80,10 @@ def _cells(
             if change is None
             else f"{change.change_pct:+.1f}%{' !' if change.regressed else ''}"
         )
-    cells.append(_note(row))
+    note = _note(row)
+    if row.exceeds_ceiling("pygpukit", run.ceilings):
+        note = "; ".join(filter(None, [note, f"above {row.ceiling}: SoL capped at 100%"]))
+    cells.append(note)
     return cells
 
 

@@ -150,13 +150,25 @@ class Row:
         b = theirs.median_ms if theirs else None
         return b / a if a and b else None
 
-    def pct_of_ceiling(self, lib: str, ceilings: dict[str, Ceiling]) -> float | None:
-        """``lib``'s rate as a percentage of the row's ceiling, when both are known."""
+    def pct_of_ceiling(
+        self, lib: str, ceilings: dict[str, Ceiling], *, cap: bool = True
+    ) -> float | None:
+        """``lib``'s rate as a percentage of the row's ceiling, when both are known.
+
+        At most 100 (unless ``cap`` is false): a rate above the ceiling means the ceiling
+        was measured where this row is not (see :attr:`exceeds_ceiling`).
+        """
         ceiling = ceilings.get(self.ceiling) if self.ceiling else None
         rate = self.rate(lib)
         if ceiling is None or not ceiling.value or rate is None or ceiling.unit != self.unit:
             return None
-        return 100.0 * rate / ceiling.value
+        pct = 100.0 * rate / ceiling.value
+        return min(pct, 100.0) if cap else pct
+
+    def exceeds_ceiling(self, lib: str, ceilings: dict[str, Ceiling]) -> bool:
+        """Whether ``lib`` ran faster than the row's ceiling (its SoL then reads 100%)."""
+        pct = self.pct_of_ceiling(lib, ceilings, cap=False)
+        return pct is not None and pct > 100.0
 
     @property
     def failed(self) -> list[str]:
@@ -178,6 +190,7 @@ class Row:
             "unit": self.unit,
             "libs": {n: r.to_dict() | {"rate": self.rate(n)} for n, r in self.libs.items()},
             "pct_of_ceiling": self.pct_of_ceiling("pygpukit", ceilings),
+            "exceeds_ceiling": self.exceeds_ceiling("pygpukit", ceilings),
             "speedup": {peer: self.speedup("pygpukit", peer) for peer in peers},
         }
 

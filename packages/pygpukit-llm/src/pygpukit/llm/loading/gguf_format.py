@@ -27,6 +27,9 @@ _VERSIONS = (2, 3)
 _DEFAULT_ALIGNMENT = 32
 #: ggml keeps at most four dimensions.
 _MAX_DIMS = 4
+#: Arrays of arrays deeper than this are refused (real files nest at most once); the bound
+#: keeps a crafted file from exhausting the parser's recursion.
+_MAX_NESTING = 8
 
 #: ggml tensor types: id -> (name, elements per block, bytes per block).
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
@@ -132,7 +135,7 @@ class _Reader:
         except UnicodeDecodeError as exc:
             raise self.error(f"{what} is not valid UTF-8: {exc}") from exc
 
-    def value(self, vtype: int, what: str) -> Any:
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
         if vtype == _FLOAT32:  # the shortest decimal that rounds to it: 1e-05, not 9.99e-06
             return float(str(np.float32(self.scalar("<f", what))))
         if vtype in _SCALARS:
@@ -151,9 +154,11 @@ class _Reader:
                     raise self.error(f"{what}: an array of {count} strings cannot fit")
                 return [self.string(what) for _ in range(count)]
             if item_type == _ARRAY:
+                if depth >= _MAX_NESTING:
+                    raise self.error(f"{what}: arrays nested more than {_MAX_NESTING} deep")
                 if count * 12 > len(self.buf) - self.pos:
                     raise self.error(f"{what}: an array of {count} arrays cannot fit")
-                return [self.value(_ARRAY, what) for _ in range(count)]
+                return [self.value(_ARRAY, what, depth + 1) for _ in range(count)]
             raise self.error(f"{what}: unknown array item type {item_type}")
         raise self.error(f"{what}: unknown metadata value type {vtype}")
 

@@ -24,8 +24,8 @@ against float64 NumPy.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -37,8 +37,6 @@ from pygpukit.benchmark.peers import Library
 from pygpukit.benchmark.registry import Suite, SuiteContext
 
 NAME = "ops_attention"
-KERNEL_ENV = "PYGPUKIT_ATTENTION_KERNEL"  # pygpukit.ops.attention.KERNEL_ENV
-DECODE_KERNEL_ENV = "PYGPUKIT_DECODE_KERNEL"  # pygpukit.ops.attention.DECODE_KERNEL_ENV
 SUPPORTED = ("float16", "bfloat16")
 SAMPLE_ROWS = 64
 NO_CUPY = unavailable("CuPy has no attention op")
@@ -80,7 +78,7 @@ def prefill_case(
 
                 if kernel != "mma" and impl._arch(lib.module.get_device()) != "sm_90a":
                     raise Skip("the wgmma prefill kernel needs an SM 9.0 GPU")
-                os.environ[impl.KERNEL_ENV] = kernel
+                impl.config.set(attention_kernel=kernel)  # cases() restores the config
 
             def call(i: int) -> Any:
                 return sdpa(q, k, v, is_causal=True)
@@ -186,7 +184,9 @@ def decode_case(
             ops = _ops(lib)
             gp = lib.module
             if kernel is not None:
-                os.environ[DECODE_KERNEL_ENV] = kernel
+                from pygpukit.ops import config
+
+                config.set(decode_kernel=kernel)  # cases() restores the config
             q = lib.upload(qh, dtype)
             lens = gp.from_numpy(np.full(b, n, np.int32))
             table = gp.from_numpy(table_h) if block else None
@@ -248,7 +248,9 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
         db, dn = (2, [256]) if ctx.quick else (4, [1024])
     kernels: list[str | None] = ["mma", "wgmma_pipe", "wgmma_tma"] if ctx.on_gpu else [None]
     decoders: list[str | None] = ["mma", "mma2", "simt"] if ctx.on_gpu else [None]
-    saved = {name: os.environ.get(name) for name in (KERNEL_ENV, DECODE_KERNEL_ENV)}
+    from pygpukit.ops import config
+
+    saved = config.get()
     try:
         for dtype in dtypes:
             for s in ctx.seq_lens or lens:
@@ -259,11 +261,7 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
                     for kernel in decoders:
                         yield decode_case(ctx, db, 32, 8, n, 128, dtype, block, kernel)
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        config.set(**dataclasses.asdict(saved))
 
 
 SUITE = Suite(NAME, "attention: causal flash prefill vs torch SDPA, decode vs torch", cases)

@@ -4,16 +4,16 @@ The decode-time shape of a 8B-class MLP projection: x [M, 4096] times
 W [14336, 4096] in bfloat16, M = 1, 4, 8. A GEMV reads W once, so it is bound by
 memory bandwidth: bytes moved are W + x + y, and the ceiling is the card's copy
 bandwidth. ``--sizes`` sets N (K stays 4096); ``--dtypes`` float16/bfloat16.
-Results are checked against a float64 product. On the GPU, with
-``PYGPUKIT_GEMV_VARIANT`` unset, PyGPUkit is timed once per vector kernel variant
-(``kernel=simt`` and ``kernel=mma``, see ``pygpukit.ops.linear.GEMV_VARIANTS``; PyTorch
-once per shape); with it set, only that variant runs. Unpinned, ``ops.gemv`` uses simt
-for M = 1 and mma above.
+Results are checked against a float64 product. On the GPU, with the ``gemv_variant``
+knob of ``pygpukit.ops.config`` at ``auto`` (``PYGPUKIT_GEMV_VARIANT`` unset), PyGPUkit is
+timed once per vector kernel variant (``kernel=simt`` and ``kernel=mma``, see
+``pygpukit.ops.linear.GEMV_VARIANTS``; PyTorch once per shape); with it pinned, only that
+variant runs. Unpinned, ``ops.gemv`` uses simt for M = 1 and mma above.
 """
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,7 +28,6 @@ from pygpukit.benchmark.registry import Suite, SuiteContext
 NAME = "ops_linear"
 SUPPORTED = ("float16", "bfloat16")
 ROWS = (1, 4, 8)
-VARIANT_ENV = "PYGPUKIT_GEMV_VARIANT"
 #: fp32 accumulation over K = 4096 products, rounded once to the storage dtype.
 ACCUMULATION_FACTOR = 1.0
 
@@ -61,7 +60,9 @@ def gemv_case(
     def setup(lib: Library, copies: int) -> Timed:
         product = _product(lib)
         if kernel is not None and lib.name == "pygpukit":
-            os.environ[VARIANT_ENV] = kernel  # read at each launch; cases() restores it
+            from pygpukit.ops import config
+
+            config.set(gemv_variant=kernel)  # in force while the case runs; cases() restores it
         xs = [ctx.data.get((m, k), dtype, 2 * i) for i in range(copies)]
         ws = [ctx.data.get((n, k), dtype, 2 * i + 1) for i in range(copies)]
         sets = [(lib.upload(x, dtype), lib.upload(w, dtype)) for x, w in zip(xs, ws, strict=True)]
@@ -86,8 +87,10 @@ def gemv_case(
 
 
 def _kernels(ctx: SuiteContext) -> list[str | None]:
-    """Every variant on the GPU unless the environment pins one; None: whatever is set."""
-    if not ctx.on_gpu or os.environ.get(VARIANT_ENV):
+    """Every variant on the GPU unless the configuration pins one; None: whatever is set."""
+    from pygpukit.ops import config
+
+    if not ctx.on_gpu or config.get().gemv_variant != "auto":
         return [None]
     from pygpukit.ops.linear import GEMV_VARIANTS
 
@@ -98,8 +101,10 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
     """GEMV for M in 1, 4, 8 at the default (or ``--sizes``) N, per kernel variant on the GPU."""
     k = 4096 if ctx.on_gpu else 256
     sizes = ctx.pick_sizes(gpu=[14336], gpu_quick=[14336], cpu=[1024], cpu_quick=[256])
+    from pygpukit.ops import config
+
     kernels = _kernels(ctx)
-    saved = os.environ.get(VARIANT_ENV)
+    saved = config.get()
     try:
         for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["bfloat16"]):
             for n in sizes:
@@ -107,10 +112,7 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
                     for kernel in kernels:
                         yield gemv_case(ctx, m, n, k, dtype, kernel)
     finally:
-        if saved is None:
-            os.environ.pop(VARIANT_ENV, None)
-        else:
-            os.environ[VARIANT_ENV] = saved
+        config.set(**dataclasses.asdict(saved))
 
 
 SUITE = Suite(NAME, "GEMV (decode-time linear layers) vs torch.nn.functional.linear", cases)

@@ -133,7 +133,7 @@ __device__ __forceinline__ void attn_decode(const T* __restrict__ q, const T* __
         for (int h = 0; h < kG; ++h) {
             float mx = m[h];
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u) mx = fmaxf(mx, s[u][h]);
+            for (int u = 0; u < kUnroll; ++u) mx = max_nan(mx, s[u][h]);
             // A group past the end has seen no key yet: subtract 0, not -inf (no NaN).
             ref[h] = mx == PGK_NEG_INF ? 0.f : mx;
             const float alpha = fast_exp2(m[h] - ref[h]);
@@ -173,7 +173,7 @@ __device__ __forceinline__ void attn_decode(const T* __restrict__ q, const T* __
     for (int i = tid; i < nh * D; i += kThreads) {
         const int h = i / D, d = i % D;
         float mx = PGK_NEG_INF;
-        for (int g2 = 0; g2 < kGroups; ++g2) mx = fmaxf(mx, sm_m[g2][h]);
+        for (int g2 = 0; g2 < kGroups; ++g2) mx = max_nan(mx, sm_m[g2][h]);
         float sum = 0.f, o = 0.f;
         if (mx != PGK_NEG_INF) {
             for (int g2 = 0; g2 < kGroups; ++g2) {
@@ -182,13 +182,13 @@ __device__ __forceinline__ void attn_decode(const T* __restrict__ q, const T* __
                 o += sm_acc[g2][h][d] * w;
             }
         }
-        const float val = sum > 0.f ? o / sum : 0.f;
+        const float val = sum != 0.f ? o / sum : 0.f;
         const size_t row = (size_t)b * hq + h0 + h;
         if (gridDim.x == 1) {
             out[row * D + d] = static_cast<T>(val);
         } else {
             o_part[(row * gridDim.x + split) * D + d] = val;
-            if (d == 0) lse[row * gridDim.x + split] = sum > 0.f ? mx + __log2f(sum) : PGK_NEG_INF;
+            if (d == 0) lse[row * gridDim.x + split] = sum != 0.f ? mx + __log2f(sum) : PGK_NEG_INF;
         }
     }
 }
@@ -206,7 +206,7 @@ __device__ __forceinline__ void attn_decode_combine(const float* __restrict__ o_
     const int n = min(splits, (len + chunk - 1) / chunk);  // splits that saw any key
     if (threadIdx.x == 0) {
         float mx = PGK_NEG_INF;
-        for (int i = 0; i < n; ++i) mx = fmaxf(mx, lse[(size_t)row * splits + i]);
+        for (int i = 0; i < n; ++i) mx = max_nan(mx, lse[(size_t)row * splits + i]);
         float sum = 0.f;
         for (int i = 0; i < n; ++i) {
             w[i] = mx == PGK_NEG_INF ? 0.f : fast_exp2(lse[(size_t)row * splits + i] - mx);
@@ -215,7 +215,7 @@ __device__ __forceinline__ void attn_decode_combine(const float* __restrict__ o_
         total = sum;
     }
     __syncthreads();
-    const float inv = total > 0.f ? 1.f / total : 0.f;
+    const float inv = total != 0.f ? 1.f / total : 0.f;
     for (int d = threadIdx.x; d < d_head; d += blockDim.x) {
         float o = 0.f;
         for (int i = 0; i < n; ++i) o += w[i] * o_part[((size_t)row * splits + i) * d_head + d];
@@ -339,10 +339,10 @@ __device__ __forceinline__ void attn_decode_mma(
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float mx = fmaxf(row_max[r], fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]),
-                                               fmaxf(s[1][2 * r], s[1][2 * r + 1])));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            float mx = max_nan(row_max[r], max_nan(max_nan(s[0][2 * r], s[0][2 * r + 1]),
+                                                   max_nan(s[1][2 * r], s[1][2 * r + 1])));
+            mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
             const float ref = mx == PGK_NEG_INF ? 0.f : mx;  // no token yet: no NaN
             const float alpha = fast_exp2(row_max[r] - ref);
             row_max[r] = mx;
@@ -402,7 +402,7 @@ __device__ __forceinline__ void attn_decode_mma(
         const int h = i / D, d = i % D;
         float mx = PGK_NEG_INF;
 #pragma unroll
-        for (int w = 0; w < 4; ++w) mx = fmaxf(mx, sm_m[w][h]);
+        for (int w = 0; w < 4; ++w) mx = max_nan(mx, sm_m[w][h]);
         float sum = 0.f, o = 0.f;
         if (mx != PGK_NEG_INF) {
 #pragma unroll
@@ -412,13 +412,13 @@ __device__ __forceinline__ void attn_decode_mma(
                 o += sm_acc[(w * kTcHeads + h) * D + d] * wt;
             }
         }
-        const float val = sum > 0.f ? o / sum : 0.f;
+        const float val = sum != 0.f ? o / sum : 0.f;
         const size_t row = (size_t)b * hq + h0 + h;
         if (gridDim.x == 1) {
             out[row * D + d] = static_cast<T>(val);
         } else {
             o_part[(row * gridDim.x + split) * D + d] = val;
-            if (d == 0) lse[row * gridDim.x + split] = sum > 0.f ? mx + __log2f(sum) : PGK_NEG_INF;
+            if (d == 0) lse[row * gridDim.x + split] = sum != 0.f ? mx + __log2f(sum) : PGK_NEG_INF;
         }
     }
 }

@@ -191,9 +191,9 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
                 float mx = row_max[mt][r];
 #pragma unroll
                 for (int nt = 0; nt < kNT; ++nt)
-                    mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                    mx = max_nan(mx, max_nan(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+                mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 // A row that has seen no visible key yet keeps max -inf: subtract 0 instead, so
                 // exp2(-inf - (-inf)) never makes a NaN.
                 const float ref = mx == PGK_NEG_INF ? 0.f : mx;
@@ -257,7 +257,7 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
             float l = row_sum[mt][r];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const float inv = l != 0.f ? 1.f / l : 0.f;
             const int row = wrow + mt * 16 + g + r * 8;
             if (row < rows_here) {
                 unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * D + 2 * t);

@@ -137,10 +137,10 @@ __device__ __forceinline__ void softmax_rows(float (&s)[64], float (&row_max)[2]
         float mx = PGK_NEG_INF;
 #pragma unroll
         for (int nt = 0; nt < kBN / 8; ++nt)
-            mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(row_max[r], mx * mul);                // max(S * mul) = max(S) * mul for mul > 0
+            mx = max_nan(mx, max_nan(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+        mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = max_nan(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = max_nan(row_max[r], mx * mul);              // max(S * mul) = max(S) * mul for mul > 0
         const float ref = mx == PGK_NEG_INF ? 0.f : mx;  // no visible key yet: no NaN
         alpha[r] = fast_exp2(row_max[r] - ref);
         row_max[r] = mx;
@@ -233,7 +233,7 @@ __device__ __forceinline__ void store_out(T* op, const float (&acc)[kD / 2],
         float l = row_sum[r];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const float inv = l != 0.f ? 1.f / l : 0.f;
         const int row = r0 + r * 8;
         if (row < rows_here) {
             unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * kD + 2 * t);

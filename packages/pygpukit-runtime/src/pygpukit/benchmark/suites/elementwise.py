@@ -18,6 +18,7 @@ import numpy as np
 from ..case import Case, Timed
 from ..checks import check_close, sample_indices
 from ..data import storage_dtype
+from ..footprint import Footprint
 from ..peers import Library
 from ..registry import Suite, SuiteContext
 from ..units import format_count
@@ -92,4 +93,11 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
                 yield elementwise_case(ctx, op, n, dtype)
 
 
-SUITE = Suite(NAME, "bandwidth of binary and unary elementwise ops", cases)
+def footprint(ctx: SuiteContext, n: int) -> Footprint:
+    """A binary op of ``n`` elements: two inputs and the output, on the device and the host."""
+    dtypes = ctx.pick_dtypes(gpu=["float32", "bfloat16"], cpu=["float32"])
+    itemsize = max((storage_dtype(d).itemsize for d in dtypes if d in SUPPORTED), default=4)
+    return Footprint(device=3 * n * itemsize, host=3 * n * itemsize)
+
+
+SUITE = Suite(NAME, "bandwidth of binary and unary elementwise ops", cases, footprint)

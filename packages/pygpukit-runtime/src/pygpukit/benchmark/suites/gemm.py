@@ -25,6 +25,7 @@ from ..case import Case, Skip, Timed, case_key
 from ..ceilings import CeilingSpec, register_ceiling
 from ..checks import check_close
 from ..data import storage_dtype
+from ..footprint import Footprint
 from ..peers import Library
 from ..registry import Suite, SuiteContext
 
@@ -135,10 +136,33 @@ def _ceiling_case(dtype: str) -> Callable[[SuiteContext], Case]:
     return build
 
 
+def _ceiling_at(dtype: str) -> Callable[[SuiteContext, Case], Case | None]:
+    """The square product of a gemm row's own size (other suites' shapes: none)."""
+
+    def build(ctx: SuiteContext, row: Case) -> Case | None:
+        n = row.params.get("n")
+        return gemm_case(ctx, n, dtype, None) if row.suite == NAME and isinstance(n, int) else None
+
+    return build
+
+
 for _dtype in SUPPORTED:
     register_ceiling(
         f"gemm_{_dtype}",
-        CeilingSpec("TFLOP/s", f"{_dtype} square matrix product", _ceiling_case(_dtype)),
+        CeilingSpec(
+            "TFLOP/s",
+            f"{_dtype} square matrix product",
+            _ceiling_case(_dtype),
+            _ceiling_at(_dtype),
+        ),
     )
 
-SUITE = Suite(NAME, "matrix products: dtypes x sizes x own/cuBLASLt backends", cases)
+
+def footprint(ctx: SuiteContext, n: int) -> Footprint:
+    """An n x n product: A, B and C on the device; A, B and C downloaded on the host."""
+    dtypes = ctx.pick_dtypes(gpu=["float32", "tf32", "float16", "bfloat16"], cpu=["float32"])
+    itemsize = max((storage_dtype(d).itemsize for d in dtypes if d in SUPPORTED), default=4)
+    return Footprint(device=3 * n * n * itemsize, host=3 * n * n * itemsize)
+
+
+SUITE = Suite(NAME, "matrix products: dtypes x sizes x own/cuBLASLt backends", cases, footprint)

@@ -25,6 +25,7 @@ import numpy as np
 from ..case import Case, CorrectnessError, Setup, Skip, Timed
 from ..ceilings import CeilingSpec, register_ceiling
 from ..checks import check_equal
+from ..footprint import Footprint
 from ..peers import Library
 from ..registry import Suite, SuiteContext
 from ..units import format_bytes
@@ -255,12 +256,25 @@ def _ceiling_size(ctx: SuiteContext) -> int:
     return 8 * MiB if ctx.quick else 64 * MiB
 
 
+def _copy_at(ctx: SuiteContext, row: Case) -> Case | None:
+    """A copy moving as many bytes as ``row`` (read + written), so it sees the same caches."""
+    return copy_case(ctx, max(row.bytes_moved // 2, 1)) if row.bytes_moved else None
+
+
+def _transfer_at(op: str) -> Callable[[SuiteContext, Case], Case | None]:
+    def build(ctx: SuiteContext, row: Case) -> Case | None:
+        return transfer_case(ctx, op, row.bytes_moved) if row.bytes_moved else None
+
+    return build
+
+
 register_ceiling(
     "copy_bw",
     CeilingSpec(
         "GB/s",
         "device-to-device copy, bytes read + written",
         lambda ctx: copy_case(ctx, _ceiling_size(ctx)),
+        _copy_at,
     ),
 )
 register_ceiling(
@@ -269,6 +283,7 @@ register_ceiling(
         "GB/s",
         "host-to-device copy from pinned memory",
         lambda ctx: transfer_case(ctx, "h2d_pinned", _ceiling_size(ctx)),
+        _transfer_at("h2d_pinned"),
     ),
 )
 register_ceiling(
@@ -277,7 +292,14 @@ register_ceiling(
         "GB/s",
         "device-to-host copy into pinned memory",
         lambda ctx: transfer_case(ctx, "d2h_pinned", _ceiling_size(ctx)),
+        _transfer_at("d2h_pinned"),
     ),
 )
 
-SUITE = Suite(NAME, "allocation, host-device transfers, device copies", cases)
+
+def footprint(ctx: SuiteContext, nbytes: int) -> Footprint:
+    """A device copy holds source and destination; a transfer the host data, pinned and result."""
+    return Footprint(device=2 * nbytes, host=3 * nbytes)
+
+
+SUITE = Suite(NAME, "allocation, host-device transfers, device copies", cases, footprint)

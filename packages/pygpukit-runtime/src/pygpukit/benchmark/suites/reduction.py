@@ -18,6 +18,7 @@ import numpy as np
 from ..case import Case, CorrectnessError, Timed
 from ..checks import TOLERANCES, check_equal
 from ..data import storage_dtype
+from ..footprint import Footprint
 from ..peers import Library
 from ..registry import Suite, SuiteContext
 from ..units import format_count
@@ -103,4 +104,11 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
                 yield reduction_case(ctx, op, n, dtype)
 
 
-SUITE = Suite(NAME, "bandwidth of full reductions (sum, max)", cases)
+def footprint(ctx: SuiteContext, n: int) -> Footprint:
+    """A reduction of ``n`` elements: the input on the device and its host copy."""
+    dtypes = ctx.pick_dtypes(gpu=["float32"], cpu=["float32"])
+    itemsize = max((storage_dtype(d).itemsize for d in dtypes if d in SUPPORTED), default=4)
+    return Footprint(device=n * itemsize, host=n * itemsize)
+
+
+SUITE = Suite(NAME, "bandwidth of full reductions (sum, max)", cases, footprint)

@@ -1,0 +1,342 @@
+"""The ``llm`` benchmark suite: load, time to first token and decode of random-weight models.
+
+Registered with ``python -m pygpukit.benchmark`` through the entry point group
+``pygpukit.benchmark_suites`` when installed; from a source tree set
+``PYGPUKIT_BENCHMARK_PLUGINS=pygpukit.llm.benchmarks:suites``. One command::
+
+    python -m pygpukit.benchmark --suite llm [--quick]
+
+Models have the shapes of Llama-3.1-8B, Qwen2.5-0.5B and SmolLM2-135M (``--quick``: the two
+small ones) with random bfloat16 weights, written once as SafeTensors directories under
+``$PYGPUKIT_LLM_BENCH_DIR`` (default: the system temp folder) and read from the page cache.
+Rows, each against the same weights in the same run:
+
+- ``load``: ``llm.load`` of the directory (GB/s of checkpoint bytes) against
+  ``safetensors.torch.load_file(..., device="cuda")`` in the ``torch`` column;
+- ``ttft``: time to first token of a 1024-token prompt (``generate(max_new_tokens=1)``),
+  against Hugging Face transformers' ``generate`` (eager PyTorch: no compile, dynamic cache);
+- ``decode``: milliseconds per generated token at batch 1 (tokens/s in the metrics), against
+  transformers' ``generate``; bytes moved are the weights one token reads, so the percentage of
+  the ``copy_bw`` ceiling is the share of the weight-read bound reached.
+
+The CPU backend runs a tiny shape (the same code paths, seconds instead of minutes).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import struct
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pygpukit.benchmark.case import Case, CorrectnessError, Skip, Timed
+from pygpukit.benchmark.peers import Library
+from pygpukit.benchmark.registry import Suite, SuiteContext
+
+from .config import ModelConfig
+from .models.llama import checkpoint_tensors
+
+__all__ = ["SHAPES", "SUITE", "suites", "write_random_checkpoint"]
+
+NAME = "llm"
+BENCH_DIR_ENV = "PYGPUKIT_LLM_BENCH_DIR"
+
+
+def _shape(arch: str, model_type: str, **kw: Any) -> dict[str, Any]:
+    return {"architectures": [arch], "model_type": model_type, "hidden_act": "silu",
+            "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": None,
+            "torch_dtype": "bfloat16", **kw}  # fmt: skip
+
+
+#: config.json of each benchmarked shape (eos_token_id None: every decode runs to its length).
+SHAPES: dict[str, dict[str, Any]] = {
+    "llama-3.1-8b": _shape(
+        "LlamaForCausalLM", "llama", vocab_size=128256, hidden_size=4096,
+        intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=131072, rope_theta=500000.0,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+        tie_word_embeddings=False,
+    ),
+    "qwen2.5-0.5b": _shape(
+        "Qwen2ForCausalLM", "qwen2", vocab_size=151936, hidden_size=896, intermediate_size=4864,
+        num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+        max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True,
+    ),
+    "smollm2-135m": _shape(
+        "LlamaForCausalLM", "llama", vocab_size=49152, hidden_size=576, intermediate_size=1536,
+        num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+        max_position_embeddings=8192, rope_theta=100000.0, tie_word_embeddings=True,
+    ),
+    "tiny": _shape(
+        "LlamaForCausalLM", "llama", vocab_size=512, hidden_size=128, intermediate_size=256,
+        num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+        max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=False,
+    ),
+}  # fmt: skip
+
+_BLOCK_VALUES = 1 << 24  # 32 MiB of bfloat16 noise, tiled over every tensor
+
+
+def write_random_checkpoint(folder: Path, cfg: dict[str, Any], seed: int = 0) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` of random bfloat16 weights, streamed.
+
+    Weights are a 32 MiB block of N(0, 0.02) noise tiled over each matrix (their values do not
+    matter to the timing; writing 16 GB of independent draws would take minutes); norms are
+    ones. Reuses a complete earlier file of the same config.
+    """
+    import ml_dtypes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    target, done = folder / "model.safetensors", folder / ".complete"
+    config_text = json.dumps(cfg, indent=1, sort_keys=True)
+    if done.is_file() and done.read_text() == config_text and target.is_file():
+        return folder
+    tensors = list(checkpoint_tensors(ModelConfig.from_dict(cfg)))
+    header: dict[str, Any] = {}
+    offset = 0
+    for name, shape, _ in tensors:
+        nbytes = int(np.prod(shape)) * 2
+        header[name] = {
+            "dtype": "BF16",
+            "shape": list(shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
+        offset += nbytes
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    rng = np.random.default_rng(seed)
+    block = (rng.standard_normal(_BLOCK_VALUES, np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+    ones = np.ones(_BLOCK_VALUES, ml_dtypes.bfloat16).tobytes()
+    noise = block.tobytes()
+    with open(target, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for _, shape, kind in tensors:
+            left = int(np.prod(shape)) * 2
+            source = ones if kind == "norm" else noise
+            while left:
+                n = min(left, len(source))
+                f.write(source[:n])
+                left -= n
+    (folder / "config.json").write_text(json.dumps(cfg, indent=1))
+    done.write_text(config_text)
+    return folder
+
+
+def _checkpoint(shape: str) -> Path:
+    root = Path(os.environ.get(BENCH_DIR_ENV) or tempfile.gettempdir()) / "pygpukit-llm-bench"
+    return write_random_checkpoint(root / shape, SHAPES[shape])
+
+
+def _free() -> None:
+    """Return the memory of a dropped model to the device (the other library needs it)."""
+    import pygpukit as gp
+
+    gc.collect()
+    if gp.backend_name() == "cuda":
+        gp.synchronize()
+        gp.memory.empty_cache()
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    except ImportError:
+        pass
+
+
+def _hf_model(lib: Library, folder: Path) -> Any:
+    try:
+        import transformers
+    except ImportError as exc:
+        raise Skip(f"transformers is not installed: {exc}") from exc
+    torch = lib.module
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, torch_dtype=torch.bfloat16, device_map="cuda"
+    )
+    return model.eval()
+
+
+def _hf_generate(lib: Library, model: Any, ids: np.ndarray, new: int) -> Any:
+    torch = lib.module
+    x = torch.from_numpy(ids).to("cuda")
+    with torch.no_grad():
+        out = model.generate(
+            x, attention_mask=torch.ones_like(x), max_new_tokens=new, min_new_tokens=new,
+            do_sample=False, pad_token_id=0,
+        )  # fmt: skip
+    torch.cuda.synchronize()
+    return out[0, ids.shape[1] :].cpu().numpy()
+
+
+def _check_tokens(vocab: int, n: int) -> Callable[[Any], float | None]:
+    def check(tokens: Any) -> float | None:
+        t = np.asarray(tokens)
+        if t.shape != (n,) or t.min() < 0 or t.max() >= vocab:
+            raise CorrectnessError(f"expected {n} token ids in [0, {vocab}), got {t!r}")
+        return None
+
+    return check
+
+
+def _load_case(shape: str) -> Case:
+    def setup(lib: Library, copies: int) -> Timed:
+        folder = _checkpoint(shape)
+        file = folder / "model.safetensors"
+        if lib.name == "pygpukit":
+            from pygpukit import llm
+
+            def run(i: int) -> Any:
+                model = llm.load(folder, max_seq_len=2048, progress=False)
+                model.forward([[1, 2]]).to_numpy()  # loaded means usable: one tiny forward
+                return model
+
+        elif lib.name == "torch":
+            try:
+                from safetensors.torch import load_file
+            except ImportError as exc:
+                raise Skip(f"safetensors is not installed: {exc}") from exc
+
+            def run(i: int) -> Any:
+                out = load_file(str(file), device="cuda")
+                lib.synchronize()
+                return out
+
+        else:
+            raise Skip(f"{lib.name}: no checkpoint loader")
+
+        def measure(i: int) -> float:
+            _free()
+            start = time.perf_counter()
+            result = run(i)
+            ms = (time.perf_counter() - start) * 1e3
+            del result
+            _free()
+            return ms
+
+        def run_once(i: int) -> bool:
+            loaded = run(i) is not None
+            _free()
+            return loaded
+
+        return Timed(run=run_once, check=lambda loaded: None, measure=measure)
+
+    return Case(NAME, "load", {"model": shape}, dict.fromkeys(("pygpukit", "torch"), setup),
+                timing="wall", bytes_moved=_checkpoint_size(shape))  # fmt: skip
+
+
+def _checkpoint_size(shape: str) -> int:
+    cfg = ModelConfig.from_dict(SHAPES[shape])
+    return sum(int(np.prod(s)) * 2 for _, s, _ in checkpoint_tensors(cfg))
+
+
+def _decode_bytes(shape: str) -> int:
+    """Weight bytes one decode step reads (the embedding table only when it is the head)."""
+    cfg = ModelConfig.from_dict(SHAPES[shape])
+    total = 0
+    for name, s, _ in checkpoint_tensors(cfg):
+        if name != "model.embed_tokens.weight" or cfg.tie_word_embeddings:
+            total += int(np.prod(s)) * 2
+    return total
+
+
+def _generation_case(ctx: SuiteContext, shape: str, op: str, prompt: int, new: int) -> Case:
+    """``ttft``: prompt tokens then one; ``decode``: ms per token of ``new`` tokens."""
+    vocab = SHAPES[shape]["vocab_size"]
+    ids = ctx.rng.integers(3, vocab, size=(1, prompt)).astype(np.int64)
+
+    def setup(lib: Library, copies: int) -> Timed:
+        folder = _checkpoint(shape)
+        if lib.name == "pygpukit":
+            from pygpukit import llm
+
+            model = llm.load(folder, max_seq_len=prompt + new + 8, progress=False)
+            prompt_ids = ids[0].tolist()
+            last: dict[str, float] = {}
+
+            def run(i: int) -> Any:
+                g = model.generate(prompt_ids, max_new_tokens=1 if op == "ttft" else new)
+                last["tok_s"] = g.stats.decode_tokens_per_s
+                last["ttft_ms"] = g.stats.time_to_first_token_s * 1e3
+                return g.token_ids
+
+            def measure(i: int) -> float:
+                start = time.perf_counter()
+                run(i)
+                if op == "ttft":
+                    return (time.perf_counter() - start) * 1e3
+                return 1e3 / last["tok_s"]
+
+        elif lib.name == "torch":
+            _free()
+            model = _hf_model(lib, folder)
+
+            def run(i: int) -> Any:
+                return _hf_generate(lib, model, ids, 1 if op == "ttft" else new)
+
+            def measure(i: int) -> float:
+                start = time.perf_counter()
+                _hf_generate(lib, model, ids, 1)
+                first = time.perf_counter()
+                if op == "ttft":
+                    return (first - start) * 1e3
+                _hf_generate(lib, model, ids, new)
+                total = time.perf_counter() - first
+                return (total - (first - start)) * 1e3 / (new - 1)
+
+        else:
+            raise Skip(f"{lib.name}: no LLM runtime")
+
+        times: list[float] = []
+
+        def timed_measure(i: int) -> float:
+            times.append(measure(i))
+            return times[-1]
+
+        def metrics() -> dict[str, float | str]:
+            if not times or op != "decode":
+                return {}
+            return {"tokens_per_s": round(1e3 / float(np.median(times)), 1)}
+
+        return Timed(run=run, check=_check_tokens(vocab, 1 if op == "ttft" else new),
+                     measure=timed_measure, metrics=metrics)  # fmt: skip
+
+    params: dict[str, int | float | str] = {"model": shape, "prompt": prompt}
+    if op == "decode":
+        params["new"] = new
+        return Case(NAME, op, params, dict.fromkeys(("pygpukit", "torch"), setup),
+                    timing="wall", bytes_moved=_decode_bytes(shape), ceiling="copy_bw")  # fmt: skip
+    return Case(NAME, op, params, dict.fromkeys(("pygpukit", "torch"), setup), timing="wall")
+
+
+def _cases(ctx: SuiteContext) -> Iterator[Case]:
+    if not ctx.on_gpu:
+        shapes, prompt, new = ["tiny"], 64, 16
+    elif ctx.quick:
+        shapes, prompt, new = ["smollm2-135m", "qwen2.5-0.5b"], 1024, 64
+    else:
+        shapes, prompt, new = ["llama-3.1-8b", "qwen2.5-0.5b", "smollm2-135m"], 1024, 128
+    for shape in shapes:
+        yield _load_case(shape)
+        yield _generation_case(ctx, shape, "ttft", prompt, 1)
+        yield _generation_case(ctx, shape, "decode", 32, new)
+
+
+SUITE = Suite(
+    NAME,
+    "LLM load, time to first token (1024-token prompt) and batch-1 decode of random-weight "
+    "Llama-3.1-8B / Qwen2.5-0.5B / SmolLM2-135M shapes, vs transformers and safetensors",
+    _cases,
+)
+
+
+def suites() -> list[Suite]:
+    """The suites of pygpukit-llm (the entry point's target)."""
+    return [SUITE]

@@ -1,0 +1,257 @@
+"""Generation: prefill, the decode step (captured once in a CUDA graph), and the token loop.
+
+Device state lives in small int32 arrays that the step itself advances: the last token, its
+position, the cache slot and length it implies, and ``history`` (every token by position, which
+is also the repetition penalty's input). A step reads them from device memory, so the same
+captured graph serves every position; the sampled token never leaves the GPU to feed the next
+step. The host reads finished ids with a non-blocking download into pinned memory, issued
+before it queues the next steps, so the GPU always has work queued while Python detokenizes and
+never waits for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.array import GPUArray
+
+from .kv_cache import StaticKVCache
+from .models.llama import LlamaModel
+
+__all__ = ["Decoder", "Generation", "GenerationStats", "SamplingParams"]
+
+#: Decode steps queued beyond the ids being read back: the GPU's lead over the host.
+STEPS_AHEAD = 8
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings of one generation, validated (``ValueError`` says which is wrong)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        def number(name: str, value: Any) -> float:
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.number)):
+                raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+            if not np.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value!r}")
+            return float(value)
+
+        if number("temperature", self.temperature) < 0:
+            raise ValueError(f"temperature must be >= 0 (0 is greedy), got {self.temperature!r}")
+        if not 0 < number("top_p", self.top_p) <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 keeps every token), got {self.top_p!r}")
+        if not 0 <= number("min_p", self.min_p) <= 1:
+            raise ValueError(f"min_p must be in [0, 1] (0 turns it off), got {self.min_p!r}")
+        if number("repetition_penalty", self.repetition_penalty) <= 0:
+            raise ValueError(
+                f"repetition_penalty must be > 0 (1 turns it off), got {self.repetition_penalty!r}"
+            )
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, (int, np.integer)):
+            raise TypeError(f"top_k must be an int, got {type(self.top_k).__name__}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 keeps every token), got {self.top_k}")
+        if self.seed is not None and (
+            isinstance(self.seed, bool) or not isinstance(self.seed, int)
+        ):
+            raise TypeError(f"seed must be an int or None, got {type(self.seed).__name__}")
+
+    @property
+    def greedy(self) -> bool:
+        """Argmax of the raw logits: the whole step, sampling included, is one graph."""
+        return self.temperature == 0 and self.repetition_penalty == 1
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    """Counts and timings of one generation (seconds, tokens per second)."""
+
+    prompt_tokens: int
+    generated_tokens: int
+    time_to_first_token_s: float
+    prefill_tokens_per_s: float
+    decode_tokens_per_s: float
+
+
+@dataclass(frozen=True)
+class Generation:
+    """The result of :meth:`CausalLM.generate`.
+
+    ``token_ids`` are the generated ids only (an EOS that ended it included); ``text`` their
+    text (special tokens skipped, cut before a stop string; ``""`` without a tokenizer);
+    ``finish_reason`` is ``"stop"`` (an EOS id or a stop string) or ``"length"``.
+    """
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str
+    stats: GenerationStats = field(repr=False)
+
+
+class Decoder:
+    """Prefill and decode steps of one sequence over a :class:`StaticKVCache`."""
+
+    def __init__(self, model: LlamaModel, cache: StaticKVCache) -> None:
+        self.model, self.cache = model, cache
+        length = cache.max_seq_len
+        i32 = gp.int32
+        self.token = gp.zeros((1,), i32)  # the last sampled token, not yet in the cache
+        self.pos = gp.zeros((1,), i32)  # its position
+        self.slot = gp.zeros((1,), i32)  # its cache slot: pos % capacity
+        self.lens = gp.zeros((1,), i32)  # cached tokens it attends to: min(pos + 1, capacity)
+        self.next_token = gp.zeros((1,), i32)
+        self.history = gp.full((length,), -1, i32)  # token at each position, -1 past the end
+        self._arange = gp.arange(length, dtype=i32)
+        self._graphs: dict[str, Any] = {}
+        self._graph_logits: GPUArray | None = None
+        self.use_graphs = gp.backend_name() == "cuda"
+
+    # --- the device-side steps --------------------------------------------------------------
+
+    def _sample(self, logits: GPUArray, p: SamplingParams, gen: ops.Generator | None) -> None:
+        if p.greedy:
+            ops.argmax(logits, out=self.next_token)
+            return
+        penalty = p.repetition_penalty != 1
+        ops.sample(
+            logits,
+            temperature=p.temperature,
+            top_k=p.top_k,
+            top_p=p.top_p,
+            min_p=p.min_p,
+            repetition_penalty=p.repetition_penalty,
+            prev_tokens=self.history.reshape(1, -1) if penalty else None,
+            generator=gen,
+            out=self.next_token,
+        )
+
+    def _advance(self) -> None:
+        """Record next_token at pos + 1 and make it the current token (all on the device)."""
+        gp.add(self.pos, 1, out=self.pos)
+        gp.where(gp.equal(self._arange, self.pos), self.next_token, self.history, out=self.history)
+        gp.add(self.next_token, 0, out=self.token)
+
+    def _attend_cached(self, i: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
+        cfg = self.model.config
+        self.cache.write(
+            i, k.reshape(1, cfg.num_kv_heads, 1, cfg.head_dim),
+            v.reshape(1, cfg.num_kv_heads, 1, cfg.head_dim), self.slot,
+        )  # fmt: skip
+        o = ops.decode_attention(
+            q.reshape(1, cfg.num_heads, cfg.head_dim),
+            self.cache.k[i],
+            self.cache.v[i],
+            self.lens,
+            scale=self.model.scale,
+        )
+        return o.reshape(1, 1, cfg.q_size)
+
+    def _step_logits(self) -> GPUArray:
+        cap = self.cache.capacity
+        gp.remainder(self.pos, cap, out=self.slot)
+        gp.add(self.pos, 1, out=self.lens)
+        gp.minimum(self.lens, cap, out=self.lens)
+        x = self.model.hidden_states(
+            self.token.reshape(1, 1), self.pos.reshape(1, 1), self._attend_cached
+        )
+        return self.model.logits(x.reshape(1, -1))
+
+    # --- the host-side API ---------------------------------------------------------------------
+
+    def prefill(self, prompt: Sequence[int], p: SamplingParams, gen: ops.Generator | None) -> None:
+        """Run the prompt through the model in one pass, fill the cache, sample the first token."""
+        s = len(prompt)
+        hist = np.full(self.cache.max_seq_len, -1, np.int32)
+        hist[:s] = prompt
+        self.history[...] = hist
+        self.pos[...] = np.array([s - 1], np.int32)
+        ids = gp.from_numpy(np.asarray(prompt, np.int32)[None, :])
+        positions = gp.from_numpy(np.arange(s, dtype=np.int32)[None, :])
+        slots = self.cache.prefill_slots(s)
+
+        def store(i: int, k: GPUArray, v: GPUArray) -> None:
+            self.cache.write(i, k, v, slots)
+
+        attend = self.model.attend_uncached(self.model.window_mask(s), store)
+        x = self.model.hidden_states(ids, positions, attend)
+        self._sample(self.model.logits(x[:, s - 1]), p, gen)
+        self._advance()
+
+    def decode_step(self, p: SamplingParams, gen: ops.Generator | None = None) -> None:
+        """Queue one decode step: the current token in, the next one sampled on the device.
+
+        On the GPU this replays a CUDA graph captured on first use (greedy: one graph for the
+        whole step; sampling: the model's graph, the sampling kernel with a fresh random
+        offset, then a small graph that advances the state). No host wait, no allocation.
+        """
+        if not self.use_graphs:
+            self._sample(self._step_logits(), p, gen)
+            self._advance()
+            return
+        if p.greedy:
+            self._graph("greedy", self._capture_greedy)
+            self._graphs["greedy"].replay()
+            return
+        self._graph("logits", self._capture_logits)
+        self._graph("advance", self._advance)
+        self._graphs["logits"].replay()
+        assert self._graph_logits is not None
+        self._sample(self._graph_logits, p, gen)
+        self._graphs["advance"].replay()
+
+    def _capture_greedy(self) -> None:
+        ops.argmax(self._step_logits(), out=self.next_token)
+        self._advance()
+
+    def _capture_logits(self) -> None:
+        self._graph_logits = self._step_logits()
+
+    def _graph(self, key: str, body: Any) -> None:
+        if key not in self._graphs:
+            with gp.graph_capture() as g:
+                body()
+            self._graphs[key] = g
+
+    def run(
+        self, prompt: Sequence[int], max_new: int, p: SamplingParams, eos: frozenset[int]
+    ) -> Iterator[tuple[int, float]]:
+        """Yield ``(token id, arrival time)`` for up to ``max_new`` tokens; stops after an EOS.
+
+        Reads ids back with non-blocking downloads: each read is issued after the steps queued
+        so far, then ``STEPS_AHEAD`` more steps are queued before the host waits on it.
+        """
+        s = len(prompt)
+        n = min(max_new, self.cache.max_seq_len - s)
+        if n <= 0:
+            return
+        gen = ops.Generator(p.seed) if not p.greedy else None
+        self.prefill(prompt, p, gen)
+        view = self.history[s : s + n]
+        host = gp.memory.pinned_empty((n,), np.int32) if self.use_graphs else np.empty(n, np.int32)
+        queued, delivered = 1, 0  # prefill sampled the first token
+        while delivered < n:
+            ready = queued
+            pending = view.to_numpy(blocking=False, out=host)
+            while queued < min(n, ready + STEPS_AHEAD):
+                self.decode_step(p, gen)
+                queued += 1
+            ids = pending.result()[delivered:ready].tolist()
+            now = time.perf_counter()
+            for t in ids:
+                delivered += 1
+                yield int(t), now
+                if t in eos:
+                    return

@@ -1,0 +1,35 @@
+"""Checks shared by the layers: a call's input against what the layer was built for."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pygpukit.array import GPUArray
+
+from .. import _common as c
+
+
+def check_input(x: Any, name: str, dtype: np.dtype[Any], last: int | None = None) -> GPUArray:
+    """``x`` a C-contiguous GPUArray of ``dtype`` (whose last axis is ``last`` when given)."""
+    if not isinstance(x, GPUArray):
+        raise TypeError(f"{name} must be a GPUArray, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} has dtype {x.dtype}; this layer was built for {dtype}")
+    if last is not None and (x.ndim == 0 or x.shape[-1] != last):
+        raise ValueError(f"{name} must be [..., {last}] for this layer, got shape {x.shape}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name} must be C-contiguous (got strides {x.strides}); pass x.copy()")
+    return x
+
+
+def output(out: GPUArray | None, shape: tuple[int, ...], dtype: np.dtype[Any]) -> GPUArray:
+    """``out`` when given (checked: shape, dtype, C-contiguous), else a new array."""
+    c.check_out(out, shape, dtype)
+    return c.result(out, shape, dtype)
+
+
+def weight(w: Any, name: str, ndim: int, dtypes: Any = c.FLOAT_DTYPES) -> GPUArray:
+    """A weight argument: a C-contiguous float GPUArray of rank ``ndim``."""
+    return c.check_array(w, name, dtypes=dtypes, ndim=ndim)

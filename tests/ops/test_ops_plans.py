@@ -1,0 +1,177 @@
+"""The CUDA launch plans, built and run on any backend against recording stand-in kernels.
+
+Each plan's argument tuple is checked against the kernel's declared parameters (count and
+kind: pointer, integer, float) and its geometry against CUDA's limits, so a plan that would
+fail to launch, or pass its sizes in the wrong order of kinds, fails here without a GPU. The
+GPU tests (tests/ops/gpu) check the results.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.array import GPUArray
+from pygpukit.ops import _kernel_loader as kl
+from pygpukit.ops import activations, attention, config, normalization, rope
+
+linear = importlib.import_module("pygpukit.ops.linear")  # ops.linear is the function
+
+INTS = {"i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "bool"}
+FLOATS = {"f16", "bf16", "f32", "f64"}
+
+
+def declared(file: str, func: str) -> list[str]:
+    """The type codes of ``func``'s parameters: the manifest's, else parsed from the source."""
+    try:
+        return [p.code for p in kl.LIBRARY.params(file, func)]
+    except KeyError:
+        from pygpukit.jit.signature import signature
+
+        return [p.code for p in signature(kl._source(file), func, None)]
+
+
+class Recorder:
+    """Stands in for a loaded kernel: checks and records each launch."""
+
+    def __init__(self, file: str, func: str, launches: list[tuple[str, Any, Any, int]]) -> None:
+        self.file, self.name = file, func
+        self.codes = declared(file, func)  # KeyError / ValueError for an unknown entry point
+        self.launches = launches
+        self.max_dynamic_smem = 48 * 1024
+
+    def set_max_dynamic_shared_memory(self, nbytes: int) -> None:
+        self.max_dynamic_smem = nbytes
+
+    def launch(self, grid: Any, block: Any, args: tuple[Any, ...], *, shared_mem: int = 0) -> None:
+        assert len(args) == len(self.codes), (self.name, len(args), self.codes)
+        for i, (arg, code) in enumerate(zip(args, self.codes, strict=True)):
+            where = f"{self.name} argument {i} ({code})"
+            if code == "ptr":
+                assert isinstance(arg, GPUArray) or arg == 0, where
+            elif code in INTS:
+                assert isinstance(arg, (int, np.integer)) and not isinstance(arg, bool), where
+            elif code in FLOATS:
+                assert isinstance(arg, float), where
+        dims = grid if isinstance(grid, tuple) else (grid,)
+        assert 1 <= len(dims) <= 3 and all(int(g) >= 1 for g in dims), (self.name, grid)
+        assert dims[0] < 2**31 and all(int(g) < 65536 for g in dims[1:]), (self.name, grid)
+        assert isinstance(block, int) and 1 <= block <= 1024 and block % 32 == 0, block
+        assert 0 <= shared_mem <= max(self.max_dynamic_smem, 48 * 1024), (self.name, shared_mem)
+        self.launches.append((self.name, grid, block, shared_mem))
+
+
+@pytest.fixture
+def launches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, Any, int]]:
+    """Every launch the plans make, through recording kernels (loaded on any backend)."""
+    seen: list[tuple[str, Any, Any, int]] = []
+    kernels: dict[tuple[str, str], Recorder] = {}
+
+    def kernel(file: str, func: str) -> Recorder:
+        return kernels.setdefault((file, func), Recorder(file, func, seen))
+
+    monkeypatch.setattr(kl, "kernel", kernel)
+    monkeypatch.setattr(attention, "_sm_count", lambda device: 132)
+    return seen
+
+
+Rand = Callable[..., np.ndarray]
+
+
+def up(a: np.ndarray) -> GPUArray:
+    return gp.from_numpy(a)
+
+
+@pytest.mark.parametrize("variant", ["simt", "mma"])
+@pytest.mark.parametrize("m", [1, 3, 8, 9])
+@pytest.mark.parametrize("vector", [True, False])
+def test_linear_plans(launches, rand: Rand, variant: str, m: int, vector: bool) -> None:
+    dt = np.dtype(gp.bfloat16)
+    x, w, b, y = (
+        up(rand((m, 64), dt)),
+        up(rand((40, 64), dt)),
+        up(rand((40,), dt)),
+        gp.empty((m, 40), dt),
+    )
+    with config.override(gemv_variant=variant):
+        plan = linear._plan_cuda(m, 40, 64, dt, 4, vector, True, 0)
+    plan(x, w, b, y)
+    names = [name for name, *_ in launches]
+    if m > 8:
+        assert names == ["bias_act_bf16"]
+    elif not vector:
+        assert names == ["gemv_scalar_bf16"]
+    else:
+        assert names == [f"gemv_bf16_m{m}" if variant == "simt" else "gemv_mma_bf16"]
+
+
+@pytest.mark.parametrize(
+    ("width", "vec"), [(1, 1), (64, 1), (64, 8), (4096, 8), (70000, 8), (70001, 1)]
+)
+def test_norm_plans(launches, rand: Rand, width: int, vec: int) -> None:
+    dt = np.dtype(gp.float16)
+    x, w = up(rand((3, width), dt)), up(rand((width,), dt))
+    y, s = gp.empty((3, width), dt), gp.empty((3, width), dt)
+    plan = normalization._plan_cuda(3, width, vec, dt, 0)
+    plan(x, x, w, None, y, s, 1e-6, False)
+    plan(x, None, w, w, y, None, 1e-5, True)
+    assert len(launches) == 2
+
+
+def test_rope_gated_embedding_softmax_plans(launches, rand: Rand) -> None:
+    dt = np.dtype(gp.bfloat16)
+    q, k = up(rand((5, 4, 64), dt)), up(rand((5, 2, 64), dt))
+    cos, sin = rope.rope_cos_sin(32, 64)
+    pos = up(np.arange(5, dtype=np.int32))
+    flags = rope.rope_flags(pos.dtype, False, True, cos.dtype)
+    rope._plan_cuda(5, 4, 2, 64, 64, 32, flags, dt, 0)(q, k, q, k, cos, sin, pos)
+    x, h = up(rand((3, 128), dt)), gp.empty((3, 64), dt)
+    activations._plan_gated_cuda(3, 64, 8, dt, "silu", 0)(x, h)
+    table, ids, e = up(rand((50, 64), dt)), up(np.arange(7, dtype=np.int64)), gp.empty((7, 64), dt)
+    activations._plan_embedding_cuda(7, 50, 128, 16, 0)(ids, 1, table, e)
+    activations._plan_softmax_cuda(3, 128, 8, dt, 0)(x, gp.empty((3, 128), dt))
+    assert [n for n, *_ in launches] == [
+        "rope_bf16", "gated_bf16_v8", "embedding_w16", "softmax_bf16_v8_n1",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["mma", "wgmma_pipe"])
+@pytest.mark.parametrize("d", [64, 80, 128, 256])
+def test_prefill_plans(launches, monkeypatch, rand: Rand, kind: str, d: int) -> None:
+    monkeypatch.setattr(attention, "_arch", lambda device: "sm_90a")
+    dt = np.dtype(gp.float16)
+    q, k, v = (up(rand(s, dt)) for s in ((2, 4, 100, d), (2, 2, 130, d), (2, 2, 130, d)))
+    mask = up(rand((100, 130), np.float32))
+    with config.override(attention_kernel=kind):
+        plan = attention._plan_prefill_cuda(2, 4, 2, 100, 130, d, dt, True, 1, False, 0)
+    plan(q, k, v, gp.empty(q.shape, dt), mask, (0, 0, 130, 1), 0.125)
+    ((name, _, _, smem),) = launches
+    wgmma = kind != "mma" and d in (64, 128)
+    assert name == (f"attn_prefill_wgmma_pipe_d{d}_f16" if wgmma else f"attn_prefill_d{d}_f16")
+    assert smem > 0
+
+
+@pytest.mark.parametrize("kernel", ["mma2", "mma", "simt"])
+@pytest.mark.parametrize(("b", "n", "paged"), [(1, 4096, False), (8, 8192, True), (3, 100, False)])
+def test_decode_plans(launches, rand: Rand, kernel: str, b: int, n: int, paged: bool) -> None:
+    dt, hq, hkv, d = np.dtype(gp.bfloat16), 32, 8, 128
+    bs = 16
+    cache = (n // bs, hkv, bs, d) if paged else (b, hkv, n, d)
+    q, kc = up(rand((b, hq, d), dt)), gp.empty(cache, dt)
+    lens = up(np.full(b, n, np.int32))
+    table = up(np.zeros((b, n // bs // b), np.int32)) if paged else None
+    max_blocks = n // bs // b if paged else 0
+    capacity = max_blocks * bs if paged else n
+    with config.override(decode_kernel=kernel):
+        plan = attention._plan_decode_cuda(b, hq, hkv, d, dt, cache[2], max_blocks, capacity, 0)
+    plan(q, kc, kc, lens, table, gp.empty((b, hq, d), dt), 0.08, *plan.workspace())
+    names = [name for name, *_ in launches]
+    main = f"attn_decode_{kernel}_d128_bf16" if kernel != "simt" else "attn_decode_d128_bf16"
+    assert names[0] == main
+    splits = launches[0][1][0]
+    assert names[1:] == (["attn_decode_combine_bf16"] if splits > 1 else [])
