@@ -201,6 +201,7 @@ STREAM_CALLS: dict[str, Callable[[Any], Any]] = {
     "to_numpy": lambda s: _a().to_numpy(stream=s),
     "Event.record": lambda s: gp.Event().record(s),
     "Stream.wait_stream": lambda s: gp.Stream().wait_stream(s),
+    "graph_capture": lambda s: gp.graph_capture(s).__enter__(),
 }
 
 

@@ -297,7 +297,7 @@ def _ceiling(name: str, value: float, unit: str = "GB/s") -> Any:
     return Ceiling(name, value, unit, measured_with="torch", how="test")
 
 
-@pytest.mark.parametrize("ratio", [0.25, 0.999, 1.0, 1.001, 3.0, 250.0])
+@pytest.mark.parametrize("ratio", [0.25, 0.5, 0.999, 1.001, 3.0, 250.0])
 def test_pct_of_ceiling_is_capped_and_flagged(ratio: float, rng: np.random.Generator) -> None:
     from pygpukit.benchmark.results import LibResult, Row
 

@@ -288,7 +288,7 @@ def test_fallback_notice_from_a_pygpukit_thread_target_names_no_threading_frame(
             ["PYGPUKIT_GEMM_BACKEND='fastest': not valid: allowed values are auto, own, cublaslt"],
         ),
         (
-            {"PYGPUKIT_GEMM_BACKED": "own", "PYGPUKIT_ALOW_TF32": "1"},
+            dict(PYGPUKIT_GEMM_BACKED="own", PYGPUKIT_ALOW_TF32="1"),  # misspelled on purpose
             [
                 "PYGPUKIT_GEMM_BACKED='own': not a known variable; did you mean "
                 "PYGPUKIT_GEMM_BACKEND?",

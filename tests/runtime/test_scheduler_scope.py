@@ -100,10 +100,21 @@ def _partition_bytes(numeric_id: int) -> int:
     return int(memory.stats(_device()).get(f"partition.{numeric_id}.allocated_bytes", 0))
 
 
+def _fill(held: list[Any], most: int = 512) -> None:
+    """Allocate 1 MiB arrays into ``held`` until refused (fails after ``most`` of them)."""
+    for _ in range(most):
+        held.append(gp.empty((MIB,), dtype="uint8"))
+    pytest.fail(f"{most} MiB were allocated without a refusal")
+
+
 @pytest.mark.parametrize("case", ["partition_quota", "qos_reservation", "global_limit"])
 def test_out_of_memory_names_the_refused_partition_and_what_it_holds(
     no_limit: None, case: str
 ) -> None:
+    # Reservations are held back within the sum of the live schedulers' totals: drop the
+    # default scheduler and unreferenced ones, so only this test's 32 MiB count.
+    S.shutdown()
+    gc.collect()
     held: list[Any] = []
     with S.Scheduler(32 * MIB, workers=1) as sched:
         sched.create_partition("guaranteed", limits=S.PartitionLimits().memory(24 * MIB))
@@ -111,20 +122,26 @@ def test_out_of_memory_names_the_refused_partition_and_what_it_holds(
         part = sched.create_partition("batch", limits=limits)
         with pytest.raises(OutOfMemoryError) as info:
             if case == "global_limit":
+                # Cached memory would serve allocations under any limit: release it first.
+                memory.empty_cache(_device())
                 memory.set_limit(memory.stats(_device())["reserved_bytes"] + 4 * MIB, _device())
-                while True:  # outside every partition
-                    held.append(gp.empty((MIB,), dtype="uint8"))
+                _fill(held)  # outside every partition
             with part:
-                while True:
-                    held.append(gp.empty((MIB,), dtype="uint8"))
+                _fill(held)
         err = info.value
+        assert err.requested == MIB
         if case == "global_limit":
             assert err.partition is None and "partition" not in str(err)
+            assert err.limit_exceeded
         else:
-            assert err.partition == "batch"
+            assert err.partition == "batch" and "'batch'" in str(err)
+            # What the partition holds, not counting the refused request.
             assert err.in_use == _partition_bytes(part.numeric_id) >= len(held) * MIB
-            assert err.in_use + err.requested > (err.limit or 0) or case == "qos_reservation"
-        assert err.requested == MIB
+            assert err.limit_exceeded == (case == "partition_quota")
+            if case == "partition_quota":
+                assert err.limit == 6 * MIB and "larger memory limit" in str(err)
+            else:
+                assert "reserved for other partitions" in str(err)
         del held
         gc.collect()
 
@@ -215,24 +232,30 @@ def test_allocating_inside_a_deleted_partition_is_refused(kind: str, way: str) -
 def test_a_task_waiting_on_tasks_it_submitted_with_every_worker_blocked_raises(
     wait: str, workers: int
 ) -> None:
-    """A chain of `workers` nested waits blocks every worker: the last wait raises."""
-    with S.Scheduler(16 * MIB, workers=workers) as sched:
+    """A chain of `workers` nested waits blocks every worker: the wait that would block the
+    last free one raises. One level fewer leaves a worker free for the innermost task."""
 
-        def nest(depth: int) -> int:
-            if depth == 0:
-                return 7
-            inner = sched.submit(nest, depth - 1)
-            if wait == "result":
+    def run(depth: int) -> int:
+        # A fresh scheduler each time: after a detected deadlock the remaining waits of the
+        # failed chain unwind in the background, still holding workers for a moment.
+        with S.Scheduler(16 * MIB, workers=workers) as sched:
+
+            def nest(level: int) -> int:
+                if level == 0:
+                    return 7
+                inner = sched.submit(nest, level - 1)
+                if wait == "result":
+                    return int(inner.result())
+                error = inner.exception()
+                if error is not None:
+                    raise error
                 return int(inner.result())
-            error = inner.exception()
-            if error is not None:
-                raise error
-            return int(inner.result())
 
-        with pytest.raises(SchedulerDeadlockError, match=f"all {workers} worker"):
-            sched.submit(nest, workers).result(timeout=60)
-        # One level fewer leaves a worker free for the innermost task: no deadlock.
-        assert sched.submit(nest, workers - 1).result(timeout=60) == 7
+            return int(sched.submit(nest, depth).result(timeout=60))
+
+    with pytest.raises(SchedulerDeadlockError, match=f"all {workers} worker"):
+        run(workers)
+    assert run(workers - 1) == 7
 
 
 def test_a_wait_with_a_timeout_is_not_a_deadlock() -> None:
@@ -362,6 +385,9 @@ def test_bad_sizes_are_refused_naming_the_argument(site: str, bad: Any, error: t
     ("call", "name"),
     [
         (lambda: S.PartitionLimits().sms(-2), r"PartitionLimits\.sms\(count\)"),
+        (lambda: S.PartitionLimits().compute(-0.5), r"PartitionLimits\.compute\(fraction\)"),
+        (lambda: S.PartitionLimits().pacing(-1.0), r"PartitionLimits\.pacing\(rate"),
+        (lambda: S.PartitionLimits().pacing(0.5, -3.0), r"PartitionLimits\.pacing\(rate"),
         (lambda: S.PartitionLimits().sms(0), r"PartitionLimits\.sms\(count\)"),
         (lambda: S.PartitionConfig(MIB, total_sms=-1), r"PartitionConfig\(total_sms\)"),
         (lambda: S.Scheduler(MIB, total_sms=0), r"Scheduler\(total_sms\)"),

@@ -233,9 +233,9 @@ impl PyPartitionLimits {
 
     /// Reserves a fraction of the device's compute, in (0, 1].
     fn compute(&self, fraction: f64) -> PyResult<Self> {
-        ComputeShare::Fraction(fraction)
-            .units(None)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        ComputeShare::Fraction(fraction).units(None).map_err(|e| {
+            PyValueError::new_err(format!("PartitionLimits.compute(fraction): {e}"))
+        })?;
         Ok(self.with(|s| s.compute = ComputeShare::Fraction(fraction)))
     }
 
@@ -266,7 +266,9 @@ impl PyPartitionLimits {
             burst_ns: (burst_ms * 1e6) as u64,
             yield_to_higher,
         };
-        config.validate().map_err(PyValueError::new_err)?;
+        config.validate().map_err(|why| {
+            PyValueError::new_err(format!("PartitionLimits.pacing(rate, burst_ms): {why}"))
+        })?;
         Ok(self.with(|s| s.pacing = Some(config)))
     }
 

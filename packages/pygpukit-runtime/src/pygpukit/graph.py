@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from . import validation
 from .backend.select import backend as _backend
 from .stream import Stream
 
@@ -41,15 +42,17 @@ class Graph:
         """Enqueue the captured work on ``stream`` (the capture stream by default)."""
         if self._impl is None:
             raise RuntimeError("the graph is still being captured; replay it after the with block")
-        impl = self._stream if stream is None else stream._impl
-        self._impl.replay(impl)
+        impl = validation.stream(stream, "stream", "Graph.replay")
+        self._impl.replay(self._stream if impl is None else impl)
 
 
 @contextmanager
 def graph_capture(stream: Stream | None = None) -> Iterator[Graph]:
     """Capture the work enqueued on ``stream`` (the current stream) into a :class:`Graph`."""
+    impl = validation.stream(stream, "stream", "graph_capture")
     b = _backend()
-    impl = b.current_stream() if stream is None else stream._impl
+    if impl is None:
+        impl = b.current_stream()
     graph = Graph()
     b.begin_capture(impl)
     try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import struct
 import tempfile
 import time
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from pygpukit import env
 from pygpukit.benchmark.case import Case, CorrectnessError, Skip, Timed
 from pygpukit.benchmark.peers import Library
 from pygpukit.benchmark.registry import Suite, SuiteContext
@@ -47,6 +47,14 @@ __all__ = ["SHAPES", "SUITE", "suites", "write_random_checkpoint"]
 
 NAME = "llm"
 BENCH_DIR_ENV = "PYGPUKIT_LLM_BENCH_DIR"
+env.register(
+    BENCH_DIR_ENV,
+    "path",
+    read="python -m pygpukit.benchmark --suite llm",
+    package="pygpukit-llm",
+    description="Folder for the llm benchmark's random checkpoints (default: the system temp "
+    "folder).",
+)
 
 
 def _shape(arch: str, model_type: str, **kw: Any) -> dict[str, Any]:
@@ -131,7 +139,7 @@ def write_random_checkpoint(folder: Path, cfg: dict[str, Any], seed: int = 0) ->
 
 
 def _checkpoint(shape: str) -> Path:
-    root = Path(os.environ.get(BENCH_DIR_ENV) or tempfile.gettempdir()) / "pygpukit-llm-bench"
+    root = (env.path(BENCH_DIR_ENV) or Path(tempfile.gettempdir())) / "pygpukit-llm-bench"
     return write_random_checkpoint(root / shape, SHAPES[shape])
 
 
