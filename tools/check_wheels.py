@@ -48,6 +48,15 @@ def check(wheelhouse: pathlib.Path, archs: list[str]) -> list[str]:
         problems.append("runtime wheel has no pygpukit/_native*.so")
     if "pygpukit/_rust.abi3.so" not in names:
         problems.append("runtime wheel has no pygpukit/_rust.abi3.so")
+    # The package kernel API: the build tool and the shared device headers packages compile with.
+    for shipped in (
+        "pygpukit/kernels/build.py",
+        "pygpukit/include/pygpukit/kernel.cuh",
+        "pygpukit/include/pygpukit/mma.cuh",
+        "pygpukit/include/pygpukit/wgmma.cuh",
+    ):
+        if shipped not in names:
+            problems.append(f"runtime wheel lacks {shipped}")
     manifest = json.loads(zipfile.ZipFile(runtime).read("pygpukit/_kernels/manifest.json"))
     for arch in archs:
         for kernel in manifest["kernels"]:

@@ -20,6 +20,7 @@ function itself, with no cache in between).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -60,7 +61,9 @@ def _hf_model(cfg: dict[str, Any], seed: int, device: str) -> Any:
 
     from pygpukit.llm.random_model import random_weights
 
-    config = transformers.AutoConfig.for_model(**cfg)
+    # A deep copy: transformers adds keys to the nested rope_scaling dict it is given (rope_theta),
+    # and the stored config must be the one the tests build.
+    config = transformers.AutoConfig.for_model(**copy.deepcopy(cfg))
     config._attn_implementation = "eager"
     arch = getattr(transformers, cfg["architectures"][0])
     model = arch(config).to(torch.float32).eval()

@@ -5,8 +5,6 @@ The references (ops_references.py, shared with the GPU tests) are independent of
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 from ops_references import gather_pages, qkv, ref_decode, ref_sdpa, rel_err
@@ -319,18 +317,19 @@ def test_prefill_kernel_env_invalid(monkeypatch, env, arch):
 
 def test_wgmma_kernels_match_their_launch():
     """Every Hopper variant the env var can pick has its four entry points in
-    attention_prefill.cu, declared with the thread count attention.py launches them with
-    (a mismatch would only show as a launch failure on an H100/H200)."""
+    attention_prefill.cu (the build's manifest), and the kernels' exported thread count is the
+    one attention.py launches them with (a mismatch would only show as a launch failure on an
+    H100/H200)."""
     from pygpukit.ops import _kernel_loader, attention
 
-    src = _kernel_loader._source("attention_prefill")  # the shipped copy (wheel or dev build)
-    pattern = r"__launch_bounds__\((\d+), 1\)\s+(attn_prefill_wgmma\w*)\("
-    declared = {name: int(n) for n, name in re.findall(pattern, src)}
+    entries = _kernel_loader.LIBRARY.entries("attention_prefill")
+    declared = [name for name in entries if name.startswith("attn_prefill_wgmma")]
     kinds = [c for c in attention._KERNEL_CHOICES if c not in ("auto", "mma")]
     assert sorted(kinds) == sorted(attention._WGMMA_THREADS)
     for kind in kinds:
+        threads = _kernel_loader.constant("attention_prefill", f"PREFILL_{kind.upper()}_THREADS")
+        assert threads == attention._WGMMA_THREADS[kind], kind
         for d in attention._WGMMA_HEAD_DIMS:
             for suffix in ("f16", "bf16"):
-                name = f"attn_prefill_{kind}_d{d}_{suffix}"
-                assert declared.get(name) == attention._WGMMA_THREADS[kind], name
+                assert f"attn_prefill_{kind}_d{d}_{suffix}" in entries
     assert len(declared) == 4 * len(kinds)

@@ -195,3 +195,6 @@ def test_host_array_is_a_view_of_a_cpu_array(rng: np.random.Generator) -> None:
     assert x.to_numpy()[1, 2] == 7.5
     with pytest.raises(TypeError, match="GPUArray"):
         host_array(values)  # type: ignore[arg-type]
+    x.setflags(write=False)  # a read-only array gives a read-only view
+    with pytest.raises(ValueError, match="read-only"):
+        host_array(x)[0, 0] = 1.0

@@ -17,6 +17,7 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.array import GPUArray, check_writeable
+from pygpukit.kernels import host_array
 
 HALF_DTYPES = (np.dtype(gp.float16), np.dtype(gp.bfloat16))
 FLOAT_DTYPES = (np.dtype(gp.float32), *HALF_DTYPES)
@@ -36,8 +37,7 @@ def kernel_suffix(dtype: np.dtype) -> str:
 
 def host(x: GPUArray) -> np.ndarray:
     """The NumPy view of a CPU-backend array (no copy)."""
-    impl: np.ndarray = x._impl
-    return impl
+    return host_array(x)
 
 
 def to_array(values: np.ndarray, dtype: Any) -> GPUArray:

@@ -28,8 +28,7 @@ import numpy as np
 import pygpukit as gp
 from pygpukit import validation
 from pygpukit.array import GPUArray
-from pygpukit.backend import select as _select
-from pygpukit.jit import Kernel
+from pygpukit.kernels import Kernel, target_arch
 
 from . import _attention_fp32, _kernel_loader, config
 from ._common import (
@@ -89,7 +88,7 @@ _WGMMA_THREADS = PREFILL_WGMMA_THREADS
 
 @functools.cache
 def _arch(device: int) -> str:
-    return str(_select.backend().arch(device))
+    return target_arch(device)
 
 
 def _prefill_kernel(d: int) -> str:

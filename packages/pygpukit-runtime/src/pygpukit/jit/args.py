@@ -7,7 +7,7 @@ a correct launch pays nothing for them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,8 @@ _INT_RANGES = {
 
 def dim3(value: Any, what: str) -> tuple[int, int, int]:
     """A grid or block (an int or 1-3 positive ints) as 3 ints; ``ValueError`` naming ``what``."""
+    if type(value) is int and value > 0:  # the common case, without the generic checks
+        return (value, 1, 1)
     dims = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
     if not 1 <= len(dims) <= 3 or any(isinstance(d, bool) or int(d) != d or d < 1 for d in dims):
         raise ValueError(f"{what} must be a positive int or 1-3 positive ints, got {value!r}")
@@ -47,7 +49,7 @@ MISSING = _Missing()
 
 
 def bind(
-    signature: str,
+    signature: Callable[[], str],
     params: Sequence[Param],
     index: dict[str, int],
     args: tuple[Any, ...],
@@ -55,25 +57,25 @@ def bind(
 ) -> tuple[Any, ...]:
     """The arguments of one call in declaration order: positional, then by name.
 
-    ``TypeError`` (with the kernel's ``signature`` text) for too many arguments, an unknown
-    or repeated name, or a missing argument.
+    ``TypeError`` (with the kernel's signature text, built by ``signature()`` only then) for
+    too many arguments, an unknown or repeated name, or a missing argument.
     """
     n = len(params)
     if not kwargs and len(args) == n:
         return args
     if len(args) > n:
-        raise TypeError(f"{signature} takes {n} argument(s) but {len(args)} were given")
+        raise TypeError(f"{signature()} takes {n} argument(s) but {len(args)} were given")
     values: list[Any] = list(args) + [MISSING] * (n - len(args))
     for key, value in kwargs.items():
         i = index.get(key)
         if i is None:
-            raise TypeError(f"{signature} has no parameter named {key!r}")
+            raise TypeError(f"{signature()} has no parameter named {key!r}")
         if values[i] is not MISSING:
-            raise TypeError(f"{signature} got parameter {key!r} twice")
+            raise TypeError(f"{signature()} got parameter {key!r} twice")
         values[i] = value
     missing = [params[i].name for i, v in enumerate(values) if v is MISSING]
     if missing:
-        raise TypeError(f"{signature} is missing argument(s) for: {', '.join(missing)}")
+        raise TypeError(f"{signature()} is missing argument(s) for: {', '.join(missing)}")
     return tuple(values)
 
 

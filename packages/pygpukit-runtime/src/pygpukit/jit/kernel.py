@@ -162,7 +162,7 @@ class Kernel:
         **kwargs: Any,
     ) -> None:
         """Launch on ``stream`` (the current stream by default); does not wait."""
-        values = bind(self.signature(), self.params, self._index, args, kwargs)
+        values = bind(self.signature, self.params, self._index, args, kwargs)
         config = self.launch_config(values, grid, block)
         if config is None:
             return

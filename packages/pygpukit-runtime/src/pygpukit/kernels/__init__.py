@@ -45,7 +45,8 @@ __all__ = [
 def host_array(x: GPUArray) -> np.ndarray:
     """The NumPy array holding a CPU-backend ``x``'s elements: a view, no copy.
 
-    For a package's NumPy path on the CPU backend (results can be written into it).
+    For a package's NumPy path on the CPU backend: results can be written into it, unless
+    ``x`` is read-only (``x.flags.writeable`` False), whose view is read-only too.
     ``TypeError`` for an array on a GPU, whose memory the host cannot address.
     """
     if not isinstance(x, GPUArray):
@@ -56,7 +57,11 @@ def host_array(x: GPUArray) -> np.ndarray:
             "view (use x.to_numpy() for a copy)"
         )
     impl: Any = x._impl
-    return np.asarray(impl)
+    view = np.asarray(impl)
+    if not x.flags.writeable and view.flags.writeable:
+        view = view.view()
+        view.flags.writeable = False
+    return view
 
 
 def target_arch(device: int | None = None) -> str:

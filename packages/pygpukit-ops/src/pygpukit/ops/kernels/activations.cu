@@ -44,30 +44,11 @@ __device__ __forceinline__ void gated_rows(const T* __restrict__ x, T* __restric
     }
 }
 
-extern "C" __global__ void gated_f32_v4(const float* x, float* out, long long rows, int d,
-                                        int act) {
-    gated_rows<float, 4>(x, out, rows, d, act);
-}
-extern "C" __global__ void gated_f32_v1(const float* x, float* out, long long rows, int d,
-                                        int act) {
-    gated_rows<float, 1>(x, out, rows, d, act);
-}
-extern "C" __global__ void gated_f16_v8(const __half* x, __half* out, long long rows, int d,
-                                        int act) {
-    gated_rows<__half, 8>(x, out, rows, d, act);
-}
-extern "C" __global__ void gated_f16_v1(const __half* x, __half* out, long long rows, int d,
-                                        int act) {
-    gated_rows<__half, 1>(x, out, rows, d, act);
-}
-extern "C" __global__ void gated_bf16_v8(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows,
-                                         int d, int act) {
-    gated_rows<__nv_bfloat16, 8>(x, out, rows, d, act);
-}
-extern "C" __global__ void gated_bf16_v1(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows,
-                                         int d, int act) {
-    gated_rows<__nv_bfloat16, 1>(x, out, rows, d, act);
-}
+#define PGK_GATED(sfx, T, VEC)                                                               \
+    PGK_KERNEL(gated_##sfx##_v##VEC, (const T* x, T* out, long long rows, int d, int act)) { \
+        gated_rows<T, VEC>(x, out, rows, d, act);                                            \
+    }
+PGK_ROW_TYPES(PGK_GATED)
 
 // ----------------------------------------------------------------------------- embedding
 
@@ -89,30 +70,17 @@ __device__ __forceinline__ void embedding_rows(const void* __restrict__ ids, int
     }
 }
 
-extern "C" __global__ void embedding_w1(const void* ids, int ids64, const unsigned char* table,
-                                        unsigned char* out, long long n_ids, long long vocab,
-                                        int words) {
-    embedding_rows<unsigned char>(ids, ids64, table, out, n_ids, vocab, words);
-}
-extern "C" __global__ void embedding_w2(const void* ids, int ids64, const unsigned short* table,
-                                        unsigned short* out, long long n_ids, long long vocab,
-                                        int words) {
-    embedding_rows<unsigned short>(ids, ids64, table, out, n_ids, vocab, words);
-}
-extern "C" __global__ void embedding_w4(const void* ids, int ids64, const unsigned int* table,
-                                        unsigned int* out, long long n_ids, long long vocab,
-                                        int words) {
-    embedding_rows<unsigned int>(ids, ids64, table, out, n_ids, vocab, words);
-}
-extern "C" __global__ void embedding_w8(const void* ids, int ids64, const unsigned long long* table,
-                                        unsigned long long* out, long long n_ids, long long vocab,
-                                        int words) {
-    embedding_rows<unsigned long long>(ids, ids64, table, out, n_ids, vocab, words);
-}
-extern "C" __global__ void embedding_w16(const void* ids, int ids64, const uint4* table, uint4* out,
-                                         long long n_ids, long long vocab, int words) {
-    embedding_rows<uint4>(ids, ids64, table, out, n_ids, vocab, words);
-}
+// Words of 1, 2, 4, 8 and 16 bytes: embedding_w<BYTES>.
+#define PGK_EMBEDDING(bytes, W)                                                         \
+    PGK_KERNEL(embedding_w##bytes, (const void* ids, int ids64, const W* table, W* out, \
+                                    long long n_ids, long long vocab, int words)) {     \
+        embedding_rows<W>(ids, ids64, table, out, n_ids, vocab, words);                 \
+    }
+PGK_EMBEDDING(1, unsigned char)
+PGK_EMBEDDING(2, unsigned short)
+PGK_EMBEDDING(4, unsigned int)
+PGK_EMBEDDING(8, unsigned long long)
+PGK_EMBEDDING(16, uint4)
 
 // ----------------------------------------------------------------------------- softmax
 
@@ -203,107 +171,8 @@ __device__ __forceinline__ void softmax_rows_streaming(const T* __restrict__ x, 
 }
 
 // Entry points: softmax_<dtype>_v<VEC>_n<NV> (row in registers) and softmax_<dtype>_v<VEC>_s.
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f32_v4_n1(const float* x, float* out, long long rows, int width, int group) {
-    softmax_rows<float, 4, 1>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f32_v4_n2(const float* x, float* out, long long rows, int width, int group) {
-    softmax_rows<float, 4, 2>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(512)
-    softmax_f32_v4_n4(const float* x, float* out, long long rows, int width, int group) {
-    softmax_rows<float, 4, 4>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f32_v4_s(const float* x, float* out, long long rows, int width, int group) {
-    softmax_rows_streaming<float, 4>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f32_v1_n1(const float* x, float* out, long long rows, int width, int group) {
-    softmax_rows<float, 1, 1>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f32_v1_n2(const float* x, float* out, long long rows, int width, int group) {
-    softmax_rows<float, 1, 2>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(512)
-    softmax_f32_v1_n4(const float* x, float* out, long long rows, int width, int group) {
-    softmax_rows<float, 1, 4>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f32_v1_s(const float* x, float* out, long long rows, int width, int group) {
-    softmax_rows_streaming<float, 1>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f16_v8_n1(const __half* x, __half* out, long long rows, int width, int group) {
-    softmax_rows<__half, 8, 1>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f16_v8_n2(const __half* x, __half* out, long long rows, int width, int group) {
-    softmax_rows<__half, 8, 2>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(512)
-    softmax_f16_v8_n4(const __half* x, __half* out, long long rows, int width, int group) {
-    softmax_rows<__half, 8, 4>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f16_v8_s(const __half* x, __half* out, long long rows, int width, int group) {
-    softmax_rows_streaming<__half, 8>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f16_v1_n1(const __half* x, __half* out, long long rows, int width, int group) {
-    softmax_rows<__half, 1, 1>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f16_v1_n2(const __half* x, __half* out, long long rows, int width, int group) {
-    softmax_rows<__half, 1, 2>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(512)
-    softmax_f16_v1_n4(const __half* x, __half* out, long long rows, int width, int group) {
-    softmax_rows<__half, 1, 4>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_f16_v1_s(const __half* x, __half* out, long long rows, int width, int group) {
-    softmax_rows_streaming<__half, 1>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_bf16_v8_n1(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows, int width,
-                       int group) {
-    softmax_rows<__nv_bfloat16, 8, 1>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_bf16_v8_n2(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows, int width,
-                       int group) {
-    softmax_rows<__nv_bfloat16, 8, 2>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(512)
-    softmax_bf16_v8_n4(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows, int width,
-                       int group) {
-    softmax_rows<__nv_bfloat16, 8, 4>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_bf16_v8_s(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows, int width,
-                      int group) {
-    softmax_rows_streaming<__nv_bfloat16, 8>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_bf16_v1_n1(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows, int width,
-                       int group) {
-    softmax_rows<__nv_bfloat16, 1, 1>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_bf16_v1_n2(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows, int width,
-                       int group) {
-    softmax_rows<__nv_bfloat16, 1, 2>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(512)
-    softmax_bf16_v1_n4(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows, int width,
-                       int group) {
-    softmax_rows<__nv_bfloat16, 1, 4>(x, out, rows, width, group);
-}
-extern "C" __global__ void __launch_bounds__(1024)
-    softmax_bf16_v1_s(const __nv_bfloat16* x, __nv_bfloat16* out, long long rows, int width,
-                      int group) {
-    softmax_rows_streaming<__nv_bfloat16, 1>(x, out, rows, width, group);
-}
+#define PGK_SOFTMAX(sfx, T, VEC)                                                \
+    PGK_ROW_KERNELS(softmax, sfx, T, VEC,                                       \
+                    (const T* x, T* out, long long rows, int width, int group), \
+                    (x, out, rows, width, group), softmax_rows, softmax_rows_streaming)
+PGK_ROW_TYPES(PGK_SOFTMAX)

@@ -425,276 +425,34 @@ __device__ __forceinline__ void attn_decode_mma(
 
 }  // namespace
 
-// Entry points, spelled out because callers find kernels by their declared names.
+// Entry points per dtype and head dim: attn_decode_d<D>_<dtype> (SIMT),
+// attn_decode_mma_d<D>_<dtype> and attn_decode_mma2_d<D>_<dtype> (tensor cores, one and two K/V
+// stages); and the split combiner attn_decode_combine_<dtype>.
 #define PGK_DECODE_CALL                                                                           \
     q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, hq, hkv, cache_len, max_blocks, \
         capacity, chunk, scale
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d64_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                        const int* seq_lens, const int* block_table, __half* out, float* o_part,
-                        float* lse, int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                        int chunk, float scale) {
-    attn_decode<__half, 64>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                         const __nv_bfloat16* v_cache, const int* seq_lens, const int* block_table,
-                         __nv_bfloat16* out, float* o_part, float* lse, int hq, int hkv,
-                         int cache_len, int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode<__nv_bfloat16, 64>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d80_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                        const int* seq_lens, const int* block_table, __half* out, float* o_part,
-                        float* lse, int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                        int chunk, float scale) {
-    attn_decode<__half, 80>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d80_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                         const __nv_bfloat16* v_cache, const int* seq_lens, const int* block_table,
-                         __nv_bfloat16* out, float* o_part, float* lse, int hq, int hkv,
-                         int cache_len, int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode<__nv_bfloat16, 80>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d96_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                        const int* seq_lens, const int* block_table, __half* out, float* o_part,
-                        float* lse, int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                        int chunk, float scale) {
-    attn_decode<__half, 96>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d96_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                         const __nv_bfloat16* v_cache, const int* seq_lens, const int* block_table,
-                         __nv_bfloat16* out, float* o_part, float* lse, int hq, int hkv,
-                         int cache_len, int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode<__nv_bfloat16, 96>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d128_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                         const int* seq_lens, const int* block_table, __half* out, float* o_part,
-                         float* lse, int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                         int chunk, float scale) {
-    attn_decode<__half, 128>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                          const __nv_bfloat16* v_cache, const int* seq_lens, const int* block_table,
-                          __nv_bfloat16* out, float* o_part, float* lse, int hq, int hkv,
-                          int cache_len, int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode<__nv_bfloat16, 128>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d256_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                         const int* seq_lens, const int* block_table, __half* out, float* o_part,
-                         float* lse, int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                         int chunk, float scale) {
-    attn_decode<__half, 256>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_d256_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                          const __nv_bfloat16* v_cache, const int* seq_lens, const int* block_table,
-                          __nv_bfloat16* out, float* o_part, float* lse, int hq, int hkv,
-                          int cache_len, int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode<__nv_bfloat16, 256>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d64_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                            const int* seq_lens, const int* block_table, __half* out, float* o_part,
-                            float* lse, int hq, int hkv, int cache_len, int max_blocks,
-                            int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 64>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                             const __nv_bfloat16* v_cache, const int* seq_lens,
-                             const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
-                             int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                             int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 64>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d80_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                            const int* seq_lens, const int* block_table, __half* out, float* o_part,
-                            float* lse, int hq, int hkv, int cache_len, int max_blocks,
-                            int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 80>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d80_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                             const __nv_bfloat16* v_cache, const int* seq_lens,
-                             const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
-                             int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                             int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 80>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d96_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                            const int* seq_lens, const int* block_table, __half* out, float* o_part,
-                            float* lse, int hq, int hkv, int cache_len, int max_blocks,
-                            int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 96>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d96_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                             const __nv_bfloat16* v_cache, const int* seq_lens,
-                             const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
-                             int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                             int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 96>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d128_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                             const int* seq_lens, const int* block_table, __half* out,
-                             float* o_part, float* lse, int hq, int hkv, int cache_len,
-                             int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 128>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                              const __nv_bfloat16* v_cache, const int* seq_lens,
-                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
-                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                              int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 128>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d256_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                             const int* seq_lens, const int* block_table, __half* out,
-                             float* o_part, float* lse, int hq, int hkv, int cache_len,
-                             int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 256>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma_d256_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                              const __nv_bfloat16* v_cache, const int* seq_lens,
-                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
-                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                              int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 256>(PGK_DECODE_CALL);
-}
-
-// Two K/V stages (see attn_decode_mma), same arguments.
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d64_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                             const int* seq_lens, const int* block_table, __half* out,
-                             float* o_part, float* lse, int hq, int hkv, int cache_len,
-                             int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 64, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                              const __nv_bfloat16* v_cache, const int* seq_lens,
-                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
-                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                              int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 64, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d80_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                             const int* seq_lens, const int* block_table, __half* out,
-                             float* o_part, float* lse, int hq, int hkv, int cache_len,
-                             int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 80, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d80_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                              const __nv_bfloat16* v_cache, const int* seq_lens,
-                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
-                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                              int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 80, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d96_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                             const int* seq_lens, const int* block_table, __half* out,
-                             float* o_part, float* lse, int hq, int hkv, int cache_len,
-                             int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 96, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d96_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                              const __nv_bfloat16* v_cache, const int* seq_lens,
-                              const int* block_table, __nv_bfloat16* out, float* o_part, float* lse,
-                              int hq, int hkv, int cache_len, int max_blocks, int capacity,
-                              int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 96, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d128_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                              const int* seq_lens, const int* block_table, __half* out,
-                              float* o_part, float* lse, int hq, int hkv, int cache_len,
-                              int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 128, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                               const __nv_bfloat16* v_cache, const int* seq_lens,
-                               const int* block_table, __nv_bfloat16* out, float* o_part,
-                               float* lse, int hq, int hkv, int cache_len, int max_blocks,
-                               int capacity, int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 128, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d256_f16(const __half* q, const __half* k_cache, const __half* v_cache,
-                              const int* seq_lens, const int* block_table, __half* out,
-                              float* o_part, float* lse, int hq, int hkv, int cache_len,
-                              int max_blocks, int capacity, int chunk, float scale) {
-    attn_decode_mma<__half, 256, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_decode_mma2_d256_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k_cache,
-                               const __nv_bfloat16* v_cache, const int* seq_lens,
-                               const int* block_table, __nv_bfloat16* out, float* o_part,
-                               float* lse, int hq, int hkv, int cache_len, int max_blocks,
-                               int capacity, int chunk, float scale) {
-    attn_decode_mma<__nv_bfloat16, 256, 2>(PGK_DECODE_CALL);
-}
-
-extern "C" __global__ void attn_decode_combine_f16(const float* o_part, const float* lse,
-                                                   const int* seq_lens, __half* out, int hq,
-                                                   int d_head, int splits, int chunk,
-                                                   int capacity) {
-    attn_decode_combine<__half>(o_part, lse, seq_lens, out, hq, d_head, splits, chunk, capacity);
-}
-
-extern "C" __global__ void attn_decode_combine_bf16(const float* o_part, const float* lse,
-                                                    const int* seq_lens, __nv_bfloat16* out, int hq,
-                                                    int d_head, int splits, int chunk,
-                                                    int capacity) {
-    attn_decode_combine<__nv_bfloat16>(o_part, lse, seq_lens, out, hq, d_head, splits, chunk,
-                                       capacity);
-}
+#define PGK_DECODE_PARAMS(T)                                                                      \
+    (const T* q, const T* k_cache, const T* v_cache, const int* seq_lens, const int* block_table, \
+     T* out, float* o_part, float* lse, int hq, int hkv, int cache_len, int max_blocks,           \
+     int capacity, int chunk, float scale)
+#define PGK_DECODE(sfx, T, D)                                                          \
+    PGK_KERNEL_BOUNDS(attn_decode_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {      \
+        attn_decode<T, D>(PGK_DECODE_CALL);                                            \
+    }                                                                                  \
+    PGK_KERNEL_BOUNDS(attn_decode_mma_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {  \
+        attn_decode_mma<T, D>(PGK_DECODE_CALL);                                        \
+    }                                                                                  \
+    PGK_KERNEL_BOUNDS(attn_decode_mma2_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
+        attn_decode_mma<T, D, 2>(PGK_DECODE_CALL);                                     \
+    }
+#define PGK_DECODE_FAMILY(sfx, T)                                                                \
+    PGK_ATTN_HEAD_DIMS(PGK_DECODE, sfx, T)                                                       \
+    PGK_KERNEL(attn_decode_combine_##sfx,                                                        \
+               (const float* o_part, const float* lse, const int* seq_lens, T* out, int hq,      \
+                int d_head, int splits, int chunk, int capacity)) {                              \
+        attn_decode_combine<T>(o_part, lse, seq_lens, out, hq, d_head, splits, chunk, capacity); \
+    }
+PGK_HALF_TYPES(PGK_DECODE_FAMILY)
 
 // Launch geometry the host side plans with (KernelLibrary.constant("attention_decode", NAME)).
 PGK_CONSTANT(DECODE_THREADS, kThreads);

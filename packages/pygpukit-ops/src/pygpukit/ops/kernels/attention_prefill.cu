@@ -272,220 +272,63 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
 
 }  // namespace
 
-// One entry point per (head dim, dtype), spelled out because callers find kernels by their
-// declared names. Dynamic shared memory: (kBM + 2 * kBN) * (D + 8) * 2 bytes with Config's
-// kBM (128, or 64 for D = 256) and kBN (64 for D <= 80, else 32); attention.py does the same.
+// Entry points: attn_prefill_d<D>_<dtype> (mma.sync, any SM). Dynamic shared memory:
+// (kBM + 2 * kBN) * (D + 8) * 2 bytes with Config's kBM and kBN (the PREFILL_* constants below).
 #define PGK_PREFILL_CALL \
     q, k, v, o, mask, mask_kind, msb, msh, msq, msk, hq, hkv, sq, sk, scale, causal
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                         const void* mask, int mask_kind, long long msb, long long msh,
-                         long long msq, long long msk, int hq, int hkv, int sq, int sk, float scale,
-                         int causal) {
-    attn_prefill<__half, 64>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                          __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
-                          long long msh, long long msq, long long msk, int hq, int hkv, int sq,
-                          int sk, float scale, int causal) {
-    attn_prefill<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d80_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                         const void* mask, int mask_kind, long long msb, long long msh,
-                         long long msq, long long msk, int hq, int hkv, int sq, int sk, float scale,
-                         int causal) {
-    attn_prefill<__half, 80>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d80_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                          __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
-                          long long msh, long long msq, long long msk, int hq, int hkv, int sq,
-                          int sk, float scale, int causal) {
-    attn_prefill<__nv_bfloat16, 80>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d96_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                         const void* mask, int mask_kind, long long msb, long long msh,
-                         long long msq, long long msk, int hq, int hkv, int sq, int sk, float scale,
-                         int causal) {
-    attn_prefill<__half, 96>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d96_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                          __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
-                          long long msh, long long msq, long long msk, int hq, int hkv, int sq,
-                          int sk, float scale, int causal) {
-    attn_prefill<__nv_bfloat16, 96>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                          const void* mask, int mask_kind, long long msb, long long msh,
-                          long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                          float scale, int causal) {
-    attn_prefill<__half, 128>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                           __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
-                           long long msh, long long msq, long long msk, int hq, int hkv, int sq,
-                           int sk, float scale, int causal) {
-    attn_prefill<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d256_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                          const void* mask, int mask_kind, long long msb, long long msh,
-                          long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                          float scale, int causal) {
-    attn_prefill<__half, 256>(PGK_PREFILL_CALL);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads)
-    attn_prefill_d256_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
-                           __nv_bfloat16* o, const void* mask, int mask_kind, long long msb,
-                           long long msh, long long msq, long long msk, int hq, int hkv, int sq,
-                           int sk, float scale, int causal) {
-    attn_prefill<__nv_bfloat16, 256>(PGK_PREFILL_CALL);
-}
+#define PGK_PREFILL_PARAMS(T, ...)                                                              \
+    (const T* q, const T* k, const T* v, T* o, const void* mask, int mask_kind, long long msb,  \
+     long long msh, long long msq, long long msk, int hq, int hkv, int sq, int sk, float scale, \
+     int causal __VA_ARGS__)
+#define PGK_PREFILL(sfx, T, D)                                                      \
+    PGK_KERNEL_BOUNDS(attn_prefill_d##D##_##sfx, PGK_PREFILL_PARAMS(T), kThreads) { \
+        attn_prefill<T, D>(PGK_PREFILL_CALL);                                       \
+    }
+#define PGK_PREFILL_FAMILY(sfx, T) PGK_ATTN_HEAD_DIMS(PGK_PREFILL, sfx, T)
+PGK_HALF_TYPES(PGK_PREFILL_FAMILY)
 
 // Hopper: wgmma kernels for head dims 64 and 128, the same arguments as above; dynamic shared
 // memory 7 * D / 64 * 16 KiB + 1 KiB for alignment. Elsewhere the entry points trap: the host
-// launches them only on SM 9.0. attn_prefill_wgmma_pipe_* (attention_prefill_sm90.cuh, 256
-// threads): each warpgroup overlaps its softmax with its own P V.
+// launches them only on SM 9.0. attn_prefill_wgmma_pipe_* (attention_prefill_sm90.cuh):
+// each warpgroup overlaps its softmax with its own P V.
 #include "attention_prefill_sm90.cuh"
 
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attn_prefill_wgmma_pipe_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                    const void* mask, int mask_kind, long long msb, long long msh,
-                                    long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                    float scale, int causal) {
+constexpr int kWgmmaPipeThreads = 256, kWgmmaTmaThreads = 384;
 #ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_pipe<__half, 64>(PGK_PREFILL_CALL);
+#define PGK_WGMMA_ONLY(...) __VA_ARGS__
 #else
-    __trap();
+#define PGK_WGMMA_ONLY(...) __trap()
 #endif
-}
 
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attn_prefill_wgmma_pipe_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                     const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                     int mask_kind, long long msb, long long msh, long long msq,
-                                     long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                     int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_pipe<__nv_bfloat16, 64>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attn_prefill_wgmma_pipe_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                     const void* mask, int mask_kind, long long msb, long long msh,
-                                     long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                     float scale, int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_pipe<__half, 128>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(256, 1)
-    attn_prefill_wgmma_pipe_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                      const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                      int mask_kind, long long msb, long long msh, long long msq,
-                                      long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                      int causal) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    pgk_attn_sm90::attn_prefill_wgmma_pipe<__nv_bfloat16, 128>(PGK_PREFILL_CALL);
-#else
-    __trap();
-#endif
-}
-
-// attn_prefill_wgmma_tma_* (attention_prefill_sm90_tma.cuh, 384 threads): warp-specialized, one
-// producer thread loading Q, K and V by TMA and two consumer warpgroups taking turns at the
-// tensor cores (ping-pong); tq, tk and tv are gp.TensorMap of q, k and v viewed as
-// [B * H, S, D], boxes of 128 x 64 with a 128-byte swizzle (attention.py _tma_maps).
+// attn_prefill_wgmma_tma_* (attention_prefill_sm90_tma.cuh): warp-specialized, one producer
+// thread loading Q, K and V by TMA and two consumer warpgroups taking turns at the tensor cores
+// (ping-pong); tq, tk and tv are gp.TensorMap of q, k and v viewed as [B * H, S, D], boxes of
+// 128 x 64 with a 128-byte swizzle (attention.py _tma_maps).
 #include "attention_prefill_sm90_tma.cuh"
 
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_tma_d64_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                   const void* mask, int mask_kind, long long msb, long long msh,
-                                   long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                   float scale, int causal, const __grid_constant__ CUtensorMap tq,
-                                   const __grid_constant__ CUtensorMap tk,
-                                   const __grid_constant__ CUtensorMap tv) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
-    pgk_attn_sm90::attn_prefill_wgmma_tma<__half, 64>(PGK_PREFILL_CALL, maps);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_tma_d64_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                    const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                    int mask_kind, long long msb, long long msh, long long msq,
-                                    long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                    int causal, const __grid_constant__ CUtensorMap tq,
-                                    const __grid_constant__ CUtensorMap tk,
-                                    const __grid_constant__ CUtensorMap tv) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
-    pgk_attn_sm90::attn_prefill_wgmma_tma<__nv_bfloat16, 64>(PGK_PREFILL_CALL, maps);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_tma_d128_f16(const __half* q, const __half* k, const __half* v, __half* o,
-                                    const void* mask, int mask_kind, long long msb, long long msh,
-                                    long long msq, long long msk, int hq, int hkv, int sq, int sk,
-                                    float scale, int causal, const __grid_constant__ CUtensorMap tq,
-                                    const __grid_constant__ CUtensorMap tk,
-                                    const __grid_constant__ CUtensorMap tv) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
-    pgk_attn_sm90::attn_prefill_wgmma_tma<__half, 128>(PGK_PREFILL_CALL, maps);
-#else
-    __trap();
-#endif
-}
-
-extern "C" __global__ void __launch_bounds__(384, 1)
-    attn_prefill_wgmma_tma_d128_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                     const __nv_bfloat16* v, __nv_bfloat16* o, const void* mask,
-                                     int mask_kind, long long msb, long long msh, long long msq,
-                                     long long msk, int hq, int hkv, int sq, int sk, float scale,
-                                     int causal, const __grid_constant__ CUtensorMap tq,
-                                     const __grid_constant__ CUtensorMap tk,
-                                     const __grid_constant__ CUtensorMap tv) {
-#ifdef PGK_ATTN_HAS_WGMMA
-    const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};
-    pgk_attn_sm90::attn_prefill_wgmma_tma<__nv_bfloat16, 128>(PGK_PREFILL_CALL, maps);
-#else
-    __trap();
-#endif
-}
+#define PGK_PREFILL_WGMMA(sfx, T, D)                                                         \
+    PGK_KERNEL_BOUNDS(attn_prefill_wgmma_pipe_d##D##_##sfx, PGK_PREFILL_PARAMS(T),           \
+                      kWgmmaPipeThreads, 1) {                                                \
+        PGK_WGMMA_ONLY(pgk_attn_sm90::attn_prefill_wgmma_pipe<T, D>(PGK_PREFILL_CALL));      \
+    }                                                                                        \
+    PGK_KERNEL_BOUNDS(attn_prefill_wgmma_tma_d##D##_##sfx,                                   \
+                      PGK_PREFILL_PARAMS(T, , const __grid_constant__ CUtensorMap tq,        \
+                                         const __grid_constant__ CUtensorMap tk,             \
+                                         const __grid_constant__ CUtensorMap tv),            \
+                      kWgmmaTmaThreads, 1) {                                                 \
+        PGK_WGMMA_ONLY(const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};                     \
+                       pgk_attn_sm90::attn_prefill_wgmma_tma<T, D>(PGK_PREFILL_CALL, maps)); \
+    }
+#define PGK_PREFILL_WGMMA_FAMILY(sfx, T) \
+    PGK_PREFILL_WGMMA(sfx, T, 64) PGK_PREFILL_WGMMA(sfx, T, 128)
+PGK_HALF_TYPES(PGK_PREFILL_WGMMA_FAMILY)
 
 // Launch geometry the host side plans with (KernelLibrary.constant("attention_prefill", NAME)):
 // the mma kernel's threads, and per head dim its query rows per CTA, keys per tile and shared
-// row stride (elements).
+// row stride (elements); the Hopper kernels' threads.
 PGK_CONSTANT(PREFILL_THREADS, kThreads);
+PGK_CONSTANT(PREFILL_WGMMA_PIPE_THREADS, kWgmmaPipeThreads);
+PGK_CONSTANT(PREFILL_WGMMA_TMA_THREADS, kWgmmaTmaThreads);
 #define PGK_PREFILL_CONFIG(D)                        \
     PGK_CONSTANT(PREFILL_ROWS_D##D, Config<D>::kBM); \
     PGK_CONSTANT(PREFILL_KEYS_D##D, Config<D>::kBN); \

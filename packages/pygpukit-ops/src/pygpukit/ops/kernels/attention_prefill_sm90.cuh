@@ -20,7 +20,7 @@
 #endif
 
 #ifdef PGK_ATTN_HAS_WGMMA
-#include "attention_wgmma_ops.cuh"
+#include "pygpukit/wgmma.cuh"
 
 namespace pgk_attn_sm90 {
 

@@ -16,15 +16,8 @@ __device__ __forceinline__ void bias_act(T* y, const T* bias, long long rows, in
     }
 }
 
-extern "C" __global__ void bias_act_f32(float* y, const float* bias, long long rows, int cols,
-                                        int act) {
-    bias_act<float>(y, bias, rows, cols, act);
-}
-extern "C" __global__ void bias_act_f16(__half* y, const __half* bias, long long rows, int cols,
-                                        int act) {
-    bias_act<__half>(y, bias, rows, cols, act);
-}
-extern "C" __global__ void bias_act_bf16(__nv_bfloat16* y, const __nv_bfloat16* bias,
-                                         long long rows, int cols, int act) {
-    bias_act<__nv_bfloat16>(y, bias, rows, cols, act);
-}
+#define PGK_BIAS_ACT(sfx, T)                                                                \
+    PGK_KERNEL(bias_act_##sfx, (T * y, const T* bias, long long rows, int cols, int act)) { \
+        bias_act<T>(y, bias, rows, cols, act);                                              \
+    }
+PGK_FLOAT_TYPES(PGK_BIAS_ACT)

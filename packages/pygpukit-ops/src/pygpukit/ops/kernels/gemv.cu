@@ -263,111 +263,33 @@ __device__ __forceinline__ void gemv_scalar(const T* __restrict__ x, const T* __
 
 }  // namespace
 
-// One entry point per dtype and M (M is a template argument: the accumulators live in
-// registers). Spelled out, not macro-generated: the loader parses these signatures.
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_m1(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                 __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 1, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_m2(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                 __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 2, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_m3(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                 __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 3, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_m4(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                 __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 4, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_m5(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                 __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 5, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_m6(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                 __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 6, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_m7(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                 __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 7, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_bf16_m8(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                 __nv_bfloat16* y, int N, int K, int act) {
-    gemv_vec<__nv_bfloat16, 8, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m1(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 1, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m2(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 2, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m3(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 3, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m4(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 4, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m5(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 5, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m6(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 6, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m7(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 7, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_f16_m8(const __half* x, const __half* w, const __half* bias, __half* y, int N, int K,
-                int act) {
-    gemv_vec<__half, 8, 4, 2>(x, w, bias, y, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_mma_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                  __nv_bfloat16* y, int M, int N, int K, int act) {
-    gemv_mma<__nv_bfloat16>(x, w, bias, y, M, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_mma_f16(const __half* x, const __half* w, const __half* bias, __half* y, int M, int N,
-                 int K, int act) {
-    gemv_mma<__half>(x, w, bias, y, M, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_scalar_bf16(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
-                     __nv_bfloat16* y, int M, int N, int K, int act) {
-    gemv_scalar<__nv_bfloat16>(x, w, bias, y, M, N, K, act);
-}
-extern "C" __global__ void __launch_bounds__(kWarps * 32)
-    gemv_scalar_f16(const __half* x, const __half* w, const __half* bias, __half* y, int M, int N,
-                    int K, int act) {
-    gemv_scalar<__half>(x, w, bias, y, M, N, K, act);
-}
+// Entry points. simt: gemv_<dtype>_m<M>, M a template argument (the accumulators live in
+// registers), kSimtRows output rows per warp and kSimtUnroll chunks per row in flight; mma and
+// scalar: gemv_mma_<dtype> and gemv_scalar_<dtype>, M at run time.
+constexpr int kSimtRows = 4, kSimtUnroll = 2;
+#define PGK_GEMV_PARAMS(T) (const T* x, const T* w, const T* bias, T* y, int N, int K, int act)
+#define PGK_GEMV_RUNTIME_M_PARAMS(T) \
+    (const T* x, const T* w, const T* bias, T* y, int M, int N, int K, int act)
+#define PGK_GEMV_M(sfx, T, M)                                               \
+    PGK_KERNEL_BOUNDS(gemv_##sfx##_m##M, PGK_GEMV_PARAMS(T), kWarps * 32) { \
+        gemv_vec<T, M, kSimtRows, kSimtUnroll>(x, w, bias, y, N, K, act);   \
+    }
+// clang-format off
+#define PGK_GEMV(sfx, T)                                                                    \
+    PGK_GEMV_M(sfx, T, 1) PGK_GEMV_M(sfx, T, 2) PGK_GEMV_M(sfx, T, 3) PGK_GEMV_M(sfx, T, 4) \
+    PGK_GEMV_M(sfx, T, 5) PGK_GEMV_M(sfx, T, 6) PGK_GEMV_M(sfx, T, 7) PGK_GEMV_M(sfx, T, 8) \
+    PGK_KERNEL_BOUNDS(gemv_mma_##sfx, PGK_GEMV_RUNTIME_M_PARAMS(T), kWarps * 32) {          \
+        gemv_mma<T>(x, w, bias, y, M, N, K, act);                                           \
+    }                                                                                       \
+    PGK_KERNEL_BOUNDS(gemv_scalar_##sfx, PGK_GEMV_RUNTIME_M_PARAMS(T), kWarps * 32) {       \
+        gemv_scalar<T>(x, w, bias, y, M, N, K, act);                                        \
+    }
+// clang-format on
+PGK_GEMV(bf16, __nv_bfloat16)
+PGK_GEMV(f16, __half)
 
 // Launch geometry the host side plans with (KernelLibrary.constant("gemv", NAME)).
 PGK_CONSTANT(GEMV_WARPS, kWarps);
-PGK_CONSTANT(GEMV_MAX_ROWS, 8);                      // M <= 8: the accumulators live in registers
-PGK_CONSTANT(GEMV_SIMT_ROWS_PER_BLOCK, 4 * kWarps);  // simt: kRows = 4 output rows per warp
-PGK_CONSTANT(GEMV_MMA_ROWS_PER_BLOCK, 16);           // mma: one 16-row m16n8k16 tile per block
+PGK_CONSTANT(GEMV_MAX_ROWS, 8);  // M <= 8: gemv_scalar's and gemv_mma's accumulators
+PGK_CONSTANT(GEMV_SIMT_ROWS_PER_BLOCK, kSimtRows* kWarps);
+PGK_CONSTANT(GEMV_MMA_ROWS_PER_BLOCK, 16);  // gemv_mma: one 16-row m16n8k16 tile per block

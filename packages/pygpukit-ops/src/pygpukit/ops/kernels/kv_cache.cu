@@ -55,34 +55,20 @@ __device__ __forceinline__ void kv_paged_write(const uint4* __restrict__ k,
 
 }  // namespace
 
-extern "C" __global__ void kv_append_i32(const uint4* k, const uint4* v, uint4* k_cache,
-                                         uint4* v_cache, const int* positions, int per_token,
-                                         int hkv, int n_new, int max_len, int row_chunks,
-                                         long long total) {
-    kv_append<int>(k, v, k_cache, v_cache, positions, per_token, hkv, n_new, max_len, row_chunks,
-                   total);
-}
-
-extern "C" __global__ void kv_append_i64(const uint4* k, const uint4* v, uint4* k_cache,
-                                         uint4* v_cache, const long long* positions, int per_token,
-                                         int hkv, int n_new, int max_len, int row_chunks,
-                                         long long total) {
-    kv_append<long long>(k, v, k_cache, v_cache, positions, per_token, hkv, n_new, max_len,
-                         row_chunks, total);
-}
-
-extern "C" __global__ void kv_paged_write_i32(const uint4* k, const uint4* v, uint4* k_cache,
-                                              uint4* v_cache, const int* slot_mapping, int hkv,
-                                              int block_size, long long num_blocks, int row_chunks,
-                                              long long total) {
-    kv_paged_write<int>(k, v, k_cache, v_cache, slot_mapping, hkv, block_size, num_blocks,
-                        row_chunks, total);
-}
-
-extern "C" __global__ void kv_paged_write_i64(const uint4* k, const uint4* v, uint4* k_cache,
-                                              uint4* v_cache, const long long* slot_mapping,
-                                              int hkv, int block_size, long long num_blocks,
-                                              int row_chunks, long long total) {
-    kv_paged_write<long long>(k, v, k_cache, v_cache, slot_mapping, hkv, block_size, num_blocks,
-                              row_chunks, total);
-}
+// Entry points per position/slot index type: kv_append_<i32|i64>, kv_paged_write_<i32|i64>.
+#define PGK_KV_CACHE(sfx, I)                                                                     \
+    PGK_KERNEL(kv_append_##sfx, (const uint4* k, const uint4* v, uint4* k_cache, uint4* v_cache, \
+                                 const I* positions, int per_token, int hkv, int n_new,          \
+                                 int max_len, int row_chunks, long long total)) {                \
+        kv_append<I>(k, v, k_cache, v_cache, positions, per_token, hkv, n_new, max_len,          \
+                     row_chunks, total);                                                         \
+    }                                                                                            \
+    PGK_KERNEL(                                                                                  \
+        kv_paged_write_##sfx,                                                                    \
+        (const uint4* k, const uint4* v, uint4* k_cache, uint4* v_cache, const I* slot_mapping,  \
+         int hkv, int block_size, long long num_blocks, int row_chunks, long long total)) {      \
+        kv_paged_write<I>(k, v, k_cache, v_cache, slot_mapping, hkv, block_size, num_blocks,     \
+                          row_chunks, total);                                                    \
+    }
+PGK_KV_CACHE(i32, int)
+PGK_KV_CACHE(i64, long long)

@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "pygpukit/kernel.cuh"
+
 namespace pgk_layers {
 
 __device__ __forceinline__ float widen(float x) { return x; }
@@ -115,3 +117,21 @@ __device__ __forceinline__ float group_reduce(float v, int group, float* slot) {
 }
 
 }  // namespace pgk_layers
+
+// The (dtype, vector width) pairs of the row kernels: 16-byte packs, or one element when a row
+// or a pointer is not 16-byte aligned. X(suffix, type, VEC).
+// clang-format off
+#define PGK_ROW_TYPES(X)                                                                \
+    X(f32, float, 4) X(f32, float, 1) X(f16, __half, 8) X(f16, __half, 1)               \
+    X(bf16, __nv_bfloat16, 8) X(bf16, __nv_bfloat16, 1)
+// clang-format on
+
+// The four entry points of a row-kernel family for one dtype and VEC: <family>_<sfx>_v<VEC>_n<NV>
+// (the row in registers, NV packs per thread: `rows<T, VEC, NV>`) and <family>_<sfx>_v<VEC>_s
+// (rows too wide for registers: `streaming<T, VEC>`). `params` and `args` are the parameter
+// list and the call's argument list, both in parentheses.
+#define PGK_ROW_KERNELS(family, sfx, T, VEC, params, args, rows, streaming)                 \
+    PGK_KERNEL_BOUNDS(family##_##sfx##_v##VEC##_n1, params, 1024) { rows<T, VEC, 1> args; } \
+    PGK_KERNEL_BOUNDS(family##_##sfx##_v##VEC##_n2, params, 1024) { rows<T, VEC, 2> args; } \
+    PGK_KERNEL_BOUNDS(family##_##sfx##_v##VEC##_n4, params, 512) { rows<T, VEC, 4> args; }  \
+    PGK_KERNEL_BOUNDS(family##_##sfx##_v##VEC##_s, params, 1024) { streaming<T, VEC> args; }

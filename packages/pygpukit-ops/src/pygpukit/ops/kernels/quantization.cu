@@ -10,6 +10,7 @@
 //   (high nibble). Products and sums are rounded separately (no fused multiply-add), so the
 //   float32 result is bit-identical to the NumPy reference; one rounding to the output dtype.
 #include "layers.cuh"
+#include "pygpukit/kernel.cuh"
 
 using namespace pgk_layers;
 
@@ -61,63 +62,17 @@ __device__ __forceinline__ void dequantize(const unsigned char* __restrict__ raw
     }
 }
 
-extern "C" __global__ void dequantize_f32_f32(const unsigned char* raw, float* out, long long n) {
-    dequantize<Type::F32, float>(raw, out, n);
-}
-extern "C" __global__ void dequantize_f32_f16(const unsigned char* raw, __half* out, long long n) {
-    dequantize<Type::F32, __half>(raw, out, n);
-}
-extern "C" __global__ void dequantize_f32_bf16(const unsigned char* raw, __nv_bfloat16* out,
-                                               long long n) {
-    dequantize<Type::F32, __nv_bfloat16>(raw, out, n);
-}
-extern "C" __global__ void dequantize_f16_f32(const unsigned char* raw, float* out, long long n) {
-    dequantize<Type::F16, float>(raw, out, n);
-}
-extern "C" __global__ void dequantize_f16_f16(const unsigned char* raw, __half* out, long long n) {
-    dequantize<Type::F16, __half>(raw, out, n);
-}
-extern "C" __global__ void dequantize_f16_bf16(const unsigned char* raw, __nv_bfloat16* out,
-                                               long long n) {
-    dequantize<Type::F16, __nv_bfloat16>(raw, out, n);
-}
-extern "C" __global__ void dequantize_bf16_f32(const unsigned char* raw, float* out, long long n) {
-    dequantize<Type::BF16, float>(raw, out, n);
-}
-extern "C" __global__ void dequantize_bf16_f16(const unsigned char* raw, __half* out, long long n) {
-    dequantize<Type::BF16, __half>(raw, out, n);
-}
-extern "C" __global__ void dequantize_bf16_bf16(const unsigned char* raw, __nv_bfloat16* out,
-                                                long long n) {
-    dequantize<Type::BF16, __nv_bfloat16>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q8_0_f32(const unsigned char* raw, float* out, long long n) {
-    dequantize<Type::Q8_0, float>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q8_0_f16(const unsigned char* raw, __half* out, long long n) {
-    dequantize<Type::Q8_0, __half>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q8_0_bf16(const unsigned char* raw, __nv_bfloat16* out,
-                                                long long n) {
-    dequantize<Type::Q8_0, __nv_bfloat16>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q4_0_f32(const unsigned char* raw, float* out, long long n) {
-    dequantize<Type::Q4_0, float>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q4_0_f16(const unsigned char* raw, __half* out, long long n) {
-    dequantize<Type::Q4_0, __half>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q4_0_bf16(const unsigned char* raw, __nv_bfloat16* out,
-                                                long long n) {
-    dequantize<Type::Q4_0, __nv_bfloat16>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q4_1_f32(const unsigned char* raw, float* out, long long n) {
-    dequantize<Type::Q4_1, float>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q4_1_f16(const unsigned char* raw, __half* out, long long n) {
-    dequantize<Type::Q4_1, __half>(raw, out, n);
-}
-extern "C" __global__ void dequantize_q4_1_bf16(const unsigned char* raw, __nv_bfloat16* out,
-                                                long long n) {
-    dequantize<Type::Q4_1, __nv_bfloat16>(raw, out, n);
-}
+// Entry points dequantize_<type>_<dtype>, for every ggml type and output dtype.
+#define PGK_DEQUANTIZE_TO(type, TYPE, sfx, T)                                                \
+    PGK_KERNEL(dequantize_##type##_##sfx, (const unsigned char* raw, T* out, long long n)) { \
+        dequantize<Type::TYPE, T>(raw, out, n);                                              \
+    }
+#define PGK_DEQUANTIZE(type, TYPE)            \
+    PGK_DEQUANTIZE_TO(type, TYPE, f32, float) \
+    PGK_DEQUANTIZE_TO(type, TYPE, f16, __half) PGK_DEQUANTIZE_TO(type, TYPE, bf16, __nv_bfloat16)
+PGK_DEQUANTIZE(f32, F32)
+PGK_DEQUANTIZE(f16, F16)
+PGK_DEQUANTIZE(bf16, BF16)
+PGK_DEQUANTIZE(q8_0, Q8_0)
+PGK_DEQUANTIZE(q4_0, Q4_0)
+PGK_DEQUANTIZE(q4_1, Q4_1)

@@ -70,25 +70,11 @@ __device__ __forceinline__ void rope_token(const T* q, const T* k, T* q_out, T* 
     }
 }
 
-extern "C" __global__ void rope_f32(const float* q, const float* k, float* q_out, float* k_out,
-                                    const void* cos_table, const void* sin_table,
-                                    const void* positions, long long max_pos, int q_heads,
-                                    int kv_heads, int head_dim, int rotary_dim, int flags) {
-    rope_token<float>(q, k, q_out, k_out, cos_table, sin_table, positions, max_pos, q_heads,
-                      kv_heads, head_dim, rotary_dim, flags);
-}
-extern "C" __global__ void rope_f16(const __half* q, const __half* k, __half* q_out, __half* k_out,
-                                    const void* cos_table, const void* sin_table,
-                                    const void* positions, long long max_pos, int q_heads,
-                                    int kv_heads, int head_dim, int rotary_dim, int flags) {
-    rope_token<__half>(q, k, q_out, k_out, cos_table, sin_table, positions, max_pos, q_heads,
-                       kv_heads, head_dim, rotary_dim, flags);
-}
-extern "C" __global__ void rope_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                     __nv_bfloat16* q_out, __nv_bfloat16* k_out,
-                                     const void* cos_table, const void* sin_table,
-                                     const void* positions, long long max_pos, int q_heads,
-                                     int kv_heads, int head_dim, int rotary_dim, int flags) {
-    rope_token<__nv_bfloat16>(q, k, q_out, k_out, cos_table, sin_table, positions, max_pos, q_heads,
-                              kv_heads, head_dim, rotary_dim, flags);
-}
+#define PGK_ROPE(sfx, T)                                                                           \
+    PGK_KERNEL(rope_##sfx, (const T* q, const T* k, T* q_out, T* k_out, const void* cos_table,     \
+                            const void* sin_table, const void* positions, long long max_pos,       \
+                            int q_heads, int kv_heads, int head_dim, int rotary_dim, int flags)) { \
+        rope_token<T>(q, k, q_out, k_out, cos_table, sin_table, positions, max_pos, q_heads,       \
+                      kv_heads, head_dim, rotary_dim, flags);                                      \
+    }
+PGK_FLOAT_TYPES(PGK_ROPE)

@@ -306,40 +306,17 @@ __device__ __forceinline__ void argmax_row(const T* logits, int* out, int V) {
 
 // Entry points, one per logits dtype; launch with grid = B, block = 1024, and for the sample
 // kernels dynamic shared memory of ceil(V / 32) * 4 bytes when a repetition penalty is applied.
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    argmax_f32(const float* logits, int* out, int V) {
-    argmax_row<float>(logits, out, V);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    argmax_f16(const __half* logits, int* out, int V) {
-    argmax_row<__half>(logits, out, V);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    argmax_bf16(const __nv_bfloat16* logits, int* out, int V) {
-    argmax_row<__nv_bfloat16>(logits, out, V);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    sample_f32(const float* logits, int* out, int V, float temperature, const float* temps,
-               int top_k, const int* top_ks, float top_p, const float* top_ps, float min_p,
-               float penalty, const int* prev, int P, unsigned long long seed,
-               unsigned long long offset) {
-    sample_row<float>(logits, out, V, temperature, temps, top_k, top_ks, top_p, top_ps, min_p,
-                      penalty, prev, P, seed, offset);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    sample_f16(const __half* logits, int* out, int V, float temperature, const float* temps,
-               int top_k, const int* top_ks, float top_p, const float* top_ps, float min_p,
-               float penalty, const int* prev, int P, unsigned long long seed,
-               unsigned long long offset) {
-    sample_row<__half>(logits, out, V, temperature, temps, top_k, top_ks, top_p, top_ps, min_p,
-                       penalty, prev, P, seed, offset);
-}
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    sample_bf16(const __nv_bfloat16* logits, int* out, int V, float temperature, const float* temps,
-                int top_k, const int* top_ks, float top_p, const float* top_ps, float min_p,
-                float penalty, const int* prev, int P, unsigned long long seed,
-                unsigned long long offset) {
-    sample_row<__nv_bfloat16>(logits, out, V, temperature, temps, top_k, top_ks, top_p, top_ps,
-                              min_p, penalty, prev, P, seed, offset);
-}
+#define PGK_SAMPLING(sfx, T)                                                                   \
+    PGK_KERNEL_BOUNDS(argmax_##sfx, (const T* logits, int* out, int V), kThreads, 1) {         \
+        argmax_row<T>(logits, out, V);                                                         \
+    }                                                                                          \
+    PGK_KERNEL_BOUNDS(                                                                         \
+        sample_##sfx,                                                                          \
+        (const T* logits, int* out, int V, float temperature, const float* temps, int top_k,   \
+         const int* top_ks, float top_p, const float* top_ps, float min_p, float penalty,      \
+         const int* prev, int P, unsigned long long seed, unsigned long long offset),          \
+        kThreads, 1) {                                                                         \
+        sample_row<T>(logits, out, V, temperature, temps, top_k, top_ks, top_p, top_ps, min_p, \
+                      penalty, prev, P, seed, offset);                                         \
+    }
+PGK_FLOAT_TYPES(PGK_SAMPLING)

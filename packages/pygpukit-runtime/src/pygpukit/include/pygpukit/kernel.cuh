@@ -3,13 +3,13 @@
 // also records the entry point's argument type codes in the cubin, and exports the integer
 // constants its host code needs through PGK_CONSTANT. The build (`python -m
 // pygpukit.kernels.build`) reads both back from the compiled cubin into the package's
-// manifest.json, so the loader never parses C++ source:
+// manifest.json, so the loader never parses C++ source. The house style: a family declares its
+// parameter list once in a macro and its instantiations once, as a list:
 //
-//     #define SCALE(sfx, T) \
+//     #define PGK_SCALE(sfx, T) \
 //         PGK_KERNEL(scale_##sfx, (T* x, T factor, int n)) { scale_impl<T>(x, factor, n); }
-//     SCALE(f32, float)
-//     SCALE(f16, __half)
-//     PGK_CONSTANT(SCALE_BLOCK, 256)
+//     PGK_FLOAT_TYPES(PGK_SCALE)       // scale_f32, scale_f16, scale_bf16
+//     PGK_CONSTANT(SCALE_BLOCK, 256);
 //
 // The records are a few bytes of `__device__` data beside the kernels; the kernels' code is
 // the same as without them.
@@ -87,6 +87,12 @@ struct Signature<void(A...)> {
     extern "C" __device__ const ::pgk_kernel::Signature<decltype(name)> pgk_entry_##name = {}; \
     extern "C" __device__ const char pgk_params_##name[] = #params;                            \
     extern "C" __global__ void attributes name params
+
+// The floating dtypes most families instantiate, as X(suffix, type): entry points are named
+// `<family>_<suffix>` (`rmsnorm_bf16`), the suffixes pygpukit.ops uses for dtypes.
+#define PGK_FLOAT_TYPES(X) X(f32, float) X(f16, __half) X(bf16, __nv_bfloat16)
+// The 16-bit ones (tensor-core kernels).
+#define PGK_HALF_TYPES(X) X(f16, __half) X(bf16, __nv_bfloat16)
 
 // An integer constant of this kernel file that host code reads from the manifest
 // (`KernelLibrary.constant(file, "NAME")`), so a tile size or limit is written once, here.
