@@ -1,6 +1,6 @@
 """Developer and CI sessions: `nox -s tests | lint | wheels | bench | version`.
 
-`nox -s tests` is the README's test command and what `.ci/run` runs.
+`nox -s tests` is the README's test command; `.ci/run` runs `nox -s lint`, then it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ PACKAGES = [
 ]
 DEFAULT_ARCHS = "80;86;89;90a;100a;120a"
 TEST_DEPS = ["numpy", "ml_dtypes", "pytest", "hypothesis", "tokenizers", "jinja2", "tqdm"]
+# Pinned: a new ruff or clang-format release reformats code, and CI must not fail on a release day.
+LINT_TOOLS = ["ruff==0.17.6", "mypy==2.4.1", "clang-format==23.1.5"]
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
@@ -63,9 +65,7 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff, mypy, clippy, rustfmt and clang-format: everything must be clean."""
     session.install(
-        "ruff",
-        "mypy",
-        "clang-format",
+        *LINT_TOOLS,
         "numpy",
         "ml_dtypes",
         "pytest",

@@ -256,14 +256,8 @@ void bind_array(py::module_& m) {
         [](const std::string& path, const std::string& manifest_json,
            const std::vector<std::string>& include_dirs,
            const std::vector<std::string>& nvrtc_candidates) {
+            // The caller (backend/cuda.py) has checked the manifest's kernel ABI.
             py::dict manifest = py::module_::import("json").attr("loads")(manifest_json);
-            const int abi = manifest["kernel_abi"].cast<int>();
-            constexpr int kKernelAbi = 1;  // tools/build_kernels.py KERNEL_ABI_VERSION
-            if (abi != kKernelAbi) {
-                throw std::runtime_error("built-in kernels in " + path + " have kernel ABI " +
-                                         std::to_string(abi) + ", this _native expects " +
-                                         std::to_string(kKernelAbi) + "; rebuild the package");
-            }
             set_kernel_dir(path, manifest["options"].cast<std::vector<std::string>>(), include_dirs,
                            nvrtc_candidates);
         },

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/capi_layout.hpp"
 #include "core/device.hpp"
 #include "core/driver.hpp"
 #include "core/errors.hpp"
@@ -213,6 +214,8 @@ const pgk_api* import_api() {
     Py_XDECREF(module);
     void* capsule = module ? PyCapsule_Import(PGK_CAPI_CAPSULE_NAME, 0) : nullptr;
     std::string error = capsule == nullptr ? python_error_text() : "";
+    // The header and Rust's mirrors are written by hand: compare their layouts field by field.
+    const std::string layout_error = capsule != nullptr ? capi_layout_mismatch() : "";
     PyGILState_Release(gil);
     if (capsule == nullptr) {
         throw MissingComponentError(
@@ -227,6 +230,11 @@ const pgk_api* import_api() {
             std::to_string(api->struct_size) + "), _native expects version " +
             std::to_string(PGK_CAPI_VERSION) + " (size " + std::to_string(sizeof(pgk_api)) +
             "); pygpukit._rust and pygpukit._native come from different builds");
+    }
+    if (!layout_error.empty()) {
+        throw MissingComponentError(
+            "pygpukit._rust and pygpukit._native disagree on the C API layout (" + layout_error +
+            "); rebuild both from one checkout");
     }
     pgk_status status = api->register_backend(&kBackend, device_count());
     if (status != PGK_OK) {

@@ -10,7 +10,7 @@
 //              Edge chunks outside M/N/K are zero-filled by cp.async's src-size operand.
 //   *_generic: element loads through arbitrary strides (transposed views, odd sizes), bounds
 //              checked; same tiles and mma code.
-// Fragment layouts are PTX's (see PRODUCT.md): A and C row-based, B column-based; 16-bit A
+// Fragment layouts are the PTX ISA's for mma.m16n8k*: A and C row-based, B column-based; 16-bit A
 // fragments come from ldmatrix, 16-bit B fragments from ldmatrix.trans on the k-major B tile, TF32
 // fragments from 32-bit shared loads (ldmatrix cannot transpose 32-bit data).
 #include <cuda_bf16.h>

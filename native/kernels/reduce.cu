@@ -208,13 +208,12 @@ __device__ void reduce_impl(const In* __restrict__ in, const long long* __restri
             if (vec) {
                 // I == 1, the row base 16-byte aligned and chunk a multiple of V: 16-byte vector
                 // loads, U of them in flight per thread: 128 bytes for 4- and 8-byte types, 64
-                // for 2-byte ones (was 64 and 32). Each vector lane e has its own accumulator,
+                // for 2-byte ones. Each vector lane e has its own accumulator,
                 // combined in a fixed order at the end (still bitwise reproducible), so the adds
                 // of one step form V short chains instead of one chain of U * V dependent adds
                 // that held the thread's next loads back by ~U * V * 4 cycles. What it should buy:
-                // the last ~2% of sum over 1 GiB (254 us against PyTorch's 248 on the H200; max,
-                // whose chain is no longer, already matched), from more requests in flight
-                // per SM at the same occupancy.
+                // the last ~2% against PyTorch on a 1 GiB sum (max, whose chain is no longer,
+                // already matched), from more requests in flight per SM at the same occupancy.
                 constexpr int V = 16 / sizeof(In);
                 constexpr int U = sizeof(In) >= 4 ? 8 : 4;  // splits are whole steps: reduce.cpp
                 const long long nvec = (r_end - r_begin) / V;

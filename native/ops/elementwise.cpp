@@ -19,6 +19,11 @@ namespace py = pybind11;
 
 namespace pgk {
 
+#define PGK_OP_NAME(op) #op,
+const char* const kBinaryOpNames[kNumBinaryOps] = {PGK_BINARY_OPS(PGK_OP_NAME)};
+const char* const kUnaryOpNames[kNumUnaryOps] = {PGK_UNARY_OPS(PGK_OP_NAME)};
+#undef PGK_OP_NAME
+
 namespace {
 
 using D = DType;
@@ -40,7 +45,11 @@ constexpr D kPromote[kNumDTypes][kNumDTypes] = {
     {D::f64, D::f32, D::f16, D::bf16, D::i8, D::i16, D::i32, D::i64, D::u8, D::b1},
 };
 
+}  // namespace
+
 D promote(D a, D b) { return kPromote[static_cast<int>(a)][static_cast<int>(b)]; }
+
+namespace {
 
 // NumPy's kinds in same_kind order: bool < unsigned < signed < float.
 int kind(D t) {
@@ -66,19 +75,8 @@ D float_of(D t) {
     }
 }
 
-const char* const kBinaryNames[] = {
-    "add",         "subtract",   "multiply",      "divide",      "floor_divide", "mod",
-    "power",       "maximum",    "minimum",       "equal",       "not_equal",    "less",
-    "less_equal",  "greater",    "greater_equal", "logical_and", "logical_or",   "logical_xor",
-    "bitwise_and", "bitwise_or", "bitwise_xor",   "left_shift",  "right_shift"};
-const char* const kUnaryNames[] = {
-    "negative", "positive", "abs",      "exp",         "exp2",    "log",    "log2",
-    "log10",    "log1p",    "expm1",    "sqrt",        "rsqrt",   "square", "reciprocal",
-    "sin",      "cos",      "tan",      "tanh",        "sigmoid", "relu",   "gelu_tanh",
-    "gelu_erf", "silu",     "floor",    "ceil",        "round",   "trunc",  "sign",
-    "isnan",    "isinf",    "isfinite", "logical_not", "invert"};
-constexpr int kNumBinary = static_cast<int>(BinaryOp::count);
-constexpr int kNumUnary = static_cast<int>(UnaryOp::count);
+constexpr int kNumBinary = kNumBinaryOps;
+constexpr int kNumUnary = kNumUnaryOps;
 
 CUfunction binary_kernel(int op, D t, int device) {
     static const auto table = [] {
@@ -86,8 +84,8 @@ CUfunction binary_kernel(int op, D t, int device) {
         for (int o = 0; o < kNumBinary; ++o)
             for (int d = 0; d < kNumDTypes; ++d)
                 k[o * kNumDTypes + d] = std::make_unique<BuiltinKernel>(
-                    "elementwise",
-                    std::string("ew_") + kBinaryNames[o] + "_" + kernel_suffix(static_cast<D>(d)));
+                    "elementwise", std::string("ew_") + kBinaryOpNames[o] + "_" +
+                                       kernel_suffix(static_cast<D>(d)));
         return k;
     }();
     return table[op * kNumDTypes + static_cast<int>(t)]->get(device);
@@ -100,7 +98,7 @@ CUfunction unary_kernel(int op, D t, int device) {
             for (int d = 0; d < kNumDTypes; ++d)
                 k[o * kNumDTypes + d] = std::make_unique<BuiltinKernel>(
                     "elementwise",
-                    std::string("un_") + kUnaryNames[o] + "_" + kernel_suffix(static_cast<D>(d)));
+                    std::string("un_") + kUnaryOpNames[o] + "_" + kernel_suffix(static_cast<D>(d)));
         return k;
     }();
     return table[op * kNumDTypes + static_cast<int>(t)]->get(device);
@@ -385,7 +383,7 @@ struct Resolved {
 
 Resolved resolve_binary(int op, D c0) {
     Resolved r{op, c0, c0, false};
-    const char* name = kBinaryNames[op];
+    const char* name = kBinaryOpNames[op];
     switch (static_cast<BinaryOp>(op)) {
         case BinaryOp::subtract:
             if (c0 == D::b1) {
@@ -477,7 +475,7 @@ uint64_t scalar_arg(const Operand& o, D t) {
 
 py::object binary(int op, py::handle a_h, py::handle b_h, py::handle out) {
     if (op < 0 || op >= kNumBinary) throw py::value_error("binary: unknown op code");
-    Operand a = parse(a_h, kBinaryNames[op]), b = parse(b_h, kBinaryNames[op]);
+    Operand a = parse(a_h, kBinaryOpNames[op]), b = parse(b_h, kBinaryOpNames[op]);
     const Operand* ops[2] = {&a, &b};
     const int device = device_of(ops, 2);
     const D c0 = common_dtype(a, b);
@@ -492,7 +490,7 @@ py::object binary(int op, py::handle a_h, py::handle b_h, py::handle out) {
         (a.kind == Operand::array && b.kind == Operand::array && a.arr->shape() == b.arr->shape())
             ? a.arr->shape()
             : broadcast_shapes(ops, 2);
-    const Array* o = check_out(out, shape, r.result, kBinaryNames[op], device);
+    const Array* o = check_out(out, shape, r.result, kBinaryOpNames[op], device);
     const uint64_t x_bits = scalar_arg(*x, r.compute), y_bits = scalar_arg(*y, r.compute);
     StreamPtr stream = current_stream(device);
     std::optional<Array> hx, hy;
@@ -529,7 +527,7 @@ py::object binary(int op, py::handle a_h, py::handle b_h, py::handle out) {
 
 py::object unary(int op, py::handle a_h, py::handle out) {
     if (op < 0 || op >= kNumUnary) throw py::value_error("unary: unknown op code");
-    const char* name = kUnaryNames[op];
+    const char* name = kUnaryOpNames[op];
     const UnaryOp u = static_cast<UnaryOp>(op);
     if (u == UnaryOp::logical_not) {
         return binary(static_cast<int>(BinaryOp::equal), a_h, py::bool_(false), out);

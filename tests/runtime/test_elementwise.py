@@ -1,6 +1,6 @@
 """Elementwise ops (binary, unary, where, clip, operators) against NumPy, on every backend.
 
-Floating results are checked against float64 NumPy within ARCHITECTURE.md's relative error
+Floating results are checked against float64 NumPy within docs/internals.md's relative error
 limits; integer, bool and comparison results exactly; result dtypes against NumPy 2's rules
 (bfloat16 per docs/elementwise.md). Sizes cover the vector-width tails (1, 7, 1023, 4097),
 unaligned views (``a[1:]``), broadcasting, size 0 and non-contiguous views.

@@ -8,9 +8,9 @@
 //! last-level cache, so the only DRAM traffic is the source read. The copy engine could read a
 //! cached ring too, but at ring-sized chunks (256 KiB, ~5 us of link time) its per-chunk driver
 //! calls dominate (1 MiB cached chunks: 29 GB/s). A kernel needs no call per chunk: it waits on
-//! a per-slot flag the host writes, copies, and writes a flag back. Measured on one H200 host
-//! (`.carry/exp/upload_lab.cu`), 1 GiB: pinned copy engine 55.5 GB/s; this ring 50.4 GB/s
-//! (91%), at the 51.3 GB/s a kernel reads pinned memory at; copy-engine staging 45.8 (82%).
+//! a per-slot flag the host writes, copies, and writes a flag back. On an H200 host a 1 GiB
+//! upload through this ring runs at 91% of the pinned copy-engine rate (the rate a kernel reads
+//! pinned memory at), copy-engine staging at 82%; docs/benchmarks.md has the measurements.
 //!
 //! The protocol is in [`PullArgs`]: chunk sequence numbers run on across launches, so a slot's
 //! flags never need resetting and the next upload's threads can fill slots while the previous
@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 /// A ring slot: long enough that a slot's two flag round trips over PCIe (~2 us) overlap the
 /// other slots' copies, short enough that 64 of them fit a last-level cache with room to spare.
-/// 64-512 KiB chunks measured the same (49.5-50.4 GB/s); 1 MiB chunks with 16 slots, 44.9.
+/// 64-512 KiB chunks measured the same; 1 MiB chunks with 16 slots were about 10% slower.
 pub const PULL_CHUNK: u64 = 256 << 10;
 
 /// Slots in the ring: 16 MiB in all (8 MiB: 49.3 GB/s, 32 MiB: 50.4, the same as 16).

@@ -7,8 +7,8 @@
 //! threads copied a whole 4 MiB chunk into its own pinned slot and enqueued that
 //! chunk's DMA itself, with no barrier between threads, reached 48.7 GB/s (88%
 //! of pinned). Splitting every chunk across all threads behind a latch (32 GB/s)
-//! or staging batches of chunks behind a barrier (27-30 GB/s, reverted in
-//! aceb7f9) both idle either the copy engine or the cores at each barrier.
+//! or staging batches of chunks behind a barrier (27-30 GB/s) both idle either
+//! the copy engine or the cores at each barrier.
 //!
 //! So each chunk flows through [`Uploads::work`], the one worker loop, run by
 //! the submitting thread and by pool threads ([`crate::transfer::copy_threads`]):

@@ -2,6 +2,7 @@
 //! C API capsule `_C_API` that `pygpukit._native` imports at init.
 
 mod capi;
+mod capi_layout;
 mod memory;
 mod pyfmt;
 mod runtime;
@@ -45,6 +46,7 @@ fn _rust(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // SAFETY: API is a static that lives for the process and is never written.
     let capsule = unsafe { PyCapsule::new_with_pointer(py, api, capi::CAPSULE_NAME)? };
     m.add("_C_API", capsule)?;
+    m.add_function(wrap_pyfunction!(capi_layout::capi_layout, m)?)?;
     m.add_function(wrap_pyfunction!(memory::default_device, m)?)?;
     m.add_function(wrap_pyfunction!(memory::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(memory::pool_stats, m)?)?;

@@ -21,7 +21,7 @@ import pytest
 import pygpukit as gp
 
 STREAMS = ["shared", "separate"]
-# Relative error limits ||out - ref|| / ||ref|| against float64 (ARCHITECTURE.md).
+# Relative error limits ||out - ref|| / ||ref|| against float64 (docs/internals.md, Tests).
 TOL = {"float32": 1e-5, "float16": 3e-3, "bfloat16": 1e-2, "float64": 1e-12, "int32": 0.0}
 
 Check = Callable[[], "str | None"]

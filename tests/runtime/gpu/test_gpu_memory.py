@@ -1,4 +1,4 @@
-"""The Rust memory pool under real CUDA: the acceptance checks of issue 5.
+"""The Rust memory pool under real CUDA: reuse, limits, eviction, transfers and pinned memory.
 
 Every array here is a GPUArray (``_native`` -> C API -> ``pygpukit._rust``
 pool -> the CUDA backend), so these exercise the path users take.

@@ -3,10 +3,14 @@
 Dependency-free on purpose (standard library only): the build tools load this
 file by path before the package is installed, and the runtime imports it to tell
 the C++ loader which candidates to try. The search order is the one in
-ARCHITECTURE.md: pip ``nvidia-*`` wheels, then ``CUDA_PATH`` / ``CUDA_HOME``,
+docs/internals.md: pip ``nvidia-*`` wheels, then ``CUDA_PATH`` / ``CUDA_HOME``,
 then the system loader. The current directory is never searched.
 
 Set ``PYGPUKIT_DEBUG_LIBRARY_LOAD=1`` to print every candidate as it is tried.
+
+It also holds :data:`KERNEL_ABI_VERSION`, the one fact about kernels that build
+time and run time must share: the kernel build writes it into every manifest,
+and the runtime, the ops package and the JIT disk cache check or key on it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,13 @@ import site
 import sys
 from dataclasses import dataclass
 
+#: The calling convention of kernels (argument packing, shared headers). Bump it when that
+#: changes: cubins whose manifest carries another version are refused, and JIT cache entries
+#: keyed on another version are never found.
+KERNEL_ABI_VERSION = 1
+
 __all__ = [
+    "KERNEL_ABI_VERSION",
     "LIBRARIES",
     "Candidate",
     "debug_library_load",

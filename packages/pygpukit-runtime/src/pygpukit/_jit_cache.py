@@ -33,6 +33,7 @@ from pathlib import Path
 
 from . import env
 from ._caller import user_stacklevel
+from ._environment import KERNEL_ABI_VERSION
 
 __all__ = [
     "KERNEL_ABI_VERSION",
@@ -44,8 +45,6 @@ __all__ = [
     "store",
 ]
 
-#: Bump when the runtime changes how kernels are called (argument packing, headers).
-KERNEL_ABI_VERSION = 1
 
 MAGIC = b"PYGPUKIT-KERNEL-CACHE-1\n"
 _DIGEST_LEN = 64  # hex sha256

@@ -7,7 +7,7 @@ Metadata reads come straight from the impl; views are computed by
 which backend runs. Arrays made on internal paths skip validation
 (:func:`_wrap`), because per-op host time matters.
 
-Sync points (explicit, per ARCHITECTURE.md): ``to_numpy``, ``__array__``,
+Sync points (explicit, per docs/internals.md): ``to_numpy``, ``__array__``,
 ``item``/``float``/``int``/``bool``, ``repr``.
 """
 
@@ -20,8 +20,6 @@ from typing import Any, Literal, overload
 import numpy as np
 
 from . import _indexing
-from ._elementwise_ops import BINARY as _EW
-from ._elementwise_ops import UNARY as _UN
 from .dtypes import NAMES, normalize
 from .errors import ReadOnlyArrayError
 
@@ -91,8 +89,8 @@ def _operand(x: Any, backend: Any, impl: Any) -> Any:
     return NotImplemented
 
 
-def _operators(code: int) -> tuple[Any, Any, Any]:
-    """``__op__``, ``__rop__`` and ``__iop__`` for binary op ``code`` (one backend call each)."""
+def _operators(name: str) -> tuple[Any, Any, Any]:
+    """``__op__``, ``__rop__`` and ``__iop__`` for binary op ``name`` (one backend call each)."""
 
     def op(self: GPUArray, other: Any) -> Any:
         backend = self._backend
@@ -100,7 +98,7 @@ def _operators(code: int) -> tuple[Any, Any, Any]:
         if o is NotImplemented:
             return NotImplemented
         out = _object_new(GPUArray)  # _wrap inlined: this is the hottest path of the runtime
-        out._impl = backend.binary(code, self._impl, o)
+        out._impl = backend.binary(name, self._impl, o)
         out._backend = backend
         out._readonly = False
         return out
@@ -110,7 +108,7 @@ def _operators(code: int) -> tuple[Any, Any, Any]:
         o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
         if o is NotImplemented:
             return NotImplemented
-        return _wrap(backend.binary(code, o, self._impl), backend)
+        return _wrap(backend.binary(name, o, self._impl), backend)
 
     def iop(self: GPUArray, other: Any) -> Any:
         if _is_readonly(self):
@@ -119,7 +117,7 @@ def _operators(code: int) -> tuple[Any, Any, Any]:
         o = other._impl if other.__class__ is GPUArray else _operand(other, backend, self._impl)
         if o is NotImplemented:
             return NotImplemented
-        backend.binary(code, self._impl, o, self._impl)
+        backend.binary(name, self._impl, o, self._impl)
         return self
 
     return op, rop, iop
@@ -463,37 +461,37 @@ class GPUArray:
 
     # --- elementwise operators (pygpukit.elementwise): one backend call each -----------
     __array_ufunc__ = None  # NumPy operands defer to the reflected operators below
-    __add__, __radd__, __iadd__ = _operators(_EW["add"])
-    __sub__, __rsub__, __isub__ = _operators(_EW["subtract"])
-    __mul__, __rmul__, __imul__ = _operators(_EW["multiply"])
-    __truediv__, __rtruediv__, __itruediv__ = _operators(_EW["divide"])
-    __floordiv__, __rfloordiv__, __ifloordiv__ = _operators(_EW["floor_divide"])
-    __mod__, __rmod__, __imod__ = _operators(_EW["mod"])
-    __pow__, __rpow__, __ipow__ = _operators(_EW["power"])
-    __and__, __rand__, __iand__ = _operators(_EW["bitwise_and"])
-    __or__, __ror__, __ior__ = _operators(_EW["bitwise_or"])
-    __xor__, __rxor__, __ixor__ = _operators(_EW["bitwise_xor"])
-    __lshift__, __rlshift__, __ilshift__ = _operators(_EW["left_shift"])
-    __rshift__, __rrshift__, __irshift__ = _operators(_EW["right_shift"])
-    __eq__ = _operators(_EW["equal"])[0]
-    __ne__ = _operators(_EW["not_equal"])[0]
-    __lt__ = _operators(_EW["less"])[0]
-    __le__ = _operators(_EW["less_equal"])[0]
-    __gt__ = _operators(_EW["greater"])[0]
-    __ge__ = _operators(_EW["greater_equal"])[0]
+    __add__, __radd__, __iadd__ = _operators("add")
+    __sub__, __rsub__, __isub__ = _operators("subtract")
+    __mul__, __rmul__, __imul__ = _operators("multiply")
+    __truediv__, __rtruediv__, __itruediv__ = _operators("divide")
+    __floordiv__, __rfloordiv__, __ifloordiv__ = _operators("floor_divide")
+    __mod__, __rmod__, __imod__ = _operators("mod")
+    __pow__, __rpow__, __ipow__ = _operators("power")
+    __and__, __rand__, __iand__ = _operators("bitwise_and")
+    __or__, __ror__, __ior__ = _operators("bitwise_or")
+    __xor__, __rxor__, __ixor__ = _operators("bitwise_xor")
+    __lshift__, __rlshift__, __ilshift__ = _operators("left_shift")
+    __rshift__, __rrshift__, __irshift__ = _operators("right_shift")
+    __eq__ = _operators("equal")[0]
+    __ne__ = _operators("not_equal")[0]
+    __lt__ = _operators("less")[0]
+    __le__ = _operators("less_equal")[0]
+    __gt__ = _operators("greater")[0]
+    __ge__ = _operators("greater_equal")[0]
     __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
 
     def __neg__(self) -> GPUArray:
-        return _wrap(self._backend.unary(_UN["negative"], self._impl, None), self._backend)
+        return _wrap(self._backend.unary("negative", self._impl, None), self._backend)
 
     def __pos__(self) -> GPUArray:
-        return _wrap(self._backend.unary(_UN["positive"], self._impl, None), self._backend)
+        return _wrap(self._backend.unary("positive", self._impl, None), self._backend)
 
     def __abs__(self) -> GPUArray:
-        return _wrap(self._backend.unary(_UN["abs"], self._impl, None), self._backend)
+        return _wrap(self._backend.unary("abs", self._impl, None), self._backend)
 
     def __invert__(self) -> GPUArray:
-        return _wrap(self._backend.unary(_UN["invert"], self._impl, None), self._backend)
+        return _wrap(self._backend.unary("invert", self._impl, None), self._backend)
 
     # --- matrix product (pygpukit.linalg) ----------------------------------------------
     def __matmul__(self, other: Any) -> GPUArray:

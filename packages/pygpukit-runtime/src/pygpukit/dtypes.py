@@ -4,11 +4,16 @@
 ``ml_dtypes``), so they compare equal to ``np.float32`` and ``"float32"``.
 :func:`normalize` accepts a dtype, a scalar type or a string (``"float32"``,
 ``"f4"``, ``"bf16"``, ``"half"``) and raises ``TypeError`` for anything else.
+:func:`promote_types` is the promotion of elementwise ops and ``concatenate``:
+C++ owns the table (``_native.PROMOTION``); without ``_native``, the NumPy rule
+it tabulates (:func:`numpy_promotion`) gives the same table, which
+``tests/runtime/test_cross_language_facts.py`` proves.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 import ml_dtypes
@@ -28,6 +33,9 @@ __all__ = [
     "int64",
     "is_floating",
     "normalize",
+    "numpy_promotion",
+    "promote_types",
+    "promotion_table",
     "uint8",
 ]
 
@@ -123,3 +131,43 @@ def normalize(dtype: Any) -> np.dtype[Any]:
 def is_floating(dtype: np.dtype[Any]) -> bool:
     """True for float64/32/16 and bfloat16."""
     return dtype.kind == "f" or dtype == bfloat16
+
+
+def numpy_promotion(a: str, b: str) -> str:
+    """The result dtype name for dtype names ``a`` and ``b`` by the rule C++ tabulates.
+
+    NumPy's ``result_type`` (ml_dtypes' for bfloat16); where it has no answer
+    (bfloat16 with float16 or with int16/32/64), the smallest float that both
+    dtypes cast to safely. :func:`promotion_table` uses it only without ``_native``.
+    """
+    da, db = SUPPORTED[a], SUPPORTED[b]
+    try:
+        return str(np.result_type(da, db).name)
+    except TypeError:  # numpy.exceptions.DTypePromotionError
+        for name in ("float32", "float64"):
+            if np.can_cast(da, name) and np.can_cast(db, name):
+                return name
+        raise
+
+
+@functools.cache
+def promotion_table() -> dict[tuple[str, str], str]:
+    """``{(dtype name, dtype name): result dtype name}`` for every pair (docs/elementwise.md).
+
+    ``_native.PROMOTION`` when ``pygpukit._native`` imports, else :func:`numpy_promotion`.
+    """
+    from .backend.select import native
+
+    table = getattr(native(), "PROMOTION", None)
+    if table is not None:
+        return dict(table)
+    return {(a, b): numpy_promotion(a, b) for a in SUPPORTED for b in SUPPORTED}
+
+
+def promote_types(a: Any, b: Any) -> np.dtype[Any]:
+    """The dtype an elementwise op gives arrays of dtypes ``a`` and ``b``.
+
+    NumPy 2's rules, bfloat16 as docs/elementwise.md tabulates; ``TypeError``
+    for an unsupported dtype.
+    """
+    return SUPPORTED[promotion_table()[normalize(a).name, normalize(b).name]]

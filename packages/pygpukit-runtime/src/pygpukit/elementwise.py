@@ -18,7 +18,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._elementwise_ops import BINARY, UNARY
 from .array import GPUArray, _operand, _wrap
 from .validation import index, out_array
 
@@ -125,28 +124,26 @@ def _out(out: GPUArray | None) -> Any:
     return out_array(out)._impl
 
 
-def _binary(code: int, a: ArrayLike, b: ArrayLike, out: GPUArray | None) -> GPUArray:
+def _binary(op: str, a: ArrayLike, b: ArrayLike, out: GPUArray | None) -> GPUArray:
     o = _out(out)
     backend, ref = _backend_of(a, b, out)
-    res = backend.binary(code, _impl(a, backend, ref), _impl(b, backend, ref), o)
+    res = backend.binary(op, _impl(a, backend, ref), _impl(b, backend, ref), o)
     return out if out is not None else _wrap(res, backend)
 
 
-def _unary(code: int, a: ArrayLike, out: GPUArray | None) -> GPUArray:
+def _unary(op: str, a: ArrayLike, out: GPUArray | None) -> GPUArray:
     o = _out(out)
     backend, ref = _backend_of(a, out)
-    res = backend.unary(code, _impl(a, backend, ref), o)
+    res = backend.unary(op, _impl(a, backend, ref), o)
     return out if out is not None else _wrap(res, backend)
 
 
 def _make_binary(name: str, doc: str) -> Any:
-    code = BINARY[name]
-
     def fn(a: ArrayLike, b: ArrayLike, out: GPUArray | None = None) -> GPUArray:
         if out is None and a.__class__ is GPUArray and b.__class__ is GPUArray:
             backend = a._backend
-            return _wrap(backend.binary(code, a._impl, b._impl), backend)
-        return _binary(code, a, b, out)
+            return _wrap(backend.binary(name, a._impl, b._impl), backend)
+        return _binary(name, a, b, out)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc + "\n\n``a`` and ``b`` broadcast together; ``out`` receives the result."
@@ -154,13 +151,11 @@ def _make_binary(name: str, doc: str) -> Any:
 
 
 def _make_unary(name: str, doc: str) -> Any:
-    code = UNARY[name]
-
     def fn(a: ArrayLike, out: GPUArray | None = None) -> GPUArray:
         if out is None and a.__class__ is GPUArray:
             backend = a._backend
-            return _wrap(backend.unary(code, a._impl), backend)
-        return _unary(code, a, out)
+            return _wrap(backend.unary(name, a._impl), backend)
+        return _unary(name, a, out)
 
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = doc
@@ -249,11 +244,11 @@ def round(a: ArrayLike, decimals: int = 0, out: GPUArray | None = None) -> GPUAr
     decimals = index(decimals, "decimals", "round")
     _out(out)
     if decimals == 0:
-        return _unary(UNARY["round"], a, out)
+        return _unary("round", a, out)
     scale = 10.0**decimals
-    scaled = _binary(BINARY["multiply"], a, scale, None)
-    rounded = _unary(UNARY["round"], scaled, None)
-    return _binary(BINARY["divide"], rounded, scale, out)
+    scaled = _binary("multiply", a, scale, None)
+    rounded = _unary("round", scaled, None)
+    return _binary("divide", rounded, scale, out)
 
 
 def gelu(
@@ -261,9 +256,9 @@ def gelu(
 ) -> GPUArray:
     """GELU: ``a * Phi(a)`` with the exact erf form, or the tanh approximation (PyTorch's names)."""
     if approximate == "tanh":
-        return _unary(UNARY["gelu_tanh"], a, out)
+        return _unary("gelu_tanh", a, out)
     if approximate == "none":
-        return _unary(UNARY["gelu_erf"], a, out)
+        return _unary("gelu_erf", a, out)
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 

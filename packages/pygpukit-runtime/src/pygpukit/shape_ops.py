@@ -16,6 +16,7 @@ GPUArray of indices with ``mode="raise"`` is copied to the host to be checked
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ import numpy as np
 
 from . import _indexing
 from .array import GPUArray, _wrap
-from .dtypes import NAMES, SUPPORTED
+from .dtypes import SUPPORTED, promote_types
 from .validation import choice, describe, index, out_array
 
 __all__ = [
@@ -48,15 +49,8 @@ def _check(a: Any, name: str) -> GPUArray:
     return a
 
 
-def _common_dtype(arrays: Sequence[GPUArray], name: str) -> np.dtype[Any]:
-    try:
-        dt = np.result_type(*[x.dtype for x in arrays])
-    except TypeError as exc:
-        raise TypeError(f"{name}: no common dtype for the inputs ({exc})") from None
-    if dt not in NAMES:
-        # e.g. bfloat16 with int16 has no NumPy promotion inside the supported set
-        return SUPPORTED["float32"] if dt.kind == "f" else SUPPORTED["float64"]
-    return dt
+def _common_dtype(arrays: Sequence[GPUArray]) -> np.dtype[Any]:
+    return functools.reduce(promote_types, (x.dtype for x in arrays))
 
 
 def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: Any = None) -> GPUArray:
@@ -93,7 +87,7 @@ def concatenate(arrays: Sequence[Any], axis: int | None = 0, out: Any = None) ->
     if out is None:
         from .creation import empty
 
-        result = empty(tuple(shape), dtype=_common_dtype(arrs, "concatenate"))
+        result = empty(tuple(shape), dtype=_common_dtype(arrs))
     else:
         result = out_array(out, "concatenate")
         if result.shape != tuple(shape):

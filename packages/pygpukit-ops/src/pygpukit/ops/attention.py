@@ -76,11 +76,9 @@ def _allow_dynamic_smem(kern: Kernel, smem: int) -> None:
 #: elsewhere. ``wgmma_tma`` is warp-specialized: one producer thread loads Q, K and V by TMA for
 #: two consumer warpgroups that take turns issuing their matrix multiplies (FlashAttention-3's
 #: ping-pong). ``wgmma_pipe`` has no producer: each of its two warpgroups overlaps its softmax
-#: with its own matrix multiplies, and all threads load with cp.async. Causal bf16 B=4 H=32
-#: S=4096 D=128 on an H200, same run (PyTorch SDPA 0.92 ms): wgmma_tma 1.06 ms, wgmma_pipe 1.40,
-#: mma 2.31 (an earlier run); non-causal 2.01 against 2.64. Removed after losing: the same
-#: warp-specialized kernel with a cp.async producer warpgroup (``wgmma_ws_pp``, 1.27 ms in that
-#: run), staggered warpgroups (1.60 ms) and warp-specialized without ping-pong (1.48-1.50 ms).
+#: with its own matrix multiplies, and all threads load with cp.async. ``wgmma_tma`` is the
+#: fastest on an H200; docs/ops-attention.md (Performance notes) has the measurements and the
+#: variants that lost.
 KERNEL_ENV = config.ENV["attention_kernel"][0]
 _KERNEL_CHOICES = config.ENV["attention_kernel"][1]
 _WGMMA_HEAD_DIMS = (64, 128)
@@ -347,12 +345,9 @@ def _sm_count(device: int) -> int:
 
 #: CTAs per SM the flash-decoding split aims for, per decode kernel. The tensor-core kernels'
 #: CTAs hold 72 KiB of shared memory (3 fit on an SM): two per SM keeps every CTA resident at
-#: once, so no partial last wave runs alone, and makes each CTA's key range long. Measured on an
-#: H200 (B=8, Hq=32, Hkv=8, 8192 tokens, D=128, bf16; 64 head CTAs per split; copy bandwidth
-#: 4224 GB/s), mma2 at 4 / 6 / 8 / 12 / 16 splits: 78.4 / 81.6 / 96.3 / 84.3 / 87.1 us (81% /
-#: 78% / 66% / 75% / 73% of the copy bandwidth; 8 splits = 1.3 waves). The SIMT kernel (no
-#: shared memory, many CTAs per SM) keeps the earlier eight per SM, 16 splits here (89.0 us; 84.4
-#: at 8 splits, 109 at 4 in the same run).
+#: once, so no partial last wave runs alone, and makes each CTA's key range long. The SIMT kernel
+#: (no shared memory, many CTAs per SM) does best at eight per SM. docs/ops-attention.md
+#: (Performance notes) has the split sweep these come from.
 _DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "simt": 8}
 
 

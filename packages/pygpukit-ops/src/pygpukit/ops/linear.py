@@ -109,8 +109,8 @@ def gemv_variant(m: int = 1) -> str:
     The ``gemv_variant`` knob of :mod:`.config` (``PYGPUKIT_GEMV_VARIANT``) set to ``simt`` or
     ``mma`` pins one (``auto``: by M).
 
-    Measured on an H200 (bf16 W [14336, 4096]): simt 30.4 us at M = 1 against mma's 33.9;
-    at M = 4 and 8 simt takes 40 and 45 us, mma 34 at every M.
+    ``simt`` is the faster at M = 1; ``mma``'s cost does not grow with M, so it wins from
+    M = 2 (docs/ops-linear-sampling.md has the measurements).
     """
     name = config.get().gemv_variant
     if name == "auto":

@@ -23,7 +23,7 @@ Array impls expose the plain attributes ``shape``, ``strides``, ``ndim``,
 ``_native.Array`` both do); everything else goes through a function, because
 the two impl types spell it differently.
 
-Room for the core ops (issue 6), added as more functions of the same shape:
+The core ops are more functions of the same shape:
 ``binary(op, a, b, out) -> impl`` (``b`` an impl or a Python scalar, NumPy
 broadcasting and promotion decided before the call), ``unary(op, a, out)``,
 ``reduce(op, a, axes, ddof)`` (keepdims and ``out=`` applied in Python),
@@ -333,9 +333,9 @@ class Backend(Protocol):
         """Set every element of the (possibly strided) impl to ``value``."""
         ...
 
-    # --- elementwise (issue 6; cpu_elementwise.py, _native.binary/unary/where) -----------
-    def binary(self, op: int, a: Any, b: Any, out: Any = None) -> Any:
-        """``a <op> b`` (``op`` a code of ``_elementwise_ops.BINARY_OPS``).
+    # --- elementwise (cpu_elementwise.py, _native.binary/unary/where) ---------------------
+    def binary(self, op: str, a: Any, b: Any, out: Any = None) -> Any:
+        """``a <op> b`` (``op`` a name in ``_native.BINARY_OPS``, e.g. ``"add"``).
 
         ``a``/``b`` are impls or scalars (Python scalars weak, NumPy scalars strong; at least
         one impl). Promotion, broadcasting and dtype checks happen here (``TypeError`` /
@@ -344,8 +344,8 @@ class Backend(Protocol):
         """
         ...
 
-    def unary(self, op: int, a: Any, out: Any = None) -> Any:
-        """``<op>(a)`` (``op`` a code of ``UNARY_OPS``).
+    def unary(self, op: str, a: Any, out: Any = None) -> Any:
+        """``<op>(a)`` (``op`` a name in ``_native.UNARY_OPS``, e.g. ``"exp"``).
 
         Integer inputs of math functions promote as NumPy's do (int8 -> float16,
         int16 -> float32, int32/int64 -> float64).
@@ -360,7 +360,7 @@ class Backend(Protocol):
         """``minimum(maximum(a, lo), hi)``; ``lo`` or ``hi`` may be ``None`` (not both)."""
         ...
 
-    # --- reductions, scans, gathers (issue 6; cpu_reduce.py / cuda_reduce.py) -------------
+    # --- reductions, scans, gathers (cpu_reduce.py / cuda_reduce.py) -----------------------
     def reduce(self, op: str, a: Any, axes: Shape, ddof: int) -> Any:
         """Reduce the non-empty ``a`` over ``axes`` with ``op``.
 

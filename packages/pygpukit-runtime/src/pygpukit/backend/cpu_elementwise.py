@@ -5,6 +5,14 @@ Python scalars, bfloat16 as documented in ``docs/elementwise.md``); values are
 computed with NumPy, half types in float32 as the GPU kernels do, and every
 result lands in a buffer from :func:`cpu._host_buffer` so memory accounting
 matches the CUDA backend.
+
+C++ owns the facts both backends share: the promotion table is
+``_native.PROMOTION`` whenever ``_native`` imports (it does wherever the
+runtime was built, CI included; :func:`pygpukit.dtypes.promotion_table`), and
+ops are passed by name, so no op code is kept here.
+``tests/runtime/test_cross_language_facts.py`` checks that this module
+implements exactly ``_native.BINARY_OPS`` / ``UNARY_OPS`` and resolves every
+dtype pair as the C++ table does.
 """
 
 from __future__ import annotations
@@ -16,51 +24,9 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dt
-from .._elementwise_ops import BINARY_OPS, UNARY, UNARY_OPS
-
-_ORDER = (
-    "float64",
-    "float32",
-    "float16",
-    "bfloat16",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "bool",
-)
-_P = (
-    "f64 f64 f64 f64 f64 f64 f64 f64 f64 f64",
-    "f64 f32 f32 f32 f32 f32 f64 f64 f32 f32",
-    "f64 f32 f16 f32 f16 f32 f64 f64 f16 f16",
-    "f64 f32 f32 bf16 bf16 f32 f64 f64 bf16 bf16",
-    "f64 f32 f16 bf16 i8 i16 i32 i64 i16 i8",
-    "f64 f32 f32 f32 i16 i16 i32 i64 i16 i16",
-    "f64 f64 f64 f64 i32 i32 i32 i64 i32 i32",
-    "f64 f64 f64 f64 i64 i64 i64 i64 i64 i64",
-    "f64 f32 f16 bf16 i16 i16 i32 i64 u8 u8",
-    "f64 f32 f16 bf16 i8 i16 i32 i64 u8 bool",
-)
-_SHORT = {
-    "f64": "float64",
-    "f32": "float32",
-    "f16": "float16",
-    "bf16": "bfloat16",
-    "i8": "int8",
-    "i16": "int16",
-    "i32": "int32",
-    "i64": "int64",
-    "u8": "uint8",
-    "bool": "bool",
-}
 
 #: (dtype name, dtype name) -> result dtype name: the promotion table (docs/elementwise.md).
-PROMOTE: dict[tuple[str, str], str] = {
-    (a, b): _SHORT[cell]
-    for a, row in zip(_ORDER, _P, strict=True)
-    for b, cell in zip(_ORDER, row.split(), strict=True)
-}
+PROMOTE: dict[tuple[str, str], str] = _dt.promotion_table()
 
 _FLOATS = frozenset(("float64", "float32", "float16", "bfloat16"))
 _INT_RANGE = {
@@ -292,31 +258,25 @@ def _resolve_binary(name: str, c0: str) -> tuple[str, str]:
 _FAST_TYPES = frozenset(
     np.dtype(t) for t in ("float64", "float32", "int8", "int16", "int32", "int64", "uint8")
 )
-_FAST_ARITH: dict[int, Any] = {
-    BINARY_OPS.index(n): f
-    for n, f in (
-        ("add", np.add),
-        ("subtract", np.subtract),
-        ("multiply", np.multiply),
-        ("maximum", np.maximum),
-        ("minimum", np.minimum),
-    )
+_FAST_ARITH: dict[str, Any] = {
+    "add": np.add,
+    "subtract": np.subtract,
+    "multiply": np.multiply,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
 }
-_FAST_CMP: dict[int, Any] = {
-    BINARY_OPS.index(n): f
-    for n, f in (
-        ("equal", np.equal),
-        ("not_equal", np.not_equal),
-        ("less", np.less),
-        ("less_equal", np.less_equal),
-        ("greater", np.greater),
-        ("greater_equal", np.greater_equal),
-    )
+_FAST_CMP: dict[str, Any] = {
+    "equal": np.equal,
+    "not_equal": np.not_equal,
+    "less": np.less,
+    "less_equal": np.less_equal,
+    "greater": np.greater,
+    "greater_equal": np.greater_equal,
 }
 _new: Any = None
 
 
-def _fast(op: int, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+def _fast(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     global _new
     dt = a.dtype
     if dt != b.dtype or dt not in _FAST_TYPES or a.shape != b.shape:
@@ -335,13 +295,13 @@ def _fast(op: int, a: np.ndarray, b: np.ndarray) -> np.ndarray | None:
     return res
 
 
-def binary(op: int, a: Any, b: Any, out: Any = None) -> np.ndarray:
-    """``a <op> b`` (op a code of ``BINARY_OPS``); see ``Backend.binary``."""
+def binary(op: str, a: Any, b: Any, out: Any = None) -> np.ndarray:
+    """``a <op> b`` (``op`` a name in ``BINARY_OPS``); see ``Backend.binary``."""
     if out is None and a.__class__ is np.ndarray and b.__class__ is np.ndarray:
         res = _fast(op, a, b)
         if res is not None:
             return res
-    name = BINARY_OPS[op]
+    name = _op_name(op, BINARY_OPS, "binary")
     x, y = _Operand(a, name), _Operand(b, name)
     _device_check((x, y), name)
     c0 = _common(x, y)
@@ -362,6 +322,18 @@ def binary(op: int, a: Any, b: Any, out: Any = None) -> np.ndarray:
         else:
             values = _BINARY_FN[name](xv, yv)
     return _finish(np.broadcast_to(values, run_shape), run_shape, result, target)
+
+
+#: The binary ops this backend implements: ``_BINARY_FN`` and the three computed apart.
+BINARY_OPS: frozenset[str] = frozenset((*_BINARY_FN, "power", "left_shift", "right_shift"))
+
+
+def _op_name(op: Any, ops: frozenset[str], what: str) -> str:
+    if not isinstance(op, str):
+        raise TypeError(f"{what}: op must be a str naming the op, not {type(op).__name__}")
+    if op not in ops:
+        raise ValueError(f"{what}: unknown op {op!r}")
+    return op
 
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -407,13 +379,15 @@ _UNARY_FN: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def unary(op: int, a: Any, out: Any = None) -> np.ndarray:
-    """``<op>(a)`` (op a code of ``UNARY_OPS``); see ``Backend.unary``."""
-    name = UNARY_OPS[op]
-    if name == "logical_not":
-        from .._elementwise_ops import BINARY
+#: The unary ops this backend implements: ``_UNARY_FN`` and the two resolved without it.
+UNARY_OPS: frozenset[str] = frozenset((*_UNARY_FN, "positive", "logical_not"))
 
-        return binary(BINARY["equal"], a, False, out)
+
+def unary(op: str, a: Any, out: Any = None) -> np.ndarray:
+    """``<op>(a)`` (``op`` a name in ``UNARY_OPS``); see ``Backend.unary``."""
+    name = _op_name(op, UNARY_OPS, "unary")
+    if name == "logical_not":
+        return binary("equal", a, False, out)
     x = _Operand(a, name)
     if x.array is None:
         raise TypeError(f"{name}: expected a GPUArray")
@@ -481,15 +455,21 @@ def where(cond: Any, x: Any, y: Any, out: Any) -> np.ndarray:
 
 def clip(a: Any, lo: Any, hi: Any, out: Any) -> np.ndarray:
     """``minimum(maximum(a, lo), hi)`` (either bound may be None); see ``Backend.clip``."""
-    from .._elementwise_ops import BINARY
-
     if lo is None and hi is None:
         raise ValueError("clip: one of lo and hi must be given")
     if lo is not None:
-        a = binary(BINARY["maximum"], a, lo, out if hi is None else None)
+        a = binary("maximum", a, lo, out if hi is None else None)
     if hi is not None:
-        a = binary(BINARY["minimum"], a, hi, out)
+        a = binary("minimum", a, hi, out)
     return a
 
 
-__all__ = ["PROMOTE", "UNARY", "binary", "clip", "unary", "where"]
+__all__ = [
+    "BINARY_OPS",
+    "PROMOTE",
+    "UNARY_OPS",
+    "binary",
+    "clip",
+    "unary",
+    "where",
+]

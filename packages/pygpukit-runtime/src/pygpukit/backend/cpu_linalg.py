@@ -1,4 +1,4 @@
-"""The CPU backend's matmul (issue 6): NumPy into the output the caller allocated.
+"""The CPU backend's matmul: NumPy into the output the caller allocated.
 
 float16/bfloat16 are multiplied in float64 and rounded once (the GPU accumulates them in
 fp32, so both are within the half type's own rounding of the exact product); float32 stays

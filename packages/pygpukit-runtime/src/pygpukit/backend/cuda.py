@@ -13,6 +13,7 @@ device was found) tells ``_native`` where the built-in kernels are.
 from __future__ import annotations
 
 import functools
+import json
 import os
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes as _dtypes
-from .._environment import include_dirs, library_candidates
+from .._environment import KERNEL_ABI_VERSION, include_dirs, library_candidates
 from .select import native
 
 _native: Any = native()
@@ -44,6 +45,13 @@ def _register_kernels() -> None:
             f"the built-in kernels of pygpukit-runtime are missing ({manifest}): {exc}; "
             "reinstall pygpukit-runtime (or rebuild with tools/dev_build.py)"
         ) from exc
+    abi = json.loads(text).get("kernel_abi")
+    if abi != KERNEL_ABI_VERSION:
+        raise ImportError(
+            f"the built-in kernels in {_KERNEL_DIR} have kernel ABI {abi}, this pygpukit-runtime "
+            f"expects {KERNEL_ABI_VERSION}; reinstall pygpukit-runtime (or rebuild with "
+            "tools/dev_build.py)"
+        )
     _native.set_kernel_dir(
         _KERNEL_DIR,
         text,
@@ -308,12 +316,10 @@ def tensor_map(impl: Any, box: Sequence[int], swizzle: int) -> Any:
 from .cuda_linalg import matmul  # noqa: E402, F401
 from .cuda_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401
 
-# --- elementwise (issue 6): one _native call each; see native/ops/elementwise.hpp ------------
+# --- elementwise: one _native call each; see native/ops/elementwise.hpp ---------------------
 binary = _native.binary
 unary = _native.unary
 where = _native.where
-_MAXIMUM = 7  # _elementwise_ops.BINARY["maximum"]
-_MINIMUM = 8
 
 
 def clip(a: Any, lo: Any, hi: Any, out: Any) -> Any:
@@ -321,7 +327,7 @@ def clip(a: Any, lo: Any, hi: Any, out: Any) -> Any:
     if lo is None and hi is None:
         raise ValueError("clip: one of lo and hi must be given")
     if lo is not None:
-        a = _native.binary(_MAXIMUM, a, lo, out if hi is None else None)
+        a = _native.binary("maximum", a, lo, out if hi is None else None)
     if hi is not None:
-        a = _native.binary(_MINIMUM, a, hi, out)
+        a = _native.binary("minimum", a, hi, out)
     return a

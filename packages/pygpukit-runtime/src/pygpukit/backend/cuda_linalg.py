@@ -1,4 +1,4 @@
-"""The CUDA backend's matmul (issue 6): one ``_native.matmul`` call.
+"""The CUDA backend's matmul: one ``_native.matmul`` call.
 
 cuBLASLt is loaded on the first matmul from ``_environment.library_candidates("cublasLt")``
 (never linked). ``PYGPUKIT_GEMM_BACKEND`` is read on every call: unset or ``auto`` uses

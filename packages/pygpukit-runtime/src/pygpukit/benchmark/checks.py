@@ -3,7 +3,7 @@
 References are float64 NumPy on the host, on all elements for small outputs
 and on a random sample for large ones. The limits catch *wrong* results (bad
 indexing, unwritten outputs, silent TF32 in a float32 product); the precision
-limits of ARCHITECTURE.md are the tests' job, so these are a little looser.
+limits of docs/internals.md (Tests) are the tests' job, so these are a little looser.
 """
 
 from __future__ import annotations

@@ -41,9 +41,6 @@ from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import Any
 
-#: Bump when the calling convention of the kernels changes: loaders refuse a manifest of
-#: another ABI version.
-KERNEL_ABI_VERSION = 1
 #: The layout of manifest.json this module writes (2: entries and constants per file).
 MANIFEST_FORMAT = 2
 
@@ -71,6 +68,10 @@ if __package__:
 else:  # loaded by file (tools/build_kernels.py): pygpukit may not be importable yet
     _environment = _load_by_path("_pygpukit_environment", _HERE.parent / "_environment.py")
     cubin = _load_by_path("_pygpukit_cubin", _HERE / "cubin.py")
+
+#: The calling convention of the kernels, written into every manifest; loaders refuse another.
+#: Defined once, in :mod:`pygpukit._environment` (the JIT disk cache keys on it too).
+KERNEL_ABI_VERSION: int = _environment.KERNEL_ABI_VERSION
 
 
 class Nvrtc:

@@ -62,10 +62,9 @@ constexpr float kLog2e = 1.4426950408889634f;
 // kHeadGroup heads: within a group the longest causal row tiles of all its heads come first
 // (row tile index from the last down, heads varying fastest), so the CTAs that start last are
 // short ones and no long tile runs alone at the end (the longest-first rule); the group's K/V
-// (2 MB per head at S = 4096, D = 128) stays in L2 while its CTAs reread it. On an H200 at B4
-// H32 S4096: one group of all heads lost that reuse (DRAM 73% busy under ncu; non-causal, which
-// has no tail to fix, 2.23 -> 2.40 ms), and heads one after another (all row tiles of a head,
-// then the next) left the last head's longest tile to run alone at the end.
+// (2 MB per head at S = 4096, D = 128) stays in L2 while its CTAs reread it. One group of all
+// heads loses that reuse, and heads one after another (all row tiles of a head, then the next)
+// leave the last head's longest tile to run alone at the end (docs/ops-attention.md).
 constexpr int kHeadGroup = 8;
 
 struct PrefillOrder {

@@ -15,13 +15,11 @@
 // Two vector kernels; linear.py picks one per M (PYGPUKIT_GEMV_VARIANT overrides it):
 //   simt (gemv_<dtype>_m<M>, M a template argument): kRows = 4 rows per warp, kUnroll = 2 chunks
 //        per row per lane, FMAs on the SIMT cores; x is reused for 4 rows. The faster one at
-//        M = 1 (30.4 us for bf16 W[14336, 4096] on an H200, 91% of the copy bandwidth).
+//        M = 1.
 //   mma  (gemv_mma_<dtype>, runtime M): 16 rows per block, K split over its 4 warps, products on
-//        tensor cores (see gemv_mma), so M = 8 costs no more issue slots than M = 1: 34 us at
-//        every M, where the SIMT kernel's FMAs grow with M (40 us at M = 4, 45 us at M = 8).
-// Measured and removed (session 3): 1-2 rows per warp with 8-16 chunks in flight (r2u8, r1u16,
-// r1u8), 2-4 warps per row on contiguous K slices (s2, s4), and persistent grids sweeping W front
-// to back: none beat the simt kernel at M = 1 or the mma kernel at M >= 2.
+//        tensor cores (see gemv_mma), so M = 8 costs no more issue slots than M = 1, where the
+//        SIMT kernel's FMAs grow with M.
+// docs/ops-linear-sampling.md has the measurements and the layouts that lost to these two.
 #include "linear_epilogue.cuh"
 #include "pygpukit/kernel.cuh"
 
