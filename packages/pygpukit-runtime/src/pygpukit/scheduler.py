@@ -697,7 +697,9 @@ class Scheduler:
 
     A task that waits for the result of a task it submitted needs a free worker
     for that task: when every worker is blocked that way, the wait that would
-    complete the deadlock raises :class:`SchedulerDeadlockError` instead.
+    complete the deadlock raises :class:`SchedulerDeadlockError` instead. The
+    other waits of that chain may still hold their workers when the error
+    reaches the caller; they come free as their inner tasks finish.
     """
 
     def __init__(
