@@ -1,0 +1,411 @@
+"""The engine: requests in, tokens out, with continuous batching over a paged KV cache.
+
+:meth:`Engine.submit` queues a request from any thread; the engine thread (:meth:`start`) runs
+:meth:`step` while there is work: plan the step (:mod:`.planner`), run every scheduled token in
+one forward pass (:mod:`.runner`), sample the requests whose known tokens are all computed
+(:mod:`.sampler`), then hand each request its new text to its ``sink``. Requests join and leave
+the batch at every step. Without the thread, :meth:`step` can be called directly (tests) and
+:meth:`generate` runs one request to its end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pygpukit as gp
+
+from ..errors import LLMError
+from ..model import CausalLM, _kv_budget
+from .block_manager import BlockManager
+from .metrics import EngineMetrics
+from .paged_cache import BLOCK_SIZE, PagedKVCache, block_bytes
+from .params import RequestParams
+from .planner import StepPlan, StepPlanner
+from .request import Request, RequestOutput, RequestStatus, Sink, TokenLogprob
+from .runner import ModelRunner, build_inputs
+from .sampler import sample_tokens
+
+__all__ = ["Engine", "EngineClosedError", "QueueFullError"]
+
+log = logging.getLogger("pygpukit.llm.engine")
+
+_ids = itertools.count()
+
+
+class QueueFullError(LLMError):
+    """The waiting queue holds ``max_queue`` requests: try again after ``retry_after`` seconds."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
+
+
+class EngineClosedError(LLMError):
+    """The engine was shut down: it takes no new request."""
+
+
+class Engine:
+    """Continuous batching for one :class:`~pygpukit.llm.CausalLM`.
+
+    ``max_batch``: requests in the running batch at most; ``max_queue``: requests waiting for
+    admission at most (more raise :class:`QueueFullError`); ``max_batched_tokens``: tokens per
+    step (decode tokens plus prefill chunks: a long prompt is prefilled over several steps,
+    between decode steps of the others); ``kv_memory``: the paged KV cache's size in bytes, a
+    fraction of the device memory, or a size string (``"2GiB"``); ``partition``: a
+    :class:`pygpukit.scheduler.Partition` whose memory the cache and every step's temporaries
+    are charged to, and whose stream the steps run on; ``prefix_caching``: share the KV blocks
+    of equal prompt prefixes between requests. ``name`` is the model name the server shows.
+    """
+
+    def __init__(
+        self,
+        model: CausalLM,
+        *,
+        name: str | None = None,
+        max_batch: int = 64,
+        max_queue: int = 256,
+        max_batched_tokens: int = 512,
+        kv_memory: int | float | str | None = None,
+        partition: Any = None,
+        prefix_caching: bool = True,
+    ) -> None:
+        for label, value in (("max_batch", max_batch), ("max_queue", max_queue),
+                             ("max_batched_tokens", max_batched_tokens)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{label} must be a positive int, got {value!r}")
+        self.model = model
+        self.name = name or (model.config.architecture if name is None else name)
+        self.partition = partition
+        self.max_queue = max_queue
+        self.max_model_len = model.max_seq_len
+        network = model.decoder.model
+        cfg = model.config
+        per_block = block_bytes(cfg, network.dtype)
+        num_blocks = _kv_budget(kv_memory, model.device) // per_block
+        if num_blocks < 1:
+            raise ValueError(
+                f"kv_memory {kv_memory!r} holds no KV block of {BLOCK_SIZE} tokens "
+                f"({per_block / 2**20:.2f} MiB each for this model); raise it"
+            )
+        with self._context():
+            self.cache = PagedKVCache(cfg, num_blocks, network.dtype)
+        self.blocks = BlockManager(num_blocks, BLOCK_SIZE, prefix_caching=prefix_caching)
+        self.planner = StepPlanner(
+            self.blocks, max_batch=max_batch, max_batched_tokens=max_batched_tokens
+        )
+        self.runner = ModelRunner(network, self.cache)
+        self.metrics = EngineMetrics()
+        self.metrics.kv_blocks_total = num_blocks
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._incoming: list[Request] = []
+        self._aborts: set[str] = set()
+        self._requests: dict[str, Request] = {}
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # --- submission (any thread) ----------------------------------------------------------------
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's tokenizer (None for a checkpoint without one)."""
+        return self.model.tokenizer
+
+    def prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        """Token ids of ``prompt`` (text, or ids checked against the vocabulary)."""
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ValueError("this model has no tokenizer: give the prompt as token ids")
+            return list(self.tokenizer.encode(prompt))
+        ids = [int(t) for t in prompt]
+        v = self.model.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < v]
+        if bad:
+            raise ValueError(f"token ids must be in [0, {v}), got {bad[0]}")
+        return ids
+
+    def check_prompt(self, ids: Sequence[int]) -> None:
+        """Raise ``ValueError`` when a prompt of these ids can never run here."""
+        if not ids:
+            raise ValueError("the prompt is empty; give at least one token")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens; this model's context is "
+                f"{self.max_model_len} tokens, and at least one must be left to generate"
+            )
+        cap = self.blocks.num_blocks * BLOCK_SIZE
+        if len(ids) + 1 > cap:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens; the KV cache holds {cap}: shorten it or "
+                "start the server with more --kv-memory"
+            )
+
+    def queue_length(self) -> int:
+        """Requests submitted and not yet admitted into the running batch."""
+        return len(self._incoming) + len(self.planner.waiting)
+
+    def submit(
+        self,
+        prompt: str | Sequence[int],
+        params: RequestParams,
+        sink: Sink,
+        *,
+        request_id: str | None = None,
+    ) -> str:
+        """Queue a request; its outputs go to ``sink`` (called on the engine thread).
+
+        Returns the request id. Raises ``ValueError`` for a prompt that cannot run,
+        :class:`QueueFullError` when ``max_queue`` requests wait already, and
+        :class:`EngineClosedError` after :meth:`shutdown`.
+        """
+        ids = self.prompt_ids(prompt)
+        self.check_prompt(ids)
+        if params.stop and self.tokenizer is None:
+            raise ValueError("stop strings need a tokenizer, and this model has none")
+        rid = request_id or f"req-{next(_ids)}"
+        with self._lock:
+            if self._closed:
+                raise EngineClosedError(f"the engine of {self.name!r} is shut down")
+            if self.queue_length() >= self.max_queue:
+                self.metrics.count_request("rejected")
+                raise QueueFullError(
+                    f"{self.queue_length()} requests are waiting for {self.name!r} (the most "
+                    f"--max-queue allows); retry later"
+                )
+            request = Request(rid, ids, params, sink, self.model.eos_token_ids, self.tokenizer)
+            self._incoming.append(request)
+            self._wake.notify()
+        return rid
+
+    def abort(self, request_id: str) -> None:
+        """Cancel a request at the next step: it ends with ``finish_reason="abort"``.
+
+        Its blocks are freed then; a no-op for a request already finished.
+        """
+        with self._lock:
+            self._aborts.add(request_id)
+            self._wake.notify()
+
+    # --- the step (engine thread) ---------------------------------------------------------------
+
+    def _context(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(gp.Device(self.model.device))
+        if self.partition is not None:
+            stack.enter_context(self.partition)
+        return stack
+
+    def has_work(self) -> bool:
+        """Whether a request is queued, running or about to be cancelled."""
+        return bool(self._incoming or self._aborts or self.planner.waiting or self.planner.running)
+
+    def _emit(self, request: Request, output: RequestOutput) -> None:
+        try:
+            request.sink(output)
+        except Exception:  # a consumer's failure must not stop the other requests
+            log.exception("the sink of request %s failed", request.request_id)
+
+    def _finish(self, request: Request, reason: str, text: str = "",
+                error: str | None = None, tokens: Sequence[int] = (),
+                logprobs: Sequence[TokenLogprob] = ()) -> None:  # fmt: skip
+        self.planner.remove(request)
+        request.status = RequestStatus.FINISHED
+        request.finish_reason = reason
+        self._requests.pop(request.request_id, None)
+        self.metrics.count_request(reason)
+        self._emit(request, RequestOutput(
+            request.request_id, text, tuple(tokens), tuple(logprobs), reason,
+            prompt_tokens=len(request.prompt_ids), completion_tokens=request.num_output,
+            cached_tokens=request.cached_tokens, error=error,
+        ))  # fmt: skip
+
+    def _take_commands(self) -> None:
+        with self._lock:
+            incoming, self._incoming = self._incoming, []
+            aborts, self._aborts = self._aborts, set()
+        for r in incoming:
+            self._requests[r.request_id] = r
+            self.planner.waiting.append(r)
+            self.metrics.prompt_tokens += len(r.prompt_ids)
+        for rid in aborts:
+            request = self._requests.get(rid)
+            if request is not None:
+                self._finish(request, "abort")
+
+    def _update_gauges(self, plan: StepPlan | None) -> None:
+        m = self.metrics
+        with m.lock:
+            m.queue_length = self.queue_length()
+            m.running = len(self.planner.running)
+            m.batch_tokens = sum(c.count for c in plan.chunks) if plan else 0
+            m.kv_blocks_used = self.blocks.used
+            m.kv_blocks_cached = self.blocks.cached
+
+    def step(self) -> bool:
+        """Run one step; False when there was nothing to run."""
+        self._take_commands()
+        plan = self.planner.plan()
+        m = self.metrics
+        m.prefix_queried_blocks += plan.prefix_queried
+        m.prefix_hit_blocks += plan.prefix_hit
+        m.preemptions += len(plan.preempted)
+        for request in plan.out_of_room:
+            self._finish(request, "length", request.final_text_at_limit())
+        if not plan.chunks:
+            self._update_gauges(None)
+            return False
+        sampled = [c.request for c in plan.chunks if c.sample]
+        try:
+            inputs = build_inputs(plan.chunks, BLOCK_SIZE)
+            with self._context():
+                logits = self.runner.logits(inputs)
+                tokens, logprobs = sample_tokens(logits, sampled)
+        except Exception as exc:  # fail this step's requests, keep serving the others
+            log.exception("an engine step failed")
+            for c in plan.chunks:
+                if c.request.status is RequestStatus.RUNNING:
+                    self._finish(c.request, "error", error=f"{type(exc).__name__}: {exc}")
+            self._update_gauges(None)
+            return True
+        self.planner.after_step(plan)
+        now = time.perf_counter()
+        for request, token, lp in zip(sampled, tokens, logprobs, strict=True):
+            self._deliver(request, token, lp, now)
+        m.record_step(len(sampled), now)
+        self._update_gauges(plan)
+        return True
+
+    def _deliver(self, r: Request, token: int, lp: TokenLogprob | None, now: float) -> None:
+        text, reason = r.append(token)
+        if reason is None and len(r.tokens) >= self.max_model_len:
+            reason, text = "length", text + r.final_text_at_limit()
+        m = self.metrics
+        with m.lock:
+            if r.first_token_at is None:
+                r.first_token_at = now
+                m.ttft.observe(now - r.arrival)
+            elif r.last_token_at is not None:
+                m.itl.observe(now - r.last_token_at)
+        r.last_token_at = now
+        lps = (lp,) if lp is not None else ()
+        if reason is not None:
+            self._finish(r, reason, text, tokens=(token,), logprobs=lps)
+        else:
+            self._emit(r, RequestOutput(r.request_id, text, (token,), lps))
+
+    # --- the engine thread ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the engine thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._loop, name=f"pygpukit-engine-{self.name}", daemon=True
+            )
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while not self._closed and not self.has_work():
+                    self._wake.wait()
+                if self._closed:
+                    break
+            try:
+                self.step()
+            except Exception:
+                log.exception("the engine loop failed a step")
+        self._drain()
+
+    def _drain(self) -> None:
+        """Abort everything still queued or running (after shutdown)."""
+        self._take_commands()
+        for request in list(self._requests.values()):
+            self._finish(request, "abort")
+
+    def shutdown(self, *, wait_for_requests: float = 0.0) -> None:
+        """Stop taking requests and stop the engine thread.
+
+        Running and queued requests get up to ``wait_for_requests`` seconds to finish; what is
+        left then ends with ``finish_reason="abort"``.
+        """
+        with self._lock:
+            self._closed = True if wait_for_requests <= 0 else self._closed
+        deadline = time.monotonic() + wait_for_requests
+        while wait_for_requests > 0 and time.monotonic() < deadline and self.has_work():
+            if self._thread is None:
+                self.step()
+            else:
+                time.sleep(0.01)
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        else:
+            self._drain()
+
+    # --- convenience ----------------------------------------------------------------------------
+
+    def run(self, prompt: str | Sequence[int], params: RequestParams) -> Iterator[RequestOutput]:
+        """Submit one request and yield its outputs.
+
+        Steps the engine here when no engine thread runs (other submitted requests advance
+        with it).
+        """
+        outputs: list[RequestOutput] = []
+        done = threading.Event()
+
+        def sink(out: RequestOutput) -> None:
+            with self._lock:
+                outputs.append(out)
+                if out.finish_reason is not None:
+                    done.set()
+                self._wake.notify_all()
+
+        self.submit(prompt, params, sink)
+        seen = 0
+        while True:
+            if self._thread is None:
+                self.step()
+            else:
+                with self._lock:
+                    if len(outputs) == seen:
+                        self._wake.wait(0.1)
+            with self._lock:
+                new, seen = outputs[seen:], len(outputs)
+            yield from new
+            if done.is_set() and seen == len(outputs):
+                return
+
+    def generate(self, prompt: str | Sequence[int], params: RequestParams) -> RequestOutput:
+        """Run one request to its end; one output with all its text, tokens and logprobs."""
+        parts = list(self.run(prompt, params))
+        last = parts[-1]
+        return RequestOutput(
+            last.request_id,
+            "".join(p.text for p in parts),
+            tuple(t for p in parts for t in p.token_ids),
+            tuple(lp for p in parts for lp in p.logprobs),
+            last.finish_reason,
+            last.prompt_tokens,
+            last.completion_tokens,
+            last.cached_tokens,
+            last.error,
+        )
+
+    def stats(self) -> dict[str, int]:
+        """Block and request counts now (for tests and /health)."""
+        return {
+            "kv_blocks_total": self.blocks.num_blocks,
+            "kv_blocks_used": self.blocks.used,
+            "kv_blocks_cached": self.blocks.cached,
+            "waiting": self.queue_length(),
+            "running": len(self.planner.running),
+        }

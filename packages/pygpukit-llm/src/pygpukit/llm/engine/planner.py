@@ -1,0 +1,168 @@
+"""What runs in the next step: continuous batching, chunked prefill, admission, preemption.
+
+Each step has a token budget. Running requests come first, oldest first, so streams that are
+decoding keep their pace (one token each); a request still prefilling takes a chunk of what is
+left of the budget. Then waiting requests are admitted, first come first served, while the
+batch has room, budget is left and the KV blocks for their whole prompt can be had (a request
+waits, never fails, when they cannot). The blocks of a prompt's cached prefix are shared, not
+computed again. When a running request needs a block and none is left, the newest running
+request is preempted: its blocks are freed and it goes back to the head of the queue, to be
+recomputed (prompt and generated tokens) when blocks are free again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .block_manager import BlockManager, block_hashes
+from .request import Request, RequestStatus
+from .runner import ScheduledChunk
+
+__all__ = ["StepPlan", "StepPlanner"]
+
+
+@dataclass
+class StepPlan:
+    """The chunks of one step, and what the planning did to other requests."""
+
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    #: Requests that can never get the blocks they need (alone in the batch, cache full).
+    out_of_room: list[Request] = field(default_factory=list)
+    #: Prompt blocks looked up in the prefix cache, and found, by the admissions of this step.
+    prefix_queried: int = 0
+    prefix_hit: int = 0
+
+
+class StepPlanner:
+    """Holds the waiting queue and the running batch; :meth:`plan` decides each step."""
+
+    def __init__(self, blocks: BlockManager, *, max_batch: int, max_batched_tokens: int) -> None:
+        self.blocks = blocks
+        self.max_batch = max_batch
+        self.max_batched_tokens = max_batched_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per KV block."""
+        return self.blocks.block_size
+
+    def _blocks_for(self, tokens: int) -> int:
+        return -(-tokens // self.block_size)
+
+    def free(self, request: Request) -> None:
+        """Give back the request's blocks and forget its computed tokens."""
+        self.blocks.release(request.blocks)
+        request.blocks = []
+        request.block_hashes = []
+        request.num_computed = 0
+
+    def remove(self, request: Request) -> None:
+        """Take a request out of the queue or the batch and free its blocks (it is finished)."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self.free(request)
+
+    def _preempt(self, victim: Request, plan: StepPlan) -> None:
+        self.running.remove(victim)
+        self.free(victim)
+        victim.status = RequestStatus.WAITING
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
+        plan.preempted.append(victim)
+
+    def _grow(self, request: Request, upto: int, plan: StepPlan) -> bool:
+        """Give ``request`` blocks for its first ``upto`` tokens, preempting newer requests.
+
+        False when it was preempted itself (or can never fit).
+        """
+        need = self._blocks_for(upto) - len(request.blocks)
+        while self.blocks.available < need:
+            victim = self.running[-1]
+            if victim is request:
+                if len(self.running) == 1:
+                    plan.out_of_room.append(request)
+                else:
+                    self._preempt(request, plan)
+                return False
+            self._preempt(victim, plan)
+        for _ in range(need):
+            request.blocks.append(self.blocks.allocate())
+        return True
+
+    def _admit(self, request: Request, plan: StepPlan) -> bool:
+        """Share the request's cached prefix and check its prompt's blocks can be had."""
+        tokens = len(request.tokens)
+        hashes = block_hashes(request.tokens, self.block_size)
+        # At least one token is computed even on a full hit: its logits give the next token.
+        usable = hashes[: (tokens - 1) // self.block_size]
+        hit = self.blocks.match_prefix(usable)
+        need = self._blocks_for(tokens) - len(hit) + self.blocks.cost_of(hit)
+        if self.blocks.available < need:
+            return False
+        self.blocks.take(hit)
+        plan.prefix_queried += len(usable)
+        plan.prefix_hit += len(hit)
+        request.blocks = list(hit)
+        request.block_hashes = hashes[: len(hit)]
+        request.num_computed = len(hit) * self.block_size
+        if request.preemptions == 0:
+            request.cached_tokens = request.num_computed
+        return True
+
+    def plan(self) -> StepPlan:
+        """Pick the next step's chunks (empty when nothing can run)."""
+        plan = StepPlan()
+        budget = self.max_batched_tokens
+        for request in list(self.running):
+            if budget == 0:
+                break
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted while making room for an older one
+            left = len(request.tokens) - request.num_computed
+            count = min(left, budget)
+            if not self._grow(request, request.num_computed + count, plan):
+                continue
+            plan.chunks.append(
+                ScheduledChunk(request, request.num_computed, count, sample=count == left)
+            )
+            budget -= count
+        while (
+            self.waiting and budget > 0 and len(self.running) < self.max_batch
+            and not plan.preempted
+        ):  # fmt: skip
+            request = self.waiting[0]
+            if not self._admit(request, plan):
+                break
+            self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            left = len(request.tokens) - request.num_computed
+            count = min(left, budget)
+            if not self._grow(request, request.num_computed + count, plan):
+                break
+            plan.chunks.append(
+                ScheduledChunk(request, request.num_computed, count, sample=count == left)
+            )
+            budget -= count
+        return plan
+
+    def after_step(self, plan: StepPlan) -> None:
+        """Advance the computed counts and register the blocks the step filled."""
+        for chunk in plan.chunks:
+            r = chunk.request
+            r.num_computed = chunk.start + chunk.count
+            full = r.num_computed // self.block_size
+            if full > len(r.block_hashes):
+                known = r.tokens[: full * self.block_size]
+                start = r.block_hashes[-1] if r.block_hashes else b""
+                done = len(r.block_hashes)
+                new = block_hashes(known[done * self.block_size :], self.block_size, start)
+                for i, h in enumerate(new, start=done):
+                    self.blocks.register(r.blocks[i], h)
+                r.block_hashes.extend(new)

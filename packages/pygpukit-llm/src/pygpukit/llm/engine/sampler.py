@@ -1,0 +1,72 @@
+"""Batched sampling: one token per sampled row, each with its request's parameters and seed.
+
+Greedy rows (most requests) take one argmax over the whole ``[R, vocab]`` logits. Each
+sampling row is drawn from its own request's :class:`~pygpukit.ops.Generator`, as row 0 of a
+one-row call: the numbers a seed gives then depend only on the request (its seed and how many
+tokens it drew), never on which other requests share the step, and equal
+:meth:`CausalLM.generate`'s for the same seed. Log-probabilities, asked by few requests, come
+from the rows copied to the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.array import GPUArray
+
+from .request import Request, TokenLogprob
+
+__all__ = ["sample_tokens"]
+
+
+def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
+    x = row.astype(np.float64)
+    x = x - x.max()
+    lp = x - np.log(np.exp(x).sum())
+    best = np.argsort(-lp, kind="stable")[:top] if top else np.zeros(0, np.int64)
+    return TokenLogprob(
+        token_id=token,
+        logprob=float(lp[token]),
+        top=tuple((int(i), float(lp[i])) for i in best),
+    )
+
+
+def sample_tokens(
+    logits: GPUArray, requests: Sequence[Request]
+) -> tuple[list[int], list[TokenLogprob | None]]:
+    """The next token of each request (row ``i`` of ``logits`` is ``requests[i]``'s).
+
+    Returns the token ids and, per request, its :class:`TokenLogprob` (None unless asked).
+    """
+    greedy = ops.argmax(logits)
+    sampled: dict[int, GPUArray] = {}
+    for i, r in enumerate(requests):
+        s = r.params.sampling
+        if s.greedy:
+            continue
+        penalty = s.repetition_penalty != 1
+        sampled[i] = ops.sample(
+            logits[i : i + 1],
+            temperature=s.temperature,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            min_p=s.min_p,
+            repetition_penalty=s.repetition_penalty,
+            prev_tokens=gp.from_numpy(np.asarray(r.tokens, np.int32)[None, :]) if penalty else None,
+            generator=r.generator,
+        )
+    tokens = greedy.to_numpy().astype(np.int64).tolist()
+    for i, ids in sampled.items():
+        tokens[i] = int(ids.to_numpy()[0])
+    wanted = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
+    logprobs: list[TokenLogprob | None] = [None] * len(requests)
+    if wanted:
+        rows = gp.take(logits, gp.from_numpy(np.asarray(wanted, np.int32)), axis=0).to_numpy()
+        for j, i in enumerate(wanted):
+            top = requests[i].params.logprobs or 0
+            logprobs[i] = _logprobs(rows[j], tokens[i], top)
+    return [int(t) for t in tokens], logprobs

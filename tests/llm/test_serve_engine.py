@@ -1,0 +1,242 @@
+"""The serving engine on a tiny random model: continuous batching, chunked prefill, paged and
+prefix-cached KV, preemption and per-request sampling all give CausalLM's answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from serve_models import write_tiny_model
+
+from pygpukit import llm
+from pygpukit.llm.engine import (
+    BlockManager,
+    Engine,
+    QueueFullError,
+    RequestParams,
+    block_hashes,
+)
+from pygpukit.llm.engine.paged_cache import BLOCK_SIZE, block_bytes
+from pygpukit.llm.generate import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = write_tiny_model(tmp_path_factory.mktemp("tiny"))
+    return llm.load(path, dtype="float32", max_seq_len=256, progress=False)
+
+
+def _kv(model, blocks: int) -> int:
+    return blocks * block_bytes(model.config, np.float32)
+
+
+def _prompts(rng, n: int, lo: int = 3, hi: int = 70) -> list[list[int]]:
+    # Token ids of bytes (3..258): random byte strings, lengths spread over several blocks.
+    return [rng.integers(3, 259, size=int(rng.integers(lo, hi))).tolist() for _ in range(n)]
+
+
+def _run_all(engine: Engine, jobs: list[tuple[list[int], RequestParams]]) -> list[list[int]]:
+    """Submit every job at once and step the engine until all finish; tokens per job."""
+    tokens: list[list[int]] = [[] for _ in jobs]
+    finished: list[str | None] = [None] * len(jobs)
+
+    def sink_for(i: int):
+        def sink(out):
+            tokens[i].extend(out.token_ids)
+            if out.finish_reason is not None:
+                finished[i] = out.finish_reason
+
+        return sink
+
+    for i, (prompt, params) in enumerate(jobs):
+        engine.submit(prompt, params, sink_for(i))
+    while engine.step() or engine.has_work():
+        pass
+    assert all(f in ("stop", "length") for f in finished), finished
+    return tokens
+
+
+# --- block manager -------------------------------------------------------------------------------
+
+
+def test_block_manager_refcounts_prefixes_and_lru():
+    bm = BlockManager(4, BLOCK_SIZE)
+    a, b = bm.allocate(), bm.allocate()
+    assert (bm.used, bm.available) == (2, 2)
+    rng = np.random.default_rng()
+    hashes = block_hashes(rng.integers(0, 1000, 2 * BLOCK_SIZE + 5).tolist(), BLOCK_SIZE)
+    assert len(hashes) == 2
+    bm.register(a, hashes[0])
+    bm.register(b, hashes[1])
+    assert bm.match_prefix(hashes) == [a, b]
+    bm.take([a])  # a second request shares the first block
+    bm.release([a, b])
+    assert (bm.used, bm.cached) == (1, 1)  # b is cached, a still held
+    bm.release([a])
+    assert (bm.used, bm.cached, bm.available) == (0, 2, 4)
+    # Fresh blocks come from the free list first, then the least recently released cached one:
+    # b (released first, as the tail of its request) goes before a.
+    fresh = [bm.allocate(), bm.allocate()]
+    assert a not in fresh and b not in fresh
+    assert bm.allocate() == b
+    assert bm.match_prefix(hashes) == [a]  # b's prefix is forgotten, a's survives
+    assert bm.allocate() == a and bm.match_prefix(hashes) == []
+    with pytest.raises(RuntimeError, match="available"):
+        bm.allocate()
+    with pytest.raises(RuntimeError, match="released more often"):
+        bm.release([a, a])
+
+
+def test_block_hashes_cover_the_whole_prefix():
+    rng = np.random.default_rng()
+    t = rng.integers(0, 1000, 3 * BLOCK_SIZE).tolist()
+    u = list(t)
+    u[0] += 1  # differs in the first block only
+    ht, hu = block_hashes(t, BLOCK_SIZE), block_hashes(u, BLOCK_SIZE)
+    assert all(x != y for x, y in zip(ht, hu, strict=True))  # later blocks differ too
+    assert block_hashes(t[: 2 * BLOCK_SIZE + 3], BLOCK_SIZE) == ht[:2]
+
+
+# --- the engine ----------------------------------------------------------------------------------
+
+
+def test_concurrent_greedy_equals_generate_with_chunks_and_preemption(tiny):
+    rng = np.random.default_rng()
+    prompts = _prompts(rng, 12, 3, 60)
+    max_tokens = [int(rng.integers(20, 40)) for _ in prompts]
+    refs = [
+        tiny.generate(p, max_new_tokens=m).token_ids
+        for p, m in zip(prompts, max_tokens, strict=False)
+    ]
+    # 14 blocks of 16 tokens cannot hold 12 requests of up to 99 tokens: requests wait for
+    # admission, and those admitted outgrow the cache, so some are preempted and recomputed;
+    # prefill comes in chunks of at most 40 tokens.
+    engine = Engine(tiny, kv_memory=_kv(tiny, 14), max_batch=8, max_batched_tokens=40)
+    got = _run_all(
+        engine,
+        [(p, RequestParams(max_tokens=m)) for p, m in zip(prompts, max_tokens, strict=False)],
+    )
+    assert got == refs
+    assert engine.metrics.preemptions > 0
+    assert engine.metrics.steps > max(max_tokens)  # interleaved, not one request at a time
+    assert engine.blocks.used == 0 and engine.stats()["running"] == 0
+
+
+def test_prefix_cache_shares_blocks_and_keeps_answers(tiny):
+    rng = np.random.default_rng()
+    system = rng.integers(3, 259, 3 * BLOCK_SIZE + 5).tolist()
+    prompts = [system + q for q in _prompts(rng, 4, 2, 12)]
+    refs = [tiny.generate(p, max_new_tokens=6).token_ids for p in prompts]
+    engine = Engine(tiny, kv_memory=_kv(tiny, 64), max_batched_tokens=256)
+    first = engine.generate(prompts[0], RequestParams(max_tokens=6))
+    assert list(first.token_ids) == refs[0] and first.cached_tokens == 0
+    got = _run_all(engine, [(p, RequestParams(max_tokens=6)) for p in prompts[1:]])
+    assert got == refs[1:]
+    assert engine.metrics.prefix_hit_blocks == 3 * 3  # three shared blocks, three requests
+    # A prompt that is entirely cached still computes its last token (for its logits).
+    again = engine.generate(prompts[0][: 3 * BLOCK_SIZE], RequestParams(max_tokens=3))
+    assert list(again.token_ids) == tiny.generate(prompts[0][:48], max_new_tokens=3).token_ids
+    assert again.cached_tokens == 2 * BLOCK_SIZE
+    assert engine.blocks.used == 0 and engine.blocks.cached > 0
+
+
+def test_seeded_sampling_matches_generate_whatever_the_batch(tiny):
+    rng = np.random.default_rng()
+    prompts = _prompts(rng, 4)
+    seeds = rng.integers(0, 2**32, 4).tolist()
+    kw = [dict(temperature=0.9, top_p=0.95, seed=seeds[0]), dict(temperature=1.3, top_k=20,
+          seed=seeds[1]), dict(temperature=0.7, min_p=0.05, seed=seeds[2]),
+          dict(temperature=0.0, repetition_penalty=1.3, seed=seeds[3])]  # fmt: skip
+    refs = [
+        tiny.generate(p, max_new_tokens=10, **k).token_ids
+        for p, k in zip(prompts, kw, strict=False)
+    ]
+    engine = Engine(tiny, kv_memory=_kv(tiny, 64), max_batched_tokens=32)
+    jobs = [(p, RequestParams(max_tokens=10, sampling=SamplingParams(**k)))
+            for p, k in zip(prompts, kw, strict=False)]  # fmt: skip
+    jobs.append((prompts[0], RequestParams(max_tokens=10)))  # a greedy neighbour
+    got = _run_all(engine, jobs)
+    assert got[:4] == refs
+
+
+def test_text_stop_strings_and_eos_match_generate(tiny):
+    engine = Engine(tiny, kv_memory=_kv(tiny, 32))
+    ref = tiny.generate("hello there", max_new_tokens=30)
+    out = engine.generate("hello there", RequestParams(max_tokens=30))
+    assert (out.text, list(out.token_ids), out.finish_reason) == (
+        ref.text, ref.token_ids, ref.finish_reason)  # fmt: skip
+    stop = ref.text[3:5] if len(ref.text) >= 5 else ref.text[-1:]
+    ref_s = tiny.generate("hello there", max_new_tokens=30, stop=[stop])
+    out_s = engine.generate("hello there", RequestParams(max_tokens=30, stop=(stop,)))
+    assert (out_s.text, out_s.finish_reason) == (ref_s.text, "stop")
+    assert stop not in out_s.text
+
+
+def test_logprobs_are_those_of_the_model(tiny):
+    rng = np.random.default_rng()
+    prompt = _prompts(rng, 1, 5, 20)[0]
+    engine = Engine(tiny, kv_memory=_kv(tiny, 16))
+    out = engine.generate(prompt, RequestParams(max_tokens=3, logprobs=5))
+    ids = prompt + list(out.token_ids)
+    logits = tiny.forward(np.asarray(ids)).to_numpy()[0].astype(np.float64)
+    for i, lp in enumerate(out.logprobs):
+        row = logits[len(prompt) - 1 + i]
+        ref = row - row.max() - np.log(np.exp(row - row.max()).sum())
+        assert lp.token_id == out.token_ids[i] == int(ref.argmax())
+        assert abs(lp.logprob - ref[lp.token_id]) < 1e-4
+        assert [t for t, _ in lp.top] == np.argsort(-ref, kind="stable")[:5].tolist()
+
+
+def test_admission_queue_limit_abort_and_bad_prompts(tiny):
+    engine = Engine(tiny, kv_memory=_kv(tiny, 8), max_queue=2, max_batch=1)
+    outs: dict[str, list] = {}
+
+    def sink(out):
+        outs.setdefault(out.request_id, []).append(out)
+
+    rng = np.random.default_rng()
+    a = engine.submit(_prompts(rng, 1)[0], RequestParams(max_tokens=50), sink)
+    b = engine.submit(_prompts(rng, 1)[0], RequestParams(max_tokens=50), sink)
+    with pytest.raises(QueueFullError, match="max-queue"):
+        engine.submit([5, 6], RequestParams(max_tokens=5), sink)
+    engine.step()
+    engine.step()
+    assert engine.blocks.used > 0 and engine.stats()["running"] == 1  # max_batch 1: b waits
+    engine.abort(a)
+    engine.abort(b)
+    engine.step()
+    assert outs[a][-1].finish_reason == "abort" and outs[b][-1].finish_reason == "abort"
+    assert engine.blocks.used == 0 and not engine.has_work()
+    with pytest.raises(ValueError, match="context"):
+        engine.submit([7] * 300, RequestParams(), sink)
+    with pytest.raises(ValueError, match="KV cache holds"):
+        engine.submit([7] * 200, RequestParams(), sink)
+    with pytest.raises(ValueError, match="empty"):
+        engine.submit([], RequestParams(), sink)
+    with pytest.raises(ValueError, match="token ids"):
+        engine.submit([400], RequestParams(), sink)
+    with pytest.raises(ValueError, match="max_tokens"):
+        RequestParams(max_tokens=0)
+    with pytest.raises(ValueError, match="logprobs"):
+        RequestParams(logprobs=6)
+
+
+def test_a_lone_request_that_outgrows_the_cache_ends_with_length(tiny):
+    engine = Engine(tiny, kv_memory=_kv(tiny, 2))
+    out = engine.generate([9] * 20, RequestParams(max_tokens=100, ignore_eos=True))
+    assert out.finish_reason == "length" and len(out.token_ids) == 2 * BLOCK_SIZE - 20 + 1
+    assert engine.blocks.used == 0
+
+
+def test_engine_thread_and_partition(tiny):
+    from pygpukit.scheduler import PartitionLimits, Scheduler
+
+    with Scheduler(total_memory="256MiB") as sched:
+        part = sched.create_partition("chat", limits=PartitionLimits().memory("64MiB"))
+        engine = Engine(tiny, kv_memory=_kv(tiny, 16), partition=part)
+        assert part.usage()["memory_allocated"] >= engine.cache.nbytes
+        engine.start()
+        ref = tiny.generate([11, 12, 13], max_new_tokens=5).token_ids
+        assert list(engine.generate([11, 12, 13], RequestParams(max_tokens=5)).token_ids) == ref
+        engine.shutdown()
+        with pytest.raises(llm.LLMError, match="shut down"):
+            engine.submit([1], RequestParams(), lambda out: None)
