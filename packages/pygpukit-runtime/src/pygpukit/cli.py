@@ -76,6 +76,13 @@ COMMANDS: tuple[Command, ...] = (
         arguments="pygpukit.llm.cli:generate_arguments",
         distribution="pygpukit-llm",
     ),
+    Command(
+        "serve",
+        "an OpenAI-compatible HTTP server for LLMs (continuous batching, paged KV cache)",
+        "pygpukit.llm.serve.cli:serve_command",
+        arguments="pygpukit.llm.serve.cli:serve_arguments",
+        distribution="pygpukit-llm[serve]",
+    ),
 )
 
 

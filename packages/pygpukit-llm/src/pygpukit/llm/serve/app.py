@@ -1,0 +1,363 @@
+"""The OpenAI-compatible HTTP API over one engine per model (FastAPI).
+
+Routes: ``POST /v1/chat/completions`` and ``/v1/completions`` (server-sent events with
+``"stream": true``), ``GET /v1/models``, ``/health`` and ``/metrics`` (Prometheus text).
+Each request is tokenized here and handed to its model's :class:`~pygpukit.llm.engine.Engine`;
+the engine thread pushes its outputs into the request's asyncio queue. A client that
+disconnects has its request aborted (its KV blocks are freed at the engine's next step); a full
+queue is a 429 with ``Retry-After``; errors have OpenAI's body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from ..engine import Engine, EngineClosedError, QueueFullError, RequestOutput, render_prometheus
+from ..errors import TokenizerError
+from .protocol import APIError, ParsedRequest, parse_chat, parse_completion
+
+__all__ = ["create_app"]
+
+#: Seconds between checks that a non-streaming client is still connected.
+_DISCONNECT_POLL_S = 0.25
+
+
+def _json_body(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"the body is not valid JSON ({exc})", code="invalid_json") from None
+
+
+class _Server:
+    """The app's state: the engines by model name, counters, the shutdown flag."""
+
+    def __init__(self, engines: Mapping[str, Engine], grace_s: float) -> None:
+        self.engines = dict(engines)
+        self.grace_s = grace_s
+        self.created = int(time.time())
+        self.http_errors: dict[int, int] = {}
+        self.closing = False
+
+    def engine(self, name: str) -> Engine:
+        engine = self.engines.get(name)
+        if engine is None:
+            raise APIError(404, f"the model {name!r} does not exist; this server has "
+                           f"{sorted(self.engines)}", type="not_found_error", param="model",
+                           code="model_not_found")  # fmt: skip
+        return engine
+
+    def error(self, exc: APIError) -> JSONResponse:
+        self.http_errors[exc.status] = self.http_errors.get(exc.status, 0) + 1
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+def _token_text(engine: Engine, token: int) -> str:
+    tok = engine.tokenizer
+    return tok.decode([token], skip_special_tokens=False) if tok is not None else ""
+
+
+def _chat_logprobs(engine: Engine, outputs: list[RequestOutput]) -> dict[str, Any] | None:
+    entries = []
+    for out in outputs:
+        for lp in out.logprobs:
+            text = _token_text(engine, lp.token_id)
+            top = [{"token": (t := _token_text(engine, i)), "logprob": v,
+                    "bytes": list(t.encode())} for i, v in lp.top]  # fmt: skip
+            entries.append({"token": text, "logprob": lp.logprob, "bytes": list(text.encode()),
+                            "top_logprobs": top})  # fmt: skip
+    return {"content": entries} if entries else None
+
+
+def _completion_logprobs(
+    engine: Engine, outputs: list[RequestOutput], offset: int
+) -> dict[str, Any] | None:
+    tokens, values, tops, offsets = [], [], [], []
+    for out in outputs:
+        for lp in out.logprobs:
+            text = _token_text(engine, lp.token_id)
+            tokens.append(text)
+            values.append(lp.logprob)
+            tops.append({_token_text(engine, i): v for i, v in lp.top})
+            offsets.append(offset)
+            offset += len(text)
+    if not tokens:
+        return None
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops,
+            "text_offset": offsets}  # fmt: skip
+
+
+def _usage(last: RequestOutput) -> dict[str, Any]:
+    return {
+        "prompt_tokens": last.prompt_tokens,
+        "completion_tokens": last.completion_tokens,
+        "total_tokens": last.prompt_tokens + last.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": last.cached_tokens},
+    }
+
+
+def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastAPI:
+    """The FastAPI app serving ``engines`` (model name -> engine).
+
+    The engines' threads start with the app and stop when it shuts down, after giving running
+    requests up to ``grace_s`` seconds to finish.
+    """
+    server = _Server(engines, grace_s)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        for engine in server.engines.values():
+            engine.start()
+        yield
+        server.closing = True
+        loop = asyncio.get_running_loop()
+        stops = [
+            loop.run_in_executor(
+                None, functools.partial(e.shutdown, wait_for_requests=server.grace_s)
+            )
+            for e in server.engines.values()
+        ]
+        await asyncio.gather(*stops)
+
+    app = FastAPI(title="PyGPUkit OpenAI-compatible server", lifespan=lifespan)
+    app.state.server = server
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return server.error(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return server.error(APIError(exc.status_code, str(exc.detail), type=kind))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        return server.error(APIError(500, f"internal error: {type(exc).__name__}: {exc}",
+                                     type="server_error"))  # fmt: skip
+
+    async def submit(
+        engine: Engine, parsed: ParsedRequest, ids: list[int]
+    ) -> tuple[str, asyncio.Queue[RequestOutput]]:
+        if server.closing:
+            raise APIError(503, "the server is shutting down", type="server_error")
+        try:
+            engine.check_prompt(ids)
+        except ValueError as exc:
+            raise APIError(
+                400, str(exc), param="messages", code="context_length_exceeded"
+            ) from None
+        room = engine.max_model_len - len(ids)
+        max_tokens = parsed.max_tokens if parsed.max_tokens is not None else room
+        if max_tokens > room:
+            raise APIError(
+                400, f"max_tokens is {max_tokens} but the prompt has {len(ids)} tokens and the "
+                f"context is {engine.max_model_len}: at most {room} can be generated",
+                param="max_tokens", code="context_length_exceeded",
+            )  # fmt: skip
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
+
+        def sink(out: RequestOutput) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, out)
+
+        try:
+            rid = engine.submit(ids, parsed.params(max_tokens), sink,
+                                request_id=f"{uuid.uuid4().hex}")  # fmt: skip
+        except QueueFullError as exc:
+            raise APIError(
+                429,
+                str(exc),
+                type="rate_limit_error",
+                code="queue_full",
+                headers={"Retry-After": str(max(1, round(exc.retry_after)))},
+            ) from None
+        except EngineClosedError as exc:
+            raise APIError(503, str(exc), type="server_error") from None
+        except ValueError as exc:
+            raise APIError(400, str(exc), code="invalid_value") from None
+        return rid, queue
+
+    async def collect(
+        request: Request, engine: Engine, rid: str, queue: asyncio.Queue[RequestOutput]
+    ) -> list[RequestOutput]:
+        outputs: list[RequestOutput] = []
+        try:
+            while True:
+                try:
+                    out = await asyncio.wait_for(queue.get(), _DISCONNECT_POLL_S)
+                except TimeoutError:
+                    if await request.is_disconnected():
+                        engine.abort(rid)
+                        return outputs
+                    continue
+                outputs.append(out)
+                if out.finish_reason is not None:
+                    return outputs
+        except BaseException:
+            engine.abort(rid)
+            raise
+
+    def failed(last: RequestOutput) -> APIError | None:
+        if last.finish_reason == "error":
+            return APIError(500, f"generation failed: {last.error}", type="server_error")
+        return None
+
+    async def stream(
+        engine: Engine, rid: str, queue: asyncio.Queue[RequestOutput], first: dict[str, Any] | None,
+        chunk: Any, include_usage: bool,
+    ) -> AsyncIterator[str]:  # fmt: skip
+        done = False
+        try:
+            if first is not None:
+                yield f"data: {json.dumps(first)}\n\n"
+            while True:
+                out = await queue.get()
+                if (err := failed(out)) is not None:
+                    yield f"data: {json.dumps(err.body())}\n\n"
+                    done = True
+                    break
+                yield f"data: {json.dumps(chunk(out))}\n\n"
+                if out.finish_reason is not None:
+                    done = True
+                    if include_usage:
+                        yield f"data: {json.dumps(chunk(out, usage=True))}\n\n"
+                    break
+            yield "data: [DONE]\n\n"
+        finally:
+            if not done:  # the client went away (or the app is cancelling us): free the blocks
+                engine.abort(rid)
+
+    def sse(body: AsyncIterator[str]) -> StreamingResponse:
+        return StreamingResponse(body, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(request: Request) -> Response:
+        parsed, messages = parse_chat(_json_body(await request.body()))
+        engine = server.engine(parsed.model)
+        tok = engine.tokenizer
+        if tok is None:
+            raise APIError(400, f"the model {parsed.model!r} has no tokenizer (no chat template)")
+        try:
+            text = tok.apply_chat_template(messages, add_generation_prompt=True)
+        except TokenizerError as exc:
+            raise APIError(400, f"the chat template failed: {exc}", param="messages") from None
+        ids = tok.encode(text, add_special_tokens=False)
+        rid, queue = await submit(engine, parsed, ids)
+        cid, created = f"chatcmpl-{rid}", int(time.time())
+        head = {"id": cid, "created": created, "model": parsed.model}
+        if parsed.stream:
+
+            def chunk(out: RequestOutput, usage: bool = False) -> dict[str, Any]:
+                if usage:
+                    return {**head, "object": "chat.completion.chunk", "choices": [],
+                            "usage": _usage(out)}  # fmt: skip
+                choice = {"index": 0, "delta": {"content": out.text} if out.text else {},
+                          "logprobs": _chat_logprobs(engine, [out]),
+                          "finish_reason": out.finish_reason}  # fmt: skip
+                return {**head, "object": "chat.completion.chunk", "choices": [choice]}
+
+            first = {**head, "object": "chat.completion.chunk", "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                 "finish_reason": None}]}  # fmt: skip
+            return sse(stream(engine, rid, queue, first, chunk, parsed.include_usage))
+        outputs = await collect(request, engine, rid, queue)
+        if not outputs or outputs[-1].finish_reason is None:
+            return Response(status_code=499)  # the client is gone; nobody reads this
+        if (err := failed(outputs[-1])) is not None:
+            raise err
+        message = {"role": "assistant", "content": "".join(o.text for o in outputs)}
+        return JSONResponse(
+            {
+                **head,
+                "object": "chat.completion",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": _chat_logprobs(engine, outputs),
+                        "finish_reason": outputs[-1].finish_reason,
+                    }
+                ],
+                "usage": _usage(outputs[-1]),
+            }
+        )
+
+    @app.post("/v1/completions", response_model=None)
+    async def completions(request: Request) -> Response:
+        parsed = parse_completion(_json_body(await request.body()))
+        engine = server.engine(parsed.model)
+        try:
+            ids = engine.prompt_ids(parsed.prompt)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="prompt", code="invalid_value") from None
+        rid, queue = await submit(engine, parsed, ids)
+        cid, created = f"cmpl-{rid}", int(time.time())
+        head = {"id": cid, "object": "text_completion", "created": created, "model": parsed.model}
+        if parsed.stream:
+            offset = [0]
+
+            def chunk(out: RequestOutput, usage: bool = False) -> dict[str, Any]:
+                if usage:
+                    return {**head, "choices": [], "usage": _usage(out)}
+                lps = _completion_logprobs(engine, [out], offset[0])
+                offset[0] += sum(len(t) for t in (lps or {}).get("tokens", []))
+                return {**head, "choices": [{"index": 0, "text": out.text, "logprobs": lps,
+                                             "finish_reason": out.finish_reason}]}  # fmt: skip
+
+            return sse(stream(engine, rid, queue, None, chunk, parsed.include_usage))
+        outputs = await collect(request, engine, rid, queue)
+        if not outputs or outputs[-1].finish_reason is None:
+            return Response(status_code=499)
+        if (err := failed(outputs[-1])) is not None:
+            raise err
+        return JSONResponse(
+            {
+                **head,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": "".join(o.text for o in outputs),
+                        "logprobs": _completion_logprobs(engine, outputs, 0),
+                        "finish_reason": outputs[-1].finish_reason,
+                    }
+                ],
+                "usage": _usage(outputs[-1]),
+            }
+        )
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {"object": "list", "data": [
+            {"id": name, "object": "model", "created": server.created, "owned_by": "pygpukit",
+             "max_model_len": e.max_model_len} for name, e in server.engines.items()]}  # fmt: skip
+
+    @app.get("/health", response_model=None)
+    async def health() -> Response:
+        body = {"status": "shutting_down" if server.closing else "ok",
+                "models": {name: e.stats() for name, e in server.engines.items()}}  # fmt: skip
+        return JSONResponse(body, status_code=503 if server.closing else 200)
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        text = render_prometheus([(name, e.metrics) for name, e in server.engines.items()])
+        lines = ["# HELP pygpukit_serve_http_errors_total HTTP error responses, by status",
+                 "# TYPE pygpukit_serve_http_errors_total counter"]  # fmt: skip
+        lines += [f'pygpukit_serve_http_errors_total{{status="{s}"}} {n}'
+                  for s, n in sorted(server.http_errors.items())]  # fmt: skip
+        return PlainTextResponse(text + "\n".join(lines) + "\n",
+                                 media_type="text/plain; version=0.0.4")  # fmt: skip
+
+    return app

@@ -1,0 +1,177 @@
+"""``pygpukit serve MODEL [MODEL ...]``: the OpenAI-compatible server.
+
+Each MODEL is a model directory or ``.gguf`` file, optionally named (``chat=path/to/model``;
+the default name is the file or folder name without ``.gguf``). With ``--partition
+NAME=memory,compute,class`` the model NAME is loaded, and its KV cache allocated, inside a
+scheduler partition of that size and QoS class, so models share one GPU with guarantees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Any, TextIO
+
+__all__ = ["serve_arguments", "serve_command"]
+
+log = logging.getLogger("pygpukit.llm.serve")
+
+
+def serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``serve``."""
+    parser.add_argument("models", metavar="MODEL", nargs="+",
+                        help="a model directory or .gguf file, optionally NAME=PATH")  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--max-batch", type=int, default=64, help="requests per step at most")
+    parser.add_argument("--max-queue", type=int, default=256,
+                        help="waiting requests at most; more are answered 429")  # fmt: skip
+    parser.add_argument("--max-batched-tokens", type=int, default=512,
+                        help="tokens per step (decode tokens + prefill chunks)")  # fmt: skip
+    parser.add_argument("--kv-memory", default="0.5",
+                        help="KV cache size per model: a fraction of the device (or of the "
+                        "model's partition, less its weights) or a size such as 4GiB")  # fmt: skip
+    parser.add_argument("--max-model-len", type=int, default=4096,
+                        help="context length per request (prompt + answer)")  # fmt: skip
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--device", type=int, default=0, help="GPU ordinal (default 0)")
+    parser.add_argument("--partition", action="append", default=[], metavar="NAME=MEM,SHARE,CLASS",
+                        help="run model NAME in a scheduler partition, e.g. "
+                        "chat=8GiB,0.5,guaranteed (repeatable)")  # fmt: skip
+    parser.add_argument("--no-prefix-caching", action="store_true")
+    parser.add_argument("--grace", type=float, default=30.0,
+                        help="seconds running requests get to finish on SIGTERM")  # fmt: skip
+    parser.add_argument("--log-level", default="info")
+
+
+def _named(spec: str) -> tuple[str, str]:
+    name, sep, path = spec.partition("=")
+    if sep and name and not os.path.exists(spec):
+        return name, path
+    base = os.path.basename(os.path.normpath(spec))
+    return (base[: -len(".gguf")] if base.endswith(".gguf") else base), spec
+
+
+#: What a --kv-memory fraction is a fraction of on the CPU backend (host memory is shared
+#: with everything else, so it is not the machine's whole memory).
+_CPU_KV_BASE = 1 << 30
+
+
+def _kv_memory(text: str) -> int | float | str:
+    import pygpukit as gp
+
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if not (0 < value <= 1 and "." in text):
+        return int(value)
+    return value if gp.backend_name() == "cuda" else int(value * _CPU_KV_BASE)
+
+
+def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any], Any]:
+    """Load every model (in its partition) and make its engine; ``(engines, scheduler)``."""
+    import pygpukit as gp
+    from pygpukit import llm
+
+    from ..engine import Engine
+    from .partitions import create_partitions, parse_partition, parse_size
+
+    named = [_named(m) for m in args.models]
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        raise SystemExit(f"two models are named alike ({names}); name them: NAME=PATH")
+    specs = [parse_partition(p) for p in args.partition]
+    unknown = [s.name for s in specs if s.name not in names]
+    if unknown:
+        raise SystemExit(f"--partition names {unknown}, which are not models here ({names})")
+    scheduler: Any = None
+    parts: dict[str, Any] = {}
+    if specs:
+        total = int(gp.get_device_info(args.device)["total_memory"])
+        scheduler, parts = create_partitions(specs, total)
+    engines = {}
+    for name, path in named:
+        part = parts.get(name)
+        kv = _kv_memory(args.kv_memory)
+        with gp.Device(args.device):
+            if part is not None:
+                with part:
+                    model = llm.load(path, dtype=args.dtype, max_seq_len=args.max_model_len,
+                                     device=args.device, progress=False)  # fmt: skip
+                if isinstance(kv, float):
+                    spec = next(s for s in specs if s.name == name)
+                    weights = part.usage()["memory_allocated"]
+                    kv = int((parse_size(spec.memory) - weights) * kv)
+            else:
+                model = llm.load(path, dtype=args.dtype, max_seq_len=args.max_model_len,
+                                 device=args.device, progress=False)  # fmt: skip
+        engines[name] = Engine(
+            model, name=name, max_batch=args.max_batch, max_queue=args.max_queue,
+            max_batched_tokens=args.max_batched_tokens, kv_memory=kv, partition=part,
+            prefix_caching=not args.no_prefix_caching,
+        )  # fmt: skip
+        e = engines[name]
+        err.write(
+            f"{name}: {model!r}, {e.blocks.num_blocks} KV blocks "
+            f"({e.cache.nbytes / 2**20:.0f} MiB)"
+            f"{f', partition {part.id} ({part.qos_class.value})' if part else ''}\n"
+        )
+    return engines, scheduler
+
+
+def _warm_up(engines: dict[str, Any]) -> None:
+    """One short request per model, so the first client does not pay for kernel compilation."""
+    from ..engine import RequestParams
+
+    for engine in engines.values():
+        engine.generate([engine.model.config.bos_token_id or 0], RequestParams(max_tokens=2))
+
+
+def _exit_cleanly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
+
+
+def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
+    """Load the models, then serve until SIGTERM or Ctrl-C (running requests finish first)."""
+    try:
+        import uvicorn
+
+        from .app import create_app
+    except ImportError as exc:
+        raise SystemExit(
+            f"`serve` needs FastAPI and uvicorn ({exc}): pip install 'pygpukit-llm[serve]'"
+        ) from None
+
+    start = time.perf_counter()
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    engines, scheduler = build_engines(args, err)
+    _warm_up(engines)
+    app = create_app(engines, grace_s=args.grace)
+
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if not self.should_exit:
+                err.write(
+                    f"pygpukit serve: ready in {time.perf_counter() - start:.1f} s on "
+                    f"http://{args.host}:{args.port} (models: {', '.join(engines)})\n"
+                )
+                err.flush()
+
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=args.grace)  # fmt: skip
+    server = _Server(config)
+    # uvicorn finishes the running requests on SIGTERM, then raises the signal again: exit 0
+    # then, as a graceful stop should, instead of dying by the signal.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
+    try:
+        server.run()
+    finally:
+        if scheduler is not None:
+            scheduler.shutdown()
+    return 0
