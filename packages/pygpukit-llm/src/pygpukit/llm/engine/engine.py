@@ -83,7 +83,10 @@ class Engine:
         self.name = name or (model.config.architecture if name is None else name)
         self.partition = partition
         self.max_queue = max_queue
-        self.max_model_len = model.max_seq_len
+        # Paged decode attention has no sliding window: a context within the window is the
+        # same computation, so a sliding-window model serves contexts up to its window.
+        window = model.config.sliding_window
+        self.max_model_len = min(model.max_seq_len, window or model.max_seq_len)
         network = model.decoder.model
         cfg = model.config
         per_block = block_bytes(cfg, network.dtype)

@@ -1,0 +1,263 @@
+"""The ``serve`` benchmark suite: the server under load from concurrent streaming clients.
+
+Registered through the entry point group ``pygpukit.benchmark_suites`` when installed; from a
+source tree set ``PYGPUKIT_BENCHMARK_PLUGINS=pygpukit.llm.serve.benchmarks:suites``::
+
+    python -m pygpukit.benchmark --suite serve [--quick]
+
+The server runs as a subprocess (``python -m pygpukit serve``) on 127.0.0.1 with a
+random-weight bfloat16 checkpoint of the ``llm`` suite's shapes (Llama-3.1-8B on the GPU;
+``--quick`` and the CPU backend: smaller ones), and :mod:`.loadgen` drives it from this
+process. Rows:
+
+- ``startup``: from the command to the first answer (weights read from the page cache);
+- ``load``: 1, 16 and 64 clients, each sending one streamed 128-in/128-out (and 1024-in/128-out)
+  completion; the time is the wall time of the round; the metrics give output tokens/s and
+  time to first token p50/p99 and inter-token latency p99;
+- ``isolation`` (GPU, not ``--quick``): a Guaranteed Qwen2.5-0.5B-shape model under 4 clients
+  beside a BestEffort 8B-shape model under 64, each in its own scheduler partition; the
+  metrics compare the small model's inter-token latency p99 with the 8B idle and saturated.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from pygpukit.benchmark.case import Case, Skip, Timed
+from pygpukit.benchmark.peers import Library
+from pygpukit.benchmark.registry import Suite, SuiteContext
+
+from ..benchmarks import SHAPES, _checkpoint
+from .loadgen import LoadResult, run_load
+
+__all__ = ["SUITE", "suites"]
+
+NAME = "serve"
+_START_TIMEOUT_S = 900
+_servers: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], str]] = {}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a server and wait until it answers; ``(process, url)``."""
+    import httpx
+
+    port = _free_port()
+    cmd = [sys.executable, "-m", "pygpukit", "serve", *args, "--port", str(port),
+           "--log-level", "warning"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    lines: list[bytes] = []
+    threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True).start()
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited: {b''.join(lines).decode(errors='replace')}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return proc, url
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the server did not start in time")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for proc, _ in _servers.values():
+        _stop(proc)
+    _servers.clear()
+
+
+def _server(args: list[str]) -> str:
+    """A server with these arguments, started once per benchmark process (others stopped)."""
+    key = tuple(args)
+    if key not in _servers:
+        _stop_all()  # one model set on the device at a time
+        _servers[key] = _start(args)
+    return _servers[key][1]
+
+
+def _serve_args(shape: str, max_len: int) -> list[str]:
+    return [f"{shape}={_checkpoint(shape)}", "--max-model-len", str(max_len),
+            "--max-batch", "64", "--max-batched-tokens", "2048"]  # fmt: skip
+
+
+def _metrics(results: list[LoadResult]) -> dict[str, float | str]:
+    if not results:
+        return {}
+    best = max(results, key=lambda r: r.output_tokens_per_s)
+    return {
+        "output_tok_s": round(best.output_tokens_per_s, 1),
+        "ttft_p50_ms": round(best.percentile("ttft", 50) * 1e3, 1),
+        "ttft_p99_ms": round(best.percentile("ttft", 99) * 1e3, 1),
+        "itl_p99_ms": round(best.percentile("itl", 99) * 1e3, 2),
+    }
+
+
+def _check(expected: int) -> Any:
+    def check(result: Any) -> None:
+        if not isinstance(result, LoadResult) or result.output_tokens != expected:
+            got = getattr(result, "output_tokens", result)
+            raise AssertionError(f"expected {expected} streamed tokens, got {got}")
+        return None
+
+    return check
+
+
+def _load_case(shape: str, clients: int, prompt: int, new: int) -> Case:
+    vocab = int(SHAPES[shape]["vocab_size"])
+
+    def setup(lib: Library, copies: int) -> Timed:
+        if lib.name != "pygpukit":
+            raise Skip(f"{lib.name}: no server")
+        url = _server(_serve_args(shape, prompt + new + 64))
+        results: list[LoadResult] = []
+
+        def run(i: int) -> LoadResult:
+            return run_load(url, shape, clients=clients, prompt_tokens=prompt,
+                            output_tokens=new, vocab=vocab, seed=i)  # fmt: skip
+
+        def measure(i: int) -> float:
+            results.append(run(i))
+            return results[-1].wall_s * 1e3
+
+        return Timed(run=run, check=_check(clients * new), measure=measure,
+                     metrics=lambda: _metrics(results))  # fmt: skip
+
+    params: dict[str, int | float | str] = {"model": shape, "clients": clients,
+                                            "prompt": prompt, "new": new}  # fmt: skip
+    return Case(NAME, "load", params, {"pygpukit": setup}, timing="wall")
+
+
+def _startup_case(shape: str) -> Case:
+    vocab = int(SHAPES[shape]["vocab_size"])
+
+    def setup(lib: Library, copies: int) -> Timed:
+        if lib.name != "pygpukit":
+            raise Skip(f"{lib.name}: no server")
+        _stop_all()
+        _checkpoint(shape)  # written (and in the page cache) before the clock starts
+
+        def run(i: int) -> LoadResult:
+            proc, url = _start(_serve_args(shape, 512))
+            try:
+                return run_load(url, shape, clients=1, prompt_tokens=16, output_tokens=1,
+                                vocab=vocab, seed=i)  # fmt: skip
+            finally:
+                _stop(proc)
+
+        def measure(i: int) -> float:
+            start = time.perf_counter()
+            run(i)
+            return (time.perf_counter() - start) * 1e3
+
+        return Timed(run=run, check=_check(1), measure=measure)
+
+    return Case(NAME, "startup", {"model": shape}, {"pygpukit": setup}, timing="wall")
+
+
+def _isolation_case(small: str, big: str) -> Case:
+    small_vocab, big_vocab = int(SHAPES[small]["vocab_size"]), int(SHAPES[big]["vocab_size"])
+
+    def setup(lib: Library, copies: int) -> Timed:
+        if lib.name != "pygpukit":
+            raise Skip(f"{lib.name}: no server")
+        url = _server([f"{small}={_checkpoint(small)}", f"{big}={_checkpoint(big)}",
+                       "--max-model-len", "512", "--max-batch", "64", "--kv-memory", "0.6",
+                       "--partition", f"{small}=8GiB,0.25,guaranteed",
+                       "--partition", f"{big}=56GiB,0,besteffort"])  # fmt: skip
+        seen: dict[str, LoadResult] = {}
+
+        def run(i: int) -> LoadResult:
+            seen["alone"] = run_load(
+                url,
+                small,
+                clients=4,
+                requests_per_client=2,
+                prompt_tokens=128,
+                output_tokens=128,
+                vocab=small_vocab,
+            )
+            box: dict[str, LoadResult] = {}
+            noise = threading.Thread(target=lambda: box.setdefault("big", run_load(
+                url, big, clients=64, requests_per_client=2, prompt_tokens=128,
+                output_tokens=128, vocab=big_vocab)))  # fmt: skip
+            noise.start()
+            time.sleep(2.0)  # let the 8B batch fill up
+            seen["loaded"] = run_load(
+                url,
+                small,
+                clients=4,
+                requests_per_client=2,
+                prompt_tokens=128,
+                output_tokens=128,
+                vocab=small_vocab,
+            )
+            noise.join()
+            return seen["loaded"]
+
+        def metrics() -> dict[str, float | str]:
+            if not seen:
+                return {}
+            alone = seen["alone"].percentile("itl", 99)
+            loaded = seen["loaded"].percentile("itl", 99)
+            return {"itl_p99_alone_ms": round(alone * 1e3, 2),
+                    "itl_p99_loaded_ms": round(loaded * 1e3, 2),
+                    "ratio": round(loaded / alone, 2) if alone else "n/a"}  # fmt: skip
+
+        return Timed(run=run, check=_check(4 * 2 * 128), metrics=metrics)
+
+    return Case(NAME, "isolation", {"guaranteed": small, "besteffort": big},
+                {"pygpukit": setup}, timing="wall")  # fmt: skip
+
+
+def _cases(ctx: SuiteContext) -> Iterator[Case]:
+    clients: tuple[int, ...]
+    if not ctx.on_gpu:
+        shape, clients, sizes = "tiny", (1, 4), [(32, 8)]
+    elif ctx.quick:
+        shape, clients, sizes = "qwen2.5-0.5b", (1, 16, 64), [(128, 128)]
+    else:
+        shape, clients, sizes = "llama-3.1-8b", (1, 16, 64), [(128, 128), (1024, 128)]
+    yield _startup_case(shape)
+    for prompt, new in sizes:
+        for n in clients:
+            yield _load_case(shape, n, prompt, new)
+    if ctx.on_gpu and not ctx.quick:
+        yield _isolation_case("qwen2.5-0.5b", "llama-3.1-8b")
+
+
+SUITE = Suite(
+    NAME,
+    "pygpukit serve under 1/16/64 streaming clients (TTFT p50/p99, output tok/s), startup "
+    "time and partition isolation, random-weight Llama-3.1-8B shape",
+    _cases,
+)
+
+
+def suites() -> list[Suite]:
+    """The ``serve`` suite (the entry point's target)."""
+    return [SUITE]
