@@ -7,6 +7,7 @@ matmul, output, overlap-add and log kernels are held to it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,3 +130,15 @@ def test_stft_matches_torch(rand: Callable[..., np.ndarray]) -> None:
         ).numpy()
         y = ops.istft(ops.stft(gp.from_numpy(x), n_fft, hop), n_fft, hop, length=48000)
         assert rel(y.to_numpy(), back) < 1e-5
+
+
+@pytest.mark.parametrize("n_mels", [80, 128])
+def test_log_mel_equals_whisper_feature_extractor(n_mels: int) -> None:
+    """The stored WhisperFeatureExtractor output (tools/audio_reference.py), on the GPU."""
+    path = Path(__file__).resolve().parents[1] / "references" / "whisper_log_mel.npz"
+    with np.load(path) as data:
+        want = data[f"features_{n_mels}"]
+        clips = [data["clip_a"], data["clip_b"]][: want.shape[0]]
+    padded = [ops.pad_or_trim(gp.from_numpy(c.astype(np.float32) / 32768.0)) for c in clips]
+    got = ops.log_mel_spectrogram(gp.stack(padded), n_mels).to_numpy()
+    assert got.shape == want.shape and np.abs(got - want).max() < 1e-4
