@@ -14,7 +14,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.sampling`: token sampling on the GPU;
 - :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device;
 - :mod:`.audio`: STFT / inverse STFT for any n_fft, mel filterbanks and spectrograms,
-  Whisper's log-mel frontend, MFCCs;
+  Whisper's log-mel frontend, MFCCs, resampling, YIN pitch, onsets, ``load_audio``;
 - :mod:`.layers`: the same ops as stateful layers (weights + launch plans made once) for
   model code: ``Linear``, ``RMSNorm``, ``LayerNorm``, ``Rotary``, ``Attention``, ``GatedMLP``,
   ``Embedding``;

@@ -35,7 +35,14 @@ from ..reference import stft as stft_reference
 from . import _signal as sig
 from .stft import BASES, Bases, Framing, frames_launch, frames_to_planar, make_framing, stft
 
-__all__ = ["log_mel_spectrogram", "mel_filterbank", "mel_spectrogram", "mfcc", "pad_or_trim"]
+__all__ = [
+    "log_mel_spectrogram",
+    "mel_filterbank",
+    "mel_spectrogram",
+    "mfcc",
+    "pad_or_trim",
+    "power_to_db",
+]
 
 #: Whisper's audio constants: 16 kHz, 400-sample windows every 160 samples, 30 s windows.
 WHISPER_SAMPLE_RATE = 16000
@@ -313,6 +320,28 @@ _DB: PlanCache[CudaDb | ReferenceDb] = PlanCache(
 )
 
 
+def power_to_db(s: GPUArray, amin: float = 1e-10, top_db: float | None = 80.0) -> GPUArray:
+    """Decibels of a power spectrogram ``[..., rows, frames]``: ``10 log10(max(s, amin))``.
+
+    Floored at (maximum - ``top_db``) per batch item (the last two axes; librosa's
+    ``power_to_db`` with ``ref=1.0`` takes the maximum over the whole array, the same for one
+    spectrogram); ``top_db=None`` keeps everything. A new float32 array.
+    """
+    op = "power_to_db"
+    x = c.check_array(s, "s", dtypes=(sig.F32,))
+    if x.ndim < 2:
+        raise ValueError(f"{op}: s must be [..., rows, frames], got shape {x.shape}")
+    if not float(amin) > 0:
+        raise ValueError(f"{op}: amin must be positive, got {amin!r}")
+    if top_db is not None and not float(top_db) >= 0:
+        raise ValueError(f"{op}: top_db must be non-negative or None, got {top_db!r}")
+    out = x.copy()
+    if out.size:
+        batch = out.size // (x.shape[-1] * x.shape[-2])
+        _DB.get()(out.reshape(batch, x.shape[-2], x.shape[-1]), float(amin), top_db)
+    return out
+
+
 def mfcc(
     x: GPUArray,
     sr: float = 22050,
@@ -336,15 +365,11 @@ def mfcc(
     n_mfcc = validation.size(n_mfcc, "n_mfcc", op, minimum=1)
     if n_mfcc > n_mels:
         raise ValueError(f"{op}: n_mfcc ({n_mfcc}) must be at most n_mels ({n_mels})")
-    if top_db is not None and not float(top_db) >= 0:
-        raise ValueError(f"{op}: top_db must be non-negative or None, got {top_db!r}")
     mel = mel_spectrogram(x, sr, n_fft, hop_length, n_mels=n_mels, power=2.0, **mel_args)
     lead = mel.shape[:-2]
     frames = mel.shape[-1]
     batch = int(np.prod(lead)) if lead else 1
-    s = mel.reshape(batch, n_mels, frames)
-    if s.size:
-        _DB.get()(s, 1e-10, top_db)
+    s = power_to_db(mel, 1e-10, top_db).reshape(batch, n_mels, frames)
     dct = _DCT.get(n_mfcc, n_mels, gp.get_device())
     return gp.matmul(dct, s, allow_tf32=False).reshape(*lead, n_mfcc, frames)
 

@@ -20,8 +20,7 @@
 //   audio_resample_f32      polyphase FIR: y[b, j] = sum_t h[p(j), t] * x[b, base(j) + t] with
 //                           p(j) = (j * down) % up and base(j) = (j * down) / up - half; samples
 //                           outside the signal are zeros.
-//   audio_yin_diff_f32      YIN's cumulative mean normalised difference d'(tau) of each frame,
-//                           one block per frame, the frame in shared memory.
+//   audio_yin_f32           YIN's pitch and voicing of each frame (see the kernel).
 #include "pygpukit/kernel.cuh"
 
 namespace {
@@ -37,8 +36,8 @@ __device__ __forceinline__ long long first_index() {
 }  // namespace
 
 PGK_CONSTANT(AUDIO_THREADS, 256);
-// The largest frame audio_yin_diff_f32 holds in shared memory (floats).
-PGK_CONSTANT(AUDIO_YIN_MAX_FRAME, 8192);
+// The most floats audio_yin_f32 holds in shared memory (frame_length + max_period + 1).
+PGK_CONSTANT(AUDIO_YIN_MAX_SHARED, 12288);
 
 PGK_KERNEL(audio_frames_f32, (const float* x, float* frames, long long batch, long long length,
                               int n_fft, int hop, long long n_frames, long long pad, int reflect)) {
@@ -165,37 +164,59 @@ PGK_KERNEL(audio_resample_f32,
     }
 }
 
-// d'(tau) for tau in [0, max_lag] of frame f: d(tau) = sum_{j < w} (x_j - x_{j+tau})^2 over the
-// frame's first w = frame_length - max_lag samples, then d'(0) = 1 and
-// d'(tau) = d(tau) * tau / sum_{s=1..tau} d(s). One block per frame: the threads share the
-// lags, then thread 0 runs the prefix sum (max_lag is at most a few thousand).
-PGK_KERNEL(audio_yin_diff_f32,
-           (const float* frames, float* out, long long n_frames, int frame_length, int max_lag)) {
+// YIN on frame f (one block a frame, the frame and its difference function in shared memory):
+//   r(tau) = sum_{m < N - tau} x_m x_{m+tau} (the frame's autocorrelation), tau <= max_period;
+//   d(tau) = 2 (r(0) - r(tau)) - sum_{m < tau} x_m^2 (librosa's difference function);
+//   d'(tau) = d(tau) / (mean of d(1..tau) + tiny) (the cumulative mean normalised difference);
+// then over tau in [min_period, max_period]: the first local minimum below `threshold` (voiced),
+// else the global minimum (unvoiced), refined by a parabola through it and its neighbours;
+// f0 = sr / period. The threads share the lags; thread 0 runs the scans (max_period is at
+// most a few thousand).
+PGK_KERNEL(audio_yin_f32,
+           (const float* frames, float* f0, unsigned char* voiced, long long n_frames,
+            int frame_length, int min_period, int max_period, float threshold, float sr)) {
     extern __shared__ float smem[];
     float* frame = smem;
-    float* diff = smem + frame_length;
+    float* d = smem + frame_length;
     const long long f = blockIdx.x;
     if (f >= n_frames) return;
     const float* src = frames + f * frame_length;
     for (int i = threadIdx.x; i < frame_length; i += blockDim.x) frame[i] = src[i];
     __syncthreads();
-    const int w = frame_length - max_lag;
-    for (int tau = threadIdx.x; tau <= max_lag; tau += blockDim.x) {
+    for (int tau = threadIdx.x; tau <= max_period; tau += blockDim.x) {
         float acc = 0.0f;
-        for (int j = 0; j < w; ++j) {
-            const float d = frame[j] - frame[j + tau];
-            acc = fmaf(d, d, acc);
-        }
-        diff[tau] = acc;
+        for (int m = 0; m + tau < frame_length; ++m) acc = fmaf(frame[m], frame[m + tau], acc);
+        d[tau] = acc;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float running = 0.0f;
-        float* dst = out + f * (max_lag + 1);
-        dst[0] = 1.0f;
-        for (int tau = 1; tau <= max_lag; ++tau) {
-            running += diff[tau];
-            dst[tau] = running > 0.0f ? diff[tau] * tau / running : 1.0f;
+    if (threadIdx.x != 0) return;
+    const float tiny = 1.1754943508222875e-38f;
+    const float r0 = d[0];
+    float energy = 0.0f, running = 0.0f;
+    for (int tau = 1; tau <= max_period; ++tau) {
+        energy = fmaf(frame[tau - 1], frame[tau - 1], energy);
+        const float diff = 2.0f * (r0 - d[tau]) - energy;
+        running += diff;
+        d[tau] = diff / (running / tau + tiny);
+    }
+    const float* y = d + min_period;
+    const int n = max_period - min_period + 1;
+    int chosen = -1, best = 0;
+    for (int i = 0; i < n; ++i) {
+        if (y[i] < y[best]) best = i;
+        if (chosen < 0 && y[i] < threshold && n > 1) {
+            const bool below_left = i == 0 ? y[0] < y[1] : y[i] < y[i - 1];
+            const bool not_above_right = i == n - 1 || y[i] <= y[i + 1];
+            if (below_left && not_above_right) chosen = i;
         }
     }
+    const int i = chosen >= 0 ? chosen : best;
+    float shift = 0.0f;
+    if (i > 0 && i < n - 1) {
+        const float a = y[i + 1] + y[i - 1] - 2.0f * y[i];
+        const float b = 0.5f * (y[i + 1] - y[i - 1]);
+        if (fabsf(b) < fabsf(a)) shift = -b / a;
+    }
+    f0[f] = sr / (static_cast<float>(min_period + i) + shift);
+    voiced[f] = chosen >= 0 ? 1 : 0;
 }
