@@ -9,7 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pygpukit as gp
 from pygpukit.llm.random_model import write_checkpoint
+
+#: The tiny model's dtype in the tests: float32 on the CPU backend; bfloat16 on the GPU, whose
+#: paged attention kernels take float16/bfloat16 only.
+TEST_DTYPE = "bfloat16" if gp.backend_name() == "cuda" else "float32"
 
 #: Llama-shaped, head dim 64 (the smallest the attention kernels take), vocab 320 (the 259
 #: tokens of write_tokenizer's byte-level vocabulary and some more).

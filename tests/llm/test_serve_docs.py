@@ -11,7 +11,7 @@ import shutil
 import subprocess
 
 import pytest
-from serve_models import write_tiny_model
+from serve_models import TEST_DTYPE, write_tiny_model
 from serve_server import run_server
 
 pytest.importorskip("openai")
@@ -27,7 +27,7 @@ DOC_URL = "http://127.0.0.1:8000"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     path = write_tiny_model(tmp_path_factory.mktemp("docs-model"))
-    with run_server([f"smollm2={path}"], "--dtype", "float32", "--max-model-len", "256",
+    with run_server([f"smollm2={path}"], "--dtype", TEST_DTYPE, "--max-model-len", "256",
                     "--kv-memory", "2MiB") as s:  # fmt: skip
         yield s
 

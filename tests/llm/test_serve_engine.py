@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from serve_models import write_tiny_model
+from serve_models import TEST_DTYPE, write_tiny_model
 
 from pygpukit import llm
 from pygpukit.llm.engine import (
@@ -22,11 +22,11 @@ from pygpukit.llm.generate import SamplingParams
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     path = write_tiny_model(tmp_path_factory.mktemp("tiny"))
-    return llm.load(path, dtype="float32", max_seq_len=256, progress=False)
+    return llm.load(path, dtype=TEST_DTYPE, max_seq_len=256, progress=False)
 
 
 def _kv(model, blocks: int) -> int:
-    return blocks * block_bytes(model.config, np.float32)
+    return blocks * block_bytes(model.config, model.decoder.model.dtype)
 
 
 def _prompts(rng, n: int, lo: int = 3, hi: int = 70) -> list[list[int]]:
@@ -181,9 +181,13 @@ def test_logprobs_are_those_of_the_model(tiny):
     for i, lp in enumerate(out.logprobs):
         row = logits[len(prompt) - 1 + i]
         ref = row - row.max() - np.log(np.exp(row - row.max()).sum())
-        assert lp.token_id == out.token_ids[i] == int(ref.argmax())
-        assert abs(lp.logprob - ref[lp.token_id]) < 1e-4
-        assert [t for t, _ in lp.top] == np.argsort(-ref, kind="stable")[:5].tolist()
+        assert lp.token_id == out.token_ids[i]
+        assert TEST_DTYPE != "float32" or lp.token_id == int(ref.argmax())
+        if TEST_DTYPE == "float32":  # bfloat16 rounds differently in forward's attention
+            assert abs(lp.logprob - ref[lp.token_id]) < 1e-4
+            assert [t for t, _ in lp.top] == np.argsort(-ref, kind="stable")[:5].tolist()
+        else:
+            assert abs(lp.logprob - ref[lp.token_id]) < 5e-2 and len(lp.top) == 5
 
 
 def test_admission_queue_limit_abort_and_bad_prompts(tiny):

@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from serve_models import write_tiny_model
+from serve_models import TEST_DTYPE, write_tiny_model
 from serve_server import run_server
 
 openai = pytest.importorskip("openai")
@@ -19,9 +19,9 @@ httpx = pytest.importorskip("httpx")
 from pygpukit import llm  # noqa: E402
 
 MAX_LEN = 256
-#: 64 KV blocks (16 KiB each for the tiny model in float32): 32 concurrent requests outgrow
-#: them, so some are preempted and recomputed.
-KV_MEMORY = "1MiB"
+#: 64 KV blocks (16 KiB each for the tiny model in float32, 8 KiB in bfloat16): 32 concurrent
+#: requests outgrow them, so some are preempted and recomputed.
+KV_MEMORY = "1MiB" if TEST_DTYPE == "float32" else "512KiB"
 
 
 @pytest.fixture(scope="module")
@@ -31,12 +31,12 @@ def tiny_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_path):
-    return llm.load(tiny_path, dtype="float32", max_seq_len=MAX_LEN, progress=False)
+    return llm.load(tiny_path, dtype=TEST_DTYPE, max_seq_len=MAX_LEN, progress=False)
 
 
 @pytest.fixture(scope="module")
 def server(tiny_path):
-    with run_server([f"tiny={tiny_path}"], "--dtype", "float32", "--max-model-len",
+    with run_server([f"tiny={tiny_path}"], "--dtype", TEST_DTYPE, "--max-model-len",
                     str(MAX_LEN), "--kv-memory", KV_MEMORY, "--max-batch", "16",
                     "--max-queue", "64", "--max-batched-tokens", "96") as s:  # fmt: skip
         yield s
@@ -221,7 +221,7 @@ def test_a_client_disconnecting_mid_stream_frees_its_blocks(server, tiny):
 
 
 def test_full_queue_is_429_and_sigterm_is_graceful(tiny_path, tiny):
-    with run_server([f"tiny={tiny_path}"], "--dtype", "float32", "--max-model-len",
+    with run_server([f"tiny={tiny_path}"], "--dtype", TEST_DTYPE, "--max-model-len",
                     str(MAX_LEN), "--max-batch", "1", "--max-queue", "2", "--kv-memory",
                     KV_MEMORY) as srv:  # fmt: skip
         long_body = {**_COMP, "prompt": "go on", "max_tokens": 150, "stream": True,
