@@ -16,6 +16,8 @@ from llm_reference_numpy import CONFIGS, forward, rel_err
 import pygpukit as gp
 from pygpukit import llm
 from pygpukit.llm.random_model import random_weights
+from pygpukit.ops._plan import plan_caches
+from pygpukit.ops.layers import Attention, GatedMLP, Linear
 
 
 @pytest.fixture
@@ -261,7 +263,32 @@ def test_step_logits_are_unrounded_float32(seed, rng):
     x = gp.from_numpy(rng.standard_normal((1, m.config.hidden_size)).astype(gp.bfloat16))
     got = m.logits(x)
     assert got.dtype == np.float32 and got.shape == (1, m.config.vocab_size)
-    exact = x.to_numpy().astype(np.float64) @ m.lm_head.to_numpy().astype(np.float64).T
+    exact = x.to_numpy().astype(np.float64) @ m.lm_head.weight.to_numpy().astype(np.float64).T
     assert rel_err(got.to_numpy(), exact) < 1e-6
     values = got.to_numpy()
     assert np.mean(values != values.astype(gp.bfloat16).astype(np.float32)) > 0.5
+
+
+def _plan_lookups() -> int:
+    """Lookups (hits and misses) every op's plan cache has served."""
+    return sum(c.hits + c.misses for c in plan_caches().values())
+
+
+@pytest.mark.parametrize("name", ["qwen3_qknorm", "mistral_window"])
+def test_decode_steps_make_no_plan(name, seed, rng):
+    """The decoder is built from ops layers: after the first step, a step plans nothing."""
+    model, _ = _model(name, seed, "bfloat16")
+    m = model._model
+    assert isinstance(m.lm_head, Linear) and isinstance(m.attention, Attention)
+    assert all(isinstance(layer.mlp, GatedMLP) for layer in m.layers)
+    assert m.layers[0].qkv.splits == (m.config.q_size, m.config.kv_size, m.config.kv_size)
+    dec, greedy = model.decoder, llm.SamplingParams()
+    dec.use_graphs = False  # the eager step (the GPU replays it as a graph)
+    dec.prefill(rng.integers(3, 256, 9).tolist(), greedy, None)
+    dec.decode_step(greedy)
+    before = _plan_lookups()
+    for _ in range(12):  # past Mistral's window of 8: the rolling cache wraps around
+        dec.decode_step(greedy)
+    assert _plan_lookups() == before
+    tokens = dec.history.to_numpy()[9:22]
+    assert ((tokens >= 0) & (tokens < 256)).all()

@@ -150,12 +150,8 @@ class Decoder:
             i, k.reshape(1, cfg.num_kv_heads, 1, cfg.head_dim),
             v.reshape(1, cfg.num_kv_heads, 1, cfg.head_dim), self.slot,
         )  # fmt: skip
-        o = ops.decode_attention(
-            q.reshape(1, cfg.num_heads, cfg.head_dim),
-            self.cache.k[i],
-            self.cache.v[i],
-            self.lens,
-            scale=self.model.scale,
+        o = self.model.attention.decode(
+            q.reshape(1, cfg.num_heads, cfg.head_dim), self.cache.k[i], self.cache.v[i], self.lens
         )
         return o.reshape(1, 1, cfg.q_size)
 
@@ -185,8 +181,7 @@ class Decoder:
         def store(i: int, k: GPUArray, v: GPUArray) -> None:
             self.cache.write(i, k, v, slots)
 
-        attend = self.model.attend_uncached(self.model.window_mask(s), store)
-        x = self.model.hidden_states(ids, positions, attend)
+        x = self.model.hidden_states(ids, positions, self.model.attend_uncached(store))
         self._sample(self.model.logits(x[:, s - 1]), p, gen)
         self._advance()
 

@@ -182,7 +182,7 @@ class CausalLM:
         with gp.Device(self.device):
             positions = gp.from_numpy(np.broadcast_to(np.arange(s, dtype=np.int32), (b, s)).copy())
             x = m.hidden_states(gp.from_numpy(ids.astype(np.int32)), positions,
-                                m.attend_uncached(m.window_mask(s)))  # fmt: skip
+                                m.attend_uncached())  # fmt: skip
             return m.logits(x)
 
     # --- generation -------------------------------------------------------------------------
