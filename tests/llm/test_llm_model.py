@@ -207,6 +207,8 @@ def test_shape_contradicting_config(seed):
         ({"top_k": -2}, ValueError, "top_k must be >= 0"),
         ({"repetition_penalty": 0.0}, ValueError, "repetition_penalty must be > 0"),
         ({"min_p": 2.0}, ValueError, "min_p"),
+        ({"max_new_tokens": 2.5}, TypeError, "max_new_tokens must be an int"),
+        ({"temprature": 0.5}, TypeError, "unknown generation option.*temprature.*temperature"),
     ],
 )
 def test_bad_generation_arguments(seed, kwargs, error, match):
@@ -214,6 +216,28 @@ def test_bad_generation_arguments(seed, kwargs, error, match):
     with pytest.raises(error, match=match):
         model.generate([5, 6, 7], **{"max_new_tokens": 4, **kwargs})
     assert len(model.generate([5, 6, 7], max_new_tokens=4).token_ids) == 4  # still usable
+
+
+def test_generate_stream_and_chat_take_the_same_options(seed, rng):
+    """One options definition serves the three calls (and the CLI's keyword arguments)."""
+    from pygpukit.llm.generate import GenerationOptions, GenerationRequest
+
+    opts: dict = {
+        "max_new_tokens": 7, "temperature": 0.9, "top_k": 20, "top_p": 0.8, "min_p": 0.01,
+        "repetition_penalty": 1.1, "seed": int(rng.integers(1 << 30)), "stop": None,
+    }  # fmt: skip
+    assert set(opts) == set(GenerationOptions.__annotations__)
+    request = GenerationRequest.from_options(opts)
+    assert request.max_new_tokens == 7 and request.sampling.top_k == 20
+    assert GenerationRequest.from_options({}) == GenerationRequest()
+    model, _ = _model("qwen2_bias", seed, tokenizer=_Tokenizer())
+    prompt = rng.integers(3, 256, 5).tolist()
+    generated = model.generate(prompt, **opts)
+    assert len(generated.token_ids) == 7
+    assert "".join(model.stream(prompt, **opts)) == generated.text
+    messages = [{"role": "user", "content": "hi"}]
+    replied = model.chat(messages, **opts)
+    assert "".join(model.chat(messages, stream=True, **opts)) == replied.text
 
 
 def test_prompt_longer_than_max_seq_len(seed):
