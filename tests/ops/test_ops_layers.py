@@ -346,6 +346,24 @@ def test_a_layer_call_makes_no_plan(rand: Rand, rng) -> None:
     assert plan_lookups() == before
 
 
+def test_a_layer_keeps_a_bounded_number_of_plans(rand: Rand, monkeypatch) -> None:
+    """One plan per prompt length would grow without bound in a server: the oldest goes."""
+    from pygpukit.ops.layers import _checks
+
+    monkeypatch.setattr(_checks, "MAX_PLANS", 4)
+    w = rand((16, 32), gp.float16)
+    layer, norm = Linear(up(w)), RMSNorm(up(rand((32,), gp.float16)))
+    for m in range(1, 8):
+        x = rand((m, 32), gp.float16)
+        assert rel_err(layer(up(x)).to_numpy(), linear_ref(x, w, None, None)) < 3e-3
+        norm(up(x))
+    assert list(layer._plans) == [(m, True) for m in range(4, 8)]
+    assert len(norm._plans) == 4
+    x = rand((1, 32), gp.float16)  # dropped: planned again, same result
+    np.testing.assert_array_equal(layer(up(x)).to_numpy(), ops.linear(up(x), up(w)).to_numpy())
+    assert (1, True) in layer._plans and len(layer._plans) == 4
+
+
 def test_out_calls_allocate_nothing(rand: Rand, rng) -> None:
     allocating, with_out = _decoder_pieces(rand, rng)
     for call in with_out:

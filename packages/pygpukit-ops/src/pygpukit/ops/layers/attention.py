@@ -64,7 +64,7 @@ class Attention:
                 )
         self.sliding_window = sliding_window
         self._window_mask: tuple[tuple[int, int], GPUArray] | None = None
-        self._prefill: dict[tuple[Any, ...], Any] = {}
+        self._prefill: _checks.PlanDict[tuple[Any, ...], Any] = _checks.PlanDict()
         self._decode: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
 
     def _heads(self, q: GPUArray, k: GPUArray) -> None:

@@ -60,7 +60,9 @@ class Linear:
         #: Output features of each part (one part unless built by :meth:`fused`).
         self.splits: tuple[int, ...] = (self.out_features,)
         self._weight_vector = self.in_features % 8 == 0 and weight.data_ptr % 16 == 0
-        self._plans: dict[tuple[int, bool], linear_ops.LinearPlan | WidenedPlan] = {}
+        self._plans: _checks.PlanDict[tuple[int, bool], linear_ops.LinearPlan | WidenedPlan] = (
+            _checks.PlanDict()
+        )
 
     @classmethod
     def fused(
@@ -231,7 +233,7 @@ class GatedMLP:
         self.activation = activation
         self.dtype = self.gate_up.dtype
         self._buffers: dict[int, tuple[GPUArray, GPUArray, Any]] = {}
-        self._gated_plans: dict[int, Any] = {}
+        self._gated_plans: _checks.PlanDict[int, Any] = _checks.PlanDict()
 
     def _workspace(self, m: int) -> tuple[GPUArray, GPUArray, Any]:
         ws = self._buffers.get(m)

@@ -12,6 +12,7 @@ from pygpukit.array import GPUArray
 
 from .. import _common as c
 from .. import rope as rope_ops
+from . import _checks
 
 
 class Rotary:
@@ -59,7 +60,7 @@ class Rotary:
             inv_freq=inv_freq,
             attention_factor=attention_factor,
         )
-        self._plans: dict[tuple[Any, ...], Any] = {}
+        self._plans: _checks.PlanDict[tuple[Any, ...], Any] = _checks.PlanDict()
 
     def __call__(
         self, q: GPUArray, k: GPUArray, positions: GPUArray, *, inplace: bool = True
