@@ -106,6 +106,8 @@ class ModelRunner:
         seq_lens = gp.from_numpy(inputs.seq_lens)
         table = gp.from_numpy(inputs.block_table)
         k_cache, v_cache = self.cache.k, self.cache.v
+        # The functional op, not the model's Attention layer: that layer keeps a plan and its
+        # workspace per query shape, and a step's token count changes every step.
 
         def attend(layer: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
             ops.paged_kv_cache_write(
@@ -118,7 +120,7 @@ class ModelRunner:
                 k_cache[layer],
                 v_cache[layer],
                 seq_lens,
-                scale=self.model.scale,
+                scale=self.model.attention.scale,
                 block_table=table,
             )
             return o.reshape(1, n, cfg.q_size)
