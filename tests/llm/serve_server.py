@@ -60,7 +60,7 @@ def run_server(models: Sequence[str], *options: str) -> Iterator[ServerProcess]:
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready.wait(0.2) and time.monotonic() < deadline:
         pass
-    if proc.poll() is not None or not ready.is_set():
+    if proc.poll() is not None or "ready in" not in server.log():
         proc.kill()
         raise RuntimeError(f"the server did not start:\n{server.log()}")
     try:

@@ -62,15 +62,12 @@ _CPU_KV_BASE = 1 << 30
 
 
 def _kv_memory(text: str) -> int | float | str:
-    import pygpukit as gp
-
+    """``--kv-memory``: a fraction (float), bytes (int) or a size string."""
     try:
         value = float(text)
     except ValueError:
         return text
-    if not (0 < value <= 1 and "." in text):
-        return int(value)
-    return value if gp.backend_name() == "cuda" else int(value * _CPU_KV_BASE)
+    return value if 0 < value <= 1 and "." in text else int(value)
 
 
 def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any], Any]:
@@ -110,6 +107,8 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
             else:
                 model = llm.load(path, dtype=args.dtype, max_seq_len=args.max_model_len,
                                  device=args.device, progress=False)  # fmt: skip
+                if isinstance(kv, float) and gp.backend_name() != "cuda":
+                    kv = int(kv * _CPU_KV_BASE)
         engines[name] = Engine(
             model, name=name, max_batch=args.max_batch, max_queue=args.max_queue,
             max_batched_tokens=args.max_batched_tokens, kv_memory=kv, partition=part,

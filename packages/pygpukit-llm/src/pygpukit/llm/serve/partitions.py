@@ -43,9 +43,9 @@ class PartitionSpec:
 
 def parse_size(text: str) -> int:
     """Bytes of a size string (``"8GiB"``, ``"512MiB"``, ``"1000000"``)."""
-    from pygpukit._rust_loader import rust_module
+    from ..model import _kv_budget  # the size strings of kv_cache_memory, parsed the same way
 
-    return int(rust_module().parse_size(text, "--partition memory"))
+    return _kv_budget(text, 0)
 
 
 def parse_partition(text: str) -> PartitionSpec:
