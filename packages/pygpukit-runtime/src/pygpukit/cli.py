@@ -76,6 +76,13 @@ COMMANDS: tuple[Command, ...] = (
         arguments="pygpukit.llm.cli:generate_arguments",
         distribution="pygpukit-llm",
     ),
+    Command(
+        "speak",
+        "text or phonemes to speech with Kokoro (a model folder or kokoro-onnx .onnx file)",
+        "pygpukit.tts.cli:speak_command",
+        arguments="pygpukit.tts.cli:speak_arguments",
+        distribution="pygpukit-tts",
+    ),
 )
 
 
