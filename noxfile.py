@@ -30,8 +30,12 @@ TEST_DEPS = [
     "tokenizers",
     "jinja2",
     "tqdm",
+    # tts: kokoro-onnx files and the onnxruntime reference
     "onnx",
     "onnxruntime",
+    # audio ops: references (librosa, soxr) and load_audio's reader (soundfile)
+    "librosa",
+    "soxr",
     "soundfile",
 ]
 # Pinned: a new ruff or clang-format release reformats code, and CI must not fail on a release day.
