@@ -15,12 +15,10 @@ __all__ = [
     "channel_layer_norm",
     "conv1d",
     "conv_transpose1d",
-    "istft",
     "layer_norm",
     "leaky_relu",
     "lstm_bidirectional",
     "snake",
-    "stft",
 ]
 
 
@@ -181,40 +179,3 @@ def lstm_bidirectional(x: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarr
         reverse=True,
     )
     return np.concatenate([fwd, bwd], axis=-1)
-
-
-def _hann(n: int) -> np.ndarray:
-    return (0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n) / n)).astype(np.float64)
-
-
-def stft(x: np.ndarray, n_fft: int, hop_length: int) -> np.ndarray:
-    """``torch.stft(center=True, pad_mode="reflect", window=hann)``: ``[B, L] -> [B, F, frames]``.
-
-    Complex128; F = n_fft // 2 + 1.
-    """
-    pad = n_fft // 2
-    xp = np.pad(x.astype(np.float64), ((0, 0), (pad, pad)), mode="reflect")
-    frames = 1 + (xp.shape[1] - n_fft) // hop_length
-    idx = np.arange(n_fft)[None, :] + hop_length * np.arange(frames)[:, None]
-    spec = np.fft.rfft(xp[:, idx] * _hann(n_fft), axis=-1)  # [B, frames, F]
-    return np.swapaxes(spec, 1, 2)
-
-
-def istft(spec: np.ndarray, n_fft: int, hop_length: int) -> np.ndarray:
-    """``torch.istft(center=True, window=hann)``: complex ``[B, F, frames]`` -> ``[B, samples]``.
-
-    ``samples = (frames - 1) * hop_length``.
-    """
-    b, _, frames = spec.shape
-    window = _hann(n_fft)
-    chunks = np.fft.irfft(np.swapaxes(spec, 1, 2), n=n_fft, axis=-1) * window  # [B, frames, n]
-    length = n_fft + hop_length * (frames - 1)
-    out = np.zeros((b, length), dtype=np.float64)
-    norm = np.zeros(length, dtype=np.float64)
-    for f in range(frames):
-        out[:, f * hop_length : f * hop_length + n_fft] += chunks[:, f]
-        norm[f * hop_length : f * hop_length + n_fft] += window**2
-    pad = n_fft // 2
-    out = out[:, pad : length - pad]
-    norm = norm[pad : length - pad]
-    return (out / np.where(norm > 1e-11, norm, 1.0)).astype(np.float32)

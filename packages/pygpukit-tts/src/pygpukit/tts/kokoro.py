@@ -288,8 +288,8 @@ class KokoroNetwork:
         cfg = self.config
         g = "decoder.generator"
         source = self.harmonic_source(f0, rng)
-        spec = F.stft(source, cfg.n_fft, cfg.hop_length)
-        har = np.concatenate([np.abs(spec), np.angle(spec)], axis=1).astype(np.float32)
+        magnitude, phase = F.stft_polar(source, cfg.n_fft, cfg.hop_length)
+        har = np.concatenate([magnitude, phase], axis=1)
         kernels = cfg.resblock_kernel_sizes
         n_up = len(cfg.upsample_rates)
         stages = zip(cfg.upsample_rates, cfg.upsample_kernel_sizes, strict=True)
@@ -325,9 +325,9 @@ class KokoroNetwork:
         x = F.leaky_relu(x, 0.01)
         x = self._conv(x, f"{g}.conv_post", padding=3)
         bins = cfg.n_fft // 2 + 1
-        magnitude = np.exp(x[:, :bins].astype(np.float64))
-        phase = np.sin(x[:, bins:].astype(np.float64))
-        return F.istft(magnitude * np.exp(1j * phase), cfg.n_fft, cfg.hop_length)
+        magnitude = np.exp(x[:, :bins]).astype(np.float32)
+        phase = np.sin(x[:, bins:]).astype(np.float32)
+        return F.istft_polar(magnitude, phase, cfg.n_fft, cfg.hop_length)
 
     # -- whole model ------------------------------------------------------------------------
     def predict_durations(
