@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 import pygpukit as gp
-from pygpukit.ops import audio
+from pygpukit.ops.audio.stft import istft, stft
 
 from ._numpy_ops import (
     adain,
@@ -44,7 +44,7 @@ def stft_polar(x: np.ndarray, n_fft: int, hop_length: int) -> tuple[np.ndarray, 
 
     Centered, reflect-padded, periodic Hann window.
     """
-    magnitude, phase = audio.stft(
+    magnitude, phase = stft(
         gp.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), n_fft, hop_length, output="polar"
     )
     return magnitude.to_numpy(), phase.to_numpy()
@@ -54,7 +54,7 @@ def istft_polar(
     magnitude: np.ndarray, phase: np.ndarray, n_fft: int, hop_length: int
 ) -> np.ndarray:
     """``torch.istft(magnitude * exp(1j * phase))`` (centered, periodic Hann): ``[B, samples]``."""
-    out = audio.istft(
+    out = istft(
         gp.from_numpy(np.ascontiguousarray(magnitude, dtype=np.float32)),
         n_fft,
         hop_length,
