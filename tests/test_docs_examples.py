@@ -25,6 +25,7 @@ GUIDES = (
     "errors.md",
     "llm.md",
     "llm-loading.md",
+    "tts.md",
 )
 BLOCKS = [
     (guide, index, code)

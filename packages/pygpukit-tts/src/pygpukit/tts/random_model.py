@@ -6,13 +6,15 @@ real shape, :class:`KokoroConfig` defaults), with no download.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 
 from .config import STYLE_TABLE_ROWS, KokoroConfig
 
-__all__ = ["TINY_CONFIG", "random_state", "random_voice"]
+__all__ = ["TINY_CONFIG", "random_state", "random_voice", "write_random_checkpoint"]
 
 TINY_CONFIG = KokoroConfig(
     hidden_dim=32,
@@ -164,3 +166,22 @@ def random_voice(config: KokoroConfig, seed: int = 0) -> np.ndarray:
     return (0.3 * rng.standard_normal((STYLE_TABLE_ROWS, 1, 2 * config.style_dim))).astype(
         np.float32
     )
+
+
+def write_random_checkpoint(
+    folder: str | Path, config: KokoroConfig = TINY_CONFIG, seed: int = 0
+) -> Path:
+    """Write a random model as an HF-style folder and return it.
+
+    ``config.json``, ``model.safetensors`` (KModel names, weight norm folded) and
+    ``voices/random.npy``: something :func:`pygpukit.tts.load` reads, with no download.
+    """
+    from .loading.safetensors_io import write_safetensors
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    write_safetensors(out / "model.safetensors", random_state(config, seed))
+    (out / "config.json").write_text(json.dumps(config.to_dict()), encoding="utf-8")
+    (out / "voices").mkdir(exist_ok=True)
+    np.save(out / "voices" / "random.npy", random_voice(config, seed + 1))
+    return out
