@@ -31,9 +31,11 @@ def speak_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def speak_command(
-    args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
 ) -> int:
     """Synthesize TEXT (or --phonemes) and write it to --output."""
+    out = out or sys.stdout
+    err = err or sys.stderr
     from . import load
     from .errors import TTSError
 
