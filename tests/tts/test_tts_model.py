@@ -88,6 +88,7 @@ def test_stream_batch_and_whole_agree(tiny):
     whole = tiny.synthesize(phonemes=long, voice="af_test")
     parts = list(tiny.stream(phonemes=long, voice="af_test"))
     assert len(parts) == len(whole.chunks) >= 2
+    assert len(whole.durations) == len(whole.phonemes)
     np.testing.assert_array_equal(np.concatenate([p.samples for p in parts]), whole.samples)
     batch = tiny.synthesize_batch(phonemes=[PHONEMES, "ə tˈɛst."], voice="af_test")
     np.testing.assert_array_equal(

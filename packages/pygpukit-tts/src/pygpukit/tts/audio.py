@@ -19,8 +19,9 @@ class Audio:
     """Speech samples (float32, mono) and the frames each phoneme lasts.
 
     ``durations[i]`` is the number of frames (25 ms, :data:`FRAME_SAMPLES` samples, for
-    Kokoro-82M) given to ``phonemes[i]`` of ``chunks`` joined; the padding tokens at both ends
-    of each chunk are not listed (they hold the rest of the samples).
+    Kokoro-82M) given to ``phonemes[i]``. Long input is made of ``chunks``, joined in
+    ``phonemes`` by a space of 0 frames; the padding tokens at both ends of each chunk are not
+    listed (they hold the rest of the samples).
     """
 
     samples: np.ndarray

@@ -141,12 +141,7 @@ class KokoroModel:
         parts = list(
             self.stream(text, phonemes=phonemes, voice=voice, speed=speed, seed=seed, lang=lang)
         )
-        return Audio(
-            np.concatenate([p.samples for p in parts]).astype(np.float32),
-            " ".join(p.phonemes for p in parts),
-            np.concatenate([p.durations for p in parts]),
-            chunks=[c for p in parts for c in p.chunks],
-        )
+        return _join(parts)
 
     def synthesize_batch(
         self,
@@ -179,16 +174,23 @@ class KokoroModel:
         rng = np.random.default_rng(seed) if seed is not None else None
         results = []
         for chunks, table in zip(plans, tables, strict=False):
-            parts = [self._synthesize_chunk(c, table, speed, rng) for c in chunks]
-            results.append(
-                Audio(
-                    np.concatenate([p.samples for p in parts]).astype(np.float32),
-                    " ".join(chunks),
-                    np.concatenate([p.durations for p in parts]),
-                    chunks=chunks,
-                )
-            )
+            results.append(_join([self._synthesize_chunk(c, table, speed, rng) for c in chunks]))
         return results
+
+
+def _join(parts: list[Audio]) -> Audio:
+    """One Audio from consecutive chunks; the space joining two chunks lasts 0 frames."""
+    durations: list[np.ndarray] = []
+    for i, part in enumerate(parts):
+        if i:
+            durations.append(np.zeros(1, np.int64))
+        durations.append(part.durations)
+    return Audio(
+        np.concatenate([p.samples for p in parts]).astype(np.float32),
+        " ".join(p.phonemes for p in parts),
+        np.concatenate(durations),
+        chunks=[c for p in parts for c in p.chunks],
+    )
 
 
 def load(path: str | Path, *, voices: str | Path | None = None, device: int = 0) -> KokoroModel:
