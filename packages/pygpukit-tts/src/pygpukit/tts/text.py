@@ -21,6 +21,7 @@ __all__ = ["chunk_phonemes", "phonemes_to_ids", "text_to_phonemes"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s*")
 _CLAUSE_END = re.compile(r"(?<=[,;:—])\s*")
+_PUNCTUATION = re.compile(r"([.,!?;:—…]+)")
 # espeak-ng's IPA spellings that Kokoro writes differently.
 _ESPEAK_FIXES = (("ɚ", "əɹ"), ("r", "ɹ"), ("ɐ", "ə"), ("͡", ""), ("ʲ", ""), ("\n", " "))
 
@@ -57,11 +58,11 @@ def _espeak(lang: str, vocab: dict[str, int]) -> Callable[[str], str] | None:
     if program is None:
         return None
 
-    def convert(text: str) -> str:
+    def phonemize(segment: str) -> str:
         try:
             done = subprocess.run(
                 [program, "-q", "--ipa", "-v", lang, "--stdin"],
-                input=text,
+                input=segment,
                 capture_output=True,
                 text=True,
                 check=True,
@@ -74,6 +75,19 @@ def _espeak(lang: str, vocab: dict[str, int]) -> Callable[[str], str] | None:
             ipa = ipa.replace(old, new)
         ipa = re.sub(r"\s+", " ", ipa).strip()
         return "".join(c for c in ipa if c in vocab)
+
+    def convert(text: str) -> str:
+        # espeak-ng drops punctuation, which Kokoro uses for pauses and intonation: phonemize
+        # the text between punctuation marks and put the marks back.
+        out = []
+        for piece in _PUNCTUATION.split(text):
+            if not piece.strip():
+                continue
+            if _PUNCTUATION.fullmatch(piece):
+                out.append("".join(c for c in piece if c in vocab))
+            else:
+                out.append(phonemize(piece))
+        return re.sub(r"\s+([.,!?;:—…])", r"\1", " ".join(out)).strip()
 
     return convert
 
