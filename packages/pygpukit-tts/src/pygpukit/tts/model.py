@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+import pygpukit as gp
+
 from .audio import Audio
 from .config import KokoroConfig
 from .errors import PhonemeError, VoiceError
@@ -92,7 +94,8 @@ class KokoroModel:
     ) -> Audio:
         ids = phonemes_to_ids(chunk, self.config.vocab)
         ref = table[min(len(ids), len(table)) - 1, 0]
-        out = self.network(as_token_array(ids), ref, speed, rng)
+        with gp.Device(self.device):  # the ops package's operators run on this GPU
+            out = self.network(as_token_array(ids), ref, speed, rng)
         return Audio(out.audio, chunk, out.durations[1:-1], chunks=[chunk])
 
     def stream(
