@@ -141,3 +141,19 @@ def test_onset_strength_batched_and_errors(rng: np.random.Generator) -> None:
         ops.onset_detect(gp.from_numpy(x), sr)
     silence = ops.onset_detect(gp.from_numpy(np.zeros(sr, np.float32)), sr)
     assert silence.shape == (0,)
+
+
+def test_benchmark_suite_smoke() -> None:
+    """The ops_audio suite's cases run and pass their checks on this backend."""
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.harness import HarnessConfig, measure
+    from pygpukit.benchmark.peers import PyGPUkitLibrary
+    from pygpukit.benchmark.registry import SuiteContext
+    from pygpukit.ops.benchmarks import audio as suite
+
+    rng = np.random.default_rng()
+    ctx = SuiteContext(PyGPUkitLibrary.backend_name(gp), True, DataCache(rng), rng, sizes=[1])
+    cfg = HarnessConfig(max_reps=2, min_reps=1, budget_s=0.05, warmup_s=0.0, target_rep_ms=0.1)
+    lib = PyGPUkitLibrary()
+    results = [measure(case, lib, cfg) for case in suite.SUITE.cases(ctx)]
+    assert [r.status for r in results] == ["ok"] * 4, [r.reason for r in results]

@@ -283,7 +283,7 @@ class ReferenceIstft:
             assert b is not None
             spec = c.f32(a).astype(np.float64) * np.exp(1j * c.f32(b).astype(np.float64))
         out = reference.istft(spec, fr.n_fft, fr.hop, fr.window_values, fr.center, self.out_len)
-        c.write_into(y, out)
+        c.write_into(y, out.reshape(y.shape))
 
 
 def _plan_istft_cuda(
