@@ -18,7 +18,14 @@ from pygpukit import ops
 from pygpukit.ops.reference import stft as ref
 
 # (n_fft, hop, win_length): Whisper's, Kokoro's, powers of two, odd and prime sizes.
-GEOMETRIES = [(400, 160, None), (20, 5, None), (512, 128, None), (31, 7, None), (256, 64, 200)]
+GEOMETRIES = [
+    (400, 160, None),
+    (20, 5, None),
+    (512, 128, None),
+    (31, 7, None),
+    (67, 5, None),  # odd: the centred frames number 1 + (L - 1) // hop
+    (256, 64, 200),
+]
 
 
 def complex_of(spec: gp.GPUArray) -> np.ndarray:
@@ -170,3 +177,20 @@ def test_stft_converts_half_precision_and_views(rand: Callable[..., np.ndarray])
         x.astype(np.float16).astype(np.float64), n_fft=64, hop_length=16, pad_mode="reflect"
     )
     assert rel(half, exact) < 1e-6
+
+
+def test_fused_fft_radix_plans() -> None:
+    """Which sizes the fused GPU kernel takes, and its radix plans (their product is n_fft)."""
+    from pygpukit.ops.audio import _fft
+
+    assert _fft.radices(400) == [4, 4, 5, 5]
+    assert _fft.radices(20) == [4, 5]
+    assert _fft.radices(512) == [4, 4, 4, 4, 2]
+    assert _fft.radices(31) == [31]
+    assert _fft.radices(1) == []
+    assert _fft.radices(134) is None  # 67 is above the generic radix bound
+    assert _fft.radices(4096) is None  # above the shared-memory bound
+    for n in range(1, 2049):
+        plan = _fft.radices(n)
+        if plan is not None:
+            assert int(np.prod(plan, dtype=np.int64)) == n and all(r <= 64 for r in plan)

@@ -19,7 +19,17 @@ from pygpukit.ops.reference import stft as ref
 
 pytestmark = pytest.mark.gpu
 
-GEOMETRIES = [(400, 160, None), (20, 5, None), (512, 128, None), (31, 7, None), (2048, 512, 1600)]
+# The fused FFT kernel takes n_fft <= 2048 with prime factors <= 64 (400 = 4*4*5*5, 20, 512, the
+# prime 31, 2048); 134 (= 2 * 67) and 4096 take the DFT-as-matmul path.
+GEOMETRIES = [
+    (400, 160, None),
+    (20, 5, None),
+    (512, 128, None),
+    (31, 7, None),
+    (2048, 512, 1600),
+    (134, 32, None),
+    (4096, 1024, None),
+]
 
 
 def rel(got: np.ndarray, want: np.ndarray) -> float:
