@@ -117,6 +117,18 @@ def test_istft_from_magnitude_and_phase_as_kokoro(rand: Callable[..., np.ndarray
     assert y.shape == (4, 24000) and rel(y.to_numpy(), x) < 1e-5
 
 
+def test_istft_takes_the_halves_of_a_vocoder_output(rng: np.random.Generator) -> None:
+    """Kokoro's conv_post output [B, 2 * n_bins, T]: exp of the first half, sin of the second."""
+    out = gp.from_numpy(rng.standard_normal((2, 22, 50)).astype(np.float32))
+    mag, phase = gp.exp(out[:, :11, :]), gp.sin(out[:, 11:, :])
+    y = ops.istft(mag, 20, 5, phase=phase[:, :, :].astype(gp.bfloat16))
+    host = out.to_numpy().astype(np.float64)
+    ph = np.sin(host[:, 11:]).astype(np.float32).astype(gp.bfloat16).astype(np.float64)
+    spec = np.exp(host[:, :11]) * np.exp(1j * ph)
+    want = librosa.istft(spec, n_fft=20, hop_length=5)
+    assert y.shape == want.shape and rel(y.to_numpy(), want) < 1e-5
+
+
 def test_istft_matches_librosa_on_any_spectrum(rng: np.random.Generator) -> None:
     """Not every array is an STFT: the overlap-add of an arbitrary one is librosa's."""
     spec = rng.standard_normal((2, 65, 40)) + 1j * rng.standard_normal((2, 65, 40))

@@ -447,13 +447,14 @@ def istft(
     ``torch.istft(mag * torch.exp(phase * 1j), ...)``). Windowed overlap-add divided by the
     summed squared window (``torch.istft`` / ``librosa.istft``); ``length`` trims or zero-pads
     the result, default ``hop * (n_frames - 1)`` with ``center`` (``n_fft + hop * (n_frames - 1)``
-    without). float32 in and out.
+    without). float32 out; strided views (e.g. the halves of a vocoder's ``[B, 2 * n_bins, T]``
+    output) and float16 / bfloat16 inputs are copied to contiguous float32 first.
     """
     op = "istft"
     fr = make_framing(n_fft, hop_length, win_length, window, center, "reflect", op)
     polar = phase is not None
     need = 3 if not polar else 2
-    a = c.check_array(spec, "spec", dtypes=(sig.F32,))
+    a = sig.spectrum(spec, "spec", op)
     if polar and a.ndim < need:
         raise ValueError(f"{op}: a magnitude must be [..., n_bins, n_frames], got {a.shape}")
     if not polar and (a.ndim < need or a.shape[-1] != 2):
@@ -472,7 +473,7 @@ def istft(
         raise ValueError(f"{op}: spec has no frames")
     b = None
     if polar:
-        b = c.check_array(phase, "phase", dtypes=(sig.F32,))
+        b = sig.spectrum(phase, "phase", op)
         c.check_shape(b, "phase", tuple(a.shape))
     if length is None:
         out_len = fr.hop * (count - 1) + (0 if fr.center else fr.n_fft)
