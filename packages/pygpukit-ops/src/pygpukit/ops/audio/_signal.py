@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,14 @@ def spectrum(x: Any, name: str, op: str) -> GPUArray:
     return x if x.is_contiguous() else x.copy()
 
 
+@functools.lru_cache(maxsize=64)
+def _named_window(kind: str, win_length: int, n_fft: int) -> tuple[np.ndarray, bytes]:
+    """A named window and its bytes, made once per size (every call of an op asks for it)."""
+    values = reference.window(kind, win_length, n_fft)
+    values.setflags(write=False)
+    return values, values.tobytes()
+
+
 def window_values(window: Any, win_length: int, n_fft: int, op: str) -> tuple[np.ndarray, bytes]:
     """The float64 window padded to ``n_fft``, and its bytes (a hashable plan key).
 
@@ -63,7 +72,7 @@ def window_values(window: Any, win_length: int, n_fft: int, op: str) -> tuple[np
     """
     if isinstance(window, str):
         validation.choice(window, reference.WINDOWS, "window", op)
-        values = reference.window(window, win_length, n_fft)
+        return _named_window(window, win_length, n_fft)
     else:
         host = window.to_numpy() if isinstance(window, GPUArray) else np.asarray(window)
         if host.ndim != 1 or host.shape[0] != win_length:
