@@ -53,7 +53,7 @@ def test_resample_matches_soxr_and_ideal_interpolation(
     assert rel(got[1], soxr.resample(x[::-1].copy(), orig, target, quality="HQ")) < 1e-3
     ideal = at(np.arange(got.shape[1]) / target)
     middle = slice(target // 10, -target // 10)
-    assert rel(got[0, middle], ideal[middle]) < 2e-6  # float32 input and output
+    assert rel(got[0, middle], ideal[middle]) < 1e-5  # float32 input, sums and output
 
 
 def test_resample_same_rate_and_errors(rng: np.random.Generator) -> None:

@@ -63,7 +63,7 @@ def test_stft_matches_librosa(
         pad_mode=pad_mode,
     )
     assert got.shape == want.shape
-    assert rel(got, want) < 1e-6
+    assert rel(got, want) < 1e-5  # float32 (the GPU runs these tests too)
 
 
 def test_stft_custom_window_and_leading_axes(rand: Callable[..., np.ndarray]) -> None:
@@ -79,7 +79,7 @@ def test_stft_custom_window_and_leading_axes(rand: Callable[..., np.ndarray]) ->
         pad_mode="constant",
     )
     assert got.shape == (2, 3, 161, 1 + 1500 // 80) == want.shape
-    assert rel(got, want) < 1e-6
+    assert rel(got, want) < 1e-5  # float32 (the GPU runs these tests too)
 
 
 def test_stft_output_forms_agree(rand: Callable[..., np.ndarray]) -> None:
@@ -188,7 +188,7 @@ def test_stft_converts_half_precision_and_views(rand: Callable[..., np.ndarray])
     exact = librosa.stft(
         x.astype(np.float16).astype(np.float64), n_fft=64, hop_length=16, pad_mode="reflect"
     )
-    assert rel(half, exact) < 1e-6
+    assert rel(half, exact) < 1e-5
 
 
 def test_fused_fft_radix_plans() -> None:
