@@ -7,6 +7,8 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.normalization`: rmsnorm, layernorm and their fused residual-add forms;
 - :mod:`.rope`: rotary position embeddings (NeoX and GPT-J layouts);
 - :mod:`.rope_scaling`: long-context RoPE frequencies (linear, llama3, yarn);
+- :mod:`.conv`: 1-D convolution and transposed convolution (stride, padding, dilation,
+  groups, depthwise) over ``[B, C, L]`` signals;
 - :mod:`.activations`: gated activations (SwiGLU, GeGLU), embedding lookup, row softmax;
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
@@ -28,6 +30,7 @@ from . import (
     activations,
     attention,
     config,
+    conv,
     kv_cache,
     layers,
     linear,
@@ -45,6 +48,7 @@ __all__ = [
     "layers",
     *activations.__all__,
     *attention.__all__,
+    *conv.__all__,
     *kv_cache.__all__,
     *linear.__all__,
     *normalization.__all__,
@@ -56,6 +60,7 @@ __all__ = [
 
 from .activations import *  # noqa: F403
 from .attention import *  # noqa: F403
+from .conv import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403

@@ -1,0 +1,73 @@
+"""Float64 NumPy references for the ``[B, C, L]`` signal ops: convolutions, LSTM, norms.
+
+Written from the definitions (PyTorch's documentation of ``conv1d``, ``conv_transpose1d``,
+``nn.LSTM``, ``InstanceNorm1d``), independently of ``pygpukit.ops``'s own NumPy path: loops
+over taps and positions, scatter where the op gathers. Shared by the CPU tests and the GPU
+tests (``tests/ops/conftest.py`` puts this folder on ``sys.path``). Not a test module.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def conv1d_ref(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    stride: int = 1,
+    padding: tuple[int, int] = (0, 0),
+    dilation: int = 1,
+    groups: int = 1,
+) -> np.ndarray:
+    """``y[n, o, t] = b[o] + sum_{c in group(o), k} w[o, c, k] * x[n, c, t*stride - pl + k*d]``."""
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    batch, _, length = x.shape
+    c_out, c_group, kernel = w.shape
+    pl, pr = padding
+    out_length = (length + pl + pr - dilation * (kernel - 1) - 1) // stride + 1
+    y = np.zeros((batch, c_out, out_length))
+    per_group_out = c_out // groups
+    for o in range(c_out):
+        g = o // per_group_out
+        xs = x64[:, g * c_group : (g + 1) * c_group]  # [B, Cg, L]
+        for k in range(kernel):
+            for t in range(out_length):
+                pos = t * stride - pl + k * dilation
+                if 0 <= pos < length:
+                    y[:, o, t] += xs[:, :, pos] @ w64[o, :, k]
+    if b is not None:
+        y += b.astype(np.float64)[None, :, None]
+    return y
+
+
+def conv_transpose1d_ref(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    stride: int = 1,
+    padding: int = 0,
+    output_padding: int = 0,
+    dilation: int = 1,
+    groups: int = 1,
+) -> np.ndarray:
+    """Each input sample scatters ``w[c, :, k] * x[n, c, l]`` to output ``l*stride - pad + k*d``."""
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    batch, c_in, length = x.shape
+    _, per_group_out, kernel = w.shape
+    c_out = per_group_out * groups
+    c_group = c_in // groups
+    out_length = (length - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+    y = np.zeros((batch, c_out, out_length))
+    for c in range(c_in):
+        g = c // c_group
+        for k in range(kernel):
+            for t_in in range(length):
+                t = t_in * stride - padding + k * dilation
+                if 0 <= t < out_length:
+                    y[:, g * per_group_out : (g + 1) * per_group_out, t] += (
+                        x64[:, c, t_in, None] * w64[c, :, k][None, :]
+                    )
+    if b is not None:
+        y += b.astype(np.float64)[None, :, None]
+    return y
