@@ -71,3 +71,47 @@ def conv_transpose1d_ref(
     if b is not None:
         y += b.astype(np.float64)[None, :, None]
     return y
+
+
+def lstm_ref(
+    x: np.ndarray,
+    w_ih: np.ndarray,
+    w_hh: np.ndarray,
+    b_ih: np.ndarray | None,
+    b_hh: np.ndarray | None,
+    h0: np.ndarray | None = None,
+    c0: np.ndarray | None = None,
+    reverse: bool = False,
+    lengths: list[int] | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One LSTM direction over ``x`` [B, T, I], row by row and step by step, in float64.
+
+    Returns ``(y [B, T, H], h [B, H], c [B, H])``; a row's steps at or past its length are
+    skipped (state kept, output zero).
+    """
+    x64 = x.astype(np.float64)
+    batch, steps, _ = x.shape
+    hidden = w_hh.shape[1]
+    wi, wh = w_ih.astype(np.float64), w_hh.astype(np.float64)
+    bias = np.zeros(4 * hidden)
+    for b in (b_ih, b_hh):
+        if b is not None:
+            bias = bias + b.astype(np.float64)
+    y = np.zeros((batch, steps, hidden))
+    h_out, c_out = np.zeros((batch, hidden)), np.zeros((batch, hidden))
+    for n in range(batch):
+        h = h0[n].astype(np.float64) if h0 is not None else np.zeros(hidden)
+        cell = c0[n].astype(np.float64) if c0 is not None else np.zeros(hidden)
+        length = steps if lengths is None else lengths[n]
+        order = range(length - 1, -1, -1) if reverse else range(length)
+        for t in order:
+            z = wi @ x64[n, t] + wh @ h + bias
+            i = 1 / (1 + np.exp(-z[:hidden]))
+            f = 1 / (1 + np.exp(-z[hidden : 2 * hidden]))
+            g = np.tanh(z[2 * hidden : 3 * hidden])
+            o = 1 / (1 + np.exp(-z[3 * hidden :]))
+            cell = f * cell + i * g
+            h = o * np.tanh(cell)
+            y[n, t] = h
+        h_out[n], c_out[n] = h, cell
+    return y, h_out, c_out

@@ -9,6 +9,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.rope_scaling`: long-context RoPE frequencies (linear, llama3, yarn);
 - :mod:`.conv`: 1-D convolution and transposed convolution (stride, padding, dilation,
   groups, depthwise) over ``[B, C, L]`` signals;
+- :mod:`.recurrent`: LSTM and bidirectional LSTM over a sequence (PyTorch's layout);
 - :mod:`.activations`: gated activations (SwiGLU, GeGLU), embedding lookup, row softmax;
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
@@ -36,6 +37,7 @@ from . import (
     linear,
     normalization,
     quantization,
+    recurrent,
     rope,
     rope_scaling,
     sampling,
@@ -53,6 +55,7 @@ __all__ = [
     *linear.__all__,
     *normalization.__all__,
     *quantization.__all__,
+    *recurrent.__all__,
     *rope.__all__,
     *rope_scaling.__all__,
     *sampling.__all__,
@@ -65,6 +68,7 @@ from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
 from .quantization import *  # noqa: F403
+from .recurrent import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .rope_scaling import *  # noqa: F403
 from .sampling import *  # noqa: F403
