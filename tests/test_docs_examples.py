@@ -22,6 +22,7 @@ GUIDES = (
     "ops-attention.md",
     "ops-linear-sampling.md",
     "ops-signal.md",
+    "ops-audio.md",
     "errors.md",
     "llm.md",
     "llm-loading.md",
