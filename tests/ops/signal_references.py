@@ -115,3 +115,56 @@ def lstm_ref(
             y[n, t] = h
         h_out[n], c_out[n] = h, cell
     return y, h_out, c_out
+
+
+def ada_in_ref(
+    x: np.ndarray,
+    gamma: np.ndarray | None,
+    beta: np.ndarray | None,
+    weight: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+    eps: float = 1e-5,
+) -> np.ndarray:
+    """``(1 + gamma) * InstanceNorm1d(x) + beta`` (each left out when None), per row in float64."""
+    x64 = x.astype(np.float64)
+    batch, channels, _ = x.shape
+    y = np.empty_like(x64)
+    for n in range(batch):
+        for ch in range(channels):
+            row = x64[n, ch]
+            v = (row - row.sum() / row.size) / np.sqrt(np.var(row) + eps)
+            if weight is not None:
+                v = v * float(weight[ch])
+            if bias is not None:
+                v = v + float(bias[ch])
+            if gamma is not None:
+                v = v * (1 + float(gamma[n, ch]))
+            if beta is not None:
+                v = v + float(beta[n, ch])
+            y[n, ch] = v
+    return y
+
+
+def channel_layernorm_ref(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, eps: float = 1e-5
+) -> np.ndarray:
+    """Kokoro's text-encoder LayerNorm: transpose to [B, L, C], layer-norm over C, back."""
+    t = x.astype(np.float64).transpose(0, 2, 1)
+    mu = t.mean(-1, keepdims=True)
+    y = (t - mu) / np.sqrt(((t - mu) ** 2).mean(-1, keepdims=True) + eps) * w.astype(np.float64)
+    if b is not None:
+        y = y + b.astype(np.float64)
+    return y.transpose(0, 2, 1)
+
+
+def snake_ref(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """``x + (1 / alpha) * sin(alpha * x) ** 2`` with alpha [C] broadcast as [1, C, 1]."""
+    a = alpha.astype(np.float64).reshape(1, -1, 1)
+    x64 = x.astype(np.float64)
+    return x64 + (1 / a) * np.sin(a * x64) ** 2
+
+
+def leaky_relu_ref(x: np.ndarray, slope: float) -> np.ndarray:
+    """``max(0, x) + slope * min(0, x)``."""
+    x64 = x.astype(np.float64)
+    return np.maximum(x64, 0) + slope * np.minimum(x64, 0)

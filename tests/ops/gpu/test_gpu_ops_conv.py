@@ -118,3 +118,16 @@ def test_conv1d_same_padding_and_out_gpu(rand: Rand) -> None:
     y = ops.conv1d(gp.from_numpy(x), gp.from_numpy(w), gp.from_numpy(b), padding="same", out=out)
     assert y is out
     assert rel_err(out.to_numpy(), conv1d_ref(x, w, b, 1, (1, 2))) < 1e-5
+
+
+def test_conv_layers_gpu(rand: Rand) -> None:
+    from pygpukit.ops import layers
+
+    x, w, b = rand((2, 64, 151)), rand((128, 64, 5)), rand((128,))
+    layer = layers.Conv1d(gp.from_numpy(w), gp.from_numpy(b), padding=2)
+    y = layer(gp.from_numpy(x)).to_numpy()
+    assert rel_err(y, conv1d_ref(x, w, b, 1, (2, 2))) < 1e-5
+    wt = rand((64, 32, 20))
+    up = layers.ConvTranspose1d(gp.from_numpy(wt), stride=10, padding=5)
+    z = up(gp.from_numpy(x)).to_numpy()
+    assert rel_err(z, conv_transpose1d_ref(x, wt, None, 10, 5)) < 1e-5

@@ -9,6 +9,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.rope_scaling`: long-context RoPE frequencies (linear, llama3, yarn);
 - :mod:`.conv`: 1-D convolution and transposed convolution (stride, padding, dilation,
   groups, depthwise) over ``[B, C, L]`` signals;
+- :mod:`.channels`: instance norm / AdaIN, LayerNorm over channels, Snake, LeakyReLU;
 - :mod:`.recurrent`: LSTM and bidirectional LSTM over a sequence (PyTorch's layout);
 - :mod:`.activations`: gated activations (SwiGLU, GeGLU), embedding lookup, row softmax;
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
@@ -34,6 +35,7 @@ from . import (
     activations,
     attention,
     audio,
+    channels,
     config,
     conv,
     kv_cache,
@@ -56,6 +58,7 @@ __all__ = [
     *activations.__all__,
     *audio.__all__,
     *attention.__all__,
+    *channels.__all__,
     *conv.__all__,
     *kv_cache.__all__,
     *linear.__all__,
@@ -70,6 +73,7 @@ __all__ = [
 from .activations import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .audio import *  # noqa: F403
+from .channels import *  # noqa: F403
 from .conv import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
