@@ -8,6 +8,10 @@ tests (``tests/ops/conftest.py`` puts this folder on ``sys.path``). Not a test m
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 
 
@@ -168,3 +172,19 @@ def leaky_relu_ref(x: np.ndarray, slope: float) -> np.ndarray:
     """``max(0, x) + slope * min(0, x)``."""
     x64 = x.astype(np.float64)
     return np.maximum(x64, 0) + slope * np.minimum(x64, 0)
+
+
+@contextlib.contextmanager
+def torch_full_fp32(torch: Any) -> Iterator[None]:
+    """PyTorch with TF32 off for convolutions, RNNs and matmuls (restored after).
+
+    cuDNN runs float32 convolutions and LSTMs on TF32 tensor cores by default, 1e-3 away from
+    float32; the float32 comparisons need full precision on both sides.
+    """
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved

@@ -10,7 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 from ops_references import rel_err
-from signal_references import ada_in_ref, channel_layernorm_ref, leaky_relu_ref, snake_ref
+from signal_references import (
+    ada_in_ref,
+    channel_layernorm_ref,
+    leaky_relu_ref,
+    snake_ref,
+)
 
 import pygpukit as gp
 from pygpukit import ops

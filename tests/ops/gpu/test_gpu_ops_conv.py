@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from ops_references import rel_err
-from signal_references import conv1d_ref, conv_transpose1d_ref
+from signal_references import conv1d_ref, conv_transpose1d_ref, torch_full_fp32
 
 import pygpukit as gp
 from pygpukit import ops
@@ -80,10 +80,11 @@ def test_conv1d_gpu(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
     assert rel_err(y, host) < TOL[dtype]
     torch = torch_or_none()
     if torch is not None:
-        want = torch.nn.functional.conv1d(
-            to_torch(torch, x, dtype), to_torch(torch, w, dtype), to_torch(torch, b, dtype),
-            stride=stride, padding=pad, dilation=dil, groups=groups,
-        )  # fmt: skip
+        with torch_full_fp32(torch):
+            want = torch.nn.functional.conv1d(
+                to_torch(torch, x, dtype), to_torch(torch, w, dtype), to_torch(torch, b, dtype),
+                stride=stride, padding=pad, dilation=dil, groups=groups,
+            )  # fmt: skip
         assert rel_err(y, want.float().cpu().numpy()) < TOL[dtype]
 
 
@@ -105,10 +106,11 @@ def test_conv_transpose1d_gpu(rand: Rand, dtype: str, case: tuple[int, ...]) -> 
     assert rel_err(y, ref) < TOL[dtype]
     torch = torch_or_none()
     if torch is not None:
-        want = torch.nn.functional.conv_transpose1d(
-            to_torch(torch, x, dtype), to_torch(torch, w, dtype), to_torch(torch, b, dtype),
-            stride=stride, padding=pad, output_padding=opad, dilation=dil, groups=groups,
-        )  # fmt: skip
+        with torch_full_fp32(torch):
+            want = torch.nn.functional.conv_transpose1d(
+                to_torch(torch, x, dtype), to_torch(torch, w, dtype), to_torch(torch, b, dtype),
+                stride=stride, padding=pad, output_padding=opad, dilation=dil, groups=groups,
+            )  # fmt: skip
         assert rel_err(y, want.float().cpu().numpy()) < TOL[dtype]
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from ops_references import rel_err
-from signal_references import lstm_ref
+from signal_references import lstm_ref, torch_full_fp32
 
 import pygpukit as gp
 from pygpukit import ops
@@ -61,7 +61,7 @@ def test_lstm_gpu(
         return
     model = torch.nn.LSTM(inputs, hidden, batch_first=True, bidirectional=bidirectional)
     model = model.cuda().to(getattr(torch, dtype))
-    with torch.no_grad():
+    with torch.no_grad(), torch_full_fp32(torch):
         for suffix, ws in (("", fw), ("_reverse", bw)):
             if ws is None:
                 continue
