@@ -125,3 +125,8 @@ def test_stft_istft_round_trip(rand):
     magnitude, phase = _ops.stft_polar(x, 20, 5)
     assert magnitude.shape == (1, 11, 121)
     np.testing.assert_allclose(_ops.istft_polar(magnitude, phase, 20, 5), x, rtol=1e-4, atol=1e-5)
+
+
+def test_every_operator_comes_from_the_ops_package():
+    """A renamed or removed ops function would silently send the network back to NumPy."""
+    assert _ops.BACKENDS == dict.fromkeys(_ops.BACKENDS, "pygpukit.ops")
