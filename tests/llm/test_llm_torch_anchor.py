@@ -49,6 +49,10 @@ FAMILIES = {
     "qwen2-bias": {"architectures": ["Qwen2ForCausalLM"], "rope_theta": 1e6},
     "qwen3-qknorm": {"architectures": ["Qwen3ForCausalLM"], "head_dim": 96},
     "mistral-window": {"architectures": ["MistralForCausalLM"], "sliding_window": 7},
+    "llama-freq-factors": {
+        "architectures": ["LlamaForCausalLM"],
+        "rope_freq_factors": [1.0 + 0.25 * i for i in range(32)],  # head_dim 64: 32 factors
+    },
     "qwen2-yarn": {
         "architectures": ["Qwen2ForCausalLM"],
         "rope_scaling": {

@@ -10,8 +10,9 @@ without copying the cache), masked to the positions written so far.
 
 The math is transformers' (and :mod:`pygpukit.llm`'s): RMSNorm in float32, rounded to the model
 dtype before its weight; rotate-half RoPE from the same ``inv_freq`` (the RoPE scaling types
-included); q/k RMSNorm per head (Qwen3); q/k/v bias (Qwen2); sliding windows (Mistral, as a mask
-over the full cache). The benchmark loads it with the same random weights as PyGPUkit's model.
+and per-frequency factors included); q/k RMSNorm per head (Qwen3); q/k/v bias (Qwen2); sliding
+windows (Mistral, as a mask over the full cache). The benchmark loads it with the same random
+weights as PyGPUkit's model.
 
 PyTorch is imported only when a :class:`TorchAnchor` is built: neither PyGPUkit nor its CI
 depends on it. ``device`` is a parameter, so the decoder also runs (eagerly, without graphs) on
@@ -115,6 +116,8 @@ class TorchAnchor:
             cfg.rope_scaling,
             max_position_embeddings=cfg.max_position_embeddings,
         )
+        if cfg.rope_freq_factors is not None:  # Llama 3.1 GGUF files store them per frequency
+            inv_freq = inv_freq / np.asarray(cfg.rope_freq_factors, np.float64)
         freqs = np.outer(np.arange(max_seq_len, dtype=np.float64), inv_freq)
         angles = np.concatenate([freqs, freqs], axis=-1)
         # The tables in float32, rounded to the model dtype where they are used (as transformers).
