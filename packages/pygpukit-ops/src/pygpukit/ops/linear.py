@@ -323,11 +323,13 @@ def linear(
     lead = tuple(x.shape[:-1])
     m = math.prod(lead)
     shape = (*lead, n)
-    c.check_out(out, shape, x.dtype)
+    dtype = x.dtype
+    c.check_out(out, shape, dtype)
     check_no_overlap(out, ("x", x), ("weight", weight), ("bias", bias))
-    y = c.result(out, shape, x.dtype)
+    y = c.result(out, shape, dtype)
     if m == 0 or n == 0:
         return y
-    vector = gemv_vector(k, x, weight)
-    plan(m, n, k, x.dtype, act, vector, bias is not None)(x, weight, bias, y)
+    # Alignment only picks between the GEMV kernels: the matmul path skips the two address reads.
+    vector = m <= GEMV_MAX_ROWS and dtype in c.HALF_DTYPES and gemv_vector(k, x, weight)
+    plan(m, n, k, dtype, act, vector, bias is not None)(x, weight, bias, y)
     return y
