@@ -117,3 +117,37 @@ def test_out_and_errors(rng: np.random.Generator, rand: Rand) -> None:
     kc.setflags(write=False)
     with pytest.raises(ReadOnlyArrayError):
         ops.rope_kv_append(qkv, cos, sin, positions, kc, vc, slots, q_heads=HQ)
+
+
+@pytest.mark.gpu
+def test_replays_in_a_cuda_graph(rng: np.random.Generator, rand: Rand) -> None:
+    """Captured once, replayed with new device-side inputs (as a decode step's graph does)."""
+    if gp.backend_name() != "cuda":
+        pytest.skip("needs the CUDA backend")
+    qkv_h, kc_h, vc_h, pos_h, slots_h = _inputs(rng, rand, "bfloat16", 2, 1)
+    stream = gp.Stream()
+    with stream:
+        cos, sin = ops.rope_cos_sin(P, D)
+        qkv, positions, slots = (gp.from_numpy(a) for a in (qkv_h, pos_h, slots_h))
+        kc, vc = gp.from_numpy(kc_h), gp.from_numpy(vc_h)
+        q = gp.empty((2, 1, HQ, D), gp.bfloat16)
+        ops.rope_kv_append(qkv, cos, sin, positions, kc, vc, slots, q_heads=HQ, out=q)  # planned
+    stream.synchronize()
+    with stream, gp.graph_capture() as graph:
+        ops.rope_kv_append(qkv, cos, sin, positions, kc, vc, slots, q_heads=HQ, out=q)
+    new_qkv, new_pos = rand(qkv_h.shape, "bfloat16"), ((pos_h + 1) % P).astype(np.int32)
+    new_slots = ((slots_h + 3) % MAX_LEN).astype(np.int32)
+    with stream:
+        qkv[...], positions[...], slots[...] = new_qkv, new_pos, new_slots
+        kc_before, vc_before = kc.to_numpy(), vc.to_numpy()
+    graph.replay(stream)
+    stream.synchronize()
+    with stream:
+        kc2, vc2 = gp.from_numpy(kc_before), gp.from_numpy(vc_before)
+        want = ops.rope_kv_append(gp.from_numpy(new_qkv), cos, sin, gp.from_numpy(new_pos), kc2,
+                                  vc2, gp.from_numpy(new_slots), q_heads=HQ)  # fmt: skip
+    stream.synchronize()
+    np.testing.assert_array_equal(q.to_numpy(), want.to_numpy())
+    np.testing.assert_array_equal(kc.to_numpy(), kc2.to_numpy())
+    np.testing.assert_array_equal(vc.to_numpy(), vc2.to_numpy())
+    assert not np.array_equal(kc.to_numpy(), kc_before)  # the replay wrote new rows
