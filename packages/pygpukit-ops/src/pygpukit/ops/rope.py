@@ -350,8 +350,9 @@ def rope_kv_append(
     slot outside ``[0, max_len)`` is not stored. The values are those of slicing ``qkv``,
     :func:`apply_rope` and :func:`~pygpukit.ops.kv_cache_append` with per-token positions
     ``slots``, in one kernel instead of up to five (three copies when ``T > 1``, RoPE, the
-    append): a decode step's launches are what bound small models. Positions outside ``[0, P)`` raise ``ValueError`` on
-    the CPU backend; on the GPU such a token is not rotated (as :func:`apply_rope`).
+    append): a decode step's launches are what bound small models. Positions outside ``[0, P)``
+    raise ``ValueError`` on the CPU backend; on the GPU such a token is not rotated (as
+    :func:`apply_rope`).
     """
     q_heads = validation.size(q_heads, "q_heads", "rope_kv_append", minimum=1)
     qkv = c.check_array(qkv, "qkv", dtypes=c.FLOAT_DTYPES, ndim=3)
