@@ -21,10 +21,12 @@ GUIDES = (
     "ops-layers.md",
     "ops-attention.md",
     "ops-linear-sampling.md",
+    "ops-signal.md",
     "ops-audio.md",
     "errors.md",
     "llm.md",
     "llm-loading.md",
+    "tts.md",
 )
 BLOCKS = [
     (guide, index, code)

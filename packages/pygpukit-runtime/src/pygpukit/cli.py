@@ -83,6 +83,13 @@ COMMANDS: tuple[Command, ...] = (
         arguments="pygpukit.llm.serve.cli:serve_arguments",
         distribution="pygpukit-llm[serve]",
     ),
+    Command(
+        "speak",
+        "text or phonemes to speech with Kokoro (a model folder or kokoro-onnx .onnx file)",
+        "pygpukit.tts.cli:speak_command",
+        arguments="pygpukit.tts.cli:speak_arguments",
+        distribution="pygpukit-tts",
+    ),
 )
 
 
