@@ -1,0 +1,222 @@
+"""The Whisper network on ``pygpukit.ops``: the encoder, the decoder, and their device state.
+
+Activations are time-major (``[B, T, C]``), so every projection is a ``Linear`` over the last
+axis. The encoder's stem is two width-3 convolutions (the second with stride 2) with GELU,
+each run as one GEMM over the three shifted copies of its input side by side (an im2col whose
+stride-2 form is a free reshape: see :func:`_conv3`); then sinusoidal positions and pre-LN
+blocks. The decoder adds learned positions; each block has self-attention over a static KV
+cache, cross-attention over the window's encoder output (its K/V projected once per window,
+:meth:`Decoder.set_audio`) and a GELU MLP. Residual sums and the following LayerNorm are one
+kernel (``LayerNorm(x, residual)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.array import GPUArray
+from pygpukit.ops.layers import Attention, LayerNorm, Linear
+
+from .config import WhisperConfig
+
+__all__ = ["Decoder", "DecoderState", "Encoder"]
+
+
+def _upload(a: np.ndarray, dtype: object) -> GPUArray:
+    x = gp.from_numpy(np.ascontiguousarray(np.asarray(a, np.float32).astype(dtype)))
+    x.setflags(write=False)
+    return x
+
+
+def _heads(x: GPUArray, parts: int, heads: int) -> GPUArray:
+    """``[B, T, parts * H * D]`` -> ``[parts, B, H, T, D]`` (one copy)."""
+    b, t, c = x.shape
+    d = c // (parts * heads)
+    return x.reshape(b, t, parts, heads, d).transpose(2, 0, 3, 1, 4).copy()
+
+
+def _merge(o: GPUArray) -> GPUArray:
+    """``[B, H, T, D]`` -> ``[B, T, H * D]``."""
+    b, h, t, d = o.shape
+    return o.transpose(0, 2, 1, 3).copy().reshape(b, t, h * d)
+
+
+def _conv3(x: GPUArray, layer: Linear, stride: int) -> GPUArray:
+    """A width-3, padding-1 convolution of ``x`` ``[B, L, C]`` as one GEMM (+ bias + GELU).
+
+    The columns of output ``t`` are input rows ``stride*t - 1 .. stride*t + 1`` side by side.
+    With stride 2 and the padded input viewed as ``[B, (L + 2) / 2, 2C]`` (pairs of rows), they
+    are pair ``t`` followed by the first half of pair ``t + 1``.
+    """
+    b, length, c = x.shape
+    zero = gp.zeros((b, 1, c), x.dtype)
+    xp = gp.concatenate([zero, x, zero], axis=1)
+    if stride == 1:
+        cols = gp.concatenate([xp[:, 0:length], xp[:, 1 : length + 1], xp[:, 2:]], axis=2)
+    else:
+        out = (length - 1) // 2 + 1
+        pairs = xp.reshape(b, (length + 2) // 2, 2 * c)
+        cols = gp.concatenate([pairs[:, :out], pairs[:, 1 : out + 1, :c]], axis=2)
+    return layer(cols)
+
+
+class _Block:
+    """One pre-LN transformer block's layers (decoder blocks add cross-attention)."""
+
+    def __init__(
+        self, w: Mapping[str, np.ndarray], p: str, cfg: WhisperConfig, dtype: object, cross: bool
+    ) -> None:
+        def lin(name: str, act: str | None = None) -> Linear:
+            return Linear(_upload(w[p + name + ".w"], dtype), _upload(w[p + name + ".b"], dtype),
+                          activation=act)  # fmt: skip
+
+        def norm(name: str) -> LayerNorm:
+            return LayerNorm(_upload(w[p + name + ".w"], dtype), _upload(w[p + name + ".b"], dtype))
+
+        self.attn_ln, self.qkv, self.out = norm("attn_ln"), lin("qkv"), lin("out")
+        self.mlp_ln, self.fc1, self.fc2 = norm("mlp_ln"), lin("fc1", "gelu"), lin("fc2")
+        if cross:
+            self.cross_ln, self.cross_q = norm("cross_ln"), lin("cross_q")
+            self.cross_kv, self.cross_out = lin("cross_kv"), lin("cross_out")
+
+
+class Encoder:
+    """Log-mel ``[B, n_frames, n_mels]`` (time-major) -> audio features ``[B, n_frames/2, C]``."""
+
+    def __init__(self, w: Mapping[str, np.ndarray], cfg: WhisperConfig, dtype: object) -> None:
+        self.cfg, self.dtype = cfg, np.dtype(dtype)  # type: ignore[call-overload]
+
+        def conv(name: str) -> Linear:
+            k = np.asarray(w[name + ".w"], np.float32)  # [C_out, C_in, 3] -> [C_out, 3 * C_in]
+            flat = k.transpose(0, 2, 1).reshape(k.shape[0], -1)
+            return Linear(_upload(flat, dtype), _upload(w[name + ".b"], dtype), activation="gelu")
+
+        self.conv1, self.conv2 = conv("enc.conv1"), conv("enc.conv2")
+        self.pos = _upload(w["enc.pos"], dtype)
+        self.blocks = [_Block(w, f"enc.{i}.", cfg, dtype, False) for i in range(cfg.encoder_layers)]
+        self.ln_post = LayerNorm(_upload(w["enc.ln.w"], dtype), _upload(w["enc.ln.b"], dtype))
+        self.attn = Attention(cfg.encoder_heads, cfg.encoder_heads, cfg.head_dim, causal=False)
+
+    def __call__(self, mel: GPUArray) -> GPUArray:
+        """Run the encoder; ``mel`` is ``[B, 2 * max_source_positions, n_mels]``."""
+        cfg = self.cfg
+        x = _conv3(_conv3(mel, self.conv1, 1), self.conv2, 2)
+        x = x + self.pos[: x.shape[1]]
+        h = self.blocks[0].attn_ln(x)
+        for i, blk in enumerate(self.blocks):
+            q, k, v = _heads(blk.qkv(h), 3, cfg.encoder_heads)
+            a = blk.out(_merge(self.attn.prefill(q, k, v)))
+            x, h = blk.mlp_ln(a, x)
+            m = blk.fc2(blk.fc1(h))
+            nxt = self.blocks[i + 1].attn_ln if i + 1 < len(self.blocks) else self.ln_post
+            x, h = nxt(m, x)
+        return h
+
+
+class DecoderState:
+    """The device buffers of decoding ``batch`` sequences: caches, cross K/V, step inputs.
+
+    Fixed addresses (a captured decode step reads them): per layer a self-attention cache
+    ``[B, H, max_target_positions, D]`` and the window's cross-attention K/V
+    ``[B, H, max_source_positions, D]``; int32 ``tokens``, ``positions`` and ``lengths``
+    (``positions + 1``) of the step, written from the host before each step.
+    """
+
+    def __init__(self, cfg: WhisperConfig, batch: int, dtype: object) -> None:
+        h, d = cfg.decoder_heads, cfg.head_dim
+        self.batch = batch
+        cache = (batch, h, cfg.max_target_positions, d)
+        cross = (batch, h, cfg.max_source_positions, d)
+        n = cfg.decoder_layers
+        self.k = [gp.zeros(cache, dtype) for _ in range(n)]
+        self.v = [gp.zeros(cache, dtype) for _ in range(n)]
+        self.cross_k = [gp.zeros(cross, dtype) for _ in range(n)]
+        self.cross_v = [gp.zeros(cross, dtype) for _ in range(n)]
+        self.cross_lens = gp.full((batch,), cfg.max_source_positions, gp.int32)
+        self.tokens = gp.zeros((batch,), gp.int32)
+        self.positions = gp.zeros((batch,), gp.int32)
+        self.lengths = gp.ones((batch,), gp.int32)
+        self.graph: object | None = None
+        self.logits: GPUArray | None = None
+
+
+class Decoder:
+    """Tokens + audio features -> next-token logits (float32), with a KV cache."""
+
+    def __init__(self, w: Mapping[str, np.ndarray], cfg: WhisperConfig, dtype: object) -> None:
+        self.cfg, self.dtype = cfg, np.dtype(dtype)  # type: ignore[call-overload]
+        self.embed = _upload(w["dec.embed"], dtype)
+        self.pos = _upload(w["dec.pos"], dtype)
+        self.blocks = [_Block(w, f"dec.{i}.", cfg, dtype, True) for i in range(cfg.decoder_layers)]
+        self.ln_post = LayerNorm(_upload(w["dec.ln.w"], dtype), _upload(w["dec.ln.b"], dtype))
+        h, d = cfg.decoder_heads, cfg.head_dim
+        self.causal = Attention(h, h, d, causal=True)
+        self.full = Attention(h, h, d, causal=False)
+
+    def set_audio(self, state: DecoderState, features: GPUArray) -> None:
+        """Project the window's encoder output ``[B, T, C]`` into each layer's cross K/V."""
+        h = self.cfg.decoder_heads
+        for i, blk in enumerate(self.blocks):
+            k, v = _heads(blk.cross_kv(features), 2, h)
+            state.cross_k[i][...] = k
+            state.cross_v[i][...] = v
+
+    def _logits(self, h: GPUArray) -> GPUArray:
+        """``h @ embed.T`` in float32 (tied output projection): ``[rows, vocab]``."""
+        rows = h.shape[0]
+        if rows <= ops.GEMV_MAX_ROWS and self.dtype != np.float32:
+            return ops.gemv(h, self.embed, out_dtype=np.float32)
+        return gp.matmul(h, self.embed.transpose(1, 0)).astype(np.float32)
+
+    def prefill(self, state: DecoderState, tokens: np.ndarray) -> GPUArray:
+        """Run a prompt ``[B, S]`` (same length per row), fill the caches; last-row logits."""
+        b, s = tokens.shape
+        cfg, heads = self.cfg, self.cfg.decoder_heads
+        ids = gp.from_numpy(np.ascontiguousarray(tokens, np.int32))
+        x = ops.embedding(ids, self.embed) + self.pos[:s]
+        start = gp.zeros((b,), gp.int32)
+        h = self.blocks[0].attn_ln(x)
+        for i, blk in enumerate(self.blocks):
+            q, k, v = _heads(blk.qkv(h), 3, heads)
+            ops.kv_cache_append(k, v, state.k[i], state.v[i], start)
+            a = blk.out(_merge(self.causal.prefill(q, k, v)))
+            x, h = blk.cross_ln(a, x)
+            (cq,) = _heads(blk.cross_q(h), 1, heads)
+            c = blk.cross_out(_merge(self.full.prefill(cq, state.cross_k[i], state.cross_v[i])))
+            x, h = blk.mlp_ln(c, x)
+            m = blk.fc2(blk.fc1(h))
+            nxt = self.blocks[i + 1].attn_ln if i + 1 < len(self.blocks) else self.ln_post
+            x, h = nxt(m, x)
+        last = h[:, s - 1].copy() if s > 1 else h.reshape(b, cfg.d_model)
+        return self._logits(last)
+
+    def step(self, state: DecoderState) -> GPUArray:
+        """One token per row at ``state.positions`` over the caches: logits ``[B, vocab]``.
+
+        Reads its inputs from ``state``'s device buffers only, so a CUDA graph of it replays
+        for every position.
+        """
+        b, cfg = state.batch, self.cfg
+        heads, d = cfg.decoder_heads, cfg.head_dim
+        x = ops.embedding(state.tokens, self.embed) + ops.embedding(state.positions, self.pos)
+        h = self.blocks[0].attn_ln(x)
+        for i, blk in enumerate(self.blocks):
+            qkv = blk.qkv(h).reshape(b, 3, heads, d).transpose(1, 0, 2, 3).copy()
+            q, k, v = qkv[0], qkv[1], qkv[2]
+            ops.kv_cache_append(
+                k.reshape(b, heads, 1, d), v.reshape(b, heads, 1, d), state.k[i], state.v[i],
+                state.positions,
+            )  # fmt: skip
+            o = self.causal.decode(q, state.k[i], state.v[i], state.lengths)
+            x, h = blk.cross_ln(blk.out(o.reshape(b, cfg.d_model)), x)
+            cq = blk.cross_q(h).reshape(b, heads, d)
+            o = self.full.decode(cq, state.cross_k[i], state.cross_v[i], state.cross_lens)
+            x, h = blk.mlp_ln(blk.cross_out(o.reshape(b, cfg.d_model)), x)
+            m = blk.fc2(blk.fc1(h))
+            nxt = self.blocks[i + 1].attn_ln if i + 1 < len(self.blocks) else self.ln_post
+            x, h = nxt(m, x)
+        return self._logits(h)
