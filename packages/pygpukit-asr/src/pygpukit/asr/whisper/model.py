@@ -137,9 +137,9 @@ class DecoderState:
         self.cross_k = [gp.zeros(cross, dtype) for _ in range(n)]
         self.cross_v = [gp.zeros(cross, dtype) for _ in range(n)]
         self.cross_lens = gp.full((batch,), cfg.max_source_positions, gp.int32)
-        self.tokens = gp.zeros((batch,), gp.int32)
-        self.positions = gp.zeros((batch,), gp.int32)
-        self.lengths = gp.ones((batch,), gp.int32)
+        #: One upload per step: rows tokens, positions, lengths (positions + 1).
+        self.inputs = gp.zeros((3, batch), gp.int32)
+        self.tokens, self.positions, self.lengths = self.inputs[0], self.inputs[1], self.inputs[2]
         self.graph: object | None = None
         self.logits: GPUArray | None = None
 
@@ -172,8 +172,13 @@ class Decoder:
             return ops.gemv(h, self.embed, out_dtype=np.float32)
         return gp.matmul(h, self.embed.transpose(1, 0)).astype(np.float32)
 
-    def prefill(self, state: DecoderState, tokens: np.ndarray) -> GPUArray:
-        """Run a prompt ``[B, S]`` (same length per row), fill the caches; last-row logits."""
+    def prefill(self, state: DecoderState, tokens: np.ndarray, rows: tuple[int, ...]) -> GPUArray:
+        """Run a prompt ``[B, S]`` (same length per row) and fill the caches.
+
+        Returns the float32 logits ``[len(rows), B, vocab]`` after the prompt positions
+        ``rows`` (the last one predicts the first new token; the one of ``<|startoftranscript|>``
+        gives the no-speech probability).
+        """
         b, s = tokens.shape
         cfg, heads = self.cfg, self.cfg.decoder_heads
         ids = gp.from_numpy(np.ascontiguousarray(tokens, np.int32))
@@ -191,8 +196,8 @@ class Decoder:
             m = blk.fc2(blk.fc1(h))
             nxt = self.blocks[i + 1].attn_ln if i + 1 < len(self.blocks) else self.ln_post
             x, h = nxt(m, x)
-        last = h[:, s - 1].copy() if s > 1 else h.reshape(b, cfg.d_model)
-        return self._logits(last)
+        picked = gp.concatenate([h[:, r] for r in rows], axis=0)  # [len(rows) * B, C]
+        return self._logits(picked).reshape(len(rows), b, cfg.vocab_size)
 
     def step(self, state: DecoderState) -> GPUArray:
         """One token per row at ``state.positions`` over the caches: logits ``[B, vocab]``.

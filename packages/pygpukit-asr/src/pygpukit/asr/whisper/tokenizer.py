@@ -44,6 +44,7 @@ class WhisperTokenizer:
         self.translate = special("<|translate|>")
         self.transcribe = special("<|transcribe|>")
         self.sot_prev = special("<|startofprev|>")
+        self.sot_lm = special("<|startoflm|>")
         self.no_timestamps = special("<|notimestamps|>")
         self.no_speech = special("<|nocaptions|>")
         self.timestamp_begin = self.no_timestamps + 1

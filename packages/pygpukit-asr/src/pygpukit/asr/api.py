@@ -1,0 +1,224 @@
+"""``asr.load`` and :class:`WhisperModel`: a model directory in, transcriptions out."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.array import GPUArray
+
+from .errors import AudioError, ModelFormatError, UnsupportedModelError
+from .loading import read_model
+from .whisper.audio import as_waveform, load_audio, log_mel_spectrogram
+from .whisper.config import N_SAMPLES, SAMPLE_RATE, WhisperConfig
+from .whisper.decoding import WindowDecoder, sot_sequence
+from .whisper.model import Decoder, Encoder
+from .whisper.tokenizer import WhisperTokenizer
+from .whisper.transcribe import Segment, TranscribeOptions, Transcription, run_transcription
+
+__all__ = ["DTYPES", "WhisperModel", "load"]
+
+DTYPES = {"float16": np.float16, "bfloat16": gp.bfloat16, "float32": np.float32}
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def _dtype(dtype: Any) -> Any:
+    key = dtype if isinstance(dtype, str) else np.dtype(dtype).name
+    if key not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return DTYPES[key]
+
+
+class WhisperModel:
+    """A loaded Whisper model: encoder and decoder on the device, tokenizer, config.
+
+    Made by :func:`load` (or :meth:`from_pretrained`, the same call).
+    """
+
+    def __init__(
+        self, config: WhisperConfig, weights: dict[str, np.ndarray],
+        tokenizer: WhisperTokenizer | None, *, dtype: Any = "float16", path: str = "",
+    ) -> None:  # fmt: skip
+        self.config, self.path = config, path
+        self.dtype = np.dtype(_dtype(dtype))
+        self.encoder = Encoder(weights, config, self.dtype)
+        self.decoder = Decoder(weights, config, self.dtype)
+        self.tokenizer = tokenizer
+        self._windows = WindowDecoder(self.decoder, tokenizer) if tokenizer is not None else None
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | pathlib.Path, *, dtype: Any = "float16", device: int = 0
+    ) -> WhisperModel:
+        """Load a Hugging Face or CTranslate2 Whisper directory (see :func:`load`)."""
+        return load(path, dtype=dtype, device=device)
+
+    def __repr__(self) -> str:
+        c = self.config
+        kind = "multilingual" if c.is_multilingual else "English-only"
+        return (
+            f"WhisperModel({c.d_model} wide, {c.encoder_layers}+{c.decoder_layers} layers, "
+            f"{c.n_mels} mels, {kind}, {self.dtype.name}, path={self.path!r})"
+        )
+
+    # --- the pieces -----------------------------------------------------------------------------
+
+    def encode(self, mel: np.ndarray | GPUArray) -> GPUArray:
+        """Encoder output ``[B, 1500, d_model]`` of log-mel windows ``[B, n_mels, 3000]``."""
+        if isinstance(mel, GPUArray):
+            x = mel.transpose(0, 2, 1).astype(self.dtype)
+        else:
+            x = gp.from_numpy(np.ascontiguousarray(np.asarray(mel, np.float32).transpose(0, 2, 1)).astype(self.dtype))
+        if x.shape[2] != self.config.n_mels:
+            raise ValueError(f"mel has {x.shape[2]} bins; this model takes {self.config.n_mels}")
+        return self.encoder(x.contiguous())
+
+    def logits(self, mel: np.ndarray, tokens: Sequence[Sequence[int]]) -> np.ndarray:
+        """Decoder logits ``[B, S, vocab]`` (float32) for token prompts ``[B, S]`` over ``mel``.
+
+        The whole prompt in one pass (teacher forcing): what the equivalence tests compare.
+        """
+        ids = np.asarray(tokens, np.int32)
+        feats = self.encode(mel)
+        state = self._windows.state(ids.shape[0]) if self._windows else None
+        if state is None:
+            from .whisper.model import DecoderState
+
+            state = DecoderState(self.config, ids.shape[0], self.dtype)
+        self.decoder.set_audio(state, feats)
+        out = self.decoder.prefill(state, ids, tuple(range(ids.shape[1]))).to_numpy()
+        return np.asarray(out).transpose(1, 0, 2)
+
+    def detect_language(self, mel: np.ndarray) -> tuple[str, dict[str, float]]:
+        """The likeliest language of a window ``[n_mels, 3000]`` and every language's probability."""
+        tok = self._tok()
+        if not self.config.is_multilingual or not tok.languages:
+            return "en", {"en": 1.0}
+        codes = list(tok.languages)
+        ids = np.array([tok.languages[c] for c in codes])
+        row = self.logits(mel[None], [[tok.sot]])[0, 0, ids].astype(np.float64)
+        p = np.exp(row - row.max())
+        p /= p.sum()
+        probs = {c: float(v) for c, v in zip(codes, p, strict=True)}
+        return codes[int(np.argmax(p))], probs
+
+    def _tok(self) -> WhisperTokenizer:
+        if self.tokenizer is None:
+            raise ModelFormatError(f"{self.path}: no tokenizer.json next to the weights; text needs one")
+        return self.tokenizer
+
+    # --- transcription ----------------------------------------------------------------------------
+
+    def transcribe(
+        self,
+        audio: str | pathlib.Path | np.ndarray | GPUArray,
+        *,
+        language: str | None = None,
+        task: str = "transcribe",
+        beam_size: int = 1,
+        temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
+        condition_on_previous_text: bool = True,
+        without_timestamps: bool = False,
+        word_timestamps: bool = False,
+        batch_size: int = 1,
+        sample_rate: int = SAMPLE_RATE,
+        progress: Callable[[float, float], None] | None = None,
+    ) -> Transcription:
+        """Transcribe (or translate to English) ``audio``: a file path, or 16 kHz samples.
+
+        ``language`` is a code (``"en"``, ``"ja"``, ...) or None to detect it from the first
+        30 s; ``task`` ``"transcribe"`` or ``"translate"`` (multilingual models);
+        ``beam_size`` > 1 runs beam search at temperature 0; ``temperature`` one value or the
+        fallback sequence; ``batch_size`` > 1 decodes independent 30 s windows together.
+        ``progress(done_s, total_s)`` is called after each window. Silence gives an empty
+        ``text`` and no segments. Errors: :class:`AudioError` (unreadable, empty, wrong rank,
+        dtype or rate, NaN), :class:`UnsupportedModelError` (unknown language, translation on
+        an English-only model), ``ValueError`` for bad options.
+        """
+        tok = self._tok()
+        opts = self._options(task, beam_size, temperature, without_timestamps, batch_size,
+                             word_timestamps, condition_on_previous_text)  # fmt: skip
+        if isinstance(audio, (str, pathlib.Path)):
+            wave = load_audio(audio)
+        else:
+            wave = as_waveform(audio, sample_rate)
+        if wave.size == 0:
+            raise AudioError("the audio has no samples")
+        duration = wave.size / SAMPLE_RATE
+        mel = log_mel_spectrogram(wave, self.config.n_mels, padding=N_SAMPLES)
+        if language is None:
+            language = self.detect_language(mel[:, :3000])[0] if self.config.is_multilingual else "en"
+        elif self.config.is_multilingual:
+            tok.language_id(language)
+        elif language != "en":
+            raise UnsupportedModelError(
+                f"language {language!r} on an English-only model: it only transcribes English "
+                "(load a multilingual checkpoint)"
+            )
+        sot = tuple(sot_sequence(tok, self.config.is_multilingual, language, task))
+        o = TranscribeOptions(opts[0], beam_size, condition_on_previous_text, without_timestamps,
+                              batch_size, sot)  # fmt: skip
+        report = (lambda done: progress(done, duration)) if progress is not None else None
+        assert self._windows is not None
+        segments = run_transcription(mel, duration, self.encode, self._windows, o, report)
+        text = "".join(s.text for s in segments)
+        return Transcription(text=text, language=language, segments=segments, duration=duration)
+
+    def _options(
+        self, task: str, beam_size: int, temperature: Any, without_timestamps: bool,
+        batch_size: int, word_timestamps: bool, condition: bool,
+    ) -> tuple[tuple[float, ...]]:  # fmt: skip
+        if task not in ("transcribe", "translate"):
+            raise ValueError(f"task must be 'transcribe' or 'translate', got {task!r}")
+        if task == "translate" and not self.config.is_multilingual:
+            raise UnsupportedModelError(
+                "task='translate' on an English-only model: only multilingual Whisper models "
+                "translate (load e.g. whisper-small rather than whisper-small.en)"
+            )
+        for name, value in (("beam_size", beam_size), ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        for name, value in (("without_timestamps", without_timestamps),
+                            ("condition_on_previous_text", condition),
+                            ("word_timestamps", word_timestamps)):  # fmt: skip
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+        if word_timestamps:
+            raise ValueError(
+                "word_timestamps=True is not available in this version (segment timestamps are)"
+            )
+        temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
+        if not temps or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not
+                            0 <= t <= 2 or t != t for t in temps):  # fmt: skip
+            raise ValueError(f"temperature must be a number in [0, 2] or a sequence of them, got {temperature!r}")
+        return (tuple(float(t) for t in temps),)
+
+
+def load(path: str | pathlib.Path, *, dtype: Any = "float16", device: int = 0) -> WhisperModel:
+    """Load a Whisper model directory onto GPU ``device`` (or the CPU backend).
+
+    Hugging Face directories (``config.json`` + ``model.safetensors`` + ``tokenizer.json``)
+    and faster-whisper / CTranslate2 directories (``model.bin`` + ``config.json`` +
+    ``tokenizer.json``, float16/float32/bfloat16 weights). ``dtype`` is the compute and
+    storage dtype: ``"float16"`` (default), ``"bfloat16"`` or ``"float32"``. Raises
+    :class:`ModelFormatError` (missing or malformed files, pickle checkpoints) and
+    :class:`UnsupportedModelError` (int8 CTranslate2 weights, not Whisper).
+    """
+    _dtype(dtype)
+    if isinstance(device, bool) or not isinstance(device, int) or device < 0:
+        raise ValueError(f"device must be a GPU ordinal >= 0, got {device!r}")
+    files = read_model(path)
+    tok = WhisperTokenizer(files.tokenizer_file) if files.tokenizer_file is not None else None
+    if gp.backend_name() == "cuda":
+        gp.set_device(device)
+    start = time.perf_counter()
+    model = WhisperModel(files.config, files.weights, tok, dtype=dtype, path=str(files.path))
+    model.load_seconds = time.perf_counter() - start  # type: ignore[attr-defined]
+    return model
+
+

@@ -1,0 +1,206 @@
+"""Long-form transcription: 30-second windows, seeking by the timestamps the model emits.
+
+As openai-whisper does it: the log-mel of the whole recording (with 30 s of zeros appended) is
+cut into 3000-frame windows starting at ``seek``; each window is decoded after a prompt of the
+previous text (``condition_on_previous_text``); the timestamp pairs in its tokens become
+segments and the next window starts at the last complete pair (or after the window when the
+model says the speech runs on). A window whose result looks wrong (compression ratio above
+2.4: a repetition loop; average log-probability below -1) is decoded again at the next
+temperature; one that is probably silence (no-speech probability above 0.6 with a low
+log-probability) is skipped. ``batch_size > 1`` decodes independent, fixed 30 s windows
+together instead (no previous-text prompt, no timestamp seeking): throughput over context.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .config import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, SECONDS_PER_TOKEN
+from .decoding import DecodeResult, DecodingOptions, WindowDecoder
+
+__all__ = ["Segment", "Transcription", "TranscribeOptions", "run_transcription"]
+
+COMPRESSION_RATIO_THRESHOLD = 2.4
+LOGPROB_THRESHOLD = -1.0
+NO_SPEECH_THRESHOLD = 0.6
+FRAME_SECONDS = HOP_LENGTH / SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A stretch of speech: seconds from the start of the audio, its text and decoding stats."""
+
+    start: float
+    end: float
+    text: str
+    tokens: list[int]
+    avg_logprob: float
+    compression_ratio: float
+    no_speech_prob: float
+    temperature: float = 0.0
+    words: list[dict[str, float | str]] | None = None
+
+
+@dataclass(frozen=True)
+class Transcription:
+    """The result of :meth:`WhisperModel.transcribe`: ``text`` (segments joined),
+    ``language`` (the code used or detected), ``segments`` in time order, ``duration`` (s)."""
+
+    text: str
+    language: str
+    segments: list[Segment] = field(default_factory=list)
+    duration: float = 0.0
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    """The options of :meth:`WhisperModel.transcribe` after validation."""
+
+    temperatures: tuple[float, ...]
+    beam_size: int
+    condition_on_previous_text: bool
+    without_timestamps: bool
+    batch_size: int
+    sot: tuple[int, ...]
+
+
+#: ``encode(mel windows [B, n_mels, 3000]) -> features``, ``decode(features, prompts, sot index,
+#: options) -> results``, ``progress(seconds done)``.
+Encode = Callable[[np.ndarray], object]
+
+
+def _window(mel: np.ndarray, seek: int) -> tuple[np.ndarray, int]:
+    content = mel.shape[1] - N_FRAMES
+    size = min(N_FRAMES, content - seek)
+    seg = mel[:, seek : seek + N_FRAMES]
+    if seg.shape[1] < N_FRAMES:
+        seg = np.pad(seg, ((0, 0), (0, N_FRAMES - seg.shape[1])))
+    return seg, size
+
+
+def _with_fallback(
+    dec: WindowDecoder, features: object, prompt: list[int], sot_index: int, o: TranscribeOptions
+) -> DecodeResult:
+    result: DecodeResult | None = None
+    for t in o.temperatures:
+        opts = DecodingOptions(
+            temperature=t, beam_size=o.beam_size if t == 0 else 1,
+            without_timestamps=o.without_timestamps,
+        )  # fmt: skip
+        result = dec.decode(features, [prompt], sot_index, opts)[0]  # type: ignore[arg-type]
+        if _acceptable(result):
+            break
+    assert result is not None
+    return result
+
+
+def _acceptable(r: DecodeResult) -> bool:
+    if r.no_speech_prob > NO_SPEECH_THRESHOLD and r.avg_logprob < LOGPROB_THRESHOLD:
+        return True  # silence: nothing better will come at a higher temperature
+    return r.compression_ratio <= COMPRESSION_RATIO_THRESHOLD and r.avg_logprob >= LOGPROB_THRESHOLD
+
+
+def _silent(r: DecodeResult) -> bool:
+    return r.no_speech_prob > NO_SPEECH_THRESHOLD and r.avg_logprob < LOGPROB_THRESHOLD
+
+
+def _segments(
+    r: DecodeResult, dec: WindowDecoder, offset: float, size: int, duration: float
+) -> tuple[list[Segment], int]:
+    """Cut a window's tokens at its timestamp pairs; also the frames to advance ``seek`` by."""
+    tb = dec.tok.timestamp_begin
+    toks = r.tokens
+    is_ts = [t >= tb for t in toks]
+    ends_single = len(toks) >= 2 and is_ts[-1] and not is_ts[-2]
+    cuts = [i + 1 for i in range(len(toks) - 1) if is_ts[i] and is_ts[i + 1]]
+    out: list[Segment] = []
+
+    def add(start: float, end: float, part: Sequence[int]) -> None:
+        text = dec.tok.decode(list(part))
+        start, end = min(start, duration), min(end, duration)
+        if text.strip() and end > start:
+            out.append(Segment(start, end, text, list(part), r.avg_logprob, r.compression_ratio,
+                               r.no_speech_prob, r.temperature))  # fmt: skip
+
+    if cuts:
+        if ends_single:
+            cuts.append(len(toks))
+        last = 0
+        for cut in cuts:
+            part = toks[last:cut]
+            add(offset + (part[0] - tb) * SECONDS_PER_TOKEN,
+                offset + (part[-1] - tb) * SECONDS_PER_TOKEN, part)  # fmt: skip
+            last = cut
+        advance = size if ends_single else (toks[last - 1] - tb) * 2
+        return out, max(1, advance)
+    span = size * FRAME_SECONDS
+    stamps = [t for t in toks if t >= tb]
+    if stamps and stamps[-1] != tb:
+        span = (stamps[-1] - tb) * SECONDS_PER_TOKEN
+    add(offset, offset + span, toks)
+    return out, size
+
+
+def run_transcription(
+    mel: np.ndarray, duration: float, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
+    progress: Callable[[float], None] | None = None,
+) -> list[Segment]:  # fmt: skip
+    """All segments of a recording whose log-mel (with 30 s of zeros appended) is ``mel``."""
+    if o.batch_size > 1:
+        return _batched(mel, duration, encode, dec, o, progress)
+    content = mel.shape[1] - N_FRAMES
+    seek, history, reset = 0, [], 0
+    segments: list[Segment] = []
+    n_ctx_half = dec.decoder.cfg.max_target_positions // 2
+    while seek < content:
+        window, size = _window(mel, seek)
+        features = encode(window[None])
+        prev = history[reset:]
+        prompt = ([dec.tok.sot_prev, *prev[-(n_ctx_half - 1) :]] if prev else []) + list(o.sot)
+        if o.without_timestamps:
+            prompt.append(dec.tok.no_timestamps)
+        sot_index = len(prompt) - len(o.sot) - (1 if o.without_timestamps else 0)
+        r = _with_fallback(dec, features, prompt, sot_index, o)
+        offset = seek * FRAME_SECONDS
+        if _silent(r):
+            seek += size
+        else:
+            new, advance = _segments(r, dec, offset, size, duration)
+            segments.extend(new)
+            seek += advance
+            history.extend(t for s in new for t in s.tokens)
+        if not o.condition_on_previous_text or r.temperature > 0.5:
+            reset = len(history)
+        if progress is not None:
+            progress(min(duration, seek * FRAME_SECONDS))
+    return segments
+
+
+def _batched(
+    mel: np.ndarray, duration: float, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
+    progress: Callable[[float], None] | None,
+) -> list[Segment]:  # fmt: skip
+    content = mel.shape[1] - N_FRAMES
+    starts = list(range(0, content, N_FRAMES))
+    prompt = list(o.sot) + ([dec.tok.no_timestamps] if o.without_timestamps else [])
+    segments: list[Segment] = []
+    for first in range(0, len(starts), o.batch_size):
+        group = starts[first : first + o.batch_size]
+        windows = [_window(mel, s) for s in group]
+        features = encode(np.stack([w for w, _ in windows]))
+        results = dec.decode(features, [prompt] * len(group), 0,  # type: ignore[arg-type]
+                             DecodingOptions(without_timestamps=o.without_timestamps))  # fmt: skip
+        for i, (seek, (_, size)) in enumerate(zip(group, windows, strict=True)):
+            r = results[i]
+            if not _acceptable(r) and len(o.temperatures) > 1:
+                one = features[i : i + 1]  # type: ignore[index]
+                r = _with_fallback(dec, one, prompt, 0, replace(o, temperatures=o.temperatures[1:]))
+            if not _silent(r):
+                segments.extend(_segments(r, dec, seek * FRAME_SECONDS, size, duration)[0])
+        if progress is not None:
+            progress(min(duration, (group[-1] + N_FRAMES) * FRAME_SECONDS))
+    return segments
+
