@@ -165,7 +165,7 @@ class WhisperModel:
                               batch_size, sot)  # fmt: skip
         report = (lambda done: progress(done, duration)) if progress is not None else None
         assert self._windows is not None
-        segments = run_transcription(mel, duration, self.encode, self._windows, o, report)
+        segments = run_transcription(wave, mel, self.encode, self._windows, o, report)
         text = "".join(s.text for s in segments)
         return Transcription(text=text, language=language, segments=segments, duration=duration)
 

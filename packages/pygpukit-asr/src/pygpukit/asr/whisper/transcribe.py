@@ -7,7 +7,8 @@ segments and the next window starts at the last complete pair (or after the wind
 model says the speech runs on). A window whose result looks wrong (compression ratio above
 2.4: a repetition loop; average log-probability below -1) is decoded again at the next
 temperature; one that is probably silence (no-speech probability above 0.6 with a low
-log-probability) is skipped. ``batch_size > 1`` decodes independent, fixed 30 s windows
+log-probability) is skipped, and so is a window whose samples all stay below
+``SILENCE_PEAK`` (-80 dBFS: digital silence, where Whisper is known to invent a word). ``batch_size > 1`` decodes independent, fixed 30 s windows
 together instead (no previous-text prompt, no timestamp seeking): throughput over context.
 """
 
@@ -26,6 +27,7 @@ __all__ = ["Segment", "Transcription", "TranscribeOptions", "run_transcription"]
 COMPRESSION_RATIO_THRESHOLD = 2.4
 LOGPROB_THRESHOLD = -1.0
 NO_SPEECH_THRESHOLD = 0.6
+SILENCE_PEAK = 1e-4
 FRAME_SECONDS = HOP_LENGTH / SAMPLE_RATE
 
 
@@ -144,19 +146,31 @@ def _segments(
     return out, size
 
 
+def _quiet(wave: np.ndarray, seek: int, size: int) -> bool:
+    """Whether the samples of frames ``[seek, seek + size)`` are digital silence."""
+    part = wave[seek * HOP_LENGTH : (seek + size) * HOP_LENGTH]
+    return part.size == 0 or float(np.max(np.abs(part))) < SILENCE_PEAK
+
+
 def run_transcription(
-    mel: np.ndarray, duration: float, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
+    wave: np.ndarray, mel: np.ndarray, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
     progress: Callable[[float], None] | None = None,
 ) -> list[Segment]:  # fmt: skip
-    """All segments of a recording whose log-mel (with 30 s of zeros appended) is ``mel``."""
+    """All segments of 16 kHz samples ``wave`` whose log-mel (30 s of zeros appended) is ``mel``."""
+    duration = wave.size / SAMPLE_RATE
     if o.batch_size > 1:
-        return _batched(mel, duration, encode, dec, o, progress)
+        return _batched(wave, mel, encode, dec, o, progress)
     content = mel.shape[1] - N_FRAMES
     seek, history, reset = 0, [], 0
     segments: list[Segment] = []
     n_ctx_half = dec.decoder.cfg.max_target_positions // 2
     while seek < content:
         window, size = _window(mel, seek)
+        if _quiet(wave, seek, size):
+            seek, reset = seek + size, len(history)
+            if progress is not None:
+                progress(min(duration, seek * FRAME_SECONDS))
+            continue
         features = encode(window[None])
         prev = history[reset:]
         prompt = ([dec.tok.sot_prev, *prev[-(n_ctx_half - 1) :]] if prev else []) + list(o.sot)
@@ -180,11 +194,11 @@ def run_transcription(
 
 
 def _batched(
-    mel: np.ndarray, duration: float, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
+    wave: np.ndarray, mel: np.ndarray, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
     progress: Callable[[float], None] | None,
 ) -> list[Segment]:  # fmt: skip
-    content = mel.shape[1] - N_FRAMES
-    starts = list(range(0, content, N_FRAMES))
+    content, duration = mel.shape[1] - N_FRAMES, wave.size / SAMPLE_RATE
+    starts = [s for s in range(0, content, N_FRAMES) if not _quiet(wave, s, N_FRAMES)]
     prompt = list(o.sot) + ([dec.tok.no_timestamps] if o.without_timestamps else [])
     segments: list[Segment] = []
     for first in range(0, len(starts), o.batch_size):

@@ -1,0 +1,62 @@
+"""The real Whisper tiny.en (faster-whisper / CTranslate2 fp16 folder) on speech synthesized by
+espeak-ng: the words come back, timestamps fall inside the clip, and greedy token ids equal
+transformers' on the same weights (``tests/asr/references/tiny_en_greedy.json``, written by
+``tools/asr_reference.py --whisper-dir``)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+from conftest import speech
+
+import pygpukit as gp
+from pygpukit import asr
+
+REFERENCE = pathlib.Path(__file__).parent / "references" / "tiny_en_greedy.json"
+# float32 on the CPU backend (NumPy float16 GEMMs are slow); the GPU tests run float16.
+DTYPE = "float32" if gp.backend_name() == "cpu" else "float16"
+
+
+@pytest.fixture(scope="module")
+def tiny_en(tiny_en_dir):
+    return asr.load(tiny_en_dir, dtype=DTYPE)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def test_loads_as_english_only_tiny(tiny_en):
+    c = tiny_en.config
+    assert (c.d_model, c.encoder_layers, c.decoder_layers, c.n_mels) == (384, 4, 4, 80)
+    assert not c.is_multilingual and len(c.alignment_heads) == 8
+    assert tiny_en.tokenizer.timestamp_begin == 50363
+
+
+@pytest.mark.parametrize("name", ["fox", "stella"])
+def test_transcribes_the_spoken_words(tiny_en, sentences, name):
+    audio = speech(name)
+    result = tiny_en.transcribe(audio)
+    spoken = _words(sentences[name])
+    heard = set(_words(result.text))
+    assert sum(w in heard for w in spoken) >= 0.8 * len(spoken), result.text
+    assert result.language == "en" and result.segments
+    for seg in result.segments:
+        assert 0 <= seg.start < seg.end <= audio.size / 16000 + 1e-6
+        assert seg.tokens and seg.avg_logprob < 0 and 0 <= seg.no_speech_prob <= 1
+    starts = [s.start for s in result.segments]
+    assert starts == sorted(starts)
+
+
+def test_greedy_ids_match_transformers(tiny_en):
+    if not REFERENCE.is_file():
+        pytest.skip("no reference ids yet: run `python tools/asr_reference.py --whisper-dir "
+                    ".cache/models/whisper-tiny.en-ct2` where transformers is installed")  # fmt: skip
+    ref = json.loads(REFERENCE.read_text())
+    name = "fox"  # one clip on the CPU (about 2 s); the GPU test checks them all
+    got = tiny_en.transcribe(speech(name), without_timestamps=True, temperature=0.0)
+    assert [t for s in got.segments for t in s.tokens] == ref[name]
