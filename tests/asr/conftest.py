@@ -5,20 +5,17 @@ Also puts this folder on ``sys.path`` (for ``tests/asr/gpu``: the asset module).
 
 from __future__ import annotations
 
-import json
 import pathlib
 import sys
 
-import numpy as np
 import pytest
 
 _HERE = pathlib.Path(__file__).resolve().parent
 if str(_HERE) not in sys.path:
     sys.path.insert(0, str(_HERE))
 
+import asr_clips  # noqa: E402
 from asr_whisper_asset import AssetUnavailable, whisper_tiny_en  # noqa: E402
-
-DATA = _HERE / "data"
 
 
 @pytest.fixture(scope="session")
@@ -33,9 +30,4 @@ def tiny_en_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def sentences() -> dict[str, str]:
     """Name -> text of the synthesized clips (tools/asr_speech.py)."""
-    return json.loads((DATA / "sentences.json").read_text())
-
-
-def speech(name: str) -> np.ndarray:
-    """A synthesized clip as float32 16 kHz samples."""
-    return np.load(DATA / f"{name}.npy").astype(np.float32) / 32768.0
+    return asr_clips.sentences()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import speech
+from asr_clips import DATA, speech
 
 import pygpukit as gp
 from pygpukit import asr, ops
@@ -100,7 +100,7 @@ def test_noise_does_not_crash_or_loop(tiny_en, rng):
 
 
 def test_int16_and_gpuarray_inputs_are_accepted(tiny_en, sentences):
-    pcm = np.load(__import__("conftest").DATA / "fox.npy")
+    pcm = np.load(DATA / "fox.npy")
     a = tiny_en.transcribe(pcm, without_timestamps=True)
     b = tiny_en.transcribe(gp.from_numpy(pcm.astype(np.float32) / 32768), without_timestamps=True)
     assert a.text == b.text and "fox" in a.text.lower()

@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import speech
+from asr_clips import speech
 
 import pygpukit as gp
 from pygpukit import asr

@@ -90,7 +90,8 @@ def test_help_of_every_command_describes_it_without_running_it(launcher: str, co
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS if not c.passthrough])
 def test_unknown_option_is_reported_with_the_commands_usage(command: str) -> None:
     # Commands with positional arguments get them, so that the unknown option is the error.
-    positionals = {"chat": ["MODEL"], "generate": ["MODEL", "PROMPT"]}.get(command, [])
+    positionals = {"chat": ["MODEL"], "generate": ["MODEL", "PROMPT"],
+                   "transcribe": ["FILE", "--model", "DIR"]}.get(command, [])  # fmt: skip
     out = _run(["-m", "pygpukit", command, *positionals, "--frobnicate"])
     assert out.returncode == 2
     assert f"usage: python -m pygpukit {command}" in out.stderr

@@ -76,6 +76,13 @@ COMMANDS: tuple[Command, ...] = (
         arguments="pygpukit.llm.cli:generate_arguments",
         distribution="pygpukit-llm",
     ),
+    Command(
+        "transcribe",
+        "transcribe audio files with Whisper (--model DIR): txt, srt, vtt or json",
+        "pygpukit.asr.cli:transcribe_command",
+        arguments="pygpukit.asr.cli:transcribe_arguments",
+        distribution="pygpukit-asr",
+    ),
 )
 
 
