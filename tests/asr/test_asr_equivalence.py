@@ -79,3 +79,15 @@ def test_forward_matches_float64_numpy(tmp_path, rng):
     ref = whisper_logits(random_weights(cfg, seed), cfg.decoder_heads,
                          (cfg.encoder_layers, cfg.decoder_layers), mel[0], ids)  # fmt: skip
     assert _rel(got, ref) <= 1e-4
+
+
+def test_device_greedy_equals_argmax_of_one_pass(tmp_path, rng):
+    """``generate`` (argmax on the device, positions advanced there) follows the logits."""
+    seed, cfg, _ = CONFIGS["multilingual_small"]
+    model = asr.load(write_checkpoint(tmp_path / "m", cfg, seed), dtype="float32")
+    mel = rng.uniform(-1, 1, (2, cfg.n_mels, 3000)).astype(np.float32)
+    prompt = rng.integers(0, cfg.vocab_size, (2, 3))
+    ids = model.generate(mel, prompt.tolist(), 6)
+    assert ids.shape == (2, 6)
+    whole = model.logits(mel, np.concatenate([prompt, ids], axis=1).tolist())
+    assert np.array_equal(whole[:, 2:-1].argmax(-1), ids)

@@ -49,7 +49,7 @@ class WhisperModel:
         self.encoder = Encoder(weights, config, self.dtype)
         self.decoder = Decoder(weights, config, self.dtype)
         self.tokenizer = tokenizer
-        self._windows = WindowDecoder(self.decoder, tokenizer) if tokenizer is not None else None
+        self._windows = WindowDecoder(self.decoder, tokenizer)
 
     @classmethod
     def from_pretrained(
@@ -85,14 +85,32 @@ class WhisperModel:
         """
         ids = np.asarray(tokens, np.int32)
         feats = self.encode(mel)
-        state = self._windows.state(ids.shape[0]) if self._windows else None
-        if state is None:
-            from .whisper.model import DecoderState
-
-            state = DecoderState(self.config, ids.shape[0], self.dtype)
+        state = self._windows.state(ids.shape[0])
         self.decoder.set_audio(state, feats)
         out = self.decoder.prefill(state, ids, tuple(range(ids.shape[1]))).to_numpy()
         return np.asarray(out).transpose(1, 0, 2)
+
+    def generate(
+        self, mel: np.ndarray | GPUArray, prompt: Sequence[Sequence[int]], max_new_tokens: int,
+        *, suppress: bool = True,
+    ) -> np.ndarray:  # fmt: skip
+        """Exactly ``max_new_tokens`` greedy ids ``[B, n]`` after ``prompt`` ``[B, S]`` per window.
+
+        Raw decoding on the device (one CUDA graph a token, no host round trip until the end):
+        no timestamp rules and no stop at ``<|endoftext|>``; ``suppress`` masks the model's
+        suppressed tokens and the timestamps (when it has a tokenizer). ``transcribe`` is the
+        path with Whisper's rules; this one is for scoring and benchmarks.
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        ids = np.asarray(prompt, np.int64)
+        if ids.ndim != 2 or ids.shape[1] + max_new_tokens > self.config.max_target_positions:
+            raise ValueError(
+                f"prompt must be [B, S] with S + max_new_tokens <= "
+                f"{self.config.max_target_positions}, got {ids.shape} + {max_new_tokens}"
+            )
+        feats = self.encode(mel)
+        return self._windows.greedy(feats, ids, max_new_tokens, suppress=suppress)
 
     def detect_language(self, mel: np.ndarray) -> tuple[str, dict[str, float]]:
         """The likeliest language of a window ``[n_mels, 3000]`` and every language's probability."""
@@ -164,7 +182,6 @@ class WhisperModel:
         o = TranscribeOptions(opts[0], beam_size, condition_on_previous_text, without_timestamps,
                               batch_size, sot)  # fmt: skip
         report = (lambda done: progress(done, duration)) if progress is not None else None
-        assert self._windows is not None
         segments = run_transcription(wave, mel, self.encode, self._windows, o, report)
         text = "".join(s.text for s in segments)
         return Transcription(text=text, language=language, segments=segments, duration=duration)

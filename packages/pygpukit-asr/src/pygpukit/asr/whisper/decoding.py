@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import pygpukit as gp
+from pygpukit import ops
 from pygpukit.array import GPUArray
 
 from .config import SECONDS_PER_TOKEN
@@ -69,16 +70,21 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 class WindowDecoder:
     """Decodes batches of windows with one :class:`Decoder`, keeping a state per batch size."""
 
-    def __init__(self, decoder: Decoder, tokenizer: WhisperTokenizer) -> None:
-        self.decoder, self.tok = decoder, tokenizer
+    def __init__(self, decoder: Decoder, tokenizer: WhisperTokenizer | None) -> None:
+        self.decoder = decoder
+        self.tok: WhisperTokenizer = tokenizer  # type: ignore[assignment]  # None: greedy only
         cfg = decoder.cfg
-        t = tokenizer
-        specials = (t.translate, t.transcribe, t.sot, t.sot_prev, t.sot_lm, t.no_speech)
-        suppress = {*cfg.suppress_tokens, *specials} - {t.eot}
-        self.suppress = np.array(sorted(i for i in suppress if 0 <= i < cfg.vocab_size), np.int64)
-        begin = cfg.begin_suppress_tokens or (*t.encode(" "), t.eot)
-        self.begin_suppress = np.array(sorted(set(begin)), np.int64)
+        self.suppress = np.zeros(0, np.int64)
+        self.begin_suppress = np.zeros(0, np.int64)
+        if tokenizer is not None:
+            t = tokenizer
+            specials = (t.translate, t.transcribe, t.sot, t.sot_prev, t.sot_lm, t.no_speech)
+            suppress = {*cfg.suppress_tokens, *specials} - {t.eot}
+            self.suppress = np.array(sorted(i for i in suppress if 0 <= i < cfg.vocab_size), np.int64)
+            begin = cfg.begin_suppress_tokens or (*t.encode(" "), t.eot)
+            self.begin_suppress = np.array(sorted(set(begin)), np.int64)
         self.states: dict[int, DecoderState] = {}
+        self._suppress_bias: GPUArray | None = None
         self.use_graphs = gp.backend_name() == "cuda"
 
     def state(self, batch: int) -> DecoderState:
@@ -102,6 +108,59 @@ class WindowDecoder:
         state.graph.replay()  # type: ignore[attr-defined]
         assert state.logits is not None
         return np.asarray(state.logits.to_numpy())
+
+    def greedy(
+        self, features: GPUArray, prompt: np.ndarray, new_tokens: int, *, suppress: bool = True
+    ) -> np.ndarray:
+        """Exactly ``new_tokens`` greedy ids per row ``[B, new_tokens]``, decided on the device.
+
+        No host rule runs (no timestamp grammar, no stop at EOT); the suppressed tokens are a
+        ``-inf`` bias added to the logits. The step, its argmax and the position update are one
+        CUDA graph; each token is copied into a device history and read back once at the end.
+        This is raw decoding (benchmarks, fixed-length scoring); :meth:`decode` is the
+        transcription path.
+        """
+        b, s = prompt.shape
+        state = self.state(b)
+        self.decoder.set_audio(state, features)
+        logits = self.decoder.prefill(state, prompt.astype(np.int32), (s - 1,))[0]
+        bias = self._bias() if suppress else None
+        out = gp.zeros((max(new_tokens, 1), b), gp.int32)
+        if new_tokens <= 0:
+            return np.zeros((b, 0), np.int32)
+        if bias is not None:
+            logits = logits + bias
+        ops.argmax(logits, out=state.tokens)
+        state.inputs[1:] = np.array([[s] * b, [s + 1] * b], np.int32)
+        out[0] = state.tokens
+        for i in range(1, new_tokens):
+            if not self.use_graphs:
+                self._greedy_body(state, bias)
+            else:
+                key = "greedy" if bias is not None else "greedy_raw"
+                if key not in state.greedy:
+                    with gp.graph_capture() as g:
+                        self._greedy_body(state, bias)
+                    state.greedy[key] = g
+                state.greedy[key].replay()
+            out[i] = state.tokens
+        return np.asarray(out.to_numpy()).T.copy()
+
+    def _greedy_body(self, state: DecoderState, bias: GPUArray | None) -> None:
+        logits = self.decoder.step(state)
+        if bias is not None:
+            gp.add(logits, bias, out=logits)
+        ops.argmax(logits, out=state.tokens)
+        gp.add(state.inputs[1:], 1, out=state.inputs[1:])
+
+    def _bias(self) -> GPUArray | None:
+        """``-inf`` at the suppressed ids and the timestamps (None without a tokenizer)."""
+        if self._suppress_bias is None and self.tok is not None:
+            v = np.zeros(self.decoder.cfg.vocab_size, np.float32)
+            v[self.suppress] = -np.inf
+            v[self.tok.timestamp_begin :] = -np.inf
+            self._suppress_bias = gp.from_numpy(v)
+        return self._suppress_bias
 
     # --- the logit rules ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ kernel (``LayerNorm(x, residual)``).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -140,8 +141,9 @@ class DecoderState:
         #: One upload per step: rows tokens, positions, lengths (positions + 1).
         self.inputs = gp.zeros((3, batch), gp.int32)
         self.tokens, self.positions, self.lengths = self.inputs[0], self.inputs[1], self.inputs[2]
-        self.graph: object | None = None
-        self.logits: GPUArray | None = None
+        self.graph: object | None = None  # the captured step (decode)
+        self.logits: GPUArray | None = None  # its output
+        self.greedy: dict[str, Any] = {}  # the captured step + argmax + advance (greedy)
 
 
 class Decoder:
