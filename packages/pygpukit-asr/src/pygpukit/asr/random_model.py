@@ -63,8 +63,9 @@ def hf_tensors(cfg: WhisperConfig) -> Iterator[tuple[str, tuple[int, ...], str]]
         yield f"{side}.layer_norm.bias", (c,), "norm_bias"
 
 
-def random_weights(cfg: WhisperConfig, seed: int) -> dict[str, np.ndarray]:
-    """Float32 weights under their HF names (no ``model.`` prefix), drawn from ``seed``."""
+def random_weights(cfg: WhisperConfig, seed: int, dtype: Any = np.float32) -> dict[str, np.ndarray]:
+    """Weights under their HF names (no ``model.`` prefix), drawn from ``seed`` in float32 and
+    rounded once to ``dtype``."""
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for name, shape, kind in hf_tensors(cfg):
@@ -77,7 +78,7 @@ def random_weights(cfg: WhisperConfig, seed: int) -> dict[str, np.ndarray]:
             x = np.float32(1.0) + np.float32(0.1) * x
         else:
             x *= np.float32(0.02)
-        out[name] = x
+        out[name] = x.astype(dtype, copy=False)
     return out
 
 
@@ -95,5 +96,5 @@ def random_model(cfg: WhisperConfig, seed: int, *, dtype: Any = "float16") -> An
     """A :class:`~pygpukit.asr.WhisperModel` with seeded random weights and no tokenizer."""
     from .api import WhisperModel
 
-    weights = _map_hf(random_weights(cfg, seed), cfg, f"random(seed={seed})")
+    weights = _map_hf(random_weights(cfg, seed, np.float16), cfg, f"random(seed={seed})")
     return WhisperModel(cfg, weights, None, dtype=dtype, path=f"random(seed={seed})")
