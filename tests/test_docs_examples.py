@@ -24,6 +24,7 @@ GUIDES = (
     "errors.md",
     "llm.md",
     "llm-loading.md",
+    "asr.md",
 )
 BLOCKS = [
     (guide, index, code)
