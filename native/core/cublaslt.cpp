@@ -159,10 +159,9 @@ constexpr double kTuneMacs = 1ull << 30;
 struct DeviceState {
     cublasLtHandle_t handle = nullptr;
     std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
-    std::unordered_map<uint64_t, LtWorkspacePtr> workspaces;  // per stream id, allocated once
 };
 
-// Never destroyed: plans and workspaces live for the process (static destruction would run after
+// Never destroyed: handles and plans live for the process (static destruction would run after
 // the Rust pool and the driver are gone).
 DeviceState& device_state(int device) {
     static auto* states = new std::unique_ptr<DeviceState>[kMaxDevices];
@@ -303,29 +302,25 @@ bool cublaslt_supports(DType dtype) {
 
 LtWorkspacePtr cublaslt_workspace(const StreamPtr& stream) {
     if (!cublaslt_loaded()) throw std::runtime_error("cuBLASLt is not loaded");
+    if (auto kept = std::static_pointer_cast<LtWorkspace>(stream->scratch())) return kept;
     const int device = stream->device();
     bind_device(device);
-    DeviceState* state;
-    {
-        std::lock_guard<std::mutex> lock(g_mutex);
-        state = &device_state(device);
-        auto it = state->workspaces.find(stream->id());
-        if (it != state->workspaces.end()) return it->second;
-    }
     // A block allocated while the stream is captured belongs to that graph's pool region
     // (released with the graph), so it is used for this call only and never kept.
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
     auto ws = std::make_shared<LtWorkspace>();
-    ws->buffer = Buffer::allocate(device, kWorkspaceBytes, stream);
-    if (capture == CU_STREAM_CAPTURE_STATUS_NONE) {
-        std::lock_guard<std::mutex> lock(g_mutex);
-        // Another thread may have kept one for this stream meanwhile: everyone uses that one
-        // (its mutex is what orders their enqueues), and this block goes back to the pool
-        // when `ws` goes, after the lock.
-        return state->workspaces.try_emplace(stream->id(), ws).first->second;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+        ws->buffer = Buffer::allocate(device, kWorkspaceBytes, stream);
+        return ws;
     }
-    return ws;
+    // The kept block is ordered on a non-owning alias of the stream: a buffer keeps its stream
+    // alive, and the stream keeps this workspace, so the stream itself would never be released
+    // (nor its handle recycled, nor the 32 MiB returned) after the user dropped it.
+    ws->buffer = Buffer::allocate(device, kWorkspaceBytes, Stream::wrap(stream->handle(), device));
+    // Another thread may have kept one for this stream meanwhile: everyone uses that one (its
+    // mutex is what orders their enqueues), and this block goes back to the pool with `ws`.
+    return std::static_pointer_cast<LtWorkspace>(stream->keep_scratch(ws));
 }
 
 bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,

@@ -53,8 +53,9 @@ struct LtWorkspace {
 };
 using LtWorkspacePtr = std::shared_ptr<LtWorkspace>;
 
-// The stream's cuBLASLt workspace (kept from its first uncaptured matmul; a block allocated
-// while the stream is captured belongs to that graph's pool region and is not kept). Taken
+// The stream's cuBLASLt workspace, kept on the Stream object from its first uncaptured matmul
+// until that object goes (a block allocated while the stream is captured belongs to that graph's
+// pool region and is not kept). Taken
 // before the operands are made resident: allocating it may spill an evictable operand.
 LtWorkspacePtr cublaslt_workspace(const StreamPtr& stream);
 

@@ -60,6 +60,17 @@ Stream::~Stream() {
     idle_streams[{device_, requested_priority_}].push_back(handle_);
 }
 
+std::shared_ptr<void> Stream::scratch() const {
+    std::lock_guard<std::mutex> lock(scratch_mutex_);
+    return scratch_;
+}
+
+std::shared_ptr<void> Stream::keep_scratch(std::shared_ptr<void> value) const {
+    std::lock_guard<std::mutex> lock(scratch_mutex_);
+    if (!scratch_) scratch_ = std::move(value);
+    return scratch_;
+}
+
 int Stream::priority() const {
     int priority = 0;
     check(drv().cuStreamGetPriority(handle_, &priority), "cuStreamGetPriority");

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <memory>
+#include <mutex>
 
 namespace pgk {
 
@@ -34,6 +35,13 @@ class Stream {
     bool query() const;        // true when all enqueued work is done
     void wait_event(const Event& event) const;
 
+    // Scratch memory a library keeps for its work on this stream (cuBLASLt's workspace). It
+    // lives as long as this Stream object, not the recycled handle, so a stream the user is done
+    // with gives its scratch back to the pool. `scratch` is null until `keep_scratch`, which keeps
+    // `value` unless another thread kept one first, and returns the one kept.
+    std::shared_ptr<void> scratch() const;
+    std::shared_ptr<void> keep_scratch(std::shared_ptr<void> value) const;
+
   private:
     Stream(CUstream handle, int device, int requested_priority, bool owned)
         : handle_(handle),
@@ -44,6 +52,8 @@ class Stream {
     int device_;
     int requested_priority_;  // the recycling key of an owned stream
     bool owned_;
+    mutable std::mutex scratch_mutex_;
+    mutable std::shared_ptr<void> scratch_;
 };
 
 using StreamPtr = std::shared_ptr<Stream>;

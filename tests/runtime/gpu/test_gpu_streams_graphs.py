@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
@@ -104,3 +105,31 @@ def test_events_time_and_order_streams(make):
     low, high = gp.Stream.priority_range()
     assert gp.Stream(priority=low).priority == low
     assert gp.Stream(priority=high).priority == high
+
+
+def test_dropped_streams_give_their_matmul_workspace_back(make, monkeypatch):
+    """A stream keeps a cuBLASLt workspace (32 MiB) only while the user holds the stream.
+
+    Forty short-lived streams, each running a cuBLASLt matmul, must not leave forty workspaces
+    (1.25 GiB) allocated: at most the one of the stream the operands were last used on.
+    """
+    from pygpukit.backend import cuda_linalg
+
+    monkeypatch.delenv("PYGPUKIT_GEMM_BACKEND", raising=False)
+    if not cuda_linalg.cublaslt_status()["loaded"]:
+        pytest.skip("cuBLASLt is not installed")
+    ha, hb = make((96, 80), "float32"), make((80, 72), "float32")
+    a, b = gp.from_numpy(ha), gp.from_numpy(hb)
+
+    def one_stream() -> np.ndarray:
+        with gp.Stream():
+            return (a @ b).to_numpy()
+
+    np.testing.assert_allclose(one_stream(), ha @ hb, rtol=1e-4, atol=1e-4)
+    gc.collect()
+    before = gp.memory.stats()["allocated_bytes"]
+    for _ in range(40):
+        np.testing.assert_allclose(one_stream(), ha @ hb, rtol=1e-4, atol=1e-4)
+    gc.collect()
+    grown = gp.memory.stats()["allocated_bytes"] - before
+    assert grown <= 32 * 2**20, f"{grown / 2**20:.0f} MiB still allocated after 40 dropped streams"
