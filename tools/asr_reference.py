@@ -49,6 +49,7 @@ def _torch(device: str) -> Any:
 
 
 def random_references(out: Path, device: str) -> None:
+    """Store transformers' logits for each random configuration."""
     torch = _torch(device)
     from transformers import WhisperForConditionalGeneration
 
@@ -57,14 +58,23 @@ def random_references(out: Path, device: str) -> None:
     for name, (seed, cfg, _) in CONFIGS.items():
         with tempfile.TemporaryDirectory() as tmp:
             write_checkpoint(tmp, cfg, seed)
-            model = WhisperForConditionalGeneration.from_pretrained(
-                tmp, torch_dtype=torch.float32, attn_implementation="eager"
-            ).to(device).eval()
+            model = (
+                WhisperForConditionalGeneration.from_pretrained(
+                    tmp, torch_dtype=torch.float32, attn_implementation="eager"
+                )
+                .to(device)
+                .eval()
+            )
         mel, ids, probes = inputs(seed, cfg)
-        logits = model(
-            input_features=torch.from_numpy(mel).to(device),
-            decoder_input_ids=torch.from_numpy(ids).to(device),
-        ).logits.float().cpu().numpy()
+        logits = (
+            model(
+                input_features=torch.from_numpy(mel).to(device),
+                decoder_input_ids=torch.from_numpy(ids).to(device),
+            )
+            .logits.float()
+            .cpu()
+            .numpy()
+        )
         np.savez_compressed(out / f"{name}.npz", logits=logits[..., probes],
                             argmax=logits.argmax(-1))  # fmt: skip
         print(f"{name}: logits {logits.shape}, std {logits.std():.3f}")
@@ -86,7 +96,10 @@ def _hf_state(weights: dict[str, np.ndarray], cfg: Any) -> dict[str, np.ndarray]
              "cross_ln": "encoder_attn_layer_norm", "cross_q": "encoder_attn.q_proj",
              "cross_out": "encoder_attn.out_proj", "mlp_ln": "final_layer_norm", "fc1": "fc1",
              "fc2": "fc2"}  # fmt: skip
-    for side, prefix, n in (("enc", "encoder", cfg.encoder_layers), ("dec", "decoder", cfg.decoder_layers)):
+    for side, prefix, n in (
+        ("enc", "encoder", cfg.encoder_layers),
+        ("dec", "decoder", cfg.decoder_layers),
+    ):
         for i in range(n):
             p, q = f"{side}.{i}.", f"{prefix}.layers.{i}."
             w, b = weights[p + "qkv.w"], weights[p + "qkv.b"]
@@ -108,6 +121,7 @@ def _hf_state(weights: dict[str, np.ndarray], cfg: Any) -> dict[str, np.ndarray]
 
 
 def tiny_en_references(out: Path, folder: Path, device: str) -> None:
+    """Store transformers' greedy ids of the test clips with the converted tiny.en."""
     torch = _torch(device)
     from transformers import WhisperConfig as HFConfig
     from transformers import WhisperFeatureExtractor, WhisperForConditionalGeneration
@@ -135,7 +149,9 @@ def tiny_en_references(out: Path, folder: Path, device: str) -> None:
         feats = fe(audio, sampling_rate=16000, return_tensors="pt").input_features.to(device)
         ids = [tok.sot, tok.no_timestamps]
         for step in range(MAX_NEW):
-            logits = model(input_features=feats, decoder_input_ids=torch.tensor([ids], device=device)).logits
+            logits = model(
+                input_features=feats, decoder_input_ids=torch.tensor([ids], device=device)
+            ).logits
             row = logits[0, -1].float().cpu().numpy().astype(np.float64)
             row[suppress] = -np.inf
             row[tok.timestamp_begin :] = -np.inf
@@ -151,6 +167,7 @@ def tiny_en_references(out: Path, folder: Path, device: str) -> None:
 
 
 def main() -> None:
+    """Parse the arguments and write the references."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "tests/asr/references")
     ap.add_argument("--whisper-dir", type=Path, default=None)

@@ -39,6 +39,7 @@ def synthesize(text: str, workdir: pathlib.Path) -> np.ndarray:
 
 
 def main() -> None:
+    """Write every sentence's clip and the sentence list."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parents[1] / "tests/asr/data"))
     args = ap.parse_args()

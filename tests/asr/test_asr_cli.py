@@ -1,4 +1,4 @@
-"""``python -m pygpukit transcribe``: formats, output folder, errors per file; the format writers."""
+"""``python -m pygpukit transcribe``: formats, output folder, errors per file; the writers."""
 
 from __future__ import annotations
 
@@ -35,9 +35,11 @@ def _run(argv):
 def test_transcribe_to_srt_and_json(tiny_en_dir, tmp_path):
     pytest.importorskip("soundfile")
     _wav(tmp_path / "fox.wav", np.load(DATA / "fox.npy"))
-    code, out, err = _run(["transcribe", str(tmp_path / "fox.wav"), "--model", str(tiny_en_dir),
-                           "--dtype", "float32", "--output-format", "srt", "--no-progress"])  # fmt: skip
-    assert code == 0 and out.startswith("1\n00:00:0") and "-->" in out and "fox" in out.lower()
+    wav, model = str(tmp_path / "fox.wav"), str(tiny_en_dir)
+    code, out, err = _run(["transcribe", wav, "--model", model, "--dtype", "float32",
+                           "--output-format", "srt", "--no-progress"])  # fmt: skip
+    assert code == 0 and out.startswith("1\n00:00:0") and "-->" in out
+    assert "fox" in out.lower()
     code, _, err = _run(["transcribe", str(tmp_path / "fox.wav"), str(tmp_path / "missing.wav"),
                          "--model", str(tiny_en_dir), "--dtype", "float32", "--output-format",
                          "json", "--output-dir", str(tmp_path / "out")])  # fmt: skip

@@ -67,11 +67,13 @@ def test_truncated_model_bin(tmp_path, weights):
 
 def test_int8_model_bin_is_refused_saying_what_is_supported(tmp_path, weights):
     var = ct2_variables(weights, CFG.encoder_heads)
-    var["encoder/layer_0/ffn/linear_0/weight"] = np.ones(var["encoder/layer_0/ffn/linear_0/weight"].shape, np.int8)
+    var["encoder/layer_0/ffn/linear_0/weight"] = np.ones(
+        var["encoder/layer_0/ffn/linear_0/weight"].shape, np.int8
+    )
     var["encoder/layer_0/ffn/linear_0/weight_scale"] = np.ones(CFG.ffn_dim, np.float32)
     tmp_path.joinpath("q").mkdir()
     write_model_bin(tmp_path / "q" / "model.bin", var)
-    with pytest.raises(asr.UnsupportedModelError, match="int8.*float16, float32 and bfloat16"):
+    with pytest.raises(asr.UnsupportedModelError, match=r"int8.*float16, float32 and bfloat16"):
         asr.load(tmp_path / "q")
 
 

@@ -9,7 +9,6 @@ import json
 import pathlib
 import re
 
-import numpy as np
 import pytest
 from asr_clips import speech
 
@@ -54,8 +53,10 @@ def test_transcribes_the_spoken_words(tiny_en, sentences, name):
 
 def test_greedy_ids_match_transformers(tiny_en):
     if not REFERENCE.is_file():
-        pytest.skip("no reference ids yet: run `python tools/asr_reference.py --whisper-dir "
-                    ".cache/models/whisper-tiny.en-ct2` where transformers is installed")  # fmt: skip
+        pytest.skip(
+            "no reference ids yet: run `python tools/asr_reference.py --whisper-dir "
+            ".cache/models/whisper-tiny.en-ct2` where transformers is installed"
+        )
     ref = json.loads(REFERENCE.read_text())
     name = "fox"  # one clip on the CPU (about 2 s); the GPU test checks them all
     got = tiny_en.transcribe(speech(name), without_timestamps=True, temperature=0.0)

@@ -131,7 +131,9 @@ def test_gpu_long_form_ten_minutes(tiny16, rng, condition):
     assert len(_words(result.text)) <= 1.5 * spoken
     if not condition:
         found = sum(
-            any(s.start < b + 1.0 and s.end > a - 1.0 and KEYWORD[n] in s.text.lower() for s in segs)
+            any(
+                s.start < b + 1.0 and s.end > a - 1.0 and KEYWORD[n] in s.text.lower() for s in segs
+            )
             for a, b, n in placed
         )
         assert found >= 0.8 * len(placed), (found, len(placed))

@@ -10,18 +10,24 @@ Guide: docs/asr.md.
 """
 
 from .api import DTYPES, WhisperModel, load
-from .errors import ASRError, AudioError, CTranslate2FormatError, ModelFormatError, UnsupportedModelError
+from .errors import (
+    ASRError,
+    AudioError,
+    CTranslate2FormatError,
+    ModelFormatError,
+    UnsupportedModelError,
+)
 from .whisper.config import NAMED_CONFIGS, SAMPLE_RATE, WhisperConfig
 from .whisper.transcribe import Segment, Transcription
 
 __all__ = [
+    "DTYPES",
+    "NAMED_CONFIGS",
+    "SAMPLE_RATE",
     "ASRError",
     "AudioError",
     "CTranslate2FormatError",
-    "DTYPES",
     "ModelFormatError",
-    "NAMED_CONFIGS",
-    "SAMPLE_RATE",
     "Segment",
     "Transcription",
     "UnsupportedModelError",

@@ -19,7 +19,7 @@ from .whisper.config import N_SAMPLES, SAMPLE_RATE, WhisperConfig
 from .whisper.decoding import WindowDecoder, sot_sequence
 from .whisper.model import Decoder, Encoder
 from .whisper.tokenizer import WhisperTokenizer
-from .whisper.transcribe import Segment, TranscribeOptions, Transcription, run_transcription
+from .whisper.transcribe import TranscribeOptions, Transcription, run_transcription
 
 __all__ = ["DTYPES", "WhisperModel", "load"]
 
@@ -73,7 +73,11 @@ class WhisperModel:
         if isinstance(mel, GPUArray):
             x = mel.transpose(0, 2, 1).astype(self.dtype)
         else:
-            x = gp.from_numpy(np.ascontiguousarray(np.asarray(mel, np.float32).transpose(0, 2, 1)).astype(self.dtype))
+            x = gp.from_numpy(
+                np.ascontiguousarray(np.asarray(mel, np.float32).transpose(0, 2, 1)).astype(
+                    self.dtype
+                )
+            )
         if x.shape[2] != self.config.n_mels:
             raise ValueError(f"mel has {x.shape[2]} bins; this model takes {self.config.n_mels}")
         return self.encoder(x.contiguous())
@@ -101,7 +105,11 @@ class WhisperModel:
         suppressed tokens and the timestamps (when it has a tokenizer). ``transcribe`` is the
         path with Whisper's rules; this one is for scoring and benchmarks.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or max_new_tokens < 0
+        ):
             raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         ids = np.asarray(prompt, np.int64)
         if ids.ndim != 2 or ids.shape[1] + max_new_tokens > self.config.max_target_positions:
@@ -113,7 +121,7 @@ class WhisperModel:
         return self._windows.greedy(feats, ids, max_new_tokens, suppress=suppress)
 
     def detect_language(self, mel: np.ndarray) -> tuple[str, dict[str, float]]:
-        """The likeliest language of a window ``[n_mels, 3000]`` and every language's probability."""
+        """The likeliest language of a window ``[n_mels, 3000]`` and each language's probability."""
         tok = self._tok()
         if not self.config.is_multilingual or not tok.languages:
             return "en", {"en": 1.0}
@@ -127,7 +135,9 @@ class WhisperModel:
 
     def _tok(self) -> WhisperTokenizer:
         if self.tokenizer is None:
-            raise ModelFormatError(f"{self.path}: no tokenizer.json next to the weights; text needs one")
+            raise ModelFormatError(
+                f"{self.path}: no tokenizer.json next to the weights; text needs one"
+            )
         return self.tokenizer
 
     # --- transcription ----------------------------------------------------------------------------
@@ -170,7 +180,9 @@ class WhisperModel:
         duration = wave.size / SAMPLE_RATE
         mel = log_mel_spectrogram(wave, self.config.n_mels, padding=N_SAMPLES)
         if language is None:
-            language = self.detect_language(mel[:, :3000])[0] if self.config.is_multilingual else "en"
+            language = (
+                self.detect_language(mel[:, :3000])[0] if self.config.is_multilingual else "en"
+            )
         elif self.config.is_multilingual:
             tok.language_id(language)
         elif language != "en":
@@ -212,7 +224,9 @@ class WhisperModel:
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
         if not temps or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not
                             0 <= t <= 2 or t != t for t in temps):  # fmt: skip
-            raise ValueError(f"temperature must be a number in [0, 2] or a sequence of them, got {temperature!r}")
+            raise ValueError(
+                f"temperature must be a number in [0, 2] or a sequence of them, got {temperature!r}"
+            )
         return (tuple(float(t) for t in temps),)
 
 
@@ -237,5 +251,3 @@ def load(path: str | pathlib.Path, *, dtype: Any = "float16", device: int = 0) -
     model = WhisperModel(files.config, files.weights, tok, dtype=dtype, path=str(files.path))
     model.load_seconds = time.perf_counter() - start  # type: ignore[attr-defined]
     return model
-
-

@@ -144,7 +144,9 @@ def _case(ctx: SuiteContext, shape: str, batch: int, new: int) -> Case:
         def check(ids: Any) -> float | None:
             a = np.asarray(ids)
             if a.shape != (batch, new) or a.min() < 0 or a.max() >= cfg.vocab_size:
-                raise CorrectnessError(f"expected {batch}x{new} ids below {cfg.vocab_size}, got {a.shape}")
+                raise CorrectnessError(
+                    f"expected {batch}x{new} ids below {cfg.vocab_size}, got {a.shape}"
+                )
             return None
 
         def metrics() -> dict[str, float | str]:

@@ -18,26 +18,35 @@ __all__ = ["transcribe_arguments", "transcribe_command"]
 
 def transcribe_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``transcribe``."""
-    parser.add_argument("files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, mp3)")
-    parser.add_argument("--model", required=True, help="a Whisper directory (Hugging Face or faster-whisper)")
+    parser.add_argument(
+        "files", nargs="+", metavar="FILE", help="audio files (wav, flac, ogg, mp3)"
+    )
+    parser.add_argument(
+        "--model", required=True, help="a Whisper directory (Hugging Face or faster-whisper)"
+    )
     parser.add_argument("--language", default=None, help="language code (default: detect)")
     parser.add_argument("--task", default="transcribe", choices=["transcribe", "translate"])
     parser.add_argument("--beam-size", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=1, help="30 s windows decoded together")
-    parser.add_argument("--temperature", type=float, default=None, help="one temperature (no fallback)")
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="one temperature (no fallback)"
+    )
     parser.add_argument("--without-timestamps", action="store_true")
     parser.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     parser.add_argument("--device", type=int, default=0)
     parser.add_argument("--output-format", default="txt", choices=FORMATS)
-    parser.add_argument("--output-dir", default=None, help="write FILE-stem.FORMAT there (default: stdout)")
+    parser.add_argument(
+        "--output-dir", default=None, help="write FILE-stem.FORMAT there (default: stdout)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
 def _bar(total: float, name: str, err: TextIO, enabled: bool) -> Any:
     from tqdm import tqdm
 
+    fmt = "{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]"
     return tqdm(total=round(total, 1), desc=name, unit="s", file=err, disable=not enabled,
-                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.1f}/{total:.1f} s [{elapsed}<{remaining}]")  # fmt: skip
+                bar_format=fmt)  # fmt: skip
 
 
 def transcribe_command(

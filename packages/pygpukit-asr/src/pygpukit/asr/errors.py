@@ -51,5 +51,7 @@ class UnsupportedModelError(ASRError, ValueError):
 
 
 class AudioError(ASRError, ValueError):
-    """Audio that cannot be transcribed: unreadable or empty files, a wrong dtype, rank or
-    sample rate, non-finite samples."""
+    """Audio that cannot be transcribed.
+
+    Unreadable or empty files, a wrong dtype, rank or sample rate, non-finite samples.
+    """

@@ -64,8 +64,10 @@ def hf_tensors(cfg: WhisperConfig) -> Iterator[tuple[str, tuple[int, ...], str]]
 
 
 def random_weights(cfg: WhisperConfig, seed: int, dtype: Any = np.float32) -> dict[str, np.ndarray]:
-    """Weights under their HF names (no ``model.`` prefix), drawn from ``seed`` in float32 and
-    rounded once to ``dtype``."""
+    """Weights under their HF names (no ``model.`` prefix), drawn from ``seed``.
+
+    Drawn in float32 and rounded once to ``dtype``.
+    """
     rng = np.random.default_rng(seed)
     out: dict[str, np.ndarray] = {}
     for name, shape, kind in hf_tensors(cfg):

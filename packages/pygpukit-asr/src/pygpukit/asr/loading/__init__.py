@@ -28,7 +28,7 @@ from ..whisper.config import WhisperConfig
 from .ctranslate2 import CTranslate2File
 from .safetensors import read_safetensors
 
-__all__ = ["ModelFiles", "WEIGHT_NAMES", "read_model"]
+__all__ = ["WEIGHT_NAMES", "ModelFiles", "read_model"]
 
 #: Internal per-layer weight names (``{side}.{i}.{name}``, side ``enc`` or ``dec``).
 WEIGHT_NAMES = {
@@ -112,6 +112,14 @@ def read_model(path: str | pathlib.Path) -> ModelFiles:
 
 # --- Hugging Face ----------------------------------------------------------------------------
 
+_HF_GLOBAL = {
+    "enc.conv1.w": "encoder.conv1.weight", "enc.conv1.b": "encoder.conv1.bias",
+    "enc.conv2.w": "encoder.conv2.weight", "enc.conv2.b": "encoder.conv2.bias",
+    "enc.pos": "encoder.embed_positions.weight", "enc.ln.w": "encoder.layer_norm.weight",
+    "enc.ln.b": "encoder.layer_norm.bias", "dec.embed": "decoder.embed_tokens.weight",
+    "dec.pos": "decoder.embed_positions.weight", "dec.ln.w": "decoder.layer_norm.weight",
+    "dec.ln.b": "decoder.layer_norm.bias",
+}  # fmt: skip
 _HF_LAYER = {
     "self_attn_layer_norm": "attn_ln", "self_attn.out_proj": "out",
     "encoder_attn_layer_norm": "cross_ln", "encoder_attn.q_proj": "cross_q",
@@ -152,7 +160,9 @@ def _read_huggingface(root: pathlib.Path, tok: pathlib.Path | None) -> ModelFile
 def _map_hf(raw: dict[str, np.ndarray], cfg: WhisperConfig, source: str) -> dict[str, np.ndarray]:
     def get(name: str) -> np.ndarray:
         if name not in raw:
-            raise ModelFormatError(f"{source}: tensor {name!r} is missing", path=source, tensor=name)
+            raise ModelFormatError(
+                f"{source}: tensor {name!r} is missing", path=source, tensor=name
+            )
         return raw[name]
 
     w: dict[str, np.ndarray] = {}
@@ -174,13 +184,7 @@ def _map_hf(raw: dict[str, np.ndarray], cfg: WhisperConfig, source: str) -> dict
                 w[f"dec.{i}.cross_kv.w"] = np.concatenate([ck, cv])
                 cvb = get(p + "encoder_attn.v_proj.bias")
                 w[f"dec.{i}.cross_kv.b"] = np.concatenate([np.zeros_like(cvb), cvb])
-    for ours, hf in (("enc.conv1.w", "encoder.conv1.weight"), ("enc.conv1.b", "encoder.conv1.bias"),
-                     ("enc.conv2.w", "encoder.conv2.weight"), ("enc.conv2.b", "encoder.conv2.bias"),
-                     ("enc.pos", "encoder.embed_positions.weight"),
-                     ("enc.ln.w", "encoder.layer_norm.weight"), ("enc.ln.b", "encoder.layer_norm.bias"),
-                     ("dec.embed", "decoder.embed_tokens.weight"),
-                     ("dec.pos", "decoder.embed_positions.weight"),
-                     ("dec.ln.w", "decoder.layer_norm.weight"), ("dec.ln.b", "decoder.layer_norm.bias")):  # fmt: skip
+    for ours, hf in _HF_GLOBAL.items():
         w[ours] = get(hf)
     check_shapes(w, cfg, source)
     return w
@@ -220,7 +224,11 @@ def _read_ctranslate2(root: pathlib.Path, tok: pathlib.Path | None) -> ModelFile
             path=str(f.path),
         )
     quantized = sorted(
-        {f.dtypes[n] for n in f.variables if n.endswith("/weight") and f.dtypes[n] not in _FLOAT_CT2}
+        {
+            f.dtypes[n]
+            for n in f.variables
+            if n.endswith("/weight") and f.dtypes[n] not in _FLOAT_CT2
+        }
     )
     if quantized:
         raise UnsupportedModelError(
@@ -246,7 +254,9 @@ def _read_ctranslate2(root: pathlib.Path, tok: pathlib.Path | None) -> ModelFile
             w[f"{side}.{i}.{_CT2_LAYER[parts[2]]}"] = arr
     for required in ("dec.embed", "enc.conv1.w", "enc.pos", "dec.pos"):
         if required not in w:
-            raise ModelFormatError(f"{f.path}: tensor for {required!r} is missing", path=str(f.path))
+            raise ModelFormatError(
+                f"{f.path}: tensor for {required!r} is missing", path=str(f.path)
+            )
     d_model = int(w["dec.embed"].shape[1])
     heads = {s: f.scalar(f"{n}/num_heads") for s, n in (("enc", "encoder"), ("dec", "decoder"))}
     config = WhisperConfig(
@@ -286,8 +296,12 @@ def expected_shapes(cfg: WhisperConfig) -> dict[str, tuple[int, ...]]:
     for side, layers in (("enc", cfg.encoder_layers), ("dec", cfg.decoder_layers)):
         for i in range(layers):
             for n in WEIGHT_NAMES[side]:
-                shapes[f"{side}.{i}.{n}"] = per[n]() if n in per else (
-                    (c, c) if n.endswith(".w") and not n.split(".")[0].endswith("ln") else (c,)
+                shapes[f"{side}.{i}.{n}"] = (
+                    per[n]()
+                    if n in per
+                    else (
+                        (c, c) if n.endswith(".w") and not n.split(".")[0].endswith("ln") else (c,)
+                    )
                 )
     return shapes
 
@@ -296,7 +310,9 @@ def check_shapes(w: dict[str, np.ndarray], cfg: WhisperConfig, source: str) -> N
     """Raise :class:`ModelFormatError` for a missing weight or a shape the sizes contradict."""
     for name, shape in expected_shapes(cfg).items():
         if name not in w:
-            raise ModelFormatError(f"{source}: weight {name!r} is missing", path=source, tensor=name)
+            raise ModelFormatError(
+                f"{source}: weight {name!r} is missing", path=source, tensor=name
+            )
         if tuple(w[name].shape) != shape:
             raise ModelFormatError(
                 f"{source}: weight {name!r} has shape {tuple(w[name].shape)}, expected {shape} "

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..errors import CTranslate2FormatError
 
-__all__ = ["CT2_DTYPES", "CTranslate2File", "SUPPORTED_VERSIONS"]
+__all__ = ["CT2_DTYPES", "SUPPORTED_VERSIONS", "CTranslate2File"]
 
 #: CTranslate2's DataType codes (``include/ctranslate2/types.h``).
 CT2_DTYPES: dict[int, tuple[str, np.dtype[Any] | None]] = {

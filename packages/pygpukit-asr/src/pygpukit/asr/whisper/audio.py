@@ -40,7 +40,9 @@ def _mel_to_hz(m: np.ndarray) -> np.ndarray:
 def mel_filters(n_mels: int, sr: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
     """The ``[n_mels, n_fft // 2 + 1]`` Slaney-normalised triangular filterbank (float64)."""
     freqs = np.linspace(0, sr / 2, n_fft // 2 + 1)
-    edges = _mel_to_hz(np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(sr / 2)), n_mels + 2))
+    edges = _mel_to_hz(
+        np.linspace(_hz_to_mel(np.array(0.0)), _hz_to_mel(np.array(sr / 2)), n_mels + 2)
+    )
     widths = np.diff(edges)
     ramps = edges[:, None] - freqs[None, :]
     lower = -ramps[:-2] / widths[:-1, None]

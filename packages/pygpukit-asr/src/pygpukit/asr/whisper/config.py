@@ -77,7 +77,9 @@ class WhisperConfig:
         return self.vocab_size >= 51865
 
     @classmethod
-    def from_hf(cls, cfg: dict[str, Any], generation: dict[str, Any] | None = None) -> WhisperConfig:
+    def from_hf(
+        cls, cfg: dict[str, Any], generation: dict[str, Any] | None = None
+    ) -> WhisperConfig:
         """From a Hugging Face ``config.json`` (and ``generation_config.json``, if any)."""
         gen = generation or {}
 
@@ -149,7 +151,13 @@ NAMED_CONFIGS: dict[str, WhisperConfig] = {
     "large-v2": _named(80, 1280, 32, 20, 51865),
     "large-v3": _named(128, 1280, 32, 20, 51866),
     "large-v3-turbo": WhisperConfig(
-        n_mels=128, d_model=1280, encoder_layers=32, encoder_heads=20, decoder_layers=4,
-        decoder_heads=20, ffn_dim=5120, vocab_size=51866,
-    ),  # fmt: skip
+        n_mels=128,
+        d_model=1280,
+        encoder_layers=32,
+        encoder_heads=20,
+        decoder_layers=4,
+        decoder_heads=20,
+        ffn_dim=5120,
+        vocab_size=51866,
+    ),
 }

@@ -30,9 +30,11 @@ __all__ = ["DecodeResult", "DecodingOptions", "WindowDecoder", "compression_rati
 
 @dataclass(frozen=True)
 class DecodingOptions:
-    """How to decode a window: ``temperature`` 0 is greedy (or beam search with
-    ``beam_size`` > 1); ``sample_len`` caps the new tokens; timestamps unless
-    ``without_timestamps``; ``seed`` for sampling."""
+    """How to decode a window.
+
+    ``temperature`` 0 is greedy (or beam search with ``beam_size`` > 1); ``sample_len`` caps
+    the new tokens; timestamps unless ``without_timestamps``; ``seed`` for sampling.
+    """
 
     temperature: float = 0.0
     beam_size: int = 1
@@ -80,7 +82,9 @@ class WindowDecoder:
             t = tokenizer
             specials = (t.translate, t.transcribe, t.sot, t.sot_prev, t.sot_lm, t.no_speech)
             suppress = {*cfg.suppress_tokens, *specials} - {t.eot}
-            self.suppress = np.array(sorted(i for i in suppress if 0 <= i < cfg.vocab_size), np.int64)
+            self.suppress = np.array(
+                sorted(i for i in suppress if 0 <= i < cfg.vocab_size), np.int64
+            )
             begin = cfg.begin_suppress_tokens or (*t.encode(" "), t.eot)
             self.begin_suppress = np.array(sorted(set(begin)), np.int64)
         self.states: dict[int, DecoderState] = {}
@@ -97,7 +101,11 @@ class WindowDecoder:
         """Feed one token per row at ``position``; the next logits ``[B, vocab]`` on the host."""
         b = state.batch
         state.inputs[...] = np.stack(
-            [tokens.astype(np.int32), np.full(b, position, np.int32), np.full(b, position + 1, np.int32)]
+            [
+                tokens.astype(np.int32),
+                np.full(b, position, np.int32),
+                np.full(b, position + 1, np.int32),
+            ]
         )
         if not self.use_graphs:
             return np.asarray(self.decoder.step(state).to_numpy())
@@ -256,8 +264,11 @@ class WindowDecoder:
     def _beam(
         self, features: GPUArray, prompt: Sequence[int], sot_index: int, opts: DecodingOptions
     ) -> DecodeResult:
-        """Beam search over one window: ``beam_size`` rows; finished hypotheses ranked by
-        their summed log-probability over their length (openai-whisper's default ranking)."""
+        """Beam search over one window, ``beam_size`` rows.
+
+        Finished hypotheses are ranked by their summed log-probability over their length
+        (openai-whisper's default ranking).
+        """
         k = opts.beam_size
         state = self.state(k)
         self.decoder.set_audio(state, gp.concatenate([features] * k, axis=0))
@@ -307,10 +318,11 @@ class WindowDecoder:
             state.v[i][...] = gp.take(state.v[i], idx, axis=0)
 
 
-def sot_sequence(tok: WhisperTokenizer, multilingual: bool, language: str | None, task: str) -> list[int]:
+def sot_sequence(
+    tok: WhisperTokenizer, multilingual: bool, language: str | None, task: str
+) -> list[int]:
     """``<|startoftranscript|>`` then, on multilingual models, the language and task tokens."""
     if not multilingual:
         return [tok.sot]
     lang = tok.language_id(language or "en")
     return [tok.sot, lang, tok.translate if task == "translate" else tok.transcribe]
-

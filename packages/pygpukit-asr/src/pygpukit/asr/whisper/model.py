@@ -27,7 +27,7 @@ from .config import WhisperConfig
 __all__ = ["Decoder", "DecoderState", "Encoder"]
 
 
-def _upload(a: np.ndarray, dtype: object) -> GPUArray:
+def _upload(a: np.ndarray, dtype: Any) -> GPUArray:
     x = gp.from_numpy(np.ascontiguousarray(np.asarray(a, np.float32).astype(dtype)))
     x.setflags(write=False)
     return x

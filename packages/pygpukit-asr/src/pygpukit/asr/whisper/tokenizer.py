@@ -26,17 +26,23 @@ class WhisperTokenizer:
         try:
             from tokenizers import Tokenizer
         except ImportError:  # pragma: no cover - a declared dependency
-            raise ModelFormatError("the tokenizers package is needed: pip install tokenizers") from None
+            raise ModelFormatError(
+                "the tokenizers package is needed: pip install tokenizers"
+            ) from None
         self.path = pathlib.Path(path)
         try:
             self._tok = Tokenizer.from_file(str(self.path))
         except Exception as exc:  # tokenizers raises a bare Exception for malformed files
-            raise ModelFormatError(f"{self.path}: not a tokenizer.json: {exc}", path=str(path)) from exc
+            raise ModelFormatError(
+                f"{self.path}: not a tokenizer.json: {exc}", path=str(path)
+            ) from exc
 
         def special(text: str) -> int:
             i = self._tok.token_to_id(text)
             if i is None:
-                raise ModelFormatError(f"{self.path}: special token {text} is missing", path=str(path))
+                raise ModelFormatError(
+                    f"{self.path}: special token {text} is missing", path=str(path)
+                )
             return int(i)
 
         self.eot = special("<|endoftext|>")

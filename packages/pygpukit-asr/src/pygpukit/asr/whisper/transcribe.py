@@ -8,8 +8,9 @@ model says the speech runs on). A window whose result looks wrong (compression r
 2.4: a repetition loop; average log-probability below -1) is decoded again at the next
 temperature; one that is probably silence (no-speech probability above 0.6 with a low
 log-probability) is skipped, and so is a window whose samples all stay below
-``SILENCE_PEAK`` (-80 dBFS: digital silence, where Whisper is known to invent a word). ``batch_size > 1`` decodes independent, fixed 30 s windows
-together instead (no previous-text prompt, no timestamp seeking): throughput over context.
+``SILENCE_PEAK`` (-80 dBFS: digital silence, where Whisper is known to invent a word).
+``batch_size > 1`` decodes independent, fixed 30 s windows together instead (no previous-text
+prompt, no timestamp seeking): throughput over context.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 from .config import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, SECONDS_PER_TOKEN
 from .decoding import DecodeResult, DecodingOptions, WindowDecoder
 
-__all__ = ["Segment", "Transcription", "TranscribeOptions", "run_transcription"]
+__all__ = ["Segment", "TranscribeOptions", "Transcription", "run_transcription"]
 
 COMPRESSION_RATIO_THRESHOLD = 2.4
 LOGPROB_THRESHOLD = -1.0
@@ -48,8 +49,11 @@ class Segment:
 
 @dataclass(frozen=True)
 class Transcription:
-    """The result of :meth:`WhisperModel.transcribe`: ``text`` (segments joined),
-    ``language`` (the code used or detected), ``segments`` in time order, ``duration`` (s)."""
+    """The result of :meth:`WhisperModel.transcribe`.
+
+    ``text`` (the segments joined), ``language`` (the code used or detected), ``segments`` in
+    time order, ``duration`` (seconds).
+    """
 
     text: str
     language: str
@@ -161,7 +165,8 @@ def run_transcription(
     if o.batch_size > 1:
         return _batched(wave, mel, encode, dec, o, progress)
     content = mel.shape[1] - N_FRAMES
-    seek, history, reset = 0, [], 0
+    seek, reset = 0, 0
+    history: list[int] = []
     segments: list[Segment] = []
     n_ctx_half = dec.decoder.cfg.max_target_positions // 2
     while seek < content:
@@ -217,4 +222,3 @@ def _batched(
         if progress is not None:
             progress(min(duration, (group[-1] + N_FRAMES) * FRAME_SECONDS))
     return segments
-
