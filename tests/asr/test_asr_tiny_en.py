@@ -10,7 +10,7 @@ import pathlib
 import re
 
 import pytest
-from asr_clips import speech
+from asr_clips import speech, speech_bounds
 
 import pygpukit as gp
 from pygpukit import asr
@@ -61,3 +61,18 @@ def test_greedy_ids_match_transformers(tiny_en):
     name = "fox"  # one clip on the CPU (about 2 s); the GPU test checks them all
     got = tiny_en.transcribe(speech(name), without_timestamps=True, temperature=0.0)
     assert [t for s in got.segments for t in s.tokens] == ref[name]
+
+
+def test_word_timestamps_follow_the_speech(tiny_en, sentences):
+    audio = speech("stella")
+    onset, end = speech_bounds(audio)
+    result = tiny_en.transcribe(audio, word_timestamps=True)
+    words = [w for s in result.segments for w in s.words]
+    assert len(words) >= 0.8 * len(_words(sentences["stella"]))
+    assert "".join(str(w["word"]) for w in words).lower().startswith("pleasecall")
+    for seg in result.segments:
+        for w in seg.words:
+            assert seg.start <= w["start"] <= w["end"] <= seg.end
+    starts = [w["start"] for w in words]
+    assert starts == sorted(starts)
+    assert abs(words[0]["start"] - onset) <= 0.3 and abs(words[-1]["end"] - end) <= 0.3

@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from asr_clips import sentences, speech
+from asr_clips import sentences, speech, speech_bounds
 from asr_reference_configs import CONFIGS
 
 import pygpukit as gp
@@ -118,7 +118,7 @@ def test_gpu_long_form_ten_minutes(tiny16, rng, condition):
         audio[pos : pos + clip.size] = clip
         placed.append((pos / sr, (pos + clip.size) / sr, name))
         pos += clip.size + int(rng.uniform(1.0, 8.0) * sr)
-    result = tiny16.transcribe(audio, condition_on_previous_text=condition)
+    result = tiny16.transcribe(audio, condition_on_previous_text=condition, word_timestamps=True)
     segs = result.segments
     assert len(segs) >= 0.5 * len(placed)
     starts = [s.start for s in segs]
@@ -137,3 +137,15 @@ def test_gpu_long_form_ten_minutes(tiny16, rng, condition):
             for a, b, n in placed
         )
         assert found >= 0.8 * len(placed), (found, len(placed))
+        # Word timestamps: the words heard inside each sentence's span start and end within
+        # 0.3 s of where the synthesizer's voice starts and stops.
+        words = [w for s in segs for w in s.words]
+        close = 0
+        for a, b, name in placed:
+            onset, end = (a + t for t in speech_bounds(speech(name)))
+            inside = [w for w in words if a - 0.5 <= w["start"] <= b + 0.5]
+            if inside:
+                close += (
+                    abs(inside[0]["start"] - onset) <= 0.3 and abs(inside[-1]["end"] - end) <= 0.3
+                )
+        assert close >= 0.8 * len(placed), (close, len(placed))

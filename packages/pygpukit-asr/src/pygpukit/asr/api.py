@@ -192,7 +192,7 @@ class WhisperModel:
             )
         sot = tuple(sot_sequence(tok, self.config.is_multilingual, language, task))
         o = TranscribeOptions(opts[0], beam_size, condition_on_previous_text, without_timestamps,
-                              batch_size, sot)  # fmt: skip
+                              batch_size, sot, word_timestamps, language)  # fmt: skip
         report = (lambda done: progress(done, duration)) if progress is not None else None
         segments = run_transcription(wave, mel, self.encode, self._windows, o, report)
         text = "".join(s.text for s in segments)
@@ -217,10 +217,6 @@ class WhisperModel:
                             ("word_timestamps", word_timestamps)):  # fmt: skip
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-        if word_timestamps:
-            raise ValueError(
-                "word_timestamps=True is not available in this version (segment timestamps are)"
-            )
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
         if not temps or any(isinstance(t, bool) or not isinstance(t, (int, float)) or not
                             0 <= t <= 2 or t != t for t in temps):  # fmt: skip

@@ -21,6 +21,7 @@ import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
 
+from .alignment import word_timings
 from .config import SECONDS_PER_TOKEN
 from .model import Decoder, DecoderState
 from .tokenizer import WhisperTokenizer
@@ -169,6 +170,36 @@ class WindowDecoder:
             v[self.tok.timestamp_begin :] = -np.inf
             self._suppress_bias = gp.from_numpy(v)
         return self._suppress_bias
+
+    def align(
+        self, features: GPUArray, sot: Sequence[int], tokens: Sequence[int], frames: int,
+        offset: float, language: str,
+    ) -> list[tuple[dict[str, float | str], int]]:  # fmt: skip
+        """Word timings of a window's text ``tokens`` (see :mod:`.alignment`).
+
+        Each comes with the index of its first text token; ``features`` ``[1, T, C]`` is the
+        window's audio and ``frames`` its speech length in mel frames.
+        """
+        text = [t for t in tokens if t < self.tok.eot]
+        if not text:
+            return []
+        cfg = self.decoder.cfg
+        heads = cfg.alignment_heads or tuple(
+            (layer, h) for layer in range(cfg.decoder_layers // 2, cfg.decoder_layers)
+            for h in range(cfg.decoder_heads)
+        )  # fmt: skip
+        record: dict[int, list[int]] = {}
+        for layer, h in heads:
+            record.setdefault(layer, []).append(h)
+        seq = [*sot, self.tok.no_timestamps, *text, self.tok.eot]
+        state = self.state(1)
+        self.decoder.set_audio(state, features)
+        recorded: list[GPUArray] = []
+        self.decoder.prefill(state, np.array([seq], np.int32), (len(seq) - 1,), record, recorded)
+        weights = np.stack([np.asarray(r.to_numpy())[0] for r in recorded])
+        rows = weights[:, len(sot) : len(sot) + len(text) + 1]
+        pieces = [self.tok.token_text(t) for t in text]
+        return word_timings(rows, pieces, frames // 2, offset, language)
 
     # --- the logit rules ----------------------------------------------------------------------
 

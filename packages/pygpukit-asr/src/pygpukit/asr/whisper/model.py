@@ -174,12 +174,17 @@ class Decoder:
             return ops.gemv(h, self.embed, out_dtype=np.float32)
         return gp.matmul(h, self.embed.transpose(1, 0)).astype(np.float32)
 
-    def prefill(self, state: DecoderState, tokens: np.ndarray, rows: tuple[int, ...]) -> GPUArray:
+    def prefill(
+        self, state: DecoderState, tokens: np.ndarray, rows: tuple[int, ...],
+        record: dict[int, list[int]] | None = None, recorded: list[GPUArray] | None = None,
+    ) -> GPUArray:  # fmt: skip
         """Run a prompt ``[B, S]`` (same length per row) and fill the caches.
 
         Returns the float32 logits ``[len(rows), B, vocab]`` after the prompt positions
         ``rows`` (the last one predicts the first new token; the one of ``<|startoftranscript|>``
-        gives the no-speech probability).
+        gives the no-speech probability). ``record`` (layer -> heads) appends to ``recorded``
+        those heads' cross-attention weights ``[B, S, source positions]`` (float32), in
+        layer order then head order: what word timestamps read.
         """
         b, s = tokens.shape
         cfg, heads = self.cfg, self.cfg.decoder_heads
@@ -193,6 +198,8 @@ class Decoder:
             a = blk.out(_merge(self.causal.prefill(q, k, v)))
             x, h = blk.cross_ln(a, x)
             (cq,) = _heads(blk.cross_q(h), 1, heads)
+            if record and i in record and recorded is not None:
+                recorded.extend(self._cross_weights(cq, state.cross_k[i], record[i]))
             c = blk.cross_out(_merge(self.full.prefill(cq, state.cross_k[i], state.cross_v[i])))
             x, h = blk.mlp_ln(c, x)
             m = blk.fc2(blk.fc1(h))
@@ -200,6 +207,16 @@ class Decoder:
             x, h = nxt(m, x)
         picked = gp.concatenate([h[:, r] for r in rows], axis=0)  # [len(rows) * B, C]
         return self._logits(picked).reshape(len(rows), b, cfg.vocab_size)
+
+    def _cross_weights(self, q: GPUArray, k: GPUArray, heads: list[int]) -> list[GPUArray]:
+        """``softmax(q k^T / sqrt(D))`` of the given heads: ``[B, S, T]`` float32 each."""
+        scale = 1.0 / float(np.sqrt(self.cfg.head_dim))
+        out = []
+        for h in heads:
+            qh = q[:, h].astype(np.float32)
+            kt = k[:, h].transpose(0, 2, 1).astype(np.float32)
+            out.append(ops.softmax(gp.matmul(qh, kt) * scale))
+        return out
 
     def step(self, state: DecoderState) -> GPUArray:
         """One token per row at ``state.positions`` over the caches: logits ``[B, vocab]``.

@@ -71,6 +71,8 @@ class TranscribeOptions:
     without_timestamps: bool
     batch_size: int
     sot: tuple[int, ...]
+    word_timestamps: bool = False
+    language: str = "en"
 
 
 #: ``encode(mel windows [B, n_mels, 3000]) -> features``, ``decode(features, prompts, sot index,
@@ -150,6 +152,27 @@ def _segments(
     return out, size
 
 
+def _with_words(
+    dec: WindowDecoder, features: object, o: TranscribeOptions, segments: list[Segment],
+    offset: float, size: int,
+) -> list[Segment]:  # fmt: skip
+    """``segments`` of one window with their words (start and end clipped into the segment)."""
+    tokens = [t for s in segments for t in s.tokens if t < dec.tok.eot]
+    words = dec.align(features, o.sot, tokens, size, offset, o.language)  # type: ignore[arg-type]
+    out, first = [], 0
+    for seg in segments:
+        n = sum(1 for t in seg.tokens if t < dec.tok.eot)
+        mine = []
+        for w, k in words:
+            if first <= k < first + n:
+                start = min(max(float(w["start"]), seg.start), seg.end)
+                end = min(max(float(w["end"]), start), seg.end)
+                mine.append({"word": w["word"], "start": round(start, 3), "end": round(end, 3)})
+        out.append(replace(seg, words=mine))
+        first += n
+    return out
+
+
 def _quiet(wave: np.ndarray, seek: int, size: int) -> bool:
     """Whether the samples of frames ``[seek, seek + size)`` are digital silence."""
     part = wave[seek * HOP_LENGTH : (seek + size) * HOP_LENGTH]
@@ -188,6 +211,8 @@ def run_transcription(
             seek += size
         else:
             new, advance = _segments(r, dec, offset, size, duration)
+            if o.word_timestamps and new:
+                new = _with_words(dec, features, o, new, offset, size)
             segments.extend(new)
             seek += advance
             history.extend(t for s in new for t in s.tokens)
@@ -218,7 +243,11 @@ def _batched(
                 one = features[i : i + 1]  # type: ignore[index]
                 r = _with_fallback(dec, one, prompt, 0, replace(o, temperatures=o.temperatures[1:]))
             if not _silent(r):
-                segments.extend(_segments(r, dec, seek * FRAME_SECONDS, size, duration)[0])
+                new = _segments(r, dec, seek * FRAME_SECONDS, size, duration)[0]
+                if o.word_timestamps and new:
+                    one = features[i : i + 1]  # type: ignore[index]
+                    new = _with_words(dec, one, o, new, seek * FRAME_SECONDS, size)
+                segments.extend(new)
         if progress is not None:
             progress(min(duration, (group[-1] + N_FRAMES) * FRAME_SECONDS))
     return segments
