@@ -22,7 +22,19 @@ PACKAGES = [
     "pygpukit",
 ]
 DEFAULT_ARCHS = "80;86;89;90a;100a;120a"
-TEST_DEPS = ["numpy", "ml_dtypes", "pytest", "hypothesis", "tokenizers", "jinja2", "tqdm", "soundfile"]
+TEST_DEPS = [
+    "numpy",
+    "ml_dtypes",
+    "pytest",
+    "hypothesis",
+    "tokenizers",
+    "jinja2",
+    "tqdm",
+    # audio ops: references (librosa, soxr) and load_audio's reader (soundfile)
+    "librosa",
+    "soxr",
+    "soundfile",
+]
 # Pinned: a new ruff or clang-format release reformats code, and CI must not fail on a release day.
 LINT_TOOLS = ["ruff==0.17.6", "mypy==2.4.1", "clang-format==23.1.5"]
 

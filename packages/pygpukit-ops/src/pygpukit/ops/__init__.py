@@ -13,6 +13,8 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
 - :mod:`.sampling`: token sampling on the GPU;
 - :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device;
+- :mod:`.audio`: STFT / inverse STFT for any n_fft, mel filterbanks and spectrograms,
+  Whisper's log-mel frontend, MFCCs, resampling, YIN pitch, onsets, ``load_audio``;
 - :mod:`.layers`: the same ops as stateful layers (weights + launch plans made once) for
   model code: ``Linear``, ``RMSNorm``, ``LayerNorm``, ``Rotary``, ``Attention``, ``GatedMLP``,
   ``Embedding``;
@@ -21,12 +23,13 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 Each call plans its launch once per shape bucket and then only looks the plan up; the NumPy
 versions (:mod:`.reference`) run on the CPU backend.
 
-Guides: docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
+Guides: docs/ops-audio.md, docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
 """
 
 from . import (
     activations,
     attention,
+    audio,
     config,
     kv_cache,
     layers,
@@ -43,7 +46,9 @@ from . import (
 __all__ = [
     "config",
     "layers",
+    "audio",
     *activations.__all__,
+    *audio.__all__,
     *attention.__all__,
     *kv_cache.__all__,
     *linear.__all__,
@@ -56,6 +61,7 @@ __all__ = [
 
 from .activations import *  # noqa: F403
 from .attention import *  # noqa: F403
+from .audio import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
