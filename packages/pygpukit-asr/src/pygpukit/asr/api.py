@@ -82,7 +82,7 @@ class WhisperModel:
             raise ValueError(f"mel has {x.shape[2]} bins; this model takes {self.config.n_mels}")
         return self.encoder(x.contiguous())
 
-    def logits(self, mel: np.ndarray, tokens: Sequence[Sequence[int]]) -> np.ndarray:
+    def logits(self, mel: np.ndarray | GPUArray, tokens: Sequence[Sequence[int]]) -> np.ndarray:
         """Decoder logits ``[B, S, vocab]`` (float32) for token prompts ``[B, S]`` over ``mel``.
 
         The whole prompt in one pass (teacher forcing): what the equivalence tests compare.
@@ -120,14 +120,15 @@ class WhisperModel:
         feats = self.encode(mel)
         return self._windows.greedy(feats, ids, max_new_tokens, suppress=suppress)
 
-    def detect_language(self, mel: np.ndarray) -> tuple[str, dict[str, float]]:
+    def detect_language(self, mel: np.ndarray | GPUArray) -> tuple[str, dict[str, float]]:
         """The likeliest language of a window ``[n_mels, 3000]`` and each language's probability."""
         tok = self._tok()
         if not self.config.is_multilingual or not tok.languages:
             return "en", {"en": 1.0}
         codes = list(tok.languages)
         ids = np.array([tok.languages[c] for c in codes])
-        row = self.logits(mel[None], [[tok.sot]])[0, 0, ids].astype(np.float64)
+        window = mel.reshape(1, *mel.shape) if isinstance(mel, GPUArray) else np.asarray(mel)[None]
+        row = self.logits(window, [[tok.sot]])[0, 0, ids].astype(np.float64)
         p = np.exp(row - row.max())
         p /= p.sum()
         probs = {c: float(v) for c, v in zip(codes, p, strict=True)}

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+import pygpukit as gp
+from pygpukit.array import GPUArray
+
 from .config import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, SECONDS_PER_TOKEN
 from .decoding import DecodeResult, DecodingOptions, WindowDecoder
 
@@ -75,17 +78,19 @@ class TranscribeOptions:
     language: str = "en"
 
 
-#: ``encode(mel windows [B, n_mels, 3000]) -> features``, ``decode(features, prompts, sot index,
-#: options) -> results``, ``progress(seconds done)``.
-Encode = Callable[[np.ndarray], object]
+#: ``encode(mel windows [B, n_mels, 3000]) -> features [B, 1500, C]``.
+Encode = Callable[[GPUArray], object]
 
 
-def _window(mel: np.ndarray, seek: int) -> tuple[np.ndarray, int]:
+def _window(mel: GPUArray, seek: int) -> tuple[GPUArray, int]:
+    """The 3000 frames from ``seek`` (zero-padded at the end) and how many hold audio."""
     content = mel.shape[1] - N_FRAMES
     size = min(N_FRAMES, content - seek)
     seg = mel[:, seek : seek + N_FRAMES]
     if seg.shape[1] < N_FRAMES:
-        seg = np.pad(seg, ((0, 0), (0, N_FRAMES - seg.shape[1])))
+        whole = gp.zeros((mel.shape[0], N_FRAMES), np.float32)
+        whole[:, : seg.shape[1]] = seg
+        seg = whole
     return seg, size
 
 
@@ -180,7 +185,7 @@ def _quiet(wave: np.ndarray, seek: int, size: int) -> bool:
 
 
 def run_transcription(
-    wave: np.ndarray, mel: np.ndarray, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
+    wave: np.ndarray, mel: GPUArray, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
     progress: Callable[[float], None] | None = None,
 ) -> list[Segment]:  # fmt: skip
     """All segments of 16 kHz samples ``wave`` whose log-mel (30 s of zeros appended) is ``mel``."""
@@ -199,7 +204,7 @@ def run_transcription(
             if progress is not None:
                 progress(min(duration, seek * FRAME_SECONDS))
             continue
-        features = encode(window[None])
+        features = encode(window.reshape(1, *window.shape))
         prev = history[reset:]
         prompt = ([dec.tok.sot_prev, *prev[-(n_ctx_half - 1) :]] if prev else []) + list(o.sot)
         if o.without_timestamps:
@@ -224,7 +229,7 @@ def run_transcription(
 
 
 def _batched(
-    wave: np.ndarray, mel: np.ndarray, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
+    wave: np.ndarray, mel: GPUArray, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
     progress: Callable[[float], None] | None,
 ) -> list[Segment]:  # fmt: skip
     content, duration = mel.shape[1] - N_FRAMES, wave.size / SAMPLE_RATE
@@ -234,7 +239,7 @@ def _batched(
     for first in range(0, len(starts), o.batch_size):
         group = starts[first : first + o.batch_size]
         windows = [_window(mel, s) for s in group]
-        features = encode(np.stack([w for w, _ in windows]))
+        features = encode(gp.stack([w for w, _ in windows]))
         results = dec.decode(features, [prompt] * len(group), 0,  # type: ignore[arg-type]
                              DecodingOptions(without_timestamps=o.without_timestamps))  # fmt: skip
         for i, (seek, (_, size)) in enumerate(zip(group, windows, strict=True)):
