@@ -81,7 +81,8 @@ def test_translate_on_english_only_model(tiny_en):
 @pytest.mark.parametrize(
     "kwargs",
     [{"task": "summarize"}, {"beam_size": 0}, {"batch_size": 1.5}, {"temperature": -0.5},
-     {"temperature": ()}, {"without_timestamps": "yes"}, {"word_timestamps": 1}],
+     {"temperature": ()}, {"without_timestamps": "yes"}, {"word_timestamps": 1},
+     {"max_new_tokens": 0}, {"max_new_tokens": 1000}],
 )  # fmt: skip
 def test_bad_options(tiny_en, kwargs):
     with pytest.raises((ValueError, TypeError)):

@@ -156,6 +156,7 @@ class WhisperModel:
         word_timestamps: bool = False,
         batch_size: int = 1,
         sample_rate: int = SAMPLE_RATE,
+        max_new_tokens: int | None = None,
         progress: Callable[[float, float], None] | None = None,
     ) -> Transcription:
         """Transcribe (or translate to English) ``audio``: a file path, or 16 kHz samples.
@@ -164,10 +165,11 @@ class WhisperModel:
         30 s; ``task`` ``"transcribe"`` or ``"translate"`` (multilingual models);
         ``beam_size`` > 1 runs beam search at temperature 0; ``temperature`` one value or the
         fallback sequence; ``batch_size`` > 1 decodes independent 30 s windows together.
-        ``progress(done_s, total_s)`` is called after each window. Silence gives an empty
-        ``text`` and no segments. Errors: :class:`AudioError` (unreadable, empty, wrong rank,
-        dtype or rate, NaN), :class:`UnsupportedModelError` (unknown language, translation on
-        an English-only model), ``ValueError`` for bad options.
+        ``max_new_tokens`` caps the tokens of a window (default: half the decoder's
+        context, 224). ``progress(done_s, total_s)`` is called after each window. Silence
+        gives an empty ``text`` and no segments. Errors: :class:`AudioError` (unreadable,
+        empty, wrong rank, dtype or rate, NaN), :class:`UnsupportedModelError` (unknown
+        language, translation on an English-only model), ``ValueError`` for bad options.
         """
         tok = self._tok()
         opts = self._options(task, beam_size, temperature, without_timestamps, batch_size,
@@ -182,7 +184,9 @@ class WhisperModel:
         mel = log_mel_spectrogram(wave, self.config.n_mels, padding=N_SAMPLES)
         if language is None:
             language = (
-                self.detect_language(mel[:, :3000])[0] if self.config.is_multilingual else "en"
+                self.detect_language(mel[:, :3000].copy())[0]
+                if self.config.is_multilingual
+                else "en"
             )
         elif self.config.is_multilingual:
             tok.language_id(language)
@@ -192,8 +196,15 @@ class WhisperModel:
                 "(load a multilingual checkpoint)"
             )
         sot = tuple(sot_sequence(tok, self.config.is_multilingual, language, task))
+        cap = self.config.max_target_positions // 2
+        if max_new_tokens is not None:
+            if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+                raise TypeError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
+            if not 1 <= max_new_tokens <= cap:
+                raise ValueError(f"max_new_tokens must be in [1, {cap}], got {max_new_tokens}")
+            cap = max_new_tokens
         o = TranscribeOptions(opts[0], beam_size, condition_on_previous_text, without_timestamps,
-                              batch_size, sot, word_timestamps, language)  # fmt: skip
+                              batch_size, sot, word_timestamps, language, cap)  # fmt: skip
         report = (lambda done: progress(done, duration)) if progress is not None else None
         segments = run_transcription(wave, mel, self.encode, self._windows, o, report)
         text = "".join(s.text for s in segments)

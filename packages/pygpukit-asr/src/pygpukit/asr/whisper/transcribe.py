@@ -76,6 +76,7 @@ class TranscribeOptions:
     sot: tuple[int, ...]
     word_timestamps: bool = False
     language: str = "en"
+    max_new_tokens: int = 224
 
 
 #: ``encode(mel windows [B, n_mels, 3000]) -> features [B, 1500, C]``.
@@ -101,7 +102,7 @@ def _with_fallback(
     for t in o.temperatures:
         opts = DecodingOptions(
             temperature=t, beam_size=o.beam_size if t == 0 else 1,
-            without_timestamps=o.without_timestamps,
+            without_timestamps=o.without_timestamps, sample_len=o.max_new_tokens,
         )  # fmt: skip
         result = dec.decode(features, [prompt], sot_index, opts)[0]  # type: ignore[arg-type]
         if _acceptable(result):
@@ -241,7 +242,8 @@ def _batched(
         windows = [_window(mel, s) for s in group]
         features = encode(gp.stack([w for w, _ in windows]))
         results = dec.decode(features, [prompt] * len(group), 0,  # type: ignore[arg-type]
-                             DecodingOptions(without_timestamps=o.without_timestamps))  # fmt: skip
+                             DecodingOptions(without_timestamps=o.without_timestamps,
+                                             sample_len=o.max_new_tokens))  # fmt: skip
         for i, (seek, (_, size)) in enumerate(zip(group, windows, strict=True)):
             r = results[i]
             if not _acceptable(r) and len(o.temperatures) > 1:
