@@ -9,6 +9,7 @@ import json
 import pathlib
 import re
 
+import numpy as np
 import pytest
 from asr_clips import speech, speech_bounds
 
@@ -76,3 +77,24 @@ def test_word_timestamps_follow_the_speech(tiny_en, sentences):
     starts = [w["start"] for w in words]
     assert starts == sorted(starts)
     assert abs(words[0]["start"] - onset) <= 0.3 and abs(words[-1]["end"] - end) <= 0.3
+
+
+def test_beam_search_hears_the_words(tiny_en, sentences):
+    result = tiny_en.transcribe(speech("fox"), beam_size=3, without_timestamps=True)
+    spoken = _words(sentences["fox"])
+    heard = set(_words(result.text))
+    assert sum(w in heard for w in spoken) >= 0.8 * len(spoken), result.text
+
+
+def test_batched_windows_place_each_sentence_in_its_window(tiny_en):
+    """batch_size=2: two independent 30 s windows decoded together, timestamps offset."""
+    audio = np.zeros(16000 * 36, np.float32)
+    fox, stella = speech("fox"), speech("stella")
+    audio[16000 : 16000 + fox.size] = fox
+    audio[16000 * 30 : 16000 * 30 + stella.size] = stella
+    result = tiny_en.transcribe(audio, batch_size=2, temperature=0.0)
+    first = [s for s in result.segments if s.end <= 30.0]
+    second = [s for s in result.segments if s.start >= 30.0]
+    assert "fox" in " ".join(s.text for s in first).lower()
+    assert "bring" in " ".join(s.text for s in second).lower()
+    assert len(first) + len(second) == len(result.segments)

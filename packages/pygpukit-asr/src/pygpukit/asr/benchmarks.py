@@ -94,7 +94,9 @@ def _theirs(lib: Library, shape: str, mel: np.ndarray, new: int) -> Any:
         raise Skip(f"transformers is not installed: {exc}") from exc
     torch = lib.module
     cfg = _config(shape)
-    hf = HFConfig(**cfg.to_hf(), attn_implementation="eager")
+    sizes = {k: v for k, v in cfg.to_hf().items() if k not in ("architectures", "model_type")}
+    hf = HFConfig(**sizes)
+    hf._attn_implementation = "eager"  # transformers' plain PyTorch attention
     with torch.device("meta"):
         model = WhisperForConditionalGeneration(hf)
     state = {"model." + k: torch.from_numpy(v) for k, v in _weights(shape).items()}
