@@ -108,7 +108,10 @@ class WindowDecoder:
                 np.full(b, position + 1, np.int32),
             ]
         )
-        if not self.use_graphs:
+        if not self.use_graphs or not state.warm:
+            # The first step runs eagerly: every launch plan is made (and any error raised)
+            # outside the capture, which then records launches only.
+            state.warm = self.use_graphs
             return np.asarray(self.decoder.step(state).to_numpy())
         if state.graph is None:
             with gp.graph_capture() as g:
@@ -143,7 +146,8 @@ class WindowDecoder:
         state.inputs[1:] = np.array([[s] * b, [s + 1] * b], np.int32)
         out[0] = state.tokens
         for i in range(1, new_tokens):
-            if not self.use_graphs:
+            if not self.use_graphs or not state.warm:
+                state.warm = self.use_graphs
                 self._greedy_body(state, bias)
             else:
                 key = "greedy" if bias is not None else "greedy_raw"

@@ -141,6 +141,7 @@ class DecoderState:
         #: One upload per step: rows tokens, positions, lengths (positions + 1).
         self.inputs = gp.zeros((3, batch), gp.int32)
         self.tokens, self.positions, self.lengths = self.inputs[0], self.inputs[1], self.inputs[2]
+        self.warm = False  # a step ran eagerly: its launch plans exist
         self.graph: object | None = None  # the captured step (decode)
         self.logits: GPUArray | None = None  # its output
         self.greedy: dict[str, Any] = {}  # the captured step + argmax + advance (greedy)
