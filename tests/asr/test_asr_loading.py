@@ -107,3 +107,52 @@ def test_missing_and_misshaped_tensors(tmp_path):
     tmp_path.joinpath("empty").mkdir()
     with pytest.raises(asr.ModelFormatError, match="no Whisper weights"):
         asr.load(tmp_path / "empty")
+
+
+def test_sharded_bfloat16_safetensors(tmp_path, rng):
+    """Indexed shards (one bfloat16) load as the single float32 file does (to bf16 rounding)."""
+    import ml_dtypes
+
+    from pygpukit.asr.loading.safetensors import read_safetensors, write_safetensors
+
+    single = write_checkpoint(tmp_path / "one", CFG, SEED)
+    tensors = read_safetensors(single / "model.safetensors")
+    names = sorted(tensors)
+    half = len(names) // 2
+    sharded = tmp_path / "two"
+    sharded.mkdir()
+    (sharded / "config.json").write_bytes((single / "config.json").read_bytes())
+    write_safetensors(sharded / "a.safetensors", {n: tensors[n] for n in names[:half]})
+    # The second shard in bfloat16, written by hand (write_safetensors writes F32/F16/I32).
+    import struct
+
+    header, blobs, offset = {}, [], 0
+    for n in names[half:]:
+        raw = np.asarray(tensors[n]).astype(ml_dtypes.bfloat16).tobytes()
+        header[n] = {"dtype": "BF16", "shape": list(tensors[n].shape),
+                     "data_offsets": [offset, offset + len(raw)]}  # fmt: skip
+        offset += len(raw)
+        blobs.append(raw)
+    head = json.dumps(header).encode()
+    (sharded / "b.safetensors").write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    index = {"weight_map": {**dict.fromkeys(names[:half], "a.safetensors"),
+                            **dict.fromkeys(names[half:], "b.safetensors")}}  # fmt: skip
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    mel = rng.uniform(-1, 1, (1, CFG.n_mels, 3000)).astype(np.float32)
+    ids = [[50258, 50259, 50359]]
+    a = asr.load(single, dtype="float32").logits(mel, ids)
+    b = asr.load(sharded, dtype="float32").logits(mel, ids)
+    assert np.linalg.norm(b - a) / np.linalg.norm(a) < 3e-2
+    index["weight_map"][names[0]] = "../evil.safetensors"
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(asr.ModelFormatError, match="leaves the directory"):
+        asr.load(sharded)
+
+
+def test_truncated_safetensors(tmp_path):
+    folder = write_checkpoint(tmp_path / "hf", CFG, SEED)
+    raw = (folder / "model.safetensors").read_bytes()
+    for cut in (4, 100, len(raw) - 10):
+        (folder / "model.safetensors").write_bytes(raw[:cut])
+        with pytest.raises(asr.ModelFormatError, match=r"truncated|shorter|outside"):
+            asr.load(folder)
