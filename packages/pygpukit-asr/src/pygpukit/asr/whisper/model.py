@@ -21,6 +21,7 @@ import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
 from pygpukit.ops.layers import Attention, LayerNorm, Linear
+from pygpukit.ops.linear import linear
 
 from .config import WhisperConfig
 
@@ -169,11 +170,17 @@ class Decoder:
             state.cross_v[i][...] = v
 
     def _logits(self, h: GPUArray) -> GPUArray:
-        """``h @ embed.T`` in float32 (tied output projection): ``[rows, vocab]``."""
-        rows = h.shape[0]
-        if rows <= ops.GEMV_MAX_ROWS and self.dtype != np.float32:
-            return ops.gemv(h, self.embed, out_dtype=np.float32)
-        return gp.matmul(h, self.embed.transpose(1, 0)).astype(np.float32)
+        """``h @ embed.T`` in float32 (tied output projection): ``[rows, vocab]``.
+
+        16-bit models run the GEMV kernel with a float32 output, eight rows at a time: logits
+        rounded to 16 bits would tie close tokens and flip argmaxes.
+        """
+        if self.dtype == np.float32:
+            return linear(h, self.embed)
+        step = ops.GEMV_MAX_ROWS
+        parts = [ops.gemv(h[i : i + step], self.embed, out_dtype=np.float32)
+                 for i in range(0, h.shape[0], step)]  # fmt: skip
+        return parts[0] if len(parts) == 1 else gp.concatenate(parts, axis=0)
 
     def prefill(
         self, state: DecoderState, tokens: np.ndarray, rows: tuple[int, ...],
