@@ -118,6 +118,26 @@ def _hf_state(weights: dict[str, np.ndarray], cfg: Any) -> dict[str, np.ndarray]
     return {"model." + k: v for k, v in sd.items()}
 
 
+def save_hf_dir(folder: Path, target: Path) -> Path:
+    """Write a CTranslate2 Whisper folder as a Hugging Face one (float16 safetensors, configs)."""
+    from pygpukit.asr.loading import read_model
+    from pygpukit.asr.loading.safetensors import write_safetensors
+
+    files = read_model(folder)
+    cfg = files.config
+    target.mkdir(parents=True, exist_ok=True)
+    state = {k: np.asarray(v, np.float16) for k, v in _hf_state(files.weights, cfg).items()}
+    write_safetensors(target / "model.safetensors", state)
+    (target / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1))
+    generation = {"alignment_heads": [list(p) for p in cfg.alignment_heads],
+                  "suppress_tokens": list(cfg.suppress_tokens),
+                  "begin_suppress_tokens": list(cfg.begin_suppress_tokens)}  # fmt: skip
+    (target / "generation_config.json").write_text(json.dumps(generation, indent=1))
+    if files.tokenizer_file is not None:
+        (target / "tokenizer.json").write_bytes(files.tokenizer_file.read_bytes())
+    return target
+
+
 def tiny_en_references(out: Path, folder: Path, device: str) -> None:
     """Store transformers' greedy ids of the test clips with the converted tiny.en."""
     torch = _torch(device)
@@ -172,12 +192,15 @@ def main() -> None:
     ap.add_argument("--whisper-dir", type=Path, default=None)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--skip-random", action="store_true")
+    ap.add_argument("--save-hf", type=Path, default=None, help="also write --whisper-dir as HF")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.skip_random:
         random_references(args.out, args.device)
     if args.whisper_dir is not None:
         tiny_en_references(args.out, args.whisper_dir, args.device)
+        if args.save_hf is not None:
+            save_hf_dir(args.whisper_dir, args.save_hf)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pathlib
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -98,3 +99,16 @@ def test_batched_windows_place_each_sentence_in_its_window(tiny_en):
     assert "fox" in " ".join(s.text for s in first).lower()
     assert "bring" in " ".join(s.text for s in second).lower()
     assert len(first) + len(second) == len(result.segments)
+
+
+def test_huggingface_layout_of_the_same_weights_decodes_the_same(tiny_en, tiny_en_dir, tmp_path):
+    """tiny.en written as a Hugging Face folder (safetensors + configs) loads to the same model."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+    from asr_reference import save_hf_dir
+
+    hf = asr.load(save_hf_dir(tiny_en_dir, tmp_path / "hf"), dtype=DTYPE)
+    assert hf.config.alignment_heads == tiny_en.config.alignment_heads
+    audio = speech("weather")
+    a = tiny_en.transcribe(audio, without_timestamps=True, temperature=0.0)
+    b = hf.transcribe(audio, without_timestamps=True, temperature=0.0)
+    assert [s.tokens for s in a.segments] == [s.tokens for s in b.segments]
