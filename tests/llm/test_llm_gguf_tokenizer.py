@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from llm_files import gguf_bytes
 
-from pygpukit.llm.errors import UnsupportedModelError
+from pygpukit.llm.errors import TokenizerError, UnsupportedModelError
 from pygpukit.llm.tokenizer import load_tokenizer
 
 
@@ -76,9 +76,115 @@ def test_smollm_pre_tokenizer_isolates_digits(tmp_path):
     assert [tok.decode([i]) for i in ids] == ["1", "2", "3"]  # never merged into "123"
 
 
-def test_sentencepiece_vocab_is_not_supported_yet(tmp_path):
-    path, _ = _write(tmp_path, "default", model="llama")
-    with pytest.raises(UnsupportedModelError, match="'llama' is not supported yet"):
+SP = "\u2581"  # SentencePiece's visible space
+
+
+def _sentencepiece_vocab(rng, size: int = 40) -> tuple[list[str], list[float]]:
+    """A random SentencePiece BPE vocabulary, grown as training grows one: each new token
+    joins two existing ones, with a lower score than every token before it. A candidate is
+    kept only if it leaves every token one split into two tokens, so the score-greedy
+    reference below and BPE merges cannot disagree on a tie."""
+    base = [SP, *"abcdelnorst"]
+    tokens = list(base)
+
+    def splits(t: str, vocab: set[str]) -> int:
+        return sum(t[:i] in vocab and t[i:] in vocab for i in range(1, len(t)))
+
+    while len(tokens) < len(base) + size:
+        new = tokens[rng.integers(len(tokens))] + tokens[rng.integers(len(tokens))]
+        if new in tokens or len(new) > 6:
+            continue
+        vocab = {*tokens, new}
+        if all(splits(t, vocab) <= 1 for t in vocab if len(t) > 1 and t not in base):
+            tokens.append(new)
+    scores = [0.0] * len(base) + [-float(i) for i in range(len(tokens) - len(base))]
+    return tokens, scores
+
+
+def _spm_reference(text: str, tokens: list[str], scores: list[float]) -> list[int]:
+    """SentencePiece BPE as llama.cpp runs it: join the adjacent pair whose concatenation is
+    the highest-scoring token (leftmost first) until none is; then bytes for the unknown."""
+    ids = {t: i for i, t in enumerate(tokens)}
+    syms = list(SP + text.replace(" ", SP))
+    while True:
+        best = None
+        for i in range(len(syms) - 1):
+            joined = syms[i] + syms[i + 1]
+            if joined in ids and (best is None or scores[ids[joined]] > best[0]):
+                best = (scores[ids[joined]], i)
+        if best is None:
+            break
+        i = best[1]
+        syms[i : i + 2] = [syms[i] + syms[i + 1]]
+    out = []
+    for sym in syms:
+        if sym in ids:
+            out.append(ids[sym])
+        else:
+            out += [ids[f"<0x{b:02X}>"] for b in sym.encode()]
+    return out
+
+
+def _write_sentencepiece(tmp_path, tokens, scores, **extra):
+    """A GGUF holding the vocabulary after ``<unk> <s> </s>`` and the 256 byte tokens."""
+    vocab = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *tokens]
+    meta = {
+        "general.architecture": "llama",
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": vocab,
+        "tokenizer.ggml.scores": [0.0] * 259 + scores,
+        "tokenizer.ggml.token_type": [2, 3, 3] + [6] * 256 + [1] * len(tokens),
+        "tokenizer.ggml.unknown_token_id": 0,
+        "tokenizer.ggml.bos_token_id": 1,
+        "tokenizer.ggml.eos_token_id": 2,
+        **extra,
+    }
+    path = tmp_path / "spm.gguf"
+    path.write_bytes(gguf_bytes(meta, []))
+    return path, vocab, meta["tokenizer.ggml.scores"]
+
+
+def test_sentencepiece_vocab_encodes_as_llama_cpp(tmp_path, rng):
+    path, vocab, scores = _write_sentencepiece(tmp_path, *_sentencepiece_vocab(rng))
+    tok = load_tokenizer(path)
+    pieces = vocab[259:]
+    for _ in range(20):  # texts made of the vocabulary's pieces, so merges apply
+        picks = rng.integers(len(pieces), size=int(rng.integers(1, 9)))
+        text = "".join(pieces[i] for i in picks).replace(SP, " ").strip() or "a"
+        got = tok.encode(text)
+        assert got == [1, *_spm_reference(text, vocab, scores)], text
+        assert tok.decode(got, skip_special_tokens=True) == text
+    # Outside the vocabulary: UTF-8 bytes ("é" is C3 A9, a newline 0A), decoded back whole.
+    got = tok.encode("sé\nt", add_special_tokens=False)
+    assert got == _spm_reference("sé\nt", vocab, scores)
+    assert [vocab[i] for i in got if 3 <= i < 259] == ["<0xC3>", "<0xA9>", "<0x0A>"]
+    assert tok.decode(got) == "sé\nt"
+    assert tok.bos_token_id == 1 and tok.eos_token_ids == (2,)
+
+
+def test_sentencepiece_without_space_prefix_or_bos(tmp_path, rng):
+    tokens, scores = _sentencepiece_vocab(rng)
+    path, _, _ = _write_sentencepiece(
+        tmp_path, tokens, scores,
+        **{"tokenizer.ggml.add_space_prefix": False, "tokenizer.ggml.add_bos_token": False},
+    )  # fmt: skip
+    tok = load_tokenizer(path)
+    ids = tok.encode("do not")
+    assert ids and ids[0] != 1
+    assert tok.id_to_token(ids[0])[0] != SP  # no space was prepended
+    assert tok.decode(ids) == "do not"
+
+
+def test_sentencepiece_needs_scores(tmp_path, rng):
+    tokens, scores = _sentencepiece_vocab(rng)
+    path, _, _ = _write_sentencepiece(tmp_path, tokens, scores[:-1])
+    with pytest.raises(TokenizerError, match=r"tokenizer\.ggml\.scores"):
+        load_tokenizer(path)
+
+
+def test_unsupported_tokenizer_model_is_named(tmp_path):
+    path, _ = _write(tmp_path, "default", model="bert")
+    with pytest.raises(UnsupportedModelError, match="'bert' is not supported yet"):
         load_tokenizer(path)
 
 

@@ -16,6 +16,8 @@ from llm_reference_numpy import CONFIGS, forward, rel_err
 import pygpukit as gp
 from pygpukit import llm
 from pygpukit.llm.random_model import random_weights
+from pygpukit.ops._plan import plan_caches
+from pygpukit.ops.layers import Attention, GatedMLP, Linear
 
 
 @pytest.fixture
@@ -205,6 +207,8 @@ def test_shape_contradicting_config(seed):
         ({"top_k": -2}, ValueError, "top_k must be >= 0"),
         ({"repetition_penalty": 0.0}, ValueError, "repetition_penalty must be > 0"),
         ({"min_p": 2.0}, ValueError, "min_p"),
+        ({"max_new_tokens": 2.5}, TypeError, "max_new_tokens must be an int"),
+        ({"temprature": 0.5}, TypeError, "unknown generation option.*temprature.*temperature"),
     ],
 )
 def test_bad_generation_arguments(seed, kwargs, error, match):
@@ -212,6 +216,28 @@ def test_bad_generation_arguments(seed, kwargs, error, match):
     with pytest.raises(error, match=match):
         model.generate([5, 6, 7], **{"max_new_tokens": 4, **kwargs})
     assert len(model.generate([5, 6, 7], max_new_tokens=4).token_ids) == 4  # still usable
+
+
+def test_generate_stream_and_chat_take_the_same_options(seed, rng):
+    """One options definition serves the three calls (and the CLI's keyword arguments)."""
+    from pygpukit.llm.generate import GenerationOptions, GenerationRequest
+
+    opts: dict = {
+        "max_new_tokens": 7, "temperature": 0.9, "top_k": 20, "top_p": 0.8, "min_p": 0.01,
+        "repetition_penalty": 1.1, "seed": int(rng.integers(1 << 30)), "stop": None,
+    }  # fmt: skip
+    assert set(opts) == set(GenerationOptions.__annotations__)
+    request = GenerationRequest.from_options(opts)
+    assert request.max_new_tokens == 7 and request.sampling.top_k == 20
+    assert GenerationRequest.from_options({}) == GenerationRequest()
+    model, _ = _model("qwen2_bias", seed, tokenizer=_Tokenizer())
+    prompt = rng.integers(3, 256, 5).tolist()
+    generated = model.generate(prompt, **opts)
+    assert len(generated.token_ids) == 7
+    assert "".join(model.stream(prompt, **opts)) == generated.text
+    messages = [{"role": "user", "content": "hi"}]
+    replied = model.chat(messages, **opts)
+    assert "".join(model.chat(messages, stream=True, **opts)) == replied.text
 
 
 def test_prompt_longer_than_max_seq_len(seed):
@@ -261,7 +287,32 @@ def test_step_logits_are_unrounded_float32(seed, rng):
     x = gp.from_numpy(rng.standard_normal((1, m.config.hidden_size)).astype(gp.bfloat16))
     got = m.logits(x)
     assert got.dtype == np.float32 and got.shape == (1, m.config.vocab_size)
-    exact = x.to_numpy().astype(np.float64) @ m.lm_head.to_numpy().astype(np.float64).T
+    exact = x.to_numpy().astype(np.float64) @ m.lm_head.weight.to_numpy().astype(np.float64).T
     assert rel_err(got.to_numpy(), exact) < 1e-6
     values = got.to_numpy()
     assert np.mean(values != values.astype(gp.bfloat16).astype(np.float32)) > 0.5
+
+
+def _plan_lookups() -> int:
+    """Lookups (hits and misses) every op's plan cache has served."""
+    return sum(c.hits + c.misses for c in plan_caches().values())
+
+
+@pytest.mark.parametrize("name", ["qwen3_qknorm", "mistral_window"])
+def test_decode_steps_make_no_plan(name, seed, rng):
+    """The decoder is built from ops layers: after the first step, a step plans nothing."""
+    model, _ = _model(name, seed, "bfloat16")
+    m = model._model
+    assert isinstance(m.lm_head, Linear) and isinstance(m.attention, Attention)
+    assert all(isinstance(layer.mlp, GatedMLP) for layer in m.layers)
+    assert m.layers[0].qkv.splits == (m.config.q_size, m.config.kv_size, m.config.kv_size)
+    dec, greedy = model.decoder, llm.SamplingParams()
+    dec.use_graphs = False  # the eager step (the GPU replays it as a graph)
+    dec.prefill(rng.integers(3, 256, 9).tolist(), greedy, None)
+    dec.decode_step(greedy)
+    before = _plan_lookups()
+    for _ in range(12):  # past Mistral's window of 8: the rolling cache wraps around
+        dec.decode_step(greedy)
+    assert _plan_lookups() == before
+    tokens = dec.history.to_numpy()[9:22]
+    assert ((tokens >= 0) & (tokens < 256)).all()

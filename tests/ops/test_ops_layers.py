@@ -124,6 +124,43 @@ def test_gated_mlp_matches_float64(rand: Rand, activation: str) -> None:
         GatedMLP(up(wg), up(wu), up(wg))
 
 
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize("m", [1, 8, 13])
+def test_linear_float32_out(rand: Rand, dtype: object, m: int) -> None:
+    """A language model's head: GEMV rows unrounded (as ``ops.gemv(out_dtype=float32)``),
+    more rows computed in the weight's dtype then widened (as a framework in that dtype)."""
+    x, w = rand((m, 64), dtype), rand((40, 64), dtype)
+    head = Linear(up(w), out_dtype=gp.float32)
+    got = head(up(x))
+    assert got.dtype == np.float32 and got.shape == (m, 40)
+    if m <= 8:
+        want = ops.gemv(up(x), up(w), out_dtype=gp.float32)
+    else:
+        want = ops.linear(up(x), up(w)).astype(gp.float32)
+    np.testing.assert_array_equal(got.to_numpy(), want.to_numpy())
+    assert rel_err(got.to_numpy(), linear_ref(x, w, None, None)) < LIMITS[np.dtype(dtype)]
+    out = gp.empty((m, 40), gp.float32)
+    assert head(up(x), out=out) is out
+    np.testing.assert_array_equal(out.to_numpy(), got.to_numpy())
+    with pytest.raises(TypeError, match="out must have dtype float32"):
+        head(up(x), out=gp.empty((m, 40), dtype))
+    with pytest.raises(TypeError, match="out_dtype must be None"):
+        Linear(up(w), out_dtype=gp.float16 if dtype == gp.bfloat16 else gp.bfloat16)
+
+
+def test_gated_mlp_keeps_decode_workspaces_only(rand: Rand) -> None:
+    """Intermediates of up to GEMV_MAX_ROWS rows are kept (graph-safe); a prompt's are not."""
+    dt = gp.float16
+    mlp = GatedMLP(*(up((rand(s) * 0.2).astype(dt)) for s in ((48, 64), (48, 64), (64, 48))))
+    for m in (1, 8, 30, 31):
+        x = rand((m, 64), dt)
+        g = x.astype(np.float64) @ mlp.gate_up.weight.to_numpy()[:48].astype(np.float64).T
+        u = x.astype(np.float64) @ mlp.gate_up.weight.to_numpy()[48:].astype(np.float64).T
+        ref = (g / (1 + np.exp(-g)) * u) @ mlp.down.weight.to_numpy().astype(np.float64).T
+        assert rel_err(mlp(up(x)).to_numpy(), ref) < 1e-2
+    assert sorted(mlp._buffers) == [1, 8]
+
+
 # ----------------------------------------------------------------------------- norms
 
 
@@ -164,6 +201,26 @@ def test_rotary_matches_complex_reference(rand: Rand, rng, layout: str, inplace:
     assert rel_err(ok.to_numpy(), rope_ref(k, pos, 16, layout, 500.0)) < 1e-5
 
 
+def test_rotary_with_scaled_frequencies(rand: Rand, rng) -> None:
+    """A long-context scaling's inv_freq and attention factor give the function's tables."""
+    inv_freq, factor = ops.rope_inv_freq(
+        64, 5e5, {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32},
+        max_position_embeddings=128,
+    )  # fmt: skip
+    assert factor != 1.0
+    rot = Rotary(64, base=5e5, max_positions=128, inv_freq=inv_freq, attention_factor=factor)
+    cos, sin = ops.rope_cos_sin(128, 64, 5e5, inv_freq=inv_freq, attention_factor=factor)
+    np.testing.assert_array_equal(rot.cos.to_numpy(), cos.to_numpy())
+    q, k = rand((5, 4, 64), gp.float32), rand((5, 2, 64), gp.float32)
+    pos = up(rng.integers(0, 128, size=5).astype(np.int32))
+    got_q, got_k = rot(up(q), up(k), pos)
+    want_q, want_k = ops.apply_rope(up(q), up(k), cos, sin, pos)
+    np.testing.assert_array_equal(got_q.to_numpy(), want_q.to_numpy())
+    np.testing.assert_array_equal(got_k.to_numpy(), want_k.to_numpy())
+    with pytest.raises(ValueError, match="inv_freq must be 32"):
+        Rotary(64, inv_freq=inv_freq[:8])
+
+
 def test_embedding_rows(rand: Rand, rng) -> None:
     table = rand((50, 24), gp.bfloat16)
     ids = rng.integers(0, 50, size=(2, 7)).astype(np.int64)
@@ -184,6 +241,29 @@ def test_attention_prefill_gqa_causal(rand: Rand, dtype: object) -> None:
         Attention(8, 2, 64).prefill(up(q), up(k), up(v))
     with pytest.raises(ValueError, match="KV heads of 128"):
         Attention(4, 2, 128).prefill(up(q), up(k), up(v))
+
+
+@pytest.mark.parametrize(("sq", "sk"), [(11, 11), (4, 11), (6, 6)])
+def test_attention_prefill_sliding_window(rand: Rand, sq: int, sk: int) -> None:
+    """Query i sees keys i - window < j <= i (bottom-right aligned); no mask within the window."""
+    window, dt = 6, gp.float16
+    q, k, v = qkv(rand, 2, 4, 2, sq, sk, 64, dt)
+    attn = Attention(4, 2, 64, sliding_window=window)
+    i = np.arange(sq)[:, None] + (sk - sq)
+    far = np.arange(sk)[None, :] <= i - window
+    ref = ref_sdpa(q, k, v, mask=np.where(far, -np.inf, 0.0), causal=True)
+    got = attn.prefill(up(q), up(k), up(v))
+    assert rel_err(got.to_numpy(), ref) < LIMITS[np.dtype(dt)]
+    again = attn.prefill(up(q), up(k), up(v))  # the kept mask
+    np.testing.assert_array_equal(again.to_numpy(), got.to_numpy())
+    full = Attention(4, 2, 64).prefill(up(q), up(k), up(v)).to_numpy()
+    assert np.array_equal(full, got.to_numpy()) == (sk <= window)
+    with pytest.raises(ValueError, match="builds its own mask"):
+        attn.prefill(up(q), up(k), up(v), attn_mask=up(np.zeros((sq, sk), np.float32)))
+    with pytest.raises(ValueError, match="causal layer"):
+        Attention(4, 2, 64, causal=False, sliding_window=4)
+    with pytest.raises(TypeError, match="sliding_window must be an int"):
+        Attention(4, 2, 64, sliding_window=4.0)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("paged", [False, True])
@@ -264,6 +344,24 @@ def test_a_layer_call_makes_no_plan(rand: Rand, rng) -> None:
         for call in allocating + with_out:
             call()
     assert plan_lookups() == before
+
+
+def test_a_layer_keeps_a_bounded_number_of_plans(rand: Rand, monkeypatch) -> None:
+    """One plan per prompt length would grow without bound in a server: the oldest goes."""
+    from pygpukit.ops.layers import _checks
+
+    monkeypatch.setattr(_checks, "MAX_PLANS", 4)
+    w = rand((16, 32), gp.float16)
+    layer, norm = Linear(up(w)), RMSNorm(up(rand((32,), gp.float16)))
+    for m in range(1, 8):
+        x = rand((m, 32), gp.float16)
+        assert rel_err(layer(up(x)).to_numpy(), linear_ref(x, w, None, None)) < 3e-3
+        norm(up(x))
+    assert list(layer._plans) == [(m, True) for m in range(4, 8)]
+    assert len(norm._plans) == 4
+    x = rand((1, 32), gp.float16)  # dropped: planned again, same result
+    np.testing.assert_array_equal(layer(up(x)).to_numpy(), ops.linear(up(x), up(w)).to_numpy())
+    assert (1, True) in layer._plans and len(layer._plans) == 4
 
 
 def test_out_calls_allocate_nothing(rand: Rand, rng) -> None:

@@ -79,3 +79,23 @@ def test_decode_steps_neither_wait_nor_allocate(sampling, seed, rng):
         repetition_penalty=sampling.repetition_penalty, seed=sampling.seed,
     )  # fmt: skip
     assert again.token_ids == tokens
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graph"])
+def test_decode_steps_make_no_plan(graphs, seed, rng):
+    """The layers hold their plans: after the first step no op plan cache is even consulted."""
+    from pygpukit.ops._plan import plan_caches
+
+    def lookups():
+        return sum(c.hits + c.misses for c in plan_caches().values())
+
+    model, _ = _model("qwen3_qknorm", seed, "bfloat16", max_seq_len=256)
+    dec, greedy = model.decoder, llm.SamplingParams()
+    dec.use_graphs = graphs
+    dec.prefill(rng.integers(3, 256, 10).tolist(), greedy, None)
+    dec.decode_step(greedy)
+    before = lookups()
+    for _ in range(16):
+        dec.decode_step(greedy)
+    gp.synchronize()
+    assert lookups() == before

@@ -44,10 +44,10 @@ def test_gpu_smollm2_greedy_token_is_the_unrounded_argmax(smollm2_bf16):
     m, s = model._model, len(ids)
     x = m.hidden_states(
         gp.from_numpy(ids[None]), gp.from_numpy(np.arange(s, dtype=np.int32)[None]),
-        m.attend_uncached(None),
+        m.attend_uncached(),
     )  # fmt: skip
     last = x.to_numpy()[0, -1].astype(np.float64)
-    exact = m.lm_head.to_numpy().astype(np.float64) @ last
+    exact = m.lm_head.weight.to_numpy().astype(np.float64) @ last
     step = m.logits(x[:, s - 1])
     assert step.dtype == np.float32
     got = step.to_numpy()[0]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .config import ModelConfig
 from .errors import CheckpointError, LLMError, TokenizerError, UnsupportedModelError
-from .generate import Generation, GenerationStats, SamplingParams
+from .generate import Generation, GenerationOptions, GenerationStats, SamplingParams
 from .model import CausalLM, load
 from .models import ARCHITECTURES
 
@@ -29,6 +29,7 @@ __all__ = [
     "CausalTransformerModel",
     "CheckpointError",
     "Generation",
+    "GenerationOptions",
     "GenerationStats",
     "LLMError",
     "ModelConfig",

@@ -6,6 +6,7 @@ norm, explicit head dim, sliding window, tied embeddings, RoPE scaling), not sub
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,24 @@ def _positive_int(cfg: Mapping[str, Any], key: str, value: Any) -> int:
     return value
 
 
+def _freq_factors(value: Any, head_dim: int) -> tuple[float, ...] | None:
+    """``rope_freq_factors``: None, or ``head_dim // 2`` positive finite numbers."""
+    if value is None:
+        return None
+    try:
+        factors = tuple(float(f) for f in value)
+    except (TypeError, ValueError):
+        raise UnsupportedModelError(
+            f"rope_freq_factors must be a list of numbers, got {value!r}"
+        ) from None
+    if len(factors) != head_dim // 2 or not all(math.isfinite(f) and f > 0 for f in factors):
+        raise UnsupportedModelError(
+            f"rope_freq_factors must be {head_dim // 2} positive numbers (head_dim // 2), got "
+            f"{len(factors)}: {value!r}"
+        )
+    return factors
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The shape and the family traits of a decoder-only transformer (Llama family)."""
@@ -55,6 +74,9 @@ class ModelConfig:
     rms_norm_eps: float
     rope_theta: float
     rope_scaling: Mapping[str, Any] | None = None
+    #: Divisors of the ``head_dim // 2`` RoPE frequencies (llama.cpp's ``rope_freqs`` tensor:
+    #: Llama 3.1-style scaling as stored in GGUF files), applied after ``rope_scaling``.
+    rope_freq_factors: tuple[float, ...] | None = None
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     o_bias: bool = False
@@ -133,6 +155,7 @@ class ModelConfig:
                 )
             if kind == "default":
                 scaling = None
+        factors = _freq_factors(cfg.get("rope_freq_factors"), head_dim)
         window = cfg.get("sliding_window")
         use_window = cfg.get("use_sliding_window", arch == "MistralForCausalLM")
         eos = cfg.get("eos_token_id")
@@ -151,6 +174,7 @@ class ModelConfig:
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
             rope_theta=float(cfg.get("rope_theta", 10000.0)),
             rope_scaling=dict(scaling) if scaling else None,
+            rope_freq_factors=factors,
             tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=traits["qkv_bias"] or attention_bias,
             o_bias=attention_bias and arch != "Qwen2ForCausalLM",

@@ -12,9 +12,9 @@ never waits for it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -25,7 +25,15 @@ from pygpukit.array import GPUArray
 from .kv_cache import StaticKVCache
 from .models.llama import LlamaModel
 
-__all__ = ["Decoder", "Generation", "GenerationStats", "SamplingParams"]
+__all__ = [
+    "DEFAULT_MAX_NEW_TOKENS",
+    "Decoder",
+    "Generation",
+    "GenerationOptions",
+    "GenerationRequest",
+    "GenerationStats",
+    "SamplingParams",
+]
 
 #: Decode steps queued beyond the ids being read back: the GPU's lead over the host.
 STEPS_AHEAD = 8
@@ -73,6 +81,55 @@ class SamplingParams:
     def greedy(self) -> bool:
         """Argmax of the raw logits: the whole step, sampling included, is one graph."""
         return self.temperature == 0 and self.repetition_penalty == 1
+
+
+#: Tokens a generation produces at most unless ``max_new_tokens`` says otherwise.
+DEFAULT_MAX_NEW_TOKENS = 256
+
+
+class GenerationOptions(TypedDict, total=False):
+    """The keyword arguments of ``generate``, ``stream`` and ``chat`` (all optional).
+
+    ``max_new_tokens`` (default 256) bounds the generated tokens; ``stop`` is a string or
+    strings that end the text (not included); the others are :class:`SamplingParams`' fields,
+    with its defaults (greedy).
+    """
+
+    max_new_tokens: int
+    temperature: float
+    top_k: int
+    top_p: float
+    min_p: float
+    repetition_penalty: float
+    seed: int | None
+    stop: str | Sequence[str] | None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """:class:`GenerationOptions` validated: the length bound, stop strings and sampling."""
+
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
+    stop: str | Sequence[str] | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> GenerationRequest:
+        """Parse keyword arguments; ``TypeError`` / ``ValueError`` name the wrong one."""
+        unknown = sorted(set(options) - set(GenerationOptions.__annotations__))
+        if unknown:
+            raise TypeError(
+                f"unknown generation option(s) {', '.join(unknown)}; the options are "
+                f"{', '.join(GenerationOptions.__annotations__)}"
+            )
+        sampling = dict(options)
+        max_new = sampling.pop("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+        if isinstance(max_new, bool) or not isinstance(max_new, int):
+            raise TypeError(f"max_new_tokens must be an int, got {type(max_new).__name__}")
+        if max_new < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new}")
+        stop = sampling.pop("stop", None)
+        return cls(max_new, stop, SamplingParams(**sampling))
 
 
 @dataclass(frozen=True)
@@ -150,12 +207,8 @@ class Decoder:
             i, k.reshape(1, cfg.num_kv_heads, 1, cfg.head_dim),
             v.reshape(1, cfg.num_kv_heads, 1, cfg.head_dim), self.slot,
         )  # fmt: skip
-        o = ops.decode_attention(
-            q.reshape(1, cfg.num_heads, cfg.head_dim),
-            self.cache.k[i],
-            self.cache.v[i],
-            self.lens,
-            scale=self.model.scale,
+        o = self.model.attention.decode(
+            q.reshape(1, cfg.num_heads, cfg.head_dim), self.cache.k[i], self.cache.v[i], self.lens
         )
         return o.reshape(1, 1, cfg.q_size)
 
@@ -185,8 +238,7 @@ class Decoder:
         def store(i: int, k: GPUArray, v: GPUArray) -> None:
             self.cache.write(i, k, v, slots)
 
-        attend = self.model.attend_uncached(self.model.window_mask(s), store)
-        x = self.model.hidden_states(ids, positions, attend)
+        x = self.model.hidden_states(ids, positions, self.model.attend_uncached(store))
         self._sample(self.model.logits(x[:, s - 1]), p, gen)
         self._advance()
 

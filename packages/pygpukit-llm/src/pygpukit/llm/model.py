@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,10 +14,13 @@ from pygpukit.array import GPUArray
 
 from .config import ModelConfig
 from .errors import TokenizerError
-from .generate import Decoder, Generation, GenerationStats, SamplingParams
+from .generate import Decoder, Generation, GenerationOptions, GenerationRequest, GenerationStats
 from .kv_cache import StaticKVCache, plan_max_seq_len
 from .models import ARCHITECTURES
 from .models.llama import check_shapes, checkpoint_tensors
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+; annotations are not evaluated at run time
+    from typing_extensions import Unpack
 
 __all__ = ["CausalLM", "load"]
 
@@ -182,7 +185,7 @@ class CausalLM:
         with gp.Device(self.device):
             positions = gp.from_numpy(np.broadcast_to(np.arange(s, dtype=np.int32), (b, s)).copy())
             x = m.hidden_states(gp.from_numpy(ids.astype(np.int32)), positions,
-                                m.attend_uncached(m.window_mask(s)))  # fmt: skip
+                                m.attend_uncached())  # fmt: skip
             return m.logits(x)
 
     # --- generation -------------------------------------------------------------------------
@@ -217,29 +220,28 @@ class CausalLM:
             )
         return ids
 
-    def _prepare(self, prompt: str | Sequence[int], max_new_tokens: int, stop: Any) -> list[int]:
-        """Validate a request up front (before any GPU work); the prompt's token ids."""
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-            raise TypeError(f"max_new_tokens must be an int, got {type(max_new_tokens).__name__}")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if stop and self.tokenizer is None:
+    def _request(
+        self, prompt: str | Sequence[int], options: Mapping[str, Any]
+    ) -> tuple[GenerationRequest, list[int]]:
+        """Validate a request up front (before any GPU work); it and the prompt's token ids."""
+        request = GenerationRequest.from_options(options)
+        if request.stop and self.tokenizer is None:
             self._need_tokenizer("stop strings")
-        return self._prompt_ids(prompt)
+        return request, self._prompt_ids(prompt)
 
-    def _events(
-        self, ids: list[int], max_new_tokens: int, stop: Any, sampling: SamplingParams
-    ) -> Iterator[str]:
+    def _events(self, ids: list[int], request: GenerationRequest) -> Iterator[str]:
         """Yield text pieces (``""`` without a tokenizer); sets ``self._last`` at the end."""
         tok = self.tokenizer
         detok = tok.detokenizer(context=ids[-4:]) if tok is not None else None
-        stops = tok.stop_strings(stop) if tok is not None else None
+        stops = tok.stop_strings(request.stop) if tok is not None else None
         start = time.perf_counter()
         out: list[int] = []
         first = last = start
         reason, cut = "length", False
         with gp.Device(self.device):
-            for t, when in self._decoder.run(ids, max_new_tokens, sampling, self.eos_token_ids):
+            for t, when in self._decoder.run(
+                ids, request.max_new_tokens, request.sampling, self.eos_token_ids
+            ):
                 out.append(t)
                 first, last = (when if len(out) == 1 else first), when
                 if t in self.eos_token_ids:
@@ -265,54 +267,33 @@ class CausalLM:
         ))  # fmt: skip
 
     def generate(
-        self,
-        prompt: str | Sequence[int],
-        *,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int | None = None,
-        stop: str | Sequence[str] | None = None,
+        self, prompt: str | Sequence[int], **options: Unpack[GenerationOptions]
     ) -> Generation:
-        """Generate up to ``max_new_tokens`` after ``prompt`` (text or token ids).
+        """Generate up to ``max_new_tokens`` (default 256) after ``prompt`` (text or token ids).
 
-        Greedy by default (``temperature=0``); otherwise samples with ``top_k`` (0: off),
-        ``top_p`` (in (0, 1]), ``min_p``, ``repetition_penalty`` (HF semantics) and ``seed``
-        (reproduces a run). Stops at an EOS id of the model or at one of the ``stop`` strings
-        (not included in the text). Raises ``ValueError`` for a prompt that does not fit
-        ``max_seq_len`` or an out-of-range parameter.
+        ``options`` (:class:`~pygpukit.llm.generate.GenerationOptions`): ``max_new_tokens``,
+        ``temperature`` (0, the default, is greedy), ``top_k`` (0: off), ``top_p`` (in (0, 1]),
+        ``min_p``, ``repetition_penalty`` (HF semantics), ``seed`` (reproduces a run) and
+        ``stop``. Stops at an EOS id of the model or at one of the ``stop`` strings (not
+        included in the text). Raises ``ValueError`` for a prompt that does not fit
+        ``max_seq_len`` or an out-of-range option, ``TypeError`` for an unknown one.
         """
-        sampling = SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty, seed)
-        ids = self._prepare(prompt, max_new_tokens, stop)
-        text = "".join(self._events(ids, max_new_tokens, stop, sampling))
+        request, ids = self._request(prompt, options)
+        text = "".join(self._events(ids, request))
         out, reason, stats = self._last
         return Generation(text=text, token_ids=out, finish_reason=reason, stats=stats)
 
     def stream(
-        self,
-        prompt: str | Sequence[int],
-        *,
-        max_new_tokens: int = 256,
-        temperature: float = 0.0,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        seed: int | None = None,
-        stop: str | Sequence[str] | None = None,
+        self, prompt: str | Sequence[int], **options: Unpack[GenerationOptions]
     ) -> Iterator[str]:
-        """As :meth:`generate`, yielding text pieces as they are decoded.
+        """As :meth:`generate` (the same options), yielding text pieces as they are decoded.
 
         A piece never ends inside a UTF-8 character. After the loop, :attr:`last_stats` holds
         the generation's stats.
         """
         self._need_tokenizer("stream()")
-        sampling = SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty, seed)
-        ids = self._prepare(prompt, max_new_tokens, stop)
-        return (piece for piece in self._events(ids, max_new_tokens, stop, sampling) if piece)
+        request, ids = self._request(prompt, options)
+        return (piece for piece in self._events(ids, request) if piece)
 
     @property
     def decoder(self) -> Decoder:
@@ -326,13 +307,17 @@ class CausalLM:
         return None if last is None else last[2]
 
     def chat(
-        self, messages: Sequence[Mapping[str, Any]], *, stream: bool = False, **sampling: Any
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        stream: bool = False,
+        **options: Unpack[GenerationOptions],
     ) -> Generation | Iterator[str]:
         """Reply to ``messages`` (``[{"role": "user", "content": "..."}]``).
 
         The model's chat template renders them with the assistant's turn opened.
         ``stream=True`` returns :meth:`stream`'s iterator, else a :class:`Generation`.
-        ``sampling``: :meth:`generate`'s keyword arguments.
+        ``options``: :meth:`generate`'s keyword arguments.
         """
         tok = self._need_tokenizer("chat()")
         for i, m in enumerate(messages):
@@ -341,8 +326,8 @@ class CausalLM:
         text = tok.apply_chat_template(list(messages), add_generation_prompt=True)
         ids = tok.encode(text, add_special_tokens=False)
         if stream:
-            return self.stream(ids, **sampling)
-        return self.generate(ids, **sampling)
+            return self.stream(ids, **options)
+        return self.generate(ids, **options)
 
     def __repr__(self) -> str:
         c = self.config
@@ -352,21 +337,5 @@ class CausalLM:
         )
 
 
-def load(
-    path: str | os.PathLike[str],
-    *,
-    dtype: Any = "bfloat16",
-    max_seq_len: int | None = None,
-    device: int = 0,
-    progress: bool = True,
-    kv_cache_memory: int | float | str | None = None,
-) -> CausalLM:
-    """Load a model directory or ``.gguf`` file: :meth:`CausalLM.from_pretrained`."""
-    return CausalLM.from_pretrained(
-        path,
-        dtype=dtype,
-        max_seq_len=max_seq_len,
-        device=device,
-        progress=progress,
-        kv_cache_memory=kv_cache_memory,
-    )
+#: Load a model directory or ``.gguf`` file: :meth:`CausalLM.from_pretrained` itself.
+load = CausalLM.from_pretrained

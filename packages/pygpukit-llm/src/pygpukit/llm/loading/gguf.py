@@ -52,6 +52,8 @@ _LAYER_NAMES = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+#: Llama 3.1-style RoPE frequency factors: read into the config, not loaded as a weight.
+ROPE_FREQS = "rope_freqs.weight"
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)")
 
 
@@ -73,13 +75,6 @@ def _config(f: GGUFFile) -> dict[str, Any]:
             f"{f.path}: GGUF architecture {arch!r} is not supported; supported: "
             f"{', '.join(GGUF_ARCHITECTURES)}",
             path=str(f.path),
-        )
-    if "rope_freqs.weight" in f.tensors:
-        raise UnsupportedModelError(
-            f"{f.path}: per-frequency RoPE factors (tensor 'rope_freqs.weight', Llama 3.1-style "
-            "scaling) are not supported from GGUF yet; load the model's SafeTensors directory",
-            path=str(f.path),
-            tensor="rope_freqs.weight",
         )
 
     def key(name: str, default: Any = None) -> Any:
@@ -131,7 +126,37 @@ def _config(f: GGUFFile) -> dict[str, Any]:
     window = key("attention.sliding_window")
     if window:
         config["sliding_window"] = int(window)
+    factors = _rope_freq_factors(f, config["head_dim"])
+    if factors is not None:
+        config["rope_freq_factors"] = factors
     return config
+
+
+def _rope_freq_factors(f: GGUFFile, head_dim: int) -> list[float] | None:
+    """The RoPE frequency divisors of llama.cpp's ``rope_freqs.weight``, or None without it.
+
+    ``head_dim // 2`` float32 numbers: how its converter stores Llama 3.1's ``llama3`` scaling.
+    They go into the config (``rope_freq_factors``) rather than the weights: the RoPE tables
+    are built from them once, on the host.
+    """
+    t = f.tensors.get(ROPE_FREQS)
+    if t is None:
+        return None
+    if t.type_name != "F32" or t.shape != (head_dim // 2,):
+        raise UnsupportedModelError(
+            f"{f.path}: tensor {ROPE_FREQS!r} must be F32 of shape ({head_dim // 2},) (head_dim "
+            f"// 2 RoPE frequency factors), got {t.type_name} {t.shape}",
+            path=str(f.path),
+            tensor=ROPE_FREQS,
+        )
+    factors = np.frombuffer(f.raw(ROPE_FREQS).tobytes(), "<f4").astype(np.float64)
+    if not (np.isfinite(factors).all() and (factors > 0).all()):
+        raise UnsupportedModelError(
+            f"{f.path}: tensor {ROPE_FREQS!r} holds a factor that is not a positive number",
+            path=str(f.path),
+            tensor=ROPE_FREQS,
+        )
+    return factors.tolist()
 
 
 def _eos_ids(md: dict[str, Any]) -> list[int]:
@@ -157,6 +182,8 @@ class GGUFCheckpoint(Checkpoint):
         self._tensors: dict[str, GGUFTensor] = {}
         self._infos: dict[str, TensorInfo] = {}
         for t in self.file.tensors.values():
+            if t.name == ROPE_FREQS:
+                continue  # in hf_config["rope_freq_factors"]
             name = hf_name(t.name)
             if name is None:
                 raise UnsupportedModelError(

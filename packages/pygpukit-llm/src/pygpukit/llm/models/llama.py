@@ -2,8 +2,11 @@
 
 One implementation; the families differ only in :class:`~pygpukit.llm.config.ModelConfig` flags
 (q/k/v bias, q/k RMSNorm, explicit head dim, sliding window, tied embeddings, RoPE scaling).
-Weights arrive under their Hugging Face names; q/k/v and gate/up are fused into one matrix each
-at load, so a layer runs two GEMVs for attention in and MLP in instead of five.
+Weights arrive under their Hugging Face names and become :mod:`pygpukit.ops.layers` at load:
+q/k/v and gate/up fused into one ``Linear`` each (two GEMVs for attention in and MLP in instead
+of five), norms with the residual add fused in, one ``Rotary`` and one ``Attention`` for the
+model. Each layer plans a launch at the first call with a shape and keeps it, so a decode step
+(after the first) makes no plan.
 
 Attention is a strategy passed to :meth:`LlamaModel.hidden_states` (no cache, prefill into the
 cache, one decode step over it), so prefill, decode and the cache-free ``forward`` share every
@@ -12,7 +15,6 @@ other line.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -21,12 +23,12 @@ import numpy as np
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
-from pygpukit.ops.linear import GEMV_MAX_ROWS, linear
+from pygpukit.ops.layers import Attention, Embedding, GatedMLP, Linear, RMSNorm, Rotary
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
 
-__all__ = ["Attend", "LayerWeights", "LlamaModel", "checkpoint_tensors"]
+__all__ = ["Attend", "DecoderLayer", "LlamaModel", "checkpoint_tensors"]
 
 #: Fused per-layer weights: name -> the HF tensors (under ``model.layers.{i}.``) stacked by rows.
 FUSED: dict[str, tuple[str, ...]] = {
@@ -100,55 +102,74 @@ def check_shapes(cfg: ModelConfig, shapes: Mapping[str, tuple[int, ...]], source
 
 
 @dataclass(frozen=True)
-class LayerWeights:
-    """One decoder layer's weights, q/k/v and gate/up fused."""
+class DecoderLayer:
+    """One decoder layer as :mod:`pygpukit.ops.layers`: q/k/v and gate/up fused."""
 
-    input_norm: GPUArray
-    qkv: GPUArray
-    qkv_bias: GPUArray | None
-    o_proj: GPUArray
-    o_bias: GPUArray | None
-    q_norm: GPUArray | None
-    k_norm: GPUArray | None
-    post_norm: GPUArray
-    gate_up: GPUArray
-    down: GPUArray
+    input_norm: RMSNorm
+    qkv: Linear
+    q_norm: RMSNorm | None
+    k_norm: RMSNorm | None
+    o_proj: Linear
+    post_norm: RMSNorm
+    mlp: GatedMLP
+
+    def weights(self) -> list[GPUArray]:
+        """The layer's weight arrays (the fused ones as fused)."""
+        arrays = [self.input_norm.weight, self.qkv.weight, self.qkv.bias, self.o_proj.weight]
+        arrays += [self.o_proj.bias, self.post_norm.weight]
+        arrays += [n.weight for n in (self.q_norm, self.k_norm) if n is not None]
+        arrays += [self.mlp.gate_up.weight, self.mlp.down.weight]
+        return [a for a in arrays if a is not None]
 
 
-def _layer(cfg: ModelConfig, w: dict[str, GPUArray], i: int) -> LayerWeights:
-    """Take layer ``i``'s tensors out of ``w`` (so unfused copies are freed as we go)."""
+def _layer(cfg: ModelConfig, w: dict[str, GPUArray], i: int) -> DecoderLayer:
+    """Build layer ``i`` from ``w``, popping its tensors (unfused parts are freed as we go)."""
     p = f"model.layers.{i}."
+    eps = cfg.rms_norm_eps
 
-    def fuse(key: str) -> GPUArray | None:
-        parts = [w.pop(p + n, None) for n in FUSED[key]]
-        if any(x is None for x in parts):
-            return None
-        return gp.concatenate(parts, axis=0)
+    def take(name: str) -> GPUArray:
+        return w.pop(p + name)
 
-    def plain(key: str) -> GPUArray | None:
-        return w.pop(p + PLAIN[key], None)
+    def norm(key: str) -> RMSNorm:
+        return RMSNorm(take(PLAIN[key]), eps)
 
-    qkv, gate_up = fuse("qkv"), fuse("gate_up")
-    assert qkv is not None and gate_up is not None  # check_shapes ran first
-    return LayerWeights(
-        input_norm=w.pop(p + PLAIN["input_norm"]),
-        qkv=qkv,
-        qkv_bias=fuse("qkv_bias") if cfg.qkv_bias else None,
-        o_proj=w.pop(p + PLAIN["o_proj"]),
-        o_bias=plain("o_bias") if cfg.o_bias else None,
-        q_norm=plain("q_norm") if cfg.qk_norm else None,
-        k_norm=plain("k_norm") if cfg.qk_norm else None,
-        post_norm=w.pop(p + PLAIN["post_norm"]),
-        gate_up=gate_up,
-        down=w.pop(p + PLAIN["down"]),
+    qkv_bias = [take(n) for n in FUSED["qkv_bias"]] if cfg.qkv_bias else None
+    return DecoderLayer(
+        input_norm=norm("input_norm"),
+        qkv=Linear.fused([take(n) for n in FUSED["qkv"]], qkv_bias),
+        q_norm=norm("q_norm") if cfg.qk_norm else None,
+        k_norm=norm("k_norm") if cfg.qk_norm else None,
+        o_proj=Linear(take(PLAIN["o_proj"]), take(PLAIN["o_bias"]) if cfg.o_bias else None),
+        post_norm=norm("post_norm"),
+        mlp=GatedMLP(take(FUSED["gate_up"][0]), take(FUSED["gate_up"][1]), take(PLAIN["down"])),
+    )
+
+
+def rotary_tables(cfg: ModelConfig, max_positions: int) -> Rotary:
+    """The model's :class:`Rotary`: ``rope_theta``, its scaling and per-frequency factors."""
+    inv_freq, factor = ops.rope_inv_freq(
+        cfg.head_dim,
+        cfg.rope_theta,
+        cfg.rope_scaling,
+        max_position_embeddings=cfg.max_position_embeddings,
+    )
+    if cfg.rope_freq_factors is not None:
+        inv_freq = inv_freq / np.asarray(cfg.rope_freq_factors, np.float64)
+    return Rotary(
+        cfg.head_dim,
+        base=cfg.rope_theta,
+        max_positions=max_positions,
+        inv_freq=inv_freq,
+        attention_factor=factor,
     )
 
 
 class LlamaModel:
-    """Weights, RoPE tables and the layer math of a Llama-family decoder.
+    """The layers of a Llama-family decoder (:mod:`pygpukit.ops.layers`) and its forward math.
 
     ``weights`` (HF names, GPUArrays of one dtype) is consumed: the fused matrices replace the
     parts. ``max_positions`` sizes the RoPE tables (positions ``0 .. max_positions - 1``).
+    The head (``lm_head``, or the embedding table when tied) returns float32 logits.
     """
 
     def __init__(
@@ -158,28 +179,25 @@ class LlamaModel:
         self.config = cfg
         self.dtype = weights[EMBED].dtype
         w = dict(weights)
-        self.embed = w.pop(EMBED)
+        table = w.pop(EMBED)
+        self.embed = Embedding(table)
         self.layers = [_layer(cfg, w, i) for i in range(cfg.num_layers)]
-        self.norm = w.pop(FINAL_NORM)
-        self.lm_head = self.embed if cfg.tie_word_embeddings else w.pop(LM_HEAD)
-        inv_freq, factor = ops.rope_inv_freq(
-            cfg.head_dim,
-            cfg.rope_theta,
-            cfg.rope_scaling,
-            max_position_embeddings=cfg.max_position_embeddings,
+        self.norm = RMSNorm(w.pop(FINAL_NORM), cfg.rms_norm_eps)
+        head = table if cfg.tie_word_embeddings else w.pop(LM_HEAD)
+        self.lm_head = Linear(head, out_dtype=gp.float32)
+        self.rotary = rotary_tables(cfg, max_positions)
+        self.attention = Attention(
+            cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, sliding_window=cfg.sliding_window
         )
-        self.cos, self.sin = ops.rope_cos_sin(
-            max_positions, cfg.head_dim, inv_freq=inv_freq, attention_factor=factor
-        )
-        self.scale = 1.0 / math.sqrt(cfg.head_dim)
         for a in self.weights():
             a.setflags(write=False)  # weights are immutable, the fused ones included
 
     def weights(self) -> list[GPUArray]:
         """Every weight array once (a tied head is the embedding)."""
-        arrays = [self.embed, self.norm] + ([] if self.lm_head is self.embed else [self.lm_head])
-        for lw in self.layers:
-            arrays += [a for a in vars(lw).values() if a is not None]
+        table, head = self.embed.table, self.lm_head.weight
+        arrays = [table, self.norm.weight] + ([] if head is table else [head])
+        for layer in self.layers:
+            arrays += layer.weights()
         return arrays
 
     def weight_bytes(self) -> int:
@@ -187,72 +205,55 @@ class LlamaModel:
 
         All of them but the embedding table (one row of it is read), unless the head is tied.
         """
-        arrays = [a for a in self.weights() if a is not self.embed or a is self.lm_head]
+        table = self.embed.table
+        arrays = [a for a in self.weights() if a is not table or a is self.lm_head.weight]
         return sum(a.nbytes for a in arrays)
 
     def _qkv(
-        self, lw: LayerWeights, x: GPUArray, positions: GPUArray
+        self, layer: DecoderLayer, x: GPUArray, positions: GPUArray
     ) -> tuple[GPUArray, GPUArray, GPUArray]:
+        """The rotated q ``[B, S, Hq, D]``, k and v ``[B, S, Hkv, D]`` of ``x``."""
         cfg = self.config
         b, s = x.shape[0], x.shape[1]
-        qkv = linear(x, lw.qkv, lw.qkv_bias)
-        qs, kvs = cfg.q_size, cfg.kv_size
-        q = qkv[..., :qs].contiguous().reshape(b, s, cfg.num_heads, cfg.head_dim)
-        k = qkv[..., qs : qs + kvs].contiguous().reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
-        v = qkv[..., qs + kvs :].contiguous().reshape(b, s, cfg.num_kv_heads, cfg.head_dim)
-        if lw.q_norm is not None and lw.k_norm is not None:
-            q = ops.rmsnorm(q, lw.q_norm, cfg.rms_norm_eps)
-            k = ops.rmsnorm(k, lw.k_norm, cfg.rms_norm_eps)
-        ops.apply_rope(q, k, self.cos, self.sin, positions, inplace=True)
+        heads = (cfg.num_heads, cfg.num_kv_heads, cfg.num_kv_heads)
+        # One token: the parts are contiguous views of the projection (no copy).
+        q, k, v = (
+            t.contiguous().reshape(b, s, h, cfg.head_dim)
+            for t, h in zip(layer.qkv.split(layer.qkv(x)), heads, strict=True)
+        )
+        if layer.q_norm is not None and layer.k_norm is not None:
+            layer.q_norm(q, out=q)
+            layer.k_norm(k, out=k)
+        self.rotary(q, k, positions)
         return q, k, v
 
     def hidden_states(self, ids: GPUArray, positions: GPUArray, attend: Attend) -> GPUArray:
         """The final-norm hidden states ``[B, S, hidden]`` of token ids ``[B, S]`` (int32)."""
-        eps = self.config.rms_norm_eps
-        h = ops.embedding(ids, self.embed)
-        residual, x = h, ops.rmsnorm(h, self.layers[0].input_norm, eps)
-        for i, lw in enumerate(self.layers):
-            q, k, v = self._qkv(lw, x, positions)
-            a = linear(attend(i, q, k, v), lw.o_proj, lw.o_bias)
-            residual, x = ops.add_rmsnorm(a, residual, lw.post_norm, eps)
-            m = linear(ops.silu_mul(linear(x, lw.gate_up)), lw.down)
+        h = self.embed(ids)
+        residual, x = h, self.layers[0].input_norm(h)
+        for i, layer in enumerate(self.layers):
+            q, k, v = self._qkv(layer, x, positions)
+            residual, x = layer.post_norm(layer.o_proj(attend(i, q, k, v)), residual)
             nxt = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.norm
-            residual, x = ops.add_rmsnorm(m, residual, nxt, eps)
+            residual, x = nxt(layer.mlp(x), residual)
         return x
 
     def logits(self, x: GPUArray) -> GPUArray:
-        """``x @ lm_head.T`` as float32: ``[..., vocab]``.
+        """float32 logits ``[..., vocab]`` of final hidden states ``x`` ``[..., hidden]``.
 
-        Up to ``GEMV_MAX_ROWS`` rows in float16/bfloat16 (every decode and prefill step) take
-        the GEMV kernel's float32 sums unrounded: rounded to bfloat16 (steps of 0.125 near a
-        logit of 25) the two best tokens of a real model can tie, and the argmax then picks the
-        lower id instead of the better one. More rows (``forward``) are rounded to the model
-        dtype first, as transformers does in that dtype.
+        Up to ``GEMV_MAX_ROWS`` rows in float16/bfloat16 (every decode and prefill step) are the
+        GEMV kernel's float32 sums unrounded: rounded to bfloat16 (steps of 0.125 near a logit
+        of 25) the two best tokens of a real model can tie, and the argmax then picks the lower
+        id instead of the better one. More rows (``forward``) are rounded to the model dtype
+        first, as transformers does in that dtype (:class:`~pygpukit.ops.layers.Linear`'s
+        ``out_dtype``).
         """
-        rows = math.prod(x.shape[:-1])
-        if self.dtype in (np.dtype(gp.float16), np.dtype(gp.bfloat16)) and rows <= GEMV_MAX_ROWS:
-            x2 = x.reshape(rows, x.shape[-1])
-            y = ops.gemv(x2, self.lm_head, out_dtype=gp.float32)
-            return y.reshape(*x.shape[:-1], y.shape[-1])
-        return linear(x, self.lm_head).astype(gp.float32)
-
-    def window_mask(self, s: int) -> GPUArray | None:
-        """The additive ``[S, S]`` mask of causal sliding-window attention, None without one.
-
-        Key ``j`` is visible to query ``i`` when ``i - window < j <= i`` (transformers' rule).
-        """
-        w = self.config.sliding_window
-        if w is None or s <= w:
-            return None
-        i, j = np.arange(s)[:, None], np.arange(s)[None, :]
-        return gp.from_numpy(np.where((j <= i) & (j > i - w), 0.0, -np.inf).astype(np.float32))
+        return self.lm_head(x)
 
     def attend_uncached(
-        self,
-        mask: GPUArray | None,
-        store: Callable[[int, GPUArray, GPUArray], None] | None = None,
+        self, store: Callable[[int, GPUArray, GPUArray], None] | None = None
     ) -> Attend:
-        """Attention of a sequence over itself: ``forward``, and prefill.
+        """Attention of a sequence over itself (its sliding window, if any): ``forward``, prefill.
 
         In prefill ``store(layer, k, v)`` also writes the ``[B, Hkv, S, D]`` keys and values
         into a cache.
@@ -263,9 +264,7 @@ class LlamaModel:
             qt, kt, vt = (t.transpose(0, 2, 1, 3).contiguous() for t in (q, k, v))
             if store is not None:
                 store(i, kt, vt)
-            o = ops.scaled_dot_product_attention(
-                qt, kt, vt, attn_mask=mask, is_causal=mask is None, scale=self.scale
-            )
+            o = self.attention.prefill(qt, kt, vt)
             return o.transpose(0, 2, 1, 3).contiguous().reshape(b, s, self.config.q_size)
 
         return attend

@@ -229,7 +229,7 @@ def _from_folder(folder: pathlib.Path) -> Tokenizer | None:
     )
 
 
-def _from_gguf(path: pathlib.Path, metadata: Mapping[str, Any] | None = None) -> Tokenizer:
+def _from_gguf(path: pathlib.Path, metadata: Mapping[str, Any] | None = None) -> Tokenizer | None:
     from .gguf_vocab import build_gguf_tokenizer
 
     if metadata is None:
@@ -238,6 +238,8 @@ def _from_gguf(path: pathlib.Path, metadata: Mapping[str, Any] | None = None) ->
         gguf = GGUFFile(path)
         metadata = gguf.metadata
         gguf.close()
+    if not any(k.startswith("tokenizer.ggml.") for k in metadata):
+        return None  # no vocabulary stored: like a directory without tokenizer.json
     backend = build_gguf_tokenizer(dict(metadata), str(path))
     tokens = metadata.get("tokenizer.ggml.tokens") or []
 
@@ -271,7 +273,8 @@ def load_tokenizer(
 ) -> Tokenizer | None:
     """The tokenizer of a Hugging Face model directory or a ``.gguf`` file.
 
-    A directory without ``tokenizer.json`` gives None (the model still runs on token ids).
+    A directory without ``tokenizer.json``, or a GGUF file without ``tokenizer.ggml.*``
+    metadata, gives None (the model still runs on token ids).
     ``metadata``: the GGUF metadata when the file is already parsed (saves a second read).
     Raises :class:`TokenizerError` for malformed tokenizer files and
     :class:`~pygpukit.llm.errors.UnsupportedModelError` for a GGUF tokenizer type not

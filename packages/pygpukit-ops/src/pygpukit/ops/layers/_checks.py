@@ -1,8 +1,8 @@
-"""Checks shared by the layers: a call's input against what the layer was built for."""
+"""What the layers share: checks of a call's input, and the bounded dict of their plans."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,3 +33,26 @@ def output(out: GPUArray | None, shape: tuple[int, ...], dtype: np.dtype[Any]) -
 def weight(w: Any, name: str, ndim: int, dtypes: Any = c.FLOAT_DTYPES) -> GPUArray:
     """A weight argument: a C-contiguous float GPUArray of rank ``ndim``."""
     return c.check_array(w, name, dtypes=dtypes, ndim=ndim)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+#: Plans a layer keeps per kind of call. A model sees one shape bucket per prompt length, so
+#: without a bound a long-running server would keep a plan per length in every layer.
+MAX_PLANS = 256
+
+
+class PlanDict(dict[K, V]):
+    """A layer's plans by shape bucket: a plain dict lookup, at most ``MAX_PLANS`` entries.
+
+    Inserting into a full dict drops the oldest entry. Plans hold no state (a captured CUDA
+    graph keeps its launches' arguments, not the plan), so a dropped plan is only made again
+    at its next use.
+    """
+
+    def __setitem__(self, key: K, value: V) -> None:
+        """Store ``value``, dropping the oldest plan first when the dict is full."""
+        if key not in self and len(self) >= MAX_PLANS:
+            del self[next(iter(self))]
+        super().__setitem__(key, value)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+import pygpukit as gp
 from pygpukit.array import GPUArray
 
 from .. import attention as attn_ops
@@ -20,6 +23,12 @@ class Attention:
     cache ``[B, Hkv, max_len, D]`` or a paged one ``[blocks, Hkv, block_size, D]`` with a
     ``block_table``. A decode plan that splits the keys across CTAs keeps its float32
     partials in the layer, so ``decode(..., out=o)`` allocates nothing.
+
+    ``sliding_window`` (causal layers only; Mistral, Qwen2 with ``use_sliding_window``) lets
+    query ``i`` see the ``sliding_window`` keys up to its own position, ``i - window < j <= i``
+    (transformers' rule): :meth:`prefill` builds that mask once per shape, when the keys
+    outnumber the window. :meth:`decode` attends to every cached key, so a windowed model keeps
+    a rolling cache of ``sliding_window`` slots (attention does not depend on the keys' order).
     """
 
     def __init__(
@@ -30,6 +39,7 @@ class Attention:
         *,
         scale: float | None = None,
         causal: bool = True,
+        sliding_window: int | None = None,
     ) -> None:
         kv = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads <= 0 or kv <= 0 or num_heads % kv:
@@ -42,7 +52,19 @@ class Attention:
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, kv, head_dim
         self.scale = attn_ops._check_scale(scale, head_dim)
         self.causal = causal
-        self._prefill: dict[tuple[Any, ...], Any] = {}
+        if sliding_window is not None:
+            if isinstance(sliding_window, bool) or not isinstance(sliding_window, int):
+                raise TypeError(
+                    f"sliding_window must be an int or None, got {type(sliding_window).__name__}"
+                )
+            if sliding_window <= 0 or not causal:
+                raise ValueError(
+                    f"sliding_window must be a positive int on a causal layer, got "
+                    f"{sliding_window} (causal={causal})"
+                )
+        self.sliding_window = sliding_window
+        self._window_mask: tuple[tuple[int, int], GPUArray] | None = None
+        self._prefill: _checks.PlanDict[tuple[Any, ...], Any] = _checks.PlanDict()
         self._decode: dict[tuple[Any, ...], tuple[Any, Any, Any]] = {}
 
     def _heads(self, q: GPUArray, k: GPUArray) -> None:
@@ -62,7 +84,17 @@ class Attention:
         attn_mask: GPUArray | None = None,
         out: GPUArray | None = None,
     ) -> GPUArray:
-        """``softmax(q k^T * scale + attn_mask) v`` (causal if the layer is): ``[B, Hq, Sq, D]``."""
+        """``softmax(q k^T * scale + attn_mask) v`` (causal if the layer is): ``[B, Hq, Sq, D]``.
+
+        A sliding-window layer makes its own mask: ``attn_mask`` must then be None.
+        """
+        if self.sliding_window is not None:
+            if attn_mask is not None:
+                raise ValueError(
+                    "this layer has a sliding window and builds its own mask; pass attn_mask "
+                    "to a layer without sliding_window"
+                )
+            attn_mask = self._window(q, k)
         _, strides = attn_ops.check_prefill(q, k, v, attn_mask, self.causal, self.scale)
         self._heads(q, k)
         res = _checks.output(out, tuple(q.shape), q.dtype)
@@ -76,6 +108,23 @@ class Attention:
             self._prefill[key] = plan
         plan(q, k, v, res, attn_mask, strides, self.scale)
         return res
+
+    def _window(self, q: GPUArray, k: GPUArray) -> GPUArray | None:
+        """The additive ``[Sq, Sk]`` window mask (None while every key is in the window).
+
+        Only the last shape's mask is kept: prompts of many lengths do not pin their masks.
+        """
+        w = self.sliding_window
+        shaped = all(isinstance(a, GPUArray) and a.ndim == 4 for a in (q, k))
+        if w is None or not shaped or k.shape[2] <= w:
+            return None  # check_prefill reports malformed arguments
+        sq, sk = int(q.shape[2]), int(k.shape[2])
+        if self._window_mask is None or self._window_mask[0] != (sq, sk):
+            i = np.arange(sq)[:, None] + (sk - sq)  # bottom-right aligned, as causal
+            j = np.arange(sk)[None, :]
+            mask = np.where(j > i - w, 0.0, -np.inf).astype(np.float32)
+            self._window_mask = ((sq, sk), gp.from_numpy(mask))
+        return self._window_mask[1]
 
     def decode(
         self,
@@ -112,5 +161,6 @@ class Attention:
     def __repr__(self) -> str:
         return (
             f"Attention(num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}, scale={self.scale:.6g}, causal={self.causal})"
+            f"head_dim={self.head_dim}, scale={self.scale:.6g}, causal={self.causal}, "
+            f"sliding_window={self.sliding_window})"
         )

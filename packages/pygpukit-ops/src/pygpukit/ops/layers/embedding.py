@@ -26,7 +26,7 @@ class Embedding:
         self.table = c.check_array(table, "table", ndim=2)
         self.num_embeddings, self.dim = (int(d) for d in table.shape)
         self.dtype = table.dtype
-        self._plans: dict[tuple[int, int], Any] = {}
+        self._plans: _checks.PlanDict[tuple[int, int], Any] = _checks.PlanDict()
 
     def __call__(self, ids: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
         """The rows at ``ids`` (any shape); ``out`` receives them (nothing allocated then)."""

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 import pygpukit as gp
 from pygpukit.array import GPUArray
@@ -26,10 +29,21 @@ class Linear:
 
     :meth:`fused` builds one layer from several weights of the same input (q/k/v, gate/up):
     one kernel reads them all, and :meth:`split` cuts the output back into its parts.
+
+    ``out_dtype="float32"`` (for float16/bfloat16 weights) gives a float32 result, a language
+    model's logits: up to ``GEMV_MAX_ROWS`` rows (every decode step) the GEMV kernel stores
+    its float32 sums unrounded, since rounded to 16 bits the best two logits can tie; more rows
+    are computed in the weight's dtype, as a framework does in that dtype, then widened (an
+    intermediate of that dtype is allocated per call then).
     """
 
     def __init__(
-        self, weight: GPUArray, bias: GPUArray | None = None, *, activation: str | None = None
+        self,
+        weight: GPUArray,
+        bias: GPUArray | None = None,
+        *,
+        activation: str | None = None,
+        out_dtype: Any = None,
     ) -> None:
         self.weight = _checks.weight(weight, "weight", 2)
         self.out_features, self.in_features = (int(d) for d in weight.shape)
@@ -41,10 +55,14 @@ class Linear:
         self.bias = bias
         self.activation = activation
         self._act = linear_ops.activation_code(activation)
+        #: The output's dtype: the weight's, or float32 (see the class docstring).
+        self.out_dtype = _out_dtype(out_dtype, self.dtype)
         #: Output features of each part (one part unless built by :meth:`fused`).
         self.splits: tuple[int, ...] = (self.out_features,)
         self._weight_vector = self.in_features % 8 == 0 and weight.data_ptr % 16 == 0
-        self._plans: dict[tuple[int, bool], linear_ops.LinearPlan] = {}
+        self._plans: _checks.PlanDict[tuple[int, bool], linear_ops.LinearPlan | WidenedPlan] = (
+            _checks.PlanDict()
+        )
 
     @classmethod
     def fused(
@@ -53,6 +71,7 @@ class Linear:
         biases: Sequence[GPUArray | None] | None = None,
         *,
         activation: str | None = None,
+        out_dtype: Any = None,
     ) -> Linear:
         """One layer for several projections of the same input, e.g. ``[wq, wk, wv]``.
 
@@ -87,7 +106,7 @@ class Linear:
         for own in (weight, bias):
             if own is not None and len(parts) > 1:
                 own.setflags(write=False)
-        layer = cls(weight, bias, activation=activation)
+        layer = cls(weight, bias, activation=activation, out_dtype=out_dtype)
         layer.splits = tuple(int(w.shape[0]) for w in parts)
         return layer
 
@@ -99,21 +118,25 @@ class Linear:
             start += n
         return tuple(views)
 
-    def plan(self, rows: int, x_aligned: bool = True) -> linear_ops.LinearPlan:
+    def plan(self, rows: int, x_aligned: bool = True) -> linear_ops.LinearPlan | WidenedPlan:
         """The plan this layer uses for ``rows`` rows of x (made now if it has none yet)."""
         key = (rows, x_aligned)
         plan = self._plans.get(key)
         if plan is None:
-            vector = self._weight_vector and x_aligned
+            widen = self.out_dtype != self.dtype
+            gemv_f32 = widen and rows <= linear_ops.GEMV_MAX_ROWS and self.in_features > 0
             plan = linear_ops.plan(
                 rows,
                 self.out_features,
                 self.in_features,
                 self.dtype,
                 self._act,
-                vector,
+                self._weight_vector and x_aligned,
                 self.bias is not None,
+                gemv_f32,
             )
+            if widen and not gemv_f32:
+                plan = WidenedPlan(plan, rows, self.out_features, self.dtype)
             self._plans[key] = plan
         return plan
 
@@ -125,7 +148,7 @@ class Linear:
         shape = (*lead, self.out_features)
         if out is not None:
             linear_ops.check_no_overlap(out, ("x", x))
-        y = _checks.output(out, shape, self.dtype)
+        y = _checks.output(out, shape, self.out_dtype)
         if m and self.out_features:
             aligned = x.data_ptr % 16 == 0
             plan = self._plans.get((m, aligned))
@@ -143,14 +166,44 @@ class Linear:
         )
 
 
+def _out_dtype(out_dtype: Any, dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The layer's output dtype: ``dtype`` (None) or float32."""
+    if out_dtype is None:
+        return dtype
+    dt = np.dtype(gp.dtypes.normalize(out_dtype))
+    if dt not in (dtype, np.dtype(gp.float32)):
+        raise TypeError(
+            f"out_dtype must be None (the weight's {dtype}) or float32, got {out_dtype!r}"
+        )
+    return dt
+
+
+@dataclass(frozen=True, slots=True)
+class WidenedPlan:
+    """A product in the weight's dtype, then widened into a float32 ``y`` (rows > GEMV's)."""
+
+    inner: linear_ops.LinearPlan
+    m: int
+    n: int
+    dtype: np.dtype[Any]
+
+    def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
+        """Enqueue the product into a fresh array of the weight's dtype, then widen into y."""
+        rounded = gp.empty((self.m, self.n), self.dtype)
+        self.inner(x, weight, bias, rounded)
+        y[...] = rounded.reshape(y.shape)
+
+
 class GatedMLP:
     """``down(act(x @ w_gate.T) * (x @ w_up.T))``: the MLP of Llama, Qwen, Mistral, Gemma.
 
     ``w_gate`` and ``w_up`` ``[I, H]`` are fused into one ``[2I, H]`` projection at
     construction (one kernel reads both), ``w_down`` is ``[H, I]``. ``activation`` is
-    ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` / ``"gelu"`` (GeGLU). The two intermediates are
-    kept per number of rows and reused, so ``mlp(x, out=y)`` allocates nothing after the first
-    call with that many rows.
+    ``"silu"`` (SwiGLU) or ``"gelu_tanh"`` / ``"gelu"`` (GeGLU). For up to
+    ``GEMV_MAX_ROWS`` rows (decode steps) the two intermediates are kept per number of rows and
+    reused, so ``mlp(x, out=y)`` allocates nothing after the first call with that many rows and
+    a captured CUDA graph keeps valid addresses; more rows (a prompt) get fresh intermediates
+    per call, so prompts of many lengths do not pin their memory.
     """
 
     def __init__(
@@ -180,6 +233,7 @@ class GatedMLP:
         self.activation = activation
         self.dtype = self.gate_up.dtype
         self._buffers: dict[int, tuple[GPUArray, GPUArray, Any]] = {}
+        self._gated_plans: _checks.PlanDict[int, Any] = _checks.PlanDict()
 
     def _workspace(self, m: int) -> tuple[GPUArray, GPUArray, Any]:
         ws = self._buffers.get(m)
@@ -187,8 +241,10 @@ class GatedMLP:
             inter = self.down.in_features
             h = gp.empty((m, 2 * inter), self.dtype)
             a = gp.empty((m, inter), self.dtype)
-            ws = (h, a, act_ops.gated_plan(h, a, self.activation))
-            self._buffers[m] = ws
+            ws = (h, a, self._gated_plans.get(m) or act_ops.gated_plan(h, a, self.activation))
+            self._gated_plans[m] = ws[2]
+            if m <= linear_ops.GEMV_MAX_ROWS:
+                self._buffers[m] = ws
         return ws
 
     def __call__(self, x: GPUArray, *, out: GPUArray | None = None) -> GPUArray:

@@ -29,7 +29,7 @@ class _Norm:
         if not math.isfinite(eps) or eps < 0:
             raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
         self.eps = float(eps)
-        self._plans: dict[tuple[int, bool], Any] = {}
+        self._plans: _checks.PlanDict[tuple[int, bool], Any] = _checks.PlanDict()
 
     def _plan(self, x: GPUArray, *arrays: GPUArray | None) -> Any:
         rows = x.size // self.dim if self.dim else 0

@@ -12,6 +12,7 @@ from pygpukit.array import GPUArray
 
 from .. import _common as c
 from .. import rope as rope_ops
+from . import _checks
 
 
 class Rotary:
@@ -24,6 +25,10 @@ class Rotary:
     ``[tokens, Hq, D]`` and k ``[tokens, Hkv, D]`` (or ``[batch, seq, heads, D]``) and int32 /
     int64 positions ``[tokens]`` (or ``[batch, seq]``), and returns ``(q, k)`` rotated: in place
     by default (nothing allocated), new arrays with ``inplace=False``.
+
+    ``inv_freq`` (``[rotary_dim // 2]``, replacing ``base ** (-2i / rotary_dim)``) and
+    ``attention_factor`` (scaling the tables) are those of a long-context scaling
+    (:func:`pygpukit.ops.rope_inv_freq`: ``linear``, ``llama3``, ``yarn``).
     """
 
     def __init__(
@@ -35,6 +40,8 @@ class Rotary:
         max_positions: int = 4096,
         layout: str = "neox",
         table_dtype: Any = "float32",
+        inv_freq: Any = None,
+        attention_factor: float = 1.0,
     ) -> None:
         if layout not in ("neox", "gptj"):
             raise ValueError(f"layout must be 'neox' or 'gptj', got {layout!r}")
@@ -46,9 +53,14 @@ class Rotary:
         self.head_dim, self.rotary_dim = int(head_dim), int(rd)
         self.base, self.max_positions, self.layout = float(base), int(max_positions), layout
         self.cos, self.sin = rope_ops.rope_cos_sin(
-            max_positions, self.rotary_dim, base, table_dtype
+            max_positions,
+            self.rotary_dim,
+            base,
+            table_dtype,
+            inv_freq=inv_freq,
+            attention_factor=attention_factor,
         )
-        self._plans: dict[tuple[Any, ...], Any] = {}
+        self._plans: _checks.PlanDict[tuple[Any, ...], Any] = _checks.PlanDict()
 
     def __call__(
         self, q: GPUArray, k: GPUArray, positions: GPUArray, *, inplace: bool = True
