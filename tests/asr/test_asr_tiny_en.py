@@ -112,3 +112,16 @@ def test_huggingface_layout_of_the_same_weights_decodes_the_same(tiny_en, tiny_e
     a = tiny_en.transcribe(audio, without_timestamps=True, temperature=0.0)
     b = hf.transcribe(audio, without_timestamps=True, temperature=0.0)
     assert [s.tokens for s in a.segments] == [s.tokens for s in b.segments]
+
+
+def test_transcribe_many_batches_windows_across_recordings(tiny_en):
+    done: list[tuple[float, float]] = []
+    fox, stella = speech("fox"), speech("stella")
+    results = tiny_en.transcribe_many(
+        [fox, stella], batch_size=2, temperature=0.0, progress=lambda d, t: done.append((d, t))
+    )
+    assert "fox" in results[0].text.lower() and "bring" in results[1].text.lower()
+    assert results[1].duration == pytest.approx(stella.size / 16000)
+    assert (
+        done[-1][0] == pytest.approx(done[-1][1]) == pytest.approx((fox.size + stella.size) / 16000)
+    )

@@ -19,7 +19,13 @@ from .whisper.config import N_SAMPLES, SAMPLE_RATE, WhisperConfig
 from .whisper.decoding import WindowDecoder, sot_sequence
 from .whisper.model import Decoder, Encoder
 from .whisper.tokenizer import WhisperTokenizer
-from .whisper.transcribe import TranscribeOptions, Transcription, run_transcription
+from .whisper.transcribe import (
+    Segment,
+    TranscribeOptions,
+    Transcription,
+    run_batched,
+    run_transcription,
+)
 
 __all__ = ["DTYPES", "WhisperModel", "load"]
 
@@ -174,41 +180,90 @@ class WhisperModel:
         tok = self._tok()
         opts = self._options(task, beam_size, temperature, without_timestamps, batch_size,
                              word_timestamps, condition_on_previous_text)  # fmt: skip
+        cap = self._cap(max_new_tokens)
+        wave, mel = self._audio(audio, sample_rate)
+        language = self._language(mel, language)
+        sot = tuple(sot_sequence(tok, self.config.is_multilingual, language, task))
+        o = TranscribeOptions(opts[0], beam_size, condition_on_previous_text, without_timestamps,
+                              batch_size, sot, word_timestamps, language, cap)  # fmt: skip
+        duration = wave.size / SAMPLE_RATE
+        report = (lambda done: progress(done, duration)) if progress is not None else None
+        segments = run_transcription(wave, mel, self.encode, self._windows, o, report)
+        return _result(segments, language, duration)
+
+    def transcribe_many(
+        self,
+        audios: Sequence[str | pathlib.Path | np.ndarray | GPUArray],
+        *,
+        language: str | None = None,
+        task: str = "transcribe",
+        temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
+        without_timestamps: bool = False,
+        word_timestamps: bool = False,
+        batch_size: int = 8,
+        sample_rate: int = SAMPLE_RATE,
+        max_new_tokens: int | None = None,
+        progress: Callable[[float, float], None] | None = None,
+    ) -> list[Transcription]:
+        """Transcribe several recordings, their 30 s windows decoded together.
+
+        ``batch_size`` windows at a time across all of them (throughput; each window on its
+        own, as ``transcribe`` with ``batch_size > 1`` does). Options as :meth:`transcribe`;
+        ``language=None`` detects each recording's language; ``progress(done_s, total_s)``
+        counts all recordings together.
+        """
+        tok = self._tok()
+        opts = self._options(task, 1, temperature, without_timestamps, batch_size,
+                             word_timestamps, False)  # fmt: skip
+        cap = self._cap(max_new_tokens)
+        items = []
+        for audio in audios:
+            wave, mel = self._audio(audio, sample_rate)
+            lang = self._language(mel, language)
+            sot = tuple(sot_sequence(tok, self.config.is_multilingual, lang, task))
+            o = TranscribeOptions(opts[0], 1, False, without_timestamps, batch_size, sot,
+                                  word_timestamps, lang, cap)  # fmt: skip
+            items.append((wave, mel, o))
+        total = sum(w.size for w, _, _ in items) / SAMPLE_RATE
+        report = (lambda done: progress(done, total)) if progress is not None else None
+        per_file = run_batched(items, self.encode, self._windows, batch_size, report)
+        return [_result(segs, o.language, w.size / SAMPLE_RATE)
+                for segs, (w, _, o) in zip(per_file, items, strict=True)]  # fmt: skip
+
+    def _audio(self, audio: Any, sample_rate: int) -> tuple[np.ndarray, GPUArray]:
+        """Checked 16 kHz samples and their log-mel with 30 s of zeros appended."""
         if isinstance(audio, (str, pathlib.Path)):
             wave = load_audio(audio)
         else:
             wave = as_waveform(audio, sample_rate)
         if wave.size == 0:
             raise AudioError("the audio has no samples")
-        duration = wave.size / SAMPLE_RATE
-        mel = log_mel_spectrogram(wave, self.config.n_mels, padding=N_SAMPLES)
+        return wave, log_mel_spectrogram(wave, self.config.n_mels, padding=N_SAMPLES)
+
+    def _language(self, mel: GPUArray, language: str | None) -> str:
+        """The language to decode in: checked, or detected from the first window."""
         if language is None:
-            language = (
-                self.detect_language(mel[:, :3000].copy())[0]
-                if self.config.is_multilingual
-                else "en"
-            )
-        elif self.config.is_multilingual:
-            tok.language_id(language)
+            if not self.config.is_multilingual:
+                return "en"
+            return self.detect_language(mel[:, :3000].copy())[0]
+        if self.config.is_multilingual:
+            self._tok().language_id(language)
         elif language != "en":
             raise UnsupportedModelError(
                 f"language {language!r} on an English-only model: it only transcribes English "
                 "(load a multilingual checkpoint)"
             )
-        sot = tuple(sot_sequence(tok, self.config.is_multilingual, language, task))
+        return language
+
+    def _cap(self, max_new_tokens: int | None) -> int:
         cap = self.config.max_target_positions // 2
-        if max_new_tokens is not None:
-            if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
-                raise TypeError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
-            if not 1 <= max_new_tokens <= cap:
-                raise ValueError(f"max_new_tokens must be in [1, {cap}], got {max_new_tokens}")
-            cap = max_new_tokens
-        o = TranscribeOptions(opts[0], beam_size, condition_on_previous_text, without_timestamps,
-                              batch_size, sot, word_timestamps, language, cap)  # fmt: skip
-        report = (lambda done: progress(done, duration)) if progress is not None else None
-        segments = run_transcription(wave, mel, self.encode, self._windows, o, report)
-        text = "".join(s.text for s in segments)
-        return Transcription(text=text, language=language, segments=segments, duration=duration)
+        if max_new_tokens is None:
+            return cap
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise TypeError(f"max_new_tokens must be an int, got {max_new_tokens!r}")
+        if not 1 <= max_new_tokens <= cap:
+            raise ValueError(f"max_new_tokens must be in [1, {cap}], got {max_new_tokens}")
+        return max_new_tokens
 
     def _options(
         self, task: str, beam_size: int, temperature: Any, without_timestamps: bool,
@@ -236,6 +291,11 @@ class WhisperModel:
                 f"temperature must be a number in [0, 2] or a sequence of them, got {temperature!r}"
             )
         return (tuple(float(t) for t in temps),)
+
+
+def _result(segments: list[Segment], language: str, duration: float) -> Transcription:
+    text = "".join(s.text for s in segments)
+    return Transcription(text=text, language=language, segments=segments, duration=duration)
 
 
 def load(path: str | pathlib.Path, *, dtype: Any = "float16", device: int = 0) -> WhisperModel:

@@ -233,28 +233,52 @@ def _batched(
     wave: np.ndarray, mel: GPUArray, encode: Encode, dec: WindowDecoder, o: TranscribeOptions,
     progress: Callable[[float], None] | None,
 ) -> list[Segment]:  # fmt: skip
-    content, duration = mel.shape[1] - N_FRAMES, wave.size / SAMPLE_RATE
-    starts = [s for s in range(0, content, N_FRAMES) if not _quiet(wave, s, N_FRAMES)]
-    prompt = list(o.sot) + ([dec.tok.no_timestamps] if o.without_timestamps else [])
-    segments: list[Segment] = []
-    for first in range(0, len(starts), o.batch_size):
-        group = starts[first : first + o.batch_size]
-        windows = [_window(mel, s) for s in group]
+    return run_batched([(wave, mel, o)], encode, dec, o.batch_size, progress)[0]
+
+
+def run_batched(
+    items: Sequence[tuple[np.ndarray, GPUArray, TranscribeOptions]], encode: Encode,
+    dec: WindowDecoder, batch_size: int, progress: Callable[[float], None] | None = None,
+) -> list[list[Segment]]:  # fmt: skip
+    """Segments of each ``(samples, log-mel, options)`` recording.
+
+    Its 30 s windows are decoded ``batch_size`` at a time across all the recordings (no
+    previous-text prompt, no seeking).
+    """
+    jobs = [(f, seek) for f, (wave, mel, _) in enumerate(items)
+            for seek in range(0, mel.shape[1] - N_FRAMES, N_FRAMES)
+            if not _quiet(wave, seek, N_FRAMES)]  # fmt: skip
+    out: list[list[Segment]] = [[] for _ in items]
+    # Quiet windows count as done at once, so the progress ends at the full duration.
+    done = sum(wave.size / SAMPLE_RATE for wave, _, _ in items) - sum(
+        min(N_FRAMES, items[f][1].shape[1] - N_FRAMES - seek) * FRAME_SECONDS for f, seek in jobs
+    )
+    for first in range(0, len(jobs), batch_size):
+        group = jobs[first : first + batch_size]
+        windows = [_window(items[f][1], seek) for f, seek in group]
+        prompts = [_batch_prompt(dec, items[f][2]) for f, _ in group]
         features = encode(gp.stack([w for w, _ in windows]))
-        results = dec.decode(features, [prompt] * len(group), 0,  # type: ignore[arg-type]
-                             DecodingOptions(without_timestamps=o.without_timestamps,
-                                             sample_len=o.max_new_tokens))  # fmt: skip
-        for i, (seek, (_, size)) in enumerate(zip(group, windows, strict=True)):
-            r = results[i]
+        o0 = items[group[0][0]][2]
+        results = dec.decode(features, prompts, 0,  # type: ignore[arg-type]
+                             DecodingOptions(without_timestamps=o0.without_timestamps,
+                                             sample_len=o0.max_new_tokens))  # fmt: skip
+        for i, ((f, seek), (_, size)) in enumerate(zip(group, windows, strict=True)):
+            wave, _, o = items[f]
+            r, one = results[i], features[i : i + 1]  # type: ignore[index]
             if not _acceptable(r) and len(o.temperatures) > 1:
-                one = features[i : i + 1]  # type: ignore[index]
-                r = _with_fallback(dec, one, prompt, 0, replace(o, temperatures=o.temperatures[1:]))
+                rest = replace(o, temperatures=o.temperatures[1:])
+                r = _with_fallback(dec, one, prompts[i], 0, rest)
             if not _silent(r):
-                new = _segments(r, dec, seek * FRAME_SECONDS, size, duration)[0]
+                offset = seek * FRAME_SECONDS
+                new = _segments(r, dec, offset, size, wave.size / SAMPLE_RATE)[0]
                 if o.word_timestamps and new:
-                    one = features[i : i + 1]  # type: ignore[index]
-                    new = _with_words(dec, one, o, new, seek * FRAME_SECONDS, size)
-                segments.extend(new)
+                    new = _with_words(dec, one, o, new, offset, size)
+                out[f].extend(new)
+            done += size * FRAME_SECONDS
         if progress is not None:
-            progress(min(duration, (group[-1] + N_FRAMES) * FRAME_SECONDS))
-    return segments
+            progress(done)
+    return out
+
+
+def _batch_prompt(dec: WindowDecoder, o: TranscribeOptions) -> list[int]:
+    return list(o.sot) + ([dec.tok.no_timestamps] if o.without_timestamps else [])
