@@ -21,6 +21,7 @@ GUIDES = (
     "ops-layers.md",
     "ops-attention.md",
     "ops-linear-sampling.md",
+    "ops-signal.md",
     "ops-audio.md",
     "errors.md",
     "llm.md",

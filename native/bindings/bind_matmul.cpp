@@ -20,6 +20,71 @@ GemmBackend backend_arg(const std::string& name) {
                                 "'");
 }
 
+// `x` as the one-batch 3-D operand the native matmul takes: a view, never a copy. A 2-D (r, c)
+// array keeps its strides; its batch stride is 0 (one batch, never stepped over).
+Array one_batch(const Array& x, int64_t rows, int64_t cols, int64_t srow, int64_t scol) {
+    return x.view(Dims{1, rows, cols}, Dims{0, srow, scol}, x.offset());
+}
+
+// A C-contiguous `out` as the (1, m, n) C-contiguous result the native matmul writes.
+Array c_order(const Array& out, int64_t m, int64_t n, int item) {
+    return out.view(Dims{1, m, n}, Dims{m * n * item, n * item, item}, out.offset());
+}
+
+// a @ b for two 2-D arrays, or two 3-D arrays of one batch size, into a new C-contiguous array:
+// the whole call in C++ (the views, the allocation, the product), for small problems whose
+// cost is the host's.
+Array matmul_new(const Array& a, const Array& b, bool allow_tf32, const std::string& backend) {
+    const int nd = a.ndim();
+    if (nd != b.ndim() || (nd != 2 && nd != 3)) {
+        throw std::invalid_argument("matmul_new takes two 2-D or two 3-D arrays");
+    }
+    const Dims& sa = a.shape();
+    const Dims& sb = b.shape();
+    const int64_t batch = nd == 3 ? sa[0] : 1;
+    const int64_t m = sa[nd - 2], k = sa[nd - 1], n = sb[nd - 1];
+    if (sb[nd - 2] != k || (nd == 3 && sb[0] != batch)) {
+        throw std::invalid_argument("matmul_new: the operands' shapes do not match");
+    }
+    StreamPtr stream = current_stream(a.device());
+    Array out = Array::empty(nd == 3 ? Dims{batch, m, n} : Dims{m, n}, a.dtype(), stream);
+    if (nd == 3) {
+        matmul(a, b, out, allow_tf32, backend_arg(backend), stream);
+    } else {
+        const Dims& ta = a.strides();
+        const Dims& tb = b.strides();
+        const int item = a.itemsize();
+        matmul(one_batch(a, m, k, ta[0], ta[1]), one_batch(b, k, n, tb[0], tb[1]),
+               c_order(out, m, n, item), allow_tf32, backend_arg(backend), stream);
+    }
+    return out;
+}
+
+// out = x @ w.T, PyTorch's linear without bias: x C-contiguous [..., K] (read as M x K), w
+// [N, K] with any strides (read transposed, in place), out C-contiguous with M * N elements.
+void matmul_nt(const Array& x, const Array& w, const Array& out, bool allow_tf32,
+               const std::string& backend) {
+    if (x.ndim() < 1 || w.ndim() != 2) {
+        throw std::invalid_argument("matmul_nt takes x [..., K] and a 2-D weight [N, K]");
+    }
+    const int64_t n = w.shape()[0], k = w.shape()[1];
+    if (x.shape().back() != k) {
+        throw std::invalid_argument("matmul_nt: x's last dimension is not the weight's K");
+    }
+    if (!x.is_c_contiguous() || !out.is_c_contiguous()) {
+        throw std::invalid_argument("matmul_nt: x and out must be C-contiguous");
+    }
+    int64_t m = 1;
+    for (int i = 0; i + 1 < x.ndim(); ++i) m *= x.shape()[i];
+    if (out.size() != m * n || out.dtype() != x.dtype()) {
+        throw std::invalid_argument("matmul_nt: out must hold M x N elements of x's dtype");
+    }
+    const int item = x.itemsize();
+    StreamPtr stream = current_stream(x.device());
+    matmul(one_batch(x, m, k, k * item, item), one_batch(w, k, n, w.strides()[1], w.strides()[0]),
+           c_order(out, m, n, item), allow_tf32, backend_arg(backend), stream);
+}
+
 }  // namespace
 
 void bind_matmul(py::module_& m) {
@@ -44,6 +109,14 @@ void bind_matmul(py::module_& m) {
         py::arg("backend") = "auto", py::arg("stream") = py::none(),
         "out[z] = a[z] @ b[z] for 3-D (batch, m, k) @ (batch, k, n) -> (batch, m, n) "
         "C-contiguous.");
+    m.def("matmul_new", &matmul_new, py::arg("a"), py::arg("b"), py::arg("allow_tf32"),
+          py::arg("backend"),
+          "a @ b of two 2-D, or two 3-D arrays of one batch size, into a new C-contiguous array "
+          "on the current stream.");
+    m.def("matmul_nt", &matmul_nt, py::arg("x"), py::arg("w"), py::arg("out"),
+          py::arg("allow_tf32"), py::arg("backend"),
+          "out = x @ w.T with x C-contiguous [..., K], w [N, K] read transposed in place, out "
+          "C-contiguous with M * N elements; on the current stream.");
     m.def(
         "matmul_backend",
         [](const std::string& dtype, bool allow_tf32, const std::string& backend) {

@@ -3,8 +3,8 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <array>
 #include <atomic>
-#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -148,6 +148,25 @@ struct Plan {
     }
 };
 
+// What a plan depends on: dtype, TF32, m, n, k, batch, each operand's transpose, leading
+// dimension and batch stride, and the alignments. Hashed and compared as integers, so that a
+// call formats no string (this lookup runs on every matmul).
+struct PlanKey {
+    std::array<int64_t, 17> v;
+    bool operator==(const PlanKey& o) const { return v == o.v; }
+};
+
+struct PlanKeyHash {
+    size_t operator()(const PlanKey& key) const {
+        uint64_t h = 1469598103934665603ull;  // FNV-1a over the values
+        for (int64_t x : key.v) {
+            h ^= static_cast<uint64_t>(x);
+            h *= 1099511628211ull;
+        }
+        return static_cast<size_t>(h);
+    }
+};
+
 constexpr int kCandidates = 8;
 // Problems of at least this many multiply-adds are worth one timed pass over the candidates
 // (a host wait, once per shape); smaller ones take the heuristic's first choice.
@@ -158,7 +177,7 @@ constexpr double kTuneMacs = 1ull << 30;
 // caller took under g_mutex stays valid while other threads insert.
 struct DeviceState {
     cublasLtHandle_t handle = nullptr;
-    std::unordered_map<std::string, std::unique_ptr<Plan>> plans;
+    std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
 };
 
 // Never destroyed: handles and plans live for the process (static destruction would run after
@@ -339,13 +358,9 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
     const uint32_t align_a =
         alignment({a.ptr, uint64_t(a.ld) * item, uint64_t(a.batch_stride) * item});
     const uint32_t align_c = alignment({c, uint64_t(ldc) * item, uint64_t(batch_c) * item});
-    char key[320];
-    std::snprintf(key, sizeof(key),
-                  "%d|%d|%lld|%lld|%lld|%lld|%d|%lld|%lld|%d|%lld|%lld|%lld|%lld|%u|%u|%u",
-                  static_cast<int>(dtype), tf32 ? 1 : 0, (long long)m, (long long)n, (long long)k,
-                  (long long)batch, trans_b, (long long)b.ld, (long long)b.batch_stride, trans_a,
-                  (long long)a.ld, (long long)a.batch_stride, (long long)ldc, (long long)batch_c,
-                  align_a, align_b, align_c);
+    const PlanKey key{{static_cast<int64_t>(dtype), tf32 ? 1 : 0, m, n, k, batch, trans_b, b.ld,
+                       b.batch_stride, trans_a, a.ld, a.batch_stride, ldc, batch_c, align_a,
+                       align_b, align_c}};
     bind_device(device);
     DeviceState* state;
     Plan* plan;

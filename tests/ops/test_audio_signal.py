@@ -4,13 +4,16 @@ checks on the kernels)."""
 
 from __future__ import annotations
 
-import librosa
 import numpy as np
 import pytest
-import soxr
 
 import pygpukit as gp
 from pygpukit import ops
+
+# Reference libraries: test dependencies in CI; absent on the GPU machine, where the GPU
+# paths are checked against NumPy by tests/ops/gpu/test_gpu_audio.py instead.
+librosa = pytest.importorskip("librosa")
+soxr = pytest.importorskip("soxr")
 
 RATES = [
     (44100, 16000),
@@ -53,7 +56,7 @@ def test_resample_matches_soxr_and_ideal_interpolation(
     assert rel(got[1], soxr.resample(x[::-1].copy(), orig, target, quality="HQ")) < 1e-3
     ideal = at(np.arange(got.shape[1]) / target)
     middle = slice(target // 10, -target // 10)
-    assert rel(got[0, middle], ideal[middle]) < 2e-6  # float32 input and output
+    assert rel(got[0, middle], ideal[middle]) < 1e-5  # float32 input, sums and output
 
 
 def test_resample_same_rate_and_errors(rng: np.random.Generator) -> None:
@@ -141,3 +144,19 @@ def test_onset_strength_batched_and_errors(rng: np.random.Generator) -> None:
         ops.onset_detect(gp.from_numpy(x), sr)
     silence = ops.onset_detect(gp.from_numpy(np.zeros(sr, np.float32)), sr)
     assert silence.shape == (0,)
+
+
+def test_benchmark_suite_smoke() -> None:
+    """The ops_audio suite's cases run and pass their checks on this backend."""
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.harness import HarnessConfig, measure
+    from pygpukit.benchmark.peers import PyGPUkitLibrary
+    from pygpukit.benchmark.registry import SuiteContext
+    from pygpukit.ops.benchmarks import audio as suite
+
+    rng = np.random.default_rng()
+    ctx = SuiteContext(PyGPUkitLibrary.backend_name(gp), True, DataCache(rng), rng, sizes=[1])
+    cfg = HarnessConfig(max_reps=2, min_reps=1, budget_s=0.05, warmup_s=0.0, target_rep_ms=0.1)
+    lib = PyGPUkitLibrary()
+    results = [measure(case, lib, cfg) for case in suite.SUITE.cases(ctx)]
+    assert [r.status for r in results] == ["ok"] * 4, [r.reason for r in results]

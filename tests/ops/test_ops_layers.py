@@ -436,7 +436,7 @@ def test_launch_benchmark_suite_smoke() -> None:
     cfg = HarnessConfig(max_reps=2, min_reps=1, budget_s=0.05, warmup_s=0.0, target_rep_ms=0.1)
     cases = list(suite.SUITE.cases(ctx))
     assert [(c.op, c.params["api"]) for c in cases] == [
-        ("gemv", "function"), ("gemv", "layer"),
+        ("gemv", "function"), ("gemv", "layer"), ("linear", "function"), ("linear", "function"),
         ("decode_attention", "function"), ("decode_attention", "layer"),
     ]  # fmt: skip
     results = [measure(case, lib, cfg) for case in cases]

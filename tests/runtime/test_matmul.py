@@ -326,3 +326,49 @@ def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", "fastest")
     with pytest.raises(ValueError):
         gp.ones((2, 2)) @ gp.ones((2, 2))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int32"])
+def test_one_call_path_equals_general_path(
+    gemm: str, rand: Callable[..., np.ndarray], dtype: str
+) -> None:
+    """The one-backend-call path of 2-D and equal-batch 3-D products gives what the general
+    path (views, allocation and product made step by step) gives, views included."""
+    from pygpukit.linalg import _matmul_general
+
+    x, y, z = rand((65, 33), dtype), rand((33, 130), dtype), rand((3, 40, 66), dtype)
+    gx, gy, gz = (gp.from_numpy(t) for t in (x, y, z))
+    pairs = [
+        (gx, gy),
+        (gy.T, gx.T),
+        (gx[::2, 1:], gy[1:, ::3]),
+        (gz, gz.swapaxes(1, 2)),
+        (gz.swapaxes(1, 2)[:, 1:], gz[:, :, :7]),
+    ]
+    for left, right in pairs:
+        fast, general = gp.matmul(left, right), _matmul_general(left, right, None, None)
+        assert fast.shape == general.shape and fast.dtype == general.dtype
+        assert fast.is_contiguous() and fast.flags.writeable
+        np.testing.assert_array_equal(fast.to_numpy(), general.to_numpy())
+        tol = dtype if dtype in TOL else "exact"
+        _check(fast, _ref(left.to_numpy(), right.to_numpy()), tol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_matmul_nt(gemm: str, rand: Callable[..., np.ndarray], dtype: str) -> None:
+    """``linalg.matmul_nt``: ``out = x @ w.T`` with x [..., K], in one backend call."""
+    from pygpukit.linalg import matmul_nt
+
+    x, w = rand((2, 5, 48), dtype), rand((72, 48), dtype)
+    gx, gw = gp.from_numpy(x), gp.from_numpy(w)
+    out = gp.empty((2, 5, 72), dtype)
+    matmul_nt(gx, gw, out)
+    _check(out, _ref(x, w.T), dtype)
+    wt = rand((48, 72), dtype)  # a weight that is itself a transposed view
+    flat = gp.empty((10 * 72,), dtype)  # any C-contiguous out of M * N elements
+    matmul_nt(gx, gp.from_numpy(wt).T, flat)
+    _check(flat.reshape(2, 5, 72), _ref(x, wt), dtype)
+    with pytest.raises(ValueError):
+        matmul_nt(gx.swapaxes(0, 1), gw, out)  # x not C-contiguous
+    with pytest.raises(ValueError):
+        matmul_nt(gx, gw, gp.empty((2, 5, 71), dtype))  # out of the wrong size

@@ -19,7 +19,17 @@ from pygpukit.ops.reference import stft as ref
 
 pytestmark = pytest.mark.gpu
 
-GEOMETRIES = [(400, 160, None), (20, 5, None), (512, 128, None), (31, 7, None), (2048, 512, 1600)]
+# The fused FFT kernel takes n_fft <= 2048 with prime factors <= 64 (400 = 4*4*5*5, 20, 512, the
+# prime 31, 2048); 134 (= 2 * 67) and 4096 take the DFT-as-matmul path.
+GEOMETRIES = [
+    (400, 160, None),
+    (20, 5, None),
+    (512, 128, None),
+    (31, 7, None),
+    (2048, 512, 1600),
+    (134, 32, None),
+    (4096, 1024, None),
+]
 
 
 def rel(got: np.ndarray, want: np.ndarray) -> float:
@@ -142,3 +152,74 @@ def test_log_mel_equals_whisper_feature_extractor(n_mels: int) -> None:
     padded = [ops.pad_or_trim(gp.from_numpy(c.astype(np.float32) / 32768.0)) for c in clips]
     got = ops.log_mel_spectrogram(gp.stack(padded), n_mels).to_numpy()
     assert got.shape == want.shape and np.abs(got - want).max() < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("orig", "target"), [(44100, 16000), (16000, 44100), (48000, 44100), (22050, 16000)]
+)
+def test_resample_matches_numpy(rng: np.random.Generator, orig: int, target: int) -> None:
+    from pygpukit.ops.reference import resample as res_ref
+
+    x = rng.standard_normal((3, orig)).astype(np.float32)
+    up, down = res_ref.ratio(orig, target)
+    filters, half = res_ref.design(up, down)
+    want = res_ref.resample(x.astype(np.float64), up, down, filters, half)
+    got = ops.resample(gp.from_numpy(x), orig, target).to_numpy()
+    assert got.shape == want.shape and rel(got, want) < 1e-5
+
+
+def test_pitch_matches_numpy(rng: np.random.Generator) -> None:
+    from pygpukit.ops.reference import pitch as pitch_ref
+
+    sr = 22050
+    t = np.arange(2 * sr) / sr
+    tone = 0.5 * np.sin(2 * np.pi * 233.0 * t) + 0.2 * np.sin(2 * np.pi * 466.0 * t)
+    x = np.stack([tone + 0.01 * rng.standard_normal(t.size), rng.standard_normal(t.size)])
+    x = x.astype(np.float32)
+    f0, voiced = ops.pitch(gp.from_numpy(x), sr, 65.0, 2093.0)
+    frames = ref.frame(x.astype(np.float64), 2048, 512, True, "constant")
+    want_f0, want_voiced = pitch_ref.yin(frames, sr, sr // 2093, 340, 0.1)
+    got_f0, got_voiced = f0.to_numpy(), voiced.to_numpy()
+    assert got_f0.shape == want_f0.shape
+    inner = slice(2, -2)
+    assert np.all(np.abs(got_f0[0, inner] / want_f0[0, inner] - 1) < 1e-3)
+    assert np.all(np.abs(got_f0[0, inner] / 233.0 - 1) < 0.01)
+    assert got_voiced[0, inner].all() and got_voiced[1].mean() < 0.1
+    # Noise: the same global-minimum periods in nearly every frame (float32 vs float64 ties).
+    assert np.mean(np.abs(got_f0[1] / want_f0[1] - 1) < 1e-3) > 0.9
+    assert np.mean(got_voiced == want_voiced) > 0.95
+
+
+def test_onset_strength_matches_numpy(rng: np.random.Generator) -> None:
+    from pygpukit.ops.reference import onset as onset_ref
+
+    sr = 22050
+    x = (0.001 * rng.standard_normal(3 * sr)).astype(np.float32)
+    for start in (0.3, 1.1, 2.0):
+        i = int(start * sr)
+        x[i : i + 2000] += rng.standard_normal(2000).astype(np.float32) * np.exp(
+            -np.arange(2000) / 300
+        )
+    spec = ref.stft(
+        x.astype(np.float64), 2048, 512, ref.window("hann", 2048, 2048), True, "constant"
+    )
+    mel = mel_ref.mel_filterbank(sr, 2048, 128, 0.0, sr / 2, False, "slaney") @ np.abs(spec) ** 2
+    want = onset_ref.onset_strength(mel_ref.power_to_db(mel, 1e-10, 80.0), 1, 3)
+    got = ops.onset_strength(gp.from_numpy(x), sr).to_numpy()
+    assert np.abs(got - want).max() < 1e-3 * want.max()
+    peaks = ops.onset_detect(gp.from_numpy(x), sr, units="time")
+    assert all(np.abs(peaks - s).min() < 0.05 for s in (0.3, 1.1, 2.0))
+
+
+def test_load_audio_resamples_on_the_gpu(tmp_path: Path, rng: np.random.Generator) -> None:
+    sf = pytest.importorskip("soundfile")
+    data = (0.2 * rng.standard_normal((44100, 2))).astype(np.float32)
+    path = tmp_path / "clip.wav"
+    sf.write(path, data, 44100, subtype="FLOAT")
+    got = ops.load_audio(path).to_numpy()
+    from pygpukit.ops.reference import resample as res_ref
+
+    up, down = res_ref.ratio(44100, 16000)
+    filters, half = res_ref.design(up, down)
+    want = res_ref.resample(data.mean(axis=1).astype(np.float64), up, down, filters, half)
+    assert got.shape == (16000,) and rel(got, want) < 1e-5

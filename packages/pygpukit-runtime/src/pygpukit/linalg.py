@@ -34,7 +34,7 @@ from .array import GPUArray, _wrap
 from .dtypes import NAMES, SUPPORTED, normalize
 from .validation import boolean, out_array
 
-__all__ = ["matmul", "result_dtype"]
+__all__ = ["matmul", "matmul_nt", "result_dtype"]
 
 _BF16 = SUPPORTED["bfloat16"]
 _F16 = SUPPORTED["float16"]
@@ -110,6 +110,31 @@ def matmul(a: Any, b: Any, out: GPUArray | None = None, allow_tf32: bool | None 
 
     ``allow_tf32=None`` follows ``PYGPUKIT_ALLOW_TF32``; it only changes float32 products.
     """
+    # The common case first, checked with a few attribute reads: two 2-D operands, or two 3-D
+    # operands of one batch size, of one dtype, no out. One backend call does the rest (views,
+    # the allocation, the product), so a small matmul costs what the kernel launch costs.
+    if out is None and isinstance(a, GPUArray) and isinstance(b, GPUArray):
+        backend = a._backend
+        ai, bi = a._impl, b._impl
+        sa, sb = ai.shape, bi.shape
+        nd = len(sa)
+        if (
+            backend is b._backend
+            and nd == len(sb)
+            and (nd == 2 or (nd == 3 and sa[0] == sb[0]))
+            and sa[-1] == sb[-2]
+            and ai.dtype == bi.dtype
+        ):
+            if allow_tf32 is not None:
+                tf32 = boolean(allow_tf32, "allow_tf32", "matmul")
+            else:  # the variable only changes float32 products: read it only for them
+                tf32 = ai.dtype == "float32" and allow_tf32_default()
+            return _wrap(backend.matmul_new(ai, bi, bool(tf32)), backend)
+    return _matmul_general(a, b, out, allow_tf32)
+
+
+def _matmul_general(a: Any, b: Any, out: GPUArray | None, allow_tf32: bool | None) -> GPUArray:
+    """:func:`matmul` for every case: broadcasting, vectors, promotion, ``out``."""
     a = _as_operand(a, "a")
     b = _as_operand(b, "b")
     if out is not None:
@@ -179,6 +204,26 @@ def matmul(a: Any, b: Any, out: GPUArray | None = None, allow_tf32: bool | None 
     if not direct:
         backend.copy_into(out._impl, result._impl)
     return out
+
+
+def matmul_nt(x: GPUArray, weight: GPUArray, out: GPUArray, allow_tf32: bool | None = None) -> None:
+    """``out = x @ weight.T`` in one backend call: PyTorch's ``linear`` without a bias.
+
+    For callers that have validated their operands (the ops package's linear layers): ``x``
+    C-contiguous ``[..., K]``, ``weight`` ``[N, K]`` of the same dtype (any strides: it is read
+    transposed in place), ``out`` writeable, C-contiguous, of the same dtype and ``M * N``
+    elements (``M`` the product of ``x``'s leading dimensions), not overlapping ``x`` or
+    ``weight``. Shapes, contiguity and dtypes are checked again where the work is done (a
+    ``ValueError``); overlaps are not.
+    """
+    backend = x._backend
+    if weight._backend is not backend or out._backend is not backend:
+        raise ValueError("matmul_nt: operands live on different backends")
+    if allow_tf32 is None:
+        tf32 = x._impl.dtype == "float32" and allow_tf32_default()
+    else:
+        tf32 = boolean(allow_tf32, "allow_tf32", "matmul_nt")
+    backend.matmul_nt(x._impl, weight._impl, out._impl, bool(tf32))
 
 
 def _shares_buffer(x: GPUArray, y: GPUArray) -> bool:

@@ -9,15 +9,23 @@ Registered with ``python -m pygpukit.benchmark`` through the entry point group
 Models have the shapes of Llama-3.1-8B, Qwen2.5-0.5B and SmolLM2-135M (``--quick``: the two
 small ones) with random bfloat16 weights, written once as SafeTensors directories under
 ``$PYGPUKIT_LLM_BENCH_DIR`` (default: the system temp folder) and read from the page cache.
-Rows, each against the same weights in the same run:
+Rows, each against the same weights in the same run (``torch`` column):
 
 - ``load``: ``llm.load`` of the directory (GB/s of checkpoint bytes) against
-  ``safetensors.torch.load_file(..., device="cuda")`` in the ``torch`` column;
-- ``ttft``: time to first token of a 1024-token prompt (``generate(max_new_tokens=1)``),
-  against Hugging Face transformers' ``generate`` (eager PyTorch: no compile, dynamic cache);
-- ``decode``: milliseconds per generated token at batch 1 (tokens/s in the metrics), against
-  transformers' ``generate``; bytes moved are the weights one token reads, so the percentage of
-  the ``copy_bw`` ceiling is the share of the weight-read bound reached.
+  ``safetensors.torch.load_file(..., device="cuda")``;
+- ``ttft``: time to first token of a 128- and a 1024-token prompt (``--seq-lens`` overrides),
+  against the PyTorch anchor's eager prefill (:mod:`pygpukit.llm.torch_anchor`: a decoder
+  written directly in PyTorch with fused weights, a static KV cache and one CUDA graph per
+  decode step);
+- ``decode``: milliseconds per decode step of ``batch`` sequences (1, 4, 16, 64; tokens/s in the
+  metrics) against the anchor's graph replays; bytes moved are the weights one step reads, so
+  the percentage of the ``copy_bw`` ceiling is the share of the weight-read bound reached.
+  PyGPUkit's column runs at batch 1 only (its decoder serves one sequence);
+- ``ttft_hf`` and ``decode_hf``: the same at batch 1 against Hugging Face transformers'
+  ``generate`` (eager PyTorch: no compile, dynamic cache).
+
+``$PYGPUKIT_LLM_BENCH_MODELS`` picks the shapes (``smollm2-135m,llama-3.1-8b``). Without
+PyTorch the ``torch`` column is absent; without transformers its rows say so.
 
 The CPU backend runs a tiny shape (the same code paths, seconds instead of minutes).
 """
@@ -89,6 +97,18 @@ SHAPES: dict[str, dict[str, Any]] = {
         max_position_embeddings=2048, rope_theta=10000.0, tie_word_embeddings=False,
     ),
 }  # fmt: skip
+
+MODELS_ENV = "PYGPUKIT_LLM_BENCH_MODELS"
+env.register(
+    MODELS_ENV,
+    "items",
+    allowed=tuple(SHAPES),
+    read="python -m pygpukit.benchmark --suite llm",
+    package="pygpukit-llm",
+    on_invalid="raise",
+    description="Model shapes the llm benchmark runs (default: the three real ones; --quick: "
+    "the two small ones), e.g. smollm2-135m,llama-3.1-8b.",
+)
 
 _BLOCK_VALUES = 1 << 24  # 32 MiB of bfloat16 noise, tiled over every tensor
 
@@ -255,53 +275,147 @@ def _decode_bytes(shape: str) -> int:
     return total
 
 
-def _generation_case(ctx: SuiteContext, shape: str, op: str, prompt: int, new: int) -> Case:
-    """``ttft``: prompt tokens then one; ``decode``: ms per token of ``new`` tokens."""
+def _prompts(ctx: SuiteContext, vocab: int, batch: int, length: int) -> np.ndarray:
+    return ctx.rng.integers(3, vocab, size=(batch, length)).astype(np.int64)
+
+
+def _pygpukit_generation(
+    shape: str, ids: np.ndarray, op: str, new: int
+) -> tuple[Callable[[int], Any], Callable[[int], float]]:
+    """``run`` and ``measure`` of PyGPUkit's ``generate`` (ttft: one token; decode: ms/token)."""
+    from pygpukit import llm
+
+    if ids.shape[0] != 1:
+        raise Skip("pygpukit.llm decodes one sequence per generate (batched decode: to come)")
+    model = llm.load(_checkpoint(shape), max_seq_len=ids.shape[1] + new + 8, progress=False)
+    prompt_ids = ids[0].tolist()
+    last: dict[str, float] = {}
+
+    def run(i: int) -> Any:
+        g = model.generate(prompt_ids, max_new_tokens=1 if op.startswith("ttft") else new)
+        last["tok_s"] = g.stats.decode_tokens_per_s
+        return g.token_ids
+
+    def measure(i: int) -> float:
+        start = time.perf_counter()
+        run(i)
+        if op.startswith("ttft"):
+            return (time.perf_counter() - start) * 1e3
+        return 1e3 / last["tok_s"]
+
+    return run, measure
+
+
+#: The anchor of the last shape asked for, kept across cases (loading 16 GB once, not per row).
+_ANCHOR: dict[str, Any] = {}
+
+
+def _anchor(shape: str, max_batch: int, max_seq_len: int, device: str) -> Any:
+    """The PyTorch anchor decoder of ``shape`` on ``device`` with a cache at least this big."""
+    from .torch_anchor import TorchAnchor
+
+    held = _ANCHOR.get(shape)
+    if (
+        held is not None
+        and held.max_batch >= max_batch
+        and held.max_seq_len >= max_seq_len
+        and str(held.device) == device
+    ):
+        return held
+    _ANCHOR.clear()
+    _free()
+    cfg = ModelConfig.from_dict(SHAPES[shape])
+    anchor = TorchAnchor.from_checkpoint(
+        _checkpoint(shape), cfg, max_batch=max_batch, max_seq_len=max_seq_len, device=device
+    )
+    _ANCHOR[shape] = anchor
+    return anchor
+
+
+def _anchor_generation(
+    lib: Library, anchor: Any, ids: np.ndarray, op: str, new: int
+) -> tuple[Callable[[int], Any], Callable[[int], float]]:
+    """``run`` and ``measure`` of the PyTorch anchor.
+
+    ttft: eager prefill until the first token is on the host; decode: milliseconds per
+    graph-replayed step of the whole batch, from the first token to the last.
+    """
+    b, s = ids.shape
+
+    def run(i: int) -> Any:
+        if op == "ttft":
+            anchor.prefill(ids)
+            return anchor.tokens(b, s, 1)[0]
+        return anchor.generate(ids, new)[0]
+
+    def measure(i: int) -> float:
+        if op == "ttft":
+            lib.synchronize()
+            start = time.perf_counter()
+            anchor.prefill(ids)
+            anchor.tokens(b, s, 1)
+            return (time.perf_counter() - start) * 1e3
+        anchor.prefill(ids)
+        lib.synchronize()
+        start = time.perf_counter()
+        anchor.decode(b, new - 1)
+        anchor.tokens(b, s, new)
+        return (time.perf_counter() - start) * 1e3 / (new - 1)
+
+    return run, measure
+
+
+def _hf_generation(
+    lib: Library, shape: str, ids: np.ndarray, op: str, new: int
+) -> tuple[Callable[[int], Any], Callable[[int], float]]:
+    """``run`` and ``measure`` of transformers' eager ``generate``."""
+    _ANCHOR.clear()
+    _free()
+    model = _hf_model(lib, _checkpoint(shape))
+
+    def run(i: int) -> Any:
+        return _hf_generate(lib, model, ids, 1 if op == "ttft_hf" else new)
+
+    def measure(i: int) -> float:
+        start = time.perf_counter()
+        _hf_generate(lib, model, ids, 1)
+        first = time.perf_counter()
+        if op == "ttft_hf":
+            return (first - start) * 1e3
+        _hf_generate(lib, model, ids, new)
+        total = time.perf_counter() - first
+        return (total - (first - start)) * 1e3 / (new - 1)
+
+    return run, measure
+
+
+def _generation_case(
+    ctx: SuiteContext, shape: str, op: str, batch: int, prompt: int, new: int, anchor_seq: int
+) -> Case:
+    """One row of generation.
+
+    ``op`` is ``ttft`` or ``decode`` (the torch column is the PyTorch anchor), or ``ttft_hf`` /
+    ``decode_hf`` (the torch column is transformers' ``generate``).
+
+    ``ttft``: milliseconds from the prompt to the first token on the host. ``decode``:
+    milliseconds per step of ``batch`` sequences (tokens/s in the metrics), prompt excluded.
+    """
     vocab = SHAPES[shape]["vocab_size"]
-    ids = ctx.rng.integers(3, vocab, size=(1, prompt)).astype(np.int64)
+    ids = _prompts(ctx, vocab, batch, prompt)
+    ttft = op.startswith("ttft")
+    n = 1 if ttft else new
 
     def setup(lib: Library, copies: int) -> Timed:
-        folder = _checkpoint(shape)
         if lib.name == "pygpukit":
-            from pygpukit import llm
-
-            model = llm.load(folder, max_seq_len=prompt + new + 8, progress=False)
-            prompt_ids = ids[0].tolist()
-            last: dict[str, float] = {}
-
-            def run(i: int) -> Any:
-                g = model.generate(prompt_ids, max_new_tokens=1 if op == "ttft" else new)
-                last["tok_s"] = g.stats.decode_tokens_per_s
-                last["ttft_ms"] = g.stats.time_to_first_token_s * 1e3
-                return g.token_ids
-
-            def measure(i: int) -> float:
-                start = time.perf_counter()
-                run(i)
-                if op == "ttft":
-                    return (time.perf_counter() - start) * 1e3
-                return 1e3 / last["tok_s"]
-
+            run, measure = _pygpukit_generation(shape, ids, op, new)
+        elif lib.name == "torch" and op in ("ttft", "decode"):
+            device = str(getattr(lib, "device", "cuda"))
+            anchor = _anchor(shape, _max_batch(ctx), anchor_seq, device)
+            run, measure = _anchor_generation(lib, anchor, ids, op, new)
         elif lib.name == "torch":
-            _free()
-            model = _hf_model(lib, folder)
-
-            def run(i: int) -> Any:
-                return _hf_generate(lib, model, ids, 1 if op == "ttft" else new)
-
-            def measure(i: int) -> float:
-                start = time.perf_counter()
-                _hf_generate(lib, model, ids, 1)
-                first = time.perf_counter()
-                if op == "ttft":
-                    return (first - start) * 1e3
-                _hf_generate(lib, model, ids, new)
-                total = time.perf_counter() - first
-                return (total - (first - start)) * 1e3 / (new - 1)
-
+            run, measure = _hf_generation(lib, shape, ids, op, new)
         else:
             raise Skip(f"{lib.name}: no LLM runtime")
-
         times: list[float] = []
 
         def timed_measure(i: int) -> float:
@@ -309,38 +423,67 @@ def _generation_case(ctx: SuiteContext, shape: str, op: str, prompt: int, new: i
             return times[-1]
 
         def metrics() -> dict[str, float | str]:
-            if not times or op != "decode":
+            if not times or ttft:
                 return {}
-            return {"tokens_per_s": round(1e3 / float(np.median(times)), 1)}
+            return {"tokens_per_s": round(batch * 1e3 / float(np.median(times)), 1)}
 
-        return Timed(run=run, check=_check_tokens(vocab, 1 if op == "ttft" else new),
-                     measure=timed_measure, metrics=metrics)  # fmt: skip
+        return Timed(run=run, check=_check_tokens(vocab, n), measure=timed_measure,
+                     metrics=metrics)  # fmt: skip
 
     params: dict[str, int | float | str] = {"model": shape, "prompt": prompt}
-    if op == "decode":
-        params["new"] = new
-        return Case(NAME, op, params, dict.fromkeys(("pygpukit", "torch"), setup),
-                    timing="wall", bytes_moved=_decode_bytes(shape), ceiling="copy_bw")  # fmt: skip
-    return Case(NAME, op, params, dict.fromkeys(("pygpukit", "torch"), setup), timing="wall")
+    setups = dict.fromkeys(("pygpukit", "torch"), setup)
+    if ttft:
+        return Case(NAME, op, params, setups, timing="wall")
+    params.update(batch=batch, new=new)
+    return Case(NAME, op, params, setups, timing="wall", bytes_moved=_decode_bytes(shape),
+                ceiling="copy_bw")  # fmt: skip
+
+
+def _batches(ctx: SuiteContext) -> list[int]:
+    if not ctx.on_gpu:
+        return [1, 2]
+    return [1, 16] if ctx.quick else [1, 4, 16, 64]
+
+
+def _max_batch(ctx: SuiteContext) -> int:
+    return max(_batches(ctx))
+
+
+def _shapes(ctx: SuiteContext) -> list[str]:
+    chosen = env.items(MODELS_ENV)
+    if chosen:
+        return list(chosen)
+    if not ctx.on_gpu:
+        return ["tiny"]
+    if ctx.quick:
+        return ["smollm2-135m", "qwen2.5-0.5b"]
+    return ["llama-3.1-8b", "qwen2.5-0.5b", "smollm2-135m"]
 
 
 def _cases(ctx: SuiteContext) -> Iterator[Case]:
-    if not ctx.on_gpu:
-        shapes, prompt, new = ["tiny"], 64, 16
-    elif ctx.quick:
-        shapes, prompt, new = ["smollm2-135m", "qwen2.5-0.5b"], 1024, 64
+    decode_prompt = 32
+    if ctx.on_gpu:
+        prompts, new = list(ctx.seq_lens or [128, 1024]), 64 if ctx.quick else 128
     else:
-        shapes, prompt, new = ["llama-3.1-8b", "qwen2.5-0.5b", "smollm2-135m"], 1024, 128
-    for shape in shapes:
+        prompts, new = list(ctx.seq_lens or [64]), 16
+    # One anchor per shape serves every row: its cache fits the longest prompt and the
+    # largest batch (not both at once: rows use one or the other).
+    anchor_seq = max(max(prompts) + 8, decode_prompt + new + 8)
+    for shape in _shapes(ctx):
         yield _load_case(shape)
-        yield _generation_case(ctx, shape, "ttft", prompt, 1)
-        yield _generation_case(ctx, shape, "decode", 32, new)
+        for prompt in prompts:
+            yield _generation_case(ctx, shape, "ttft", 1, prompt, 1, anchor_seq)
+        for batch in _batches(ctx):
+            yield _generation_case(ctx, shape, "decode", batch, decode_prompt, new, anchor_seq)
+        yield _generation_case(ctx, shape, "ttft_hf", 1, max(prompts), 1, anchor_seq)
+        yield _generation_case(ctx, shape, "decode_hf", 1, decode_prompt, new, anchor_seq)
 
 
 SUITE = Suite(
     NAME,
-    "LLM load, time to first token (1024-token prompt) and batch-1 decode of random-weight "
-    "Llama-3.1-8B / Qwen2.5-0.5B / SmolLM2-135M shapes, vs transformers and safetensors",
+    "LLM load, time to first token (128/1024-token prompts) and decode (batch 1-64) of "
+    "random-weight Llama-3.1-8B / Qwen2.5-0.5B / SmolLM2-135M shapes, vs a graph-captured "
+    "PyTorch decoder, transformers and safetensors",
     _cases,
 )
 

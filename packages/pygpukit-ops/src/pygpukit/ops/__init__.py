@@ -7,6 +7,10 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.normalization`: rmsnorm, layernorm and their fused residual-add forms;
 - :mod:`.rope`: rotary position embeddings (NeoX and GPT-J layouts);
 - :mod:`.rope_scaling`: long-context RoPE frequencies (linear, llama3, yarn);
+- :mod:`.conv`: 1-D convolution and transposed convolution (stride, padding, dilation,
+  groups, depthwise) over ``[B, C, L]`` signals;
+- :mod:`.channels`: instance norm / AdaIN, LayerNorm over channels, Snake, LeakyReLU;
+- :mod:`.recurrent`: LSTM and bidirectional LSTM over a sequence (PyTorch's layout);
 - :mod:`.activations`: gated activations (SwiGLU, GeGLU), embedding lookup, row softmax;
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
@@ -23,19 +27,23 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 Each call plans its launch once per shape bucket and then only looks the plan up; the NumPy
 versions (:mod:`.reference`) run on the CPU backend.
 
-Guides: docs/ops-audio.md, docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md.
+Guides: docs/ops-audio.md, docs/ops-layers.md, docs/ops-attention.md, docs/ops-linear-sampling.md,
+docs/ops-signal.md.
 """
 
 from . import (
     activations,
     attention,
     audio,
+    channels,
     config,
+    conv,
     kv_cache,
     layers,
     linear,
     normalization,
     quantization,
+    recurrent,
     rope,
     rope_scaling,
     sampling,
@@ -50,10 +58,13 @@ __all__ = [
     *activations.__all__,
     *audio.__all__,
     *attention.__all__,
+    *channels.__all__,
+    *conv.__all__,
     *kv_cache.__all__,
     *linear.__all__,
     *normalization.__all__,
     *quantization.__all__,
+    *recurrent.__all__,
     *rope.__all__,
     *rope_scaling.__all__,
     *sampling.__all__,
@@ -62,10 +73,13 @@ __all__ = [
 from .activations import *  # noqa: F403
 from .attention import *  # noqa: F403
 from .audio import *  # noqa: F403
+from .channels import *  # noqa: F403
+from .conv import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403
 from .quantization import *  # noqa: F403
+from .recurrent import *  # noqa: F403
 from .rope import *  # noqa: F403
 from .rope_scaling import *  # noqa: F403
 from .sampling import *  # noqa: F403

@@ -37,6 +37,7 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.array import GPUArray
+from pygpukit.linalg import matmul_nt
 
 from . import _common as c
 from . import _kernel_loader as kl
@@ -137,7 +138,12 @@ class GemvPlan:
 
 @dataclass(frozen=True, slots=True)
 class MatmulPlan:
-    """``gp.matmul`` into ``y`` and, with a bias or an activation, one epilogue kernel."""
+    """``x @ weight.T`` into ``y`` and, with a bias or an activation, one epilogue kernel.
+
+    The product is one runtime call (:func:`pygpukit.linalg.matmul_nt`: no reshaped or
+    transposed views made in Python, no re-validation of what :func:`linear` checked), so a
+    small GEMM costs the host little more than its launches.
+    """
 
     m: int
     n: int
@@ -146,11 +152,10 @@ class MatmulPlan:
     act: int
 
     def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
-        y2 = y.reshape(self.m, self.n)
-        gp.matmul(x.reshape(self.m, self.k), weight.T, out=y2)
+        matmul_nt(x, weight, y)
         if self.epilogue is not None:
             bias_arg: GPUArray | int = bias if bias is not None else 0
-            self.epilogue(y2, bias_arg, self.m, self.n, self.act)
+            self.epilogue(y, bias_arg, self.m, self.n, self.act)
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,11 +323,13 @@ def linear(
     lead = tuple(x.shape[:-1])
     m = math.prod(lead)
     shape = (*lead, n)
-    c.check_out(out, shape, x.dtype)
+    dtype = x.dtype
+    c.check_out(out, shape, dtype)
     check_no_overlap(out, ("x", x), ("weight", weight), ("bias", bias))
-    y = c.result(out, shape, x.dtype)
+    y = c.result(out, shape, dtype)
     if m == 0 or n == 0:
         return y
-    vector = gemv_vector(k, x, weight)
-    plan(m, n, k, x.dtype, act, vector, bias is not None)(x, weight, bias, y)
+    # Alignment only picks between the GEMV kernels: the matmul path skips the two address reads.
+    vector = m <= GEMV_MAX_ROWS and dtype in c.HALF_DTYPES and gemv_vector(k, x, weight)
+    plan(m, n, k, dtype, act, vector, bias is not None)(x, weight, bias, y)
     return y

@@ -27,7 +27,7 @@ from . import _kernel_loader as kl
 from ._plan import Launch, PlanCache, per_backend
 from .reference import rope as reference
 
-__all__ = ["apply_rope", "rope_cos_sin"]
+__all__ = ["apply_rope", "rope_cos_sin", "rope_kv_append"]
 
 _LAYOUTS = ("neox", "gptj")
 _POSITION_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -254,3 +254,144 @@ def apply_rope(
     key = (tokens, q_heads, kv_heads, head_dim, rd, max_pos, flags, q.dtype, gp.get_device())
     PLANS.get(*key)(q, k, q_out, k_out, cos, sin, positions)
     return q_out, k_out
+
+
+@dataclass(frozen=True, slots=True)
+class RopeKVPlan:
+    """The fused launch: ``plan(qkv, q_out, k_cache, v_cache, cos, sin, positions, slots)``."""
+
+    launch: Launch
+    tail: tuple[int, ...]  # max_pos, q_heads, kv_heads, head_dim, seq, max_len, table kind
+
+    def __call__(self, *arrays: GPUArray) -> None:
+        self.launch(*arrays, *self.tail)
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceRopeKVPlan:
+    """The CPU backend's "plan": NumPy rotation, then the cache rows written one by one."""
+
+    batch: int
+    seq: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    max_pos: int
+
+    def __call__(self, *arrays: GPUArray) -> None:
+        qkv, q_out, k_cache, v_cache, cos, sin, positions, slots = arrays
+        tokens, hq, hkv, d = self.batch * self.seq, self.q_heads, self.kv_heads, self.head_dim
+        pos = reference.table_rows(c.host(positions), self.max_pos)
+        cs, sn = c.f32(cos)[pos], c.f32(sin)[pos]
+        x = c.f32(qkv).reshape(tokens, hq + 2 * hkv, d)
+        c.write_into(q_out, reference.rotate(x[:, :hq], cs, sn, d, False).reshape(q_out.shape))
+        k = reference.rotate(x[:, hq : hq + hkv], cs, sn, d, False)
+        v = x[:, hq + hkv :]
+        kc, vc = c.host(k_cache), c.host(v_cache)
+        for t, slot in enumerate(c.host(slots).reshape(-1).tolist()):
+            if 0 <= slot < kc.shape[2]:  # out of the cache: stored nowhere, as on the GPU
+                b = t // self.seq
+                kc[b, :, slot] = k[t].astype(kc.dtype)
+                vc[b, :, slot] = v[t].astype(vc.dtype)
+
+
+def _plan_kv_cuda(*key: Any) -> RopeKVPlan | ReferenceRopeKVPlan:
+    batch, seq, q_heads, kv_heads, head_dim, max_pos, max_len, kind, dtype, _device = key
+    c.check_int32(
+        "rope_kv_append",
+        row_width=(q_heads + 2 * kv_heads) * head_dim,
+        tokens=batch * seq,
+        max_len=max_len,
+    )
+    pairs = (q_heads + kv_heads) * (head_dim // 2)
+    block = min(256, max(32, -(-pairs // 32) * 32))
+    kernel = kl.kernel("rope", f"rope_kv_append_{c.kernel_suffix(dtype)}")
+    return RopeKVPlan(
+        Launch(kernel, batch * seq, block),
+        (max_pos, q_heads, kv_heads, head_dim, seq, max_len, kind),
+    )
+
+
+def _plan_kv_numpy(*key: Any) -> RopeKVPlan | ReferenceRopeKVPlan:
+    batch, seq, q_heads, kv_heads, head_dim, max_pos, _max_len, _kind, _dtype, _device = key
+    return ReferenceRopeKVPlan(batch, seq, q_heads, kv_heads, head_dim, max_pos)
+
+
+#: Fused RoPE + cache-append plans by (batch, seq, q_heads, kv_heads, head_dim, max_positions,
+#: max_len, table kind, dtype, device).
+KV_PLANS: PlanCache[RopeKVPlan | ReferenceRopeKVPlan] = PlanCache(
+    "rope_kv_append", per_backend(cpu=_plan_kv_numpy, cuda=_plan_kv_cuda)
+)
+
+
+def rope_kv_append(
+    qkv: GPUArray,
+    cos: GPUArray,
+    sin: GPUArray,
+    positions: GPUArray,
+    k_cache: GPUArray,
+    v_cache: GPUArray,
+    slots: GPUArray,
+    *,
+    q_heads: int,
+    out: GPUArray | None = None,
+) -> GPUArray:
+    """Split a fused q/k/v projection, rotate q and k, and append k and v to a cache: one launch.
+
+    ``qkv`` is ``[B, T, (q_heads + 2 * kv_heads) * D]`` (each token's q heads, then k heads, then
+    v heads: the output of a fused q/k/v weight), float32, float16 or bfloat16, C-contiguous;
+    ``k_cache`` and ``v_cache`` are ``[B, kv_heads, max_len, D]`` of the same dtype (they give
+    ``kv_heads`` and ``D``); ``cos``/``sin`` are :func:`rope_cos_sin` tables ``[P, D / 2]``
+    (float32 or qkv's dtype; the whole head rotates, NeoX layout); ``positions`` (the RoPE
+    angle row) and ``slots`` (the cache row) are int32 ``[B, T]`` on the device.
+
+    Returns the rotated queries ``[B, T, q_heads, D]`` (into ``out`` when given). Rotated keys
+    and the values land at ``k_cache[b, :, slots[b, t]]`` / ``v_cache[b, :, slots[b, t]]``; a
+    slot outside ``[0, max_len)`` is not stored. The values are those of slicing ``qkv``,
+    :func:`apply_rope` and :func:`~pygpukit.ops.kv_cache_append` with per-token positions
+    ``slots``, in one kernel instead of up to five (three copies when ``T > 1``, RoPE, the
+    append): a decode step's launches are what bound small models. Positions outside ``[0, P)``
+    raise ``ValueError`` on the CPU backend; on the GPU such a token is not rotated (as
+    :func:`apply_rope`).
+    """
+    q_heads = validation.size(q_heads, "q_heads", "rope_kv_append", minimum=1)
+    qkv = c.check_array(qkv, "qkv", dtypes=c.FLOAT_DTYPES, ndim=3)
+    k_cache = c.check_array(k_cache, "k_cache", dtypes=c.FLOAT_DTYPES, ndim=4)
+    v_cache = c.check_array(v_cache, "v_cache", dtypes=c.FLOAT_DTYPES, ndim=4)
+    c.check_same_dtype(qkv, ("k_cache", k_cache), ("v_cache", v_cache))
+    c.check_shape(v_cache, "v_cache", k_cache.shape)
+    c.check_writeable(k_cache, "k_cache")
+    c.check_writeable(v_cache, "v_cache")
+    b, t, width = qkv.shape
+    kb, kv_heads, max_len, d = k_cache.shape
+    if q_heads < 1 or d % 2 or width != (q_heads + 2 * kv_heads) * d or kb != b:
+        raise ValueError(
+            f"qkv {tuple(qkv.shape)} must be [B, T, (q_heads + 2 * kv_heads) * D] with q_heads="
+            f"{q_heads} >= 1, and the caches [B, kv_heads, max_len, D] with an even D; got "
+            f"caches {tuple(k_cache.shape)}"
+        )
+    cos = c.check_array(cos, "cos", dtypes=list(_TABLE_KIND), ndim=2)
+    sin = c.check_array(sin, "sin", dtypes=list(_TABLE_KIND), ndim=2)
+    if cos.dtype not in (np.dtype(np.float32), qkv.dtype):
+        raise TypeError(f"cos must be float32 or {qkv.dtype} like qkv; got {cos.dtype}")
+    c.check_same_dtype(cos, ("sin", sin))
+    c.check_shape(sin, "sin", cos.shape)
+    max_pos, half = cos.shape
+    if half != d // 2:
+        raise ValueError(
+            f"cos/sin have width {half} but the heads have D = {d}: rope_kv_append rotates the "
+            f"whole head, so the tables must be rope_cos_sin(P, {d})"
+        )
+    positions = c.check_array(positions, "positions", dtypes=[np.int32], ndim=2)
+    slots = c.check_array(slots, "slots", dtypes=[np.int32], ndim=2)
+    c.check_shape(positions, "positions", (b, t))
+    c.check_shape(slots, "slots", (b, t))
+    shape = (b, t, q_heads, d)
+    c.check_out(out, shape, qkv.dtype)
+    q = c.result(out, shape, qkv.dtype)
+    if b * t == 0:
+        return q
+    key = (b, t, q_heads, kv_heads, d, max_pos, max_len, _TABLE_KIND[cos.dtype], qkv.dtype,
+           gp.get_device())  # fmt: skip
+    KV_PLANS.get(*key)(qkv, q, k_cache, v_cache, cos, sin, positions, slots)
+    return q

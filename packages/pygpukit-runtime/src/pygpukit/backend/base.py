@@ -28,7 +28,10 @@ The core ops are more functions of the same shape:
 broadcasting and promotion decided before the call), ``unary(op, a, out)``,
 ``reduce(op, a, axes, ddof)`` (keepdims and ``out=`` applied in Python),
 ``softmax``, ``cumsum``, ``take``, ``tri``, ``matmul(a, b, out, allow_tf32)``,
-``where``, ``clip``; the other shape ops are views plus ``copy_into``.
+``where``, ``clip``; the other shape ops are views plus ``copy_into``. Two matmul
+shortcuts keep small products cheap on the host: ``matmul_new(a, b, allow_tf32) ->
+impl`` (two 2-D, or two 3-D impls of one batch size, one dtype) and ``matmul_nt(x, w,
+out, allow_tf32)`` (``out = x @ w.T``, ``x`` and ``out`` C-contiguous).
 """
 
 from __future__ import annotations

@@ -21,3 +21,28 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray, allow_tf32: bool) -> N
         out[...] = result.astype(out.dtype)
     else:
         np.matmul(a, b, out=out)
+
+
+def matmul_new(a: np.ndarray, b: np.ndarray, allow_tf32: bool) -> np.ndarray:
+    """``a @ b`` of two 2-D arrays, or two 3-D arrays of one batch size, into a new array."""
+    from .cpu import empty
+
+    out = empty((*a.shape[:-1], b.shape[-1]), a.dtype.name, None, None)
+    matmul(a, b, out, allow_tf32)
+    return out
+
+
+def matmul_nt(x: np.ndarray, w: np.ndarray, out: np.ndarray, allow_tf32: bool) -> None:
+    """``out = x @ w.T`` for C-contiguous ``x`` [..., K] and ``out`` [..., N], ``w`` [N, K].
+
+    Checks what the CUDA backend's native call checks (a ``ValueError`` for each).
+    """
+    if x.ndim < 1 or w.ndim != 2 or x.shape[-1] != w.shape[1]:
+        raise ValueError("matmul_nt takes x [..., K] and a 2-D weight [N, K]")
+    if not (x.flags.c_contiguous and out.flags.c_contiguous):
+        raise ValueError("matmul_nt: x and out must be C-contiguous")
+    n, k = w.shape
+    m = int(np.prod(x.shape[:-1]))
+    if out.size != m * n or out.dtype != x.dtype:
+        raise ValueError("matmul_nt: out must hold M x N elements of x's dtype")
+    matmul(x.reshape(m, k), w.T, out.reshape(m, n), allow_tf32)

@@ -1,4 +1,4 @@
-"""The CUDA backend's matmul: one ``_native.matmul`` call.
+"""The CUDA backend's matmul: one ``_native`` call (``matmul``, ``matmul_new``, ``matmul_nt``).
 
 cuBLASLt is loaded on the first matmul from ``_environment.library_candidates("cublasLt")``
 (never linked). ``PYGPUKIT_GEMM_BACKEND`` is read on every call: unset or ``auto`` uses
@@ -34,12 +34,30 @@ def gemm_backend() -> str:
 
 def matmul(a: Any, b: Any, out: Any, allow_tf32: bool) -> None:
     """``out[z] = a[z] @ b[z]`` for 3-D impls of one dtype; ``out`` is C-contiguous."""
+    _native.matmul(a, b, out, allow_tf32, _backend_arg(), None)
+
+
+def _backend_arg() -> str:
     choice = gemm_backend()
     if choice != "own":
         status = cublaslt_status()
         if choice == "cublaslt" and not status["loaded"]:
             raise LibraryNotFoundError("cublasLt", status["tried"])
-    _native.matmul(a, b, out, allow_tf32, choice, None)
+    return choice
+
+
+def matmul_new(a: Any, b: Any, allow_tf32: bool) -> Any:
+    """``a @ b`` of two 2-D impls, or two 3-D impls of one batch size, into a new impl.
+
+    One native call does the views, the allocation and the product: the host cost of a small
+    matmul is this call, not a dozen Python-level steps.
+    """
+    return _native.matmul_new(a, b, allow_tf32, _backend_arg())
+
+
+def matmul_nt(x: Any, w: Any, out: Any, allow_tf32: bool) -> None:
+    """``out = x @ w.T`` for C-contiguous ``x`` [..., K] and ``out`` [..., N], ``w`` [N, K]."""
+    _native.matmul_nt(x, w, out, allow_tf32, _backend_arg())
 
 
 def matmul_implementation(dtype: str, allow_tf32: bool) -> str:

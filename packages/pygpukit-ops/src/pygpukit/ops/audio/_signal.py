@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -10,11 +11,14 @@ import pygpukit as gp
 from pygpukit import validation
 from pygpukit.array import GPUArray
 
+from .. import _common as c
 from .. import _kernel_loader as kl
 from .._plan import Launch
 from ..reference import stft as reference
 
 F32 = np.dtype(np.float32)
+#: The sample dtypes the audio ops take (all but float32 are converted once).
+SAMPLE_DTYPES = (*c.FLOAT_DTYPES, np.dtype(np.float64))
 #: Blocks of a grid-stride kernel: at most this many (each thread loops over the rest).
 _MAX_BLOCKS = 1 << 20
 
@@ -28,7 +32,7 @@ def signal(x: Any, name: str, op: str, *, min_ndim: int = 1) -> tuple[GPUArray, 
         raise TypeError(
             f"{op}: {name} must be a GPUArray (gp.from_numpy(samples)), got {type(x).__name__}"
         )
-    if x.dtype.kind != "f":
+    if x.dtype not in SAMPLE_DTYPES:
         raise TypeError(f"{op}: {name} must hold floating-point samples, got dtype {x.dtype}")
     if x.ndim < min_ndim:
         raise ValueError(f"{op}: {name} must have at least {min_ndim} dimension(s), got {x.shape}")
@@ -41,6 +45,25 @@ def signal(x: Any, name: str, op: str, *, min_ndim: int = 1) -> tuple[GPUArray, 
     return x.reshape(batch, x.shape[-1]), lead
 
 
+def spectrum(x: Any, name: str, op: str) -> GPUArray:
+    """``x`` as a C-contiguous float32 array (a strided view or a half-precision one is copied)."""
+    if not isinstance(x, GPUArray):
+        raise TypeError(f"{op}: {name} must be a GPUArray, got {type(x).__name__}")
+    if x.dtype not in SAMPLE_DTYPES:
+        raise TypeError(f"{op}: {name} must be floating-point, got dtype {x.dtype}")
+    if x.dtype != F32:
+        return x.astype(F32)
+    return x if x.is_contiguous() else x.copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _named_window(kind: str, win_length: int, n_fft: int) -> tuple[np.ndarray, bytes]:
+    """A named window and its bytes, made once per size (every call of an op asks for it)."""
+    values = reference.window(kind, win_length, n_fft)
+    values.setflags(write=False)
+    return values, values.tobytes()
+
+
 def window_values(window: Any, win_length: int, n_fft: int, op: str) -> tuple[np.ndarray, bytes]:
     """The float64 window padded to ``n_fft``, and its bytes (a hashable plan key).
 
@@ -49,7 +72,7 @@ def window_values(window: Any, win_length: int, n_fft: int, op: str) -> tuple[np
     """
     if isinstance(window, str):
         validation.choice(window, reference.WINDOWS, "window", op)
-        values = reference.window(window, win_length, n_fft)
+        return _named_window(window, win_length, n_fft)
     else:
         host = window.to_numpy() if isinstance(window, GPUArray) else np.asarray(window)
         if host.ndim != 1 or host.shape[0] != win_length:

@@ -12,8 +12,8 @@
   is its ``input_features``, 3000 frames);
 - :func:`mfcc`: librosa's ``feature.mfcc``: DCT-II (orthonormal) of the mel power in decibels.
 
-On the GPU the power spectrum is one framing kernel, one fp32 matmul with the DFT basis and a
-square; the mel projection is a second matmul, and one kernel applies the log scaling.
+On the GPU the power spectrum is one fused FFT kernel (n_fft 400); the mel projection is an fp32
+matmul, then the per-item maximum and one kernel for the log scaling.
 """
 
 from __future__ import annotations
@@ -33,7 +33,17 @@ from .._plan import Launch, PlanCache, per_backend
 from ..reference import mel as reference
 from ..reference import stft as stft_reference
 from . import _signal as sig
-from .stft import BASES, Bases, Framing, frames_launch, frames_to_planar, make_framing, stft
+from .stft import (
+    BASES,
+    Bases,
+    CudaStftFft,
+    Framing,
+    frames_launch,
+    frames_to_planar,
+    fused_stft,
+    make_framing,
+    stft,
+)
 
 __all__ = [
     "log_mel_spectrogram",
@@ -148,6 +158,26 @@ class CudaLogMel:
 
 
 @dataclass(frozen=True, slots=True)
+class CudaLogMelFft:
+    """Whisper's frontend on the GPU with the fused FFT kernel writing the power spectrum."""
+
+    power: CudaStftFft
+    bank: MelBank
+    finish: Launch
+
+    def __call__(self, x: GPUArray) -> GPUArray:
+        fr, count = self.power.fr, self.power.count
+        batch = x.shape[0]
+        power = gp.empty((batch, fr.n_bins, count), np.float32)
+        self.power(x, power, None)
+        mel = gp.matmul(self.bank.filters, power, allow_tf32=False)
+        n_mels = mel.shape[1]
+        maxes = mel.reshape(batch, n_mels * count).max(axis=1)
+        self.finish(mel, maxes, batch, n_mels * count, 1.0, 1e-10, 8.0, 0.25, 1.0)
+        return mel
+
+
+@dataclass(frozen=True, slots=True)
 class ReferenceLogMel:
     """The CPU backend's Whisper frontend (NumPy float64)."""
 
@@ -166,10 +196,13 @@ class ReferenceLogMel:
 
 def _plan_log_mel_cuda(
     fr: Framing, filters: bytes, n_mels: int, batch: int, length: int, device: int
-) -> CudaLogMel:
+) -> CudaLogMel | CudaLogMelFft:
     count = fr.n_frames(length, "log_mel_spectrogram") - 1
-    launch, args = frames_launch(fr, batch, length, count)
     finish = sig.elementwise("audio", "audio_log_finish_f32", batch * n_mels * count)
+    power = fused_stft(fr, batch, length, count, 2, device)  # Whisper's n_fft 400 = 4*4*5*5
+    if power is not None:
+        return CudaLogMelFft(power, BANKS.get(filters, n_mels, device), finish)
+    launch, args = frames_launch(fr, batch, length, count)
     return CudaLogMel(
         fr,
         count,
@@ -188,7 +221,7 @@ def _plan_log_mel_numpy(
 
 
 #: Whisper frontend plans by (framing, filterbank bytes, n_mels, batch, length, device).
-LOG_MEL_PLANS: PlanCache[CudaLogMel | ReferenceLogMel] = PlanCache(
+LOG_MEL_PLANS: PlanCache[CudaLogMel | CudaLogMelFft | ReferenceLogMel] = PlanCache(
     "log_mel_spectrogram", per_backend(cpu=_plan_log_mel_numpy, cuda=_plan_log_mel_cuda)
 )
 

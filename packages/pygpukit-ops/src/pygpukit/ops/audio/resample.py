@@ -6,7 +6,7 @@ sample as the Kaiser-windowed sinc interpolation of the input at time ``j * down
 attenuation). The ``up`` weight sets (phases) are computed once per ratio in float64 and kept on
 the device; one kernel thread per output sample sums its taps (no FFT, no host round trip).
 
-Quality: for content below 0.85 of the lower Nyquist the result is within 1e-6 (relative) of
+Quality: for content below 0.85 of the lower Nyquist the result is within 1e-5 (relative) of
 ideal band-limited interpolation away from the ends, and within 1e-3 of ``soxr``'s ``HQ``
 over the whole signal; content between that and the Nyquist is attenuated a little differently
 (the transition bands differ), and the first and last ~100 samples differ because the signal is

@@ -9,10 +9,12 @@ Spectra are float32 GPUArrays (GPUArray has no complex dtype):
 - ``"polar"``: a tuple ``(magnitude, phase)`` of two such arrays (phase in radians,
   ``atan2(imag, real)``), the form vocoders such as Kokoro's produce for :func:`istft`.
 
-On the GPU a framing kernel cuts the (padded) signal into frames, one fp32 matrix product with
-a precomputed basis (window folded in, angles reduced exactly) gives every bin of every frame,
-and one kernel writes the requested form. :func:`istft` multiplies by the inverse basis and
-overlap-adds, dividing by the summed squared window, so it inverts :func:`stft` to float32
+On the GPU, for ``n_fft`` up to 2048 whose prime factors are at most 64 (400, 512, 20, ...),
+one fused kernel cuts, windows and FFTs the frames in shared memory and writes the requested
+form (:mod:`._fft`); other sizes take the DFT as a matrix product: a framing kernel, one fp32
+matmul with a precomputed basis (window folded in, angles reduced exactly), one output kernel.
+:func:`istft` inverts either way and overlap-adds, dividing by the summed squared window, so it
+inverts :func:`stft` to float32
 rounding for any window whose shifted squares do not vanish (every COLA window, e.g. Hann
 with hop <= n_fft / 2). On the CPU backend NumPy's FFT computes in float64.
 """
@@ -31,6 +33,7 @@ from pygpukit.array import GPUArray
 from .. import _common as c
 from .._plan import Launch, PlanCache, per_backend
 from ..reference import stft as reference
+from . import _fft
 from . import _signal as sig
 
 __all__ = ["istft", "stft"]
@@ -58,6 +61,13 @@ def _build_bases(n_fft: int, window_bytes: bytes, device: int) -> Bases:
 
 #: DFT bases by (n_fft, window bytes, device); built on the first use of a window.
 BASES: PlanCache[Bases] = PlanCache("audio_dft_bases", _build_bases, maxsize=64)
+
+#: Windows on the device by (window bytes, device), for the fused FFT kernels.
+WINDOWS: PlanCache[GPUArray] = PlanCache(
+    "audio_windows",
+    lambda window_bytes, device: sig.upload(np.frombuffer(window_bytes, dtype=np.float64)),
+    maxsize=64,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +166,47 @@ class CudaStft:
 
 
 @dataclass(frozen=True, slots=True)
+class CudaStftFft:
+    """The fused GPU STFT of one shape: one kernel from samples to the requested form."""
+
+    fr: Framing
+    count: int
+    window: GPUArray
+    tables: _fft.FftTables
+    launch: Launch
+    frame_args: tuple[int, ...]  # batch, length, n_fft, hop, n_frames, pad, reflect
+    mode: int
+
+    def __call__(self, x: GPUArray, a: GPUArray, b: GPUArray | None) -> None:
+        t = self.tables
+        self.launch(
+            x,
+            self.window,
+            t.twiddles,
+            t.radices,
+            a,
+            b if b is not None else a,
+            *self.frame_args,
+            t.n_radices,
+            t.pairs,
+            self.mode,
+        )
+
+
+def fused_stft(
+    fr: Framing, batch: int, length: int, count: int, mode: int, device: int
+) -> CudaStftFft | None:
+    """The fused-kernel plan of ``count`` frames, or None when ``n_fft`` needs the matmul path."""
+    if _fft.radices(fr.n_fft) is None:
+        return None
+    _, args = frames_launch(fr, batch, length, count)
+    tables = _fft.TABLES.get(fr.n_fft, device)
+    launch = _fft.launch("audio_stft_fft_f32", tables, batch * count)
+    window = WINDOWS.get(fr.window, device)
+    return CudaStftFft(fr, count, window, tables, launch, args, mode)
+
+
+@dataclass(frozen=True, slots=True)
 class ReferenceStft:
     """The CPU backend's STFT (NumPy float64 FFT)."""
 
@@ -177,8 +228,13 @@ class ReferenceStft:
             c.write_into(b, np.angle(spec))
 
 
-def _plan_stft_cuda(fr: Framing, batch: int, length: int, mode: int, device: int) -> CudaStft:
+def _plan_stft_cuda(
+    fr: Framing, batch: int, length: int, mode: int, device: int
+) -> CudaStft | CudaStftFft:
     count = fr.n_frames(length, "stft")
+    fused = fused_stft(fr, batch, length, count, mode, device)
+    if fused is not None:
+        return fused
     launch, args = frames_launch(fr, batch, length, count)
     finish = sig.elementwise("audio", "audio_spec_out_f32", batch * fr.n_bins * count)
     bases = BASES.get(fr.n_fft, fr.window, device)
@@ -190,7 +246,7 @@ def _plan_stft_numpy(fr: Framing, batch: int, length: int, mode: int, device: in
 
 
 #: STFT plans by (framing, batch, length, output mode, device).
-STFT_PLANS: PlanCache[CudaStft | ReferenceStft] = PlanCache(
+STFT_PLANS: PlanCache[CudaStft | CudaStftFft | ReferenceStft] = PlanCache(
     "stft", per_backend(cpu=_plan_stft_numpy, cuda=_plan_stft_cuda)
 )
 
@@ -215,7 +271,8 @@ def stft(
     middle; ``window`` ``"hann"`` / ``"hamming"`` (periodic) / ``"rectangular"`` or the
     ``win_length`` values; ``center`` pads ``n_fft // 2`` on both sides (``pad_mode``
     ``"reflect"``, which needs ``L > n_fft // 2``, or ``"constant"`` zeros), giving
-    ``1 + L // hop`` frames (``1 + (L - n_fft) // hop`` without it).
+    ``1 + L // hop`` frames for an even ``n_fft`` (``1 + (L + 2 (n_fft // 2) - n_fft) // hop``
+    in general; ``1 + (L - n_fft) // hop`` without centring).
 
     ``output`` (see the module doc): ``"complex"`` ``[..., n_bins, n_frames, 2]``,
     ``"magnitude"``, ``"power"``, or ``"polar"`` for ``(magnitude, phase)``.
@@ -262,7 +319,64 @@ class CudaIstft:
         frames_t = gp.empty((batch, fr.n_fft, count), np.float32)
         gp.matmul(self.bases.inverse, planar, out=frames_t, allow_tf32=False)
         self.overlap_add(
-            frames_t, self.bases.window, y, batch, fr.n_fft, fr.hop, count, self.start, self.out_len
+            frames_t,
+            self.bases.window,
+            y,
+            batch,
+            fr.n_fft,
+            fr.hop,
+            count,
+            self.start,
+            self.out_len,
+            1,
+            count,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CudaIstftFft:
+    """The fused GPU inverse STFT of one shape: one kernel to windowed frames, overlap-add."""
+
+    fr: Framing
+    count: int
+    window: GPUArray
+    tables: _fft.FftTables
+    inverse: Launch
+    mode: int
+    overlap_add: Launch
+    start: int
+    out_len: int
+
+    def __call__(self, a: GPUArray, b: GPUArray | None, y: GPUArray) -> None:
+        fr, count, t = self.fr, self.count, self.tables
+        batch = y.shape[0]
+        frames = gp.empty((batch, count, fr.n_fft), np.float32)
+        self.inverse(
+            a,
+            b if b is not None else a,
+            self.window,
+            t.twiddles,
+            t.radices,
+            frames,
+            batch,
+            fr.n_fft,
+            count,
+            t.n_radices,
+            t.pairs,
+            self.mode,
+        )
+        self.overlap_add(
+            frames,
+            self.window,
+            y,
+            batch,
+            fr.n_fft,
+            fr.hop,
+            count,
+            self.start,
+            self.out_len,
+            fr.n_fft,
+            1,
         )
 
 
@@ -283,17 +397,22 @@ class ReferenceIstft:
             assert b is not None
             spec = c.f32(a).astype(np.float64) * np.exp(1j * c.f32(b).astype(np.float64))
         out = reference.istft(spec, fr.n_fft, fr.hop, fr.window_values, fr.center, self.out_len)
-        c.write_into(y, out)
+        c.write_into(y, out.reshape(y.shape))
 
 
 def _plan_istft_cuda(
     fr: Framing, batch: int, count: int, mode: int, out_len: int, device: int
-) -> CudaIstft:
+) -> CudaIstft | CudaIstftFft:
     c.check_int32("istft", n_fft=fr.n_fft, hop=fr.hop)
-    to_planar = sig.elementwise("audio", "audio_spec_in_f32", batch * fr.n_bins * count)
-    ola = sig.elementwise("audio", "audio_overlap_add_f32", batch * out_len)
-    bases = BASES.get(fr.n_fft, fr.window, device)
     start = fr.n_fft // 2 if fr.center else 0
+    ola = sig.elementwise("audio", "audio_overlap_add_f32", batch * out_len)
+    if _fft.radices(fr.n_fft) is not None:
+        tables = _fft.TABLES.get(fr.n_fft, device)
+        inverse = _fft.launch("audio_istft_fft_f32", tables, batch * count)
+        window = WINDOWS.get(fr.window, device)
+        return CudaIstftFft(fr, count, window, tables, inverse, mode, ola, start, out_len)
+    to_planar = sig.elementwise("audio", "audio_spec_in_f32", batch * fr.n_bins * count)
+    bases = BASES.get(fr.n_fft, fr.window, device)
     return CudaIstft(fr, count, bases, to_planar, mode, ola, start, out_len)
 
 
@@ -304,7 +423,7 @@ def _plan_istft_numpy(
 
 
 #: Inverse STFT plans by (framing, batch, frames, input mode, output length, device).
-ISTFT_PLANS: PlanCache[CudaIstft | ReferenceIstft] = PlanCache(
+ISTFT_PLANS: PlanCache[CudaIstft | CudaIstftFft | ReferenceIstft] = PlanCache(
     "istft", per_backend(cpu=_plan_istft_numpy, cuda=_plan_istft_cuda)
 )
 
@@ -328,13 +447,14 @@ def istft(
     ``torch.istft(mag * torch.exp(phase * 1j), ...)``). Windowed overlap-add divided by the
     summed squared window (``torch.istft`` / ``librosa.istft``); ``length`` trims or zero-pads
     the result, default ``hop * (n_frames - 1)`` with ``center`` (``n_fft + hop * (n_frames - 1)``
-    without). float32 in and out.
+    without). float32 out; strided views (e.g. the halves of a vocoder's ``[B, 2 * n_bins, T]``
+    output) and float16 / bfloat16 inputs are copied to contiguous float32 first.
     """
     op = "istft"
     fr = make_framing(n_fft, hop_length, win_length, window, center, "reflect", op)
     polar = phase is not None
     need = 3 if not polar else 2
-    a = c.check_array(spec, "spec", dtypes=(sig.F32,))
+    a = sig.spectrum(spec, "spec", op)
     if polar and a.ndim < need:
         raise ValueError(f"{op}: a magnitude must be [..., n_bins, n_frames], got {a.shape}")
     if not polar and (a.ndim < need or a.shape[-1] != 2):
@@ -353,7 +473,7 @@ def istft(
         raise ValueError(f"{op}: spec has no frames")
     b = None
     if polar:
-        b = c.check_array(phase, "phase", dtypes=(sig.F32,))
+        b = sig.spectrum(phase, "phase", op)
         c.check_shape(b, "phase", tuple(a.shape))
     if length is None:
         out_len = fr.hop * (count - 1) + (0 if fr.center else fr.n_fft)

@@ -13,7 +13,7 @@ import importlib
 from pygpukit.benchmark.registry import Suite
 
 #: One module per suite, in report order.
-MODULES = ("normalization", "linear", "attention", "sampling", "launch")
+MODULES = ("normalization", "linear", "attention", "sampling", "launch", "audio", "signal")
 
 
 def suites() -> list[Suite]:

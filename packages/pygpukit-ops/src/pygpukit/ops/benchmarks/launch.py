@@ -7,6 +7,8 @@ Rows (host time per call, nothing synchronized inside the timed loop; PyTorch's
 
 - ``gemv``: ``ops.gemv`` of x [1, 4096] and W [4096, 4096] bfloat16 (``api=function``), and
   the same product through ``ops.layers.Linear`` (``api=layer``);
+- ``linear``: ``ops.linear`` of x [M, 4096] (M = 16, 128: prefill chunks and batched decode,
+  the cuBLASLt path) and W [4096, 4096] bfloat16, against ``F.linear``;
 - ``decode_attention``: one query token, batch 1, Hq 32, Hkv 8, D 128 over 4096 cached tokens
   in a contiguous cache: ``ops.decode_attention`` (``api=function``) and
   ``ops.layers.Attention.decode`` (``api=layer``).
@@ -90,6 +92,28 @@ def gemv_case(ctx: SuiteContext, n: int, k: int, api: str) -> Case:
     return Case(NAME, "gemv", params, dict.fromkeys(libs, setup), timing="host", peer_key=peer_key)
 
 
+def linear_case(ctx: SuiteContext, m: int, n: int, k: int) -> Case:
+    """``y = x @ W.T`` for ``m`` rows of x (the GEMM path): host time of one call."""
+    params: dict[str, int | float | str] = {"m": m, "n": n, "k": k, "dtype": DTYPE}
+    params["api"] = "function"
+
+    def setup(lib: Library, copies: int) -> Timed:
+        xh = ctx.data.get((m, k), DTYPE, 0)
+        wh = ctx.data.get((n, k), DTYPE, 1)
+        x, w = lib.upload(xh, DTYPE), lib.upload(wh, DTYPE)
+        linear = lib.module.nn.functional.linear if lib.name == "torch" else _ops().linear
+        ref = xh.astype(np.float64) @ wh.astype(np.float64).T
+
+        def check(out: Any) -> float:
+            got = lib.download(out).astype(np.float64)
+            return check_close(got, ref, DTYPE, f"linear ({lib.name})", 1.0)
+
+        return Timed(run=lambda i: linear(x, w), check=check)
+
+    return Case(NAME, "linear", params, dict.fromkeys(("pygpukit", "torch"), setup),
+                timing="host")  # fmt: skip
+
+
 def decode_case(ctx: SuiteContext, hq: int, hkv: int, n: int, d: int, api: str) -> Case:
     """One decode-attention step for one sequence over ``n`` cached tokens: host time."""
     params: dict[str, int | float | str] = {
@@ -135,11 +159,16 @@ def decode_case(ctx: SuiteContext, hq: int, hkv: int, n: int, d: int, api: str) 
 
 
 def cases(ctx: SuiteContext) -> Iterator[Case]:
-    """GEMV 1x4096x4096 and batch-1 decode attention (smaller on the CPU), per API."""
+    """GEMV, linear (16 and 128 rows) and batch-1 decode attention rows.
+
+    GEMV and linear are 4096 x 4096 (256 on the CPU); decode attention spans 4096 tokens.
+    """
     n = k = 4096 if ctx.on_gpu else 256
     ctx_len = 4096 if ctx.on_gpu else 128
     for api in APIS:
         yield gemv_case(ctx, n, k, api)
+    for m in (16, 128):
+        yield linear_case(ctx, m, n, k)
     for api in APIS:
         yield decode_case(ctx, 32, 8, ctx_len, 128, api)
 

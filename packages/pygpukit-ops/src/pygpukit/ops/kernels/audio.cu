@@ -9,8 +9,9 @@
 //                           2 power, 3 magnitude and phase (atan2) in two arrays.
 //   audio_spec_in_f32       the reverse: mode 0 interleaved complex [b, k, f, 2] (in `a`), 1 a
 //                           magnitude `a` and phase `b` (polar), into the planar P.
-//   audio_overlap_add_f32   the inverse STFT's overlap-add of frames stored transposed,
-//                           framesT[b, n, f] (already windowed), divided by the summed squared
+//   audio_overlap_add_f32   the inverse STFT's overlap-add of windowed frames (sample n of frame f
+//                           of item b at b*n_fft*n_frames + f*frame_stride + n*sample_stride:
+//                           frame-major or transposed), divided by the summed squared
 //                           window where it is above float32's tiny, trimmed to [start, start+len).
 //                           One thread per output sample gathers the ceil(n_fft / hop) frames over
 //                           it: no atomics, deterministic.
@@ -21,6 +22,11 @@
 //                           p(j) = (j * down) % up and base(j) = (j * down) / up - half; samples
 //                           outside the signal are zeros.
 //   audio_yin_f32           YIN's pitch and voicing of each frame (see the kernel).
+//   audio_stft_fft_f32      the fused STFT for n_fft <= 2048 whose prime factors are <= 64: frames
+//                           cut from the signal, windowed, transformed by a mixed-radix Stockham
+//                           FFT in shared memory (two real frames as one complex one) and written
+//                           in the caller's form; no frame buffer, no matmul.
+//   audio_istft_fft_f32     its inverse: spectra to windowed frames [b, f, n] for the overlap-add.
 #include "pygpukit/kernel.cuh"
 
 namespace {
@@ -107,8 +113,9 @@ PGK_KERNEL(audio_spec_in_f32, (const float* a, const float* b_in, float* planar,
 }
 
 PGK_KERNEL(audio_overlap_add_f32,
-           (const float* frames_t, const float* window, float* y, long long batch, int n_fft,
-            int hop, long long n_frames, long long start, long long out_len)) {
+           (const float* frames, const float* window, float* y, long long batch, int n_fft, int hop,
+            long long n_frames, long long start, long long out_len, long long frame_stride,
+            long long sample_stride)) {
     const long long total = batch * out_len;
     const long long padded_len = n_fft + static_cast<long long>(hop) * (n_frames - 1);
     const float tiny = 1.1754943508222875e-38f;
@@ -120,11 +127,11 @@ PGK_KERNEL(audio_overlap_add_f32,
             long long f_hi = t / hop;
             if (f_hi > n_frames - 1) f_hi = n_frames - 1;
             long long f_lo = t - n_fft + 1 <= 0 ? 0 : (t - n_fft + hop) / hop;
-            const float* item = frames_t + b * n_fft * n_frames;
+            const float* item = frames + b * n_fft * n_frames;
             for (long long f = f_lo; f <= f_hi; ++f) {
                 const long long n = t - f * hop;
                 const float w = window[n];
-                value += item[n * n_frames + f];
+                value += item[f * frame_stride + n * sample_stride];
                 envelope += w * w;
             }
         }
@@ -219,4 +226,269 @@ PGK_KERNEL(audio_yin_f32,
     }
     f0[f] = sr / (static_cast<float>(min_period + i) + shift);
     voiced[f] = chosen >= 0 ? 1 : 0;
+}
+
+// ----------------------------------------------------------------------------- fused FFT STFT
+//
+// A block takes 2 * `pairs` consecutive frames (of the flattened [batch * n_frames]); frame 2p is
+// the real part and frame 2p + 1 the imaginary part of complex sequence p, so one complex FFT
+// of length N serves two real frames: X_a[k] = (Z[k] + conj Z[N-k]) / 2 and
+// X_b[k] = (Z[k] - conj Z[N-k]) / 2i. The FFT is Stockham's autosort form, decimation in
+// frequency: a stage of radix r over a remaining length n (stride s, m = n / r) reads
+// a_j = src[q + s (p + j m)] and writes dst[q + s (r p + k)] = w_n^{pk} sum_j a_j w_r^{jk},
+// ping-ponging between two shared buffers; the result is in natural order. Twiddles
+// w_N^i = exp(-2 pi i / N) come from a table made in float64 on the host. Radices 2, 3, 4 and 5
+// are unrolled; any other prime (up to 64) takes a generic loop.
+
+PGK_CONSTANT(AUDIO_FFT_THREADS, 256);
+// Shared memory of the fused FFT kernels, in complex values: the twiddles (N) and two buffers
+// of pairs * N; 48 KiB, the most a kernel gets without opting in.
+PGK_CONSTANT(AUDIO_FFT_SHARED_COMPLEX, 6144);
+
+namespace {
+
+__device__ __forceinline__ float2 cmul(float2 a, float2 b) {
+    return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+
+template <int R>
+__device__ __forceinline__ void butterfly(const float2* src, float2* dst, const float2* tw, int N,
+                                          int m, int s, int pp, int q, int step) {
+    float2 a[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) a[j] = src[q + s * (pp + j * m)];
+    const int root = N / R;
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        float2 y = a[0];
+#pragma unroll
+        for (int j = 1; j < R; ++j) {
+            const float2 v = cmul(a[j], tw[((j * k) % R) * root]);
+            y.x += v.x;
+            y.y += v.y;
+        }
+        if (k) y = cmul(y, tw[(pp * k * step) % N]);
+        dst[q + s * (R * pp + k)] = y;
+    }
+}
+
+__device__ __forceinline__ void butterfly_any(const float2* src, float2* dst, const float2* tw,
+                                              int N, int r, int m, int s, int pp, int q, int step) {
+    const int root = N / r;
+    for (int k = 0; k < r; ++k) {
+        float2 y = make_float2(0.0f, 0.0f);
+        for (int j = 0; j < r; ++j) {
+            const float2 v = cmul(src[q + s * (pp + j * m)], tw[((j * k) % r) * root]);
+            y.x += v.x;
+            y.y += v.y;
+        }
+        if (k) y = cmul(y, tw[(pp * k * step) % N]);
+        dst[q + s * (r * pp + k)] = y;
+    }
+}
+
+// The forward FFT of `pairs` sequences of length N in `src` (buffers of pairs * N); returns
+// the buffer holding the result.
+__device__ float2* fft_stages(float2* src, float2* dst, const float2* tw, const int* radices,
+                              int n_radices, int N, int pairs) {
+    int n = N, s = 1;
+    for (int st = 0; st < n_radices; ++st) {
+        const int r = radices[st];
+        const int m = n / r;
+        const int per_pair = N / r;
+        const int step = N / n;
+        for (int i = threadIdx.x; i < pairs * per_pair; i += blockDim.x) {
+            const int p = i / per_pair;
+            const int t = i - p * per_pair;
+            const int pp = t / s;
+            const int q = t - pp * s;
+            const float2* sp = src + p * N;
+            float2* dp = dst + p * N;
+            switch (r) {
+                case 2:
+                    butterfly<2>(sp, dp, tw, N, m, s, pp, q, step);
+                    break;
+                case 3:
+                    butterfly<3>(sp, dp, tw, N, m, s, pp, q, step);
+                    break;
+                case 4:
+                    butterfly<4>(sp, dp, tw, N, m, s, pp, q, step);
+                    break;
+                case 5:
+                    butterfly<5>(sp, dp, tw, N, m, s, pp, q, step);
+                    break;
+                default:
+                    butterfly_any(sp, dp, tw, N, r, m, s, pp, q, step);
+            }
+        }
+        __syncthreads();
+        float2* tmp = src;
+        src = dst;
+        dst = tmp;
+        n = m;
+        s *= r;
+    }
+    return src;
+}
+
+// Sample n of frame g (of the flattened [batch * n_frames]) of the padded signal; 0 past the end.
+__device__ __forceinline__ float frame_sample(const float* x, long long g, long long total,
+                                              long long length, int n, int hop, long long n_frames,
+                                              long long pad, int reflect) {
+    if (g >= total) return 0.0f;
+    const long long b = g / n_frames;
+    const long long f = g - b * n_frames;
+    long long s = f * hop + n - pad;
+    if (reflect) {
+        if (s < 0) s = -s;
+        if (s >= length) s = 2 * (length - 1) - s;
+    } else if (s < 0 || s >= length) {
+        return 0.0f;
+    }
+    return x[b * length + s];
+}
+
+}  // namespace
+
+PGK_KERNEL_BOUNDS(audio_stft_fft_f32,
+                  (const float* x, const float* window, const float2* twiddles, const int* radices,
+                   float* a, float* b_out, long long batch, long long length, int n_fft, int hop,
+                   long long n_frames, long long pad, int reflect, int n_radices, int pairs,
+                   int mode),
+                  256) {
+    extern __shared__ float2 shared_fft[];
+    const int N = n_fft;
+    float2* tw = shared_fft;
+    float2* buf0 = tw + N;
+    float2* buf1 = buf0 + pairs * N;
+    const long long total = batch * n_frames;
+    const long long g0 = static_cast<long long>(blockIdx.x) * 2 * pairs;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) tw[i] = twiddles[i];
+    for (int i = threadIdx.x; i < pairs * N; i += blockDim.x) {
+        const int p = i / N;
+        const int n = i - p * N;
+        const long long g = g0 + 2 * p;
+        const float w = window[n];
+        buf0[i] =
+            make_float2(frame_sample(x, g, total, length, n, hop, n_frames, pad, reflect) * w,
+                        frame_sample(x, g + 1, total, length, n, hop, n_frames, pad, reflect) * w);
+    }
+    __syncthreads();
+    const float2* z = fft_stages(buf0, buf1, tw, radices, n_radices, N, pairs);
+    // Thread i writes bin i / (2 pairs) of frame i % (2 pairs): neighbouring threads write
+    // neighbouring frames of one bin, the contiguous direction of the outputs.
+    const int nb = N / 2 + 1;
+    const int frames_here = 2 * pairs;
+    for (int i = threadIdx.x; i < nb * frames_here; i += blockDim.x) {
+        const int k = i / frames_here;
+        const int j = i - k * frames_here;
+        const long long g = g0 + j;
+        if (g >= total) continue;
+        const float2* zp = z + (j >> 1) * N;
+        const float2 v = zp[k];
+        const float2 w = zp[k == 0 ? 0 : N - k];  // conj taken below
+        float re, im;
+        if ((j & 1) == 0) {
+            re = 0.5f * (v.x + w.x);
+            im = 0.5f * (v.y - w.y);
+        } else {
+            re = 0.5f * (v.y + w.y);
+            im = -0.5f * (v.x - w.x);
+        }
+        const long long b = g / n_frames;
+        const long long f = g - b * n_frames;
+        const long long o = (b * nb + k) * n_frames + f;
+        if (mode == 0) {
+            reinterpret_cast<float2*>(a)[o] = make_float2(re, im);
+        } else if (mode == 1) {
+            a[o] = sqrtf(re * re + im * im);
+        } else if (mode == 2) {
+            a[o] = re * re + im * im;
+        } else {
+            a[o] = sqrtf(re * re + im * im);
+            b_out[o] = atan2f(im, re);
+        }
+    }
+}
+
+PGK_KERNEL_BOUNDS(audio_istft_fft_f32,
+                  (const float* a, const float* b_in, const float* window, const float2* twiddles,
+                   const int* radices, float* frames, long long batch, int n_fft,
+                   long long n_frames, int n_radices, int pairs, int mode),
+                  256) {
+    extern __shared__ float2 shared_fft[];
+    const int N = n_fft;
+    float2* tw = shared_fft;
+    float2* buf0 = tw + N;
+    float2* buf1 = buf0 + pairs * N;
+    const long long total = batch * n_frames;
+    const long long g0 = static_cast<long long>(blockIdx.x) * 2 * pairs;
+    const int nb = N / 2 + 1;
+    const int frames_here = 2 * pairs;
+    for (int i = threadIdx.x; i < N; i += blockDim.x) tw[i] = twiddles[i];
+    // The spectra: frame 2p's bins into buf0[p], frame 2p + 1's into buf1[p]; the imaginary
+    // parts of DC and (even N) Nyquist are dropped, as irfft does.
+    for (int i = threadIdx.x; i < nb * frames_here; i += blockDim.x) {
+        const int k = i / frames_here;
+        const int j = i - k * frames_here;
+        const long long g = g0 + j;
+        float2 X = make_float2(0.0f, 0.0f);
+        if (g < total) {
+            const long long b = g / n_frames;
+            const long long f = g - b * n_frames;
+            const long long o = (b * nb + k) * n_frames + f;
+            if (mode == 0) {
+                X = reinterpret_cast<const float2*>(a)[o];
+            } else {
+                float sn, cs;
+                sincosf(b_in[o], &sn, &cs);
+                X = make_float2(a[o] * cs, a[o] * sn);
+            }
+        }
+        if (k == 0 || 2 * k == N) X.y = 0.0f;
+        ((j & 1) ? buf1 : buf0)[(j >> 1) * N + k] = X;
+    }
+    __syncthreads();
+    // conj(Z), Z[n] = A[n] + i B[n] with A, B the Hermitian extensions of the two spectra, held
+    // in registers until every read of the buffers is done (pairs * N <= 12 * 256).
+    constexpr int kMaxPerThread = 12;
+    float2 held[kMaxPerThread];
+#pragma unroll
+    for (int u = 0; u < kMaxPerThread; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i < pairs * N) {
+            const int p = i / N;
+            const int n = i - p * N;
+            float2 A, B;
+            if (n < nb) {
+                A = buf0[p * N + n];
+                B = buf1[p * N + n];
+            } else {
+                A = buf0[p * N + N - n];
+                B = buf1[p * N + N - n];
+                A.y = -A.y;
+                B.y = -B.y;
+            }
+            held[u] = make_float2(A.x - B.y, -(A.y + B.x));
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kMaxPerThread; ++u) {
+        const int i = threadIdx.x + u * blockDim.x;
+        if (i < pairs * N) buf0[i] = held[u];
+    }
+    __syncthreads();
+    const float2* z = fft_stages(buf0, buf1, tw, radices, n_radices, N, pairs);
+    // z = conj(result) / N: frame 2p is its real part, frame 2p + 1 its imaginary part.
+    const float scale = 1.0f / N;
+    for (int i = threadIdx.x; i < pairs * N; i += blockDim.x) {
+        const int p = i / N;
+        const int n = i - p * N;
+        const float2 v = z[i];
+        const float w = window[n] * scale;
+        const long long g = g0 + 2 * p;
+        if (g < total) frames[g * N + n] = v.x * w;
+        if (g + 1 < total) frames[(g + 1) * N + n] = -v.y * w;
+    }
 }

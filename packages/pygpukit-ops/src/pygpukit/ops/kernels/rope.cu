@@ -78,3 +78,66 @@ __device__ __forceinline__ void rope_token(const T* q, const T* k, T* q_out, T* 
                       kv_heads, head_dim, rotary_dim, flags);                                      \
     }
 PGK_FLOAT_TYPES(PGK_ROPE)
+
+// A decode or prefill step's q/k/v straight from the fused projection, in one launch (host side:
+// ops/rope.py, rope_kv_append):
+//
+//   rope_kv_append_<dtype>(qkv, q_out, k_cache, v_cache, cos, sin, positions, slots, max_pos,
+//                          q_heads, kv_heads, head_dim, seq, max_len, kind)
+//
+// qkv is [B * seq, (q_heads + 2 kv_heads) * head_dim], each row the q heads, then the k heads,
+// then the v heads (the fused weight's row order). Block t handles token t = b * seq + s: q
+// rotated into q_out [B * seq, q_heads, head_dim]; k rotated and v as is into k_cache and v_cache
+// [B, kv_heads, max_len, head_dim] at row slots[t]. NeoX pairs (i, i + head_dim / 2) over the
+// whole head, fp32 math rounded once: the same values as slicing, rope_<dtype> and kv_append.
+// positions and slots are int32 [B * seq]; a position outside [0, max_pos) rotates by angle 0 (as
+// rope_<dtype>), a slot outside [0, max_len) stores nothing. kind: the table dtype (0 fp32, 1
+// fp16, 2 bf16).
+template <typename T>
+__device__ __forceinline__ void rope_kv_append_token(
+    const T* __restrict__ qkv, T* __restrict__ q_out, T* __restrict__ k_cache,
+    T* __restrict__ v_cache, const void* __restrict__ cos_table, const void* __restrict__ sin_table,
+    const int* __restrict__ positions, const int* __restrict__ slots, long long max_pos,
+    int q_heads, int kv_heads, int head_dim, int seq, int max_len, int kind) {
+    const long long t = blockIdx.x;
+    const long long b = t / seq;
+    const long long pos = positions[t];
+    const long long slot = slots[t];
+    const bool in_range = pos >= 0 && pos < max_pos;
+    const bool store = slot >= 0 && slot < max_len;
+    const int half = head_dim / 2;
+    const T* row = qkv + t * static_cast<long long>(q_heads + 2 * kv_heads) * head_dim;
+    const int rotated = q_heads + (store ? kv_heads : 0);  // q heads, then k heads
+    for (int i = threadIdx.x; i < rotated * half; i += blockDim.x) {
+        const int h = i / half;
+        const int j = i - h * half;
+        float c = 1.0f, s = 0.0f;
+        if (in_range) {
+            c = table_at(cos_table, pos * half + j, kind);
+            s = table_at(sin_table, pos * half + j, kind);
+        }
+        const T* src = row + static_cast<long long>(h) * head_dim;
+        T* dst = h < q_heads
+                     ? q_out + (t * q_heads + h) * head_dim
+                     : k_cache + ((b * kv_heads + (h - q_heads)) * max_len + slot) * head_dim;
+        const float x0 = widen(src[j]), x1 = widen(src[j + half]);
+        dst[j] = narrow<T>(x0 * c - x1 * s);
+        dst[j + half] = narrow<T>(x1 * c + x0 * s);
+    }
+    if (!store) return;
+    const T* v = row + static_cast<long long>(q_heads + kv_heads) * head_dim;
+    for (int i = threadIdx.x; i < kv_heads * head_dim; i += blockDim.x) {
+        const int h = i / head_dim;
+        v_cache[((b * kv_heads + h) * max_len + slot) * head_dim + (i - h * head_dim)] = v[i];
+    }
+}
+
+#define PGK_ROPE_KV_APPEND(sfx, T)                                                                \
+    PGK_KERNEL(rope_kv_append_##sfx,                                                              \
+               (const T* qkv, T* q_out, T* k_cache, T* v_cache, const void* cos_table,            \
+                const void* sin_table, const int* positions, const int* slots, long long max_pos, \
+                int q_heads, int kv_heads, int head_dim, int seq, int max_len, int kind)) {       \
+        rope_kv_append_token<T>(qkv, q_out, k_cache, v_cache, cos_table, sin_table, positions,    \
+                                slots, max_pos, q_heads, kv_heads, head_dim, seq, max_len, kind); \
+    }
+PGK_FLOAT_TYPES(PGK_ROPE_KV_APPEND)

@@ -11,7 +11,8 @@ builds the same plans. Guide: docs/ops-layers.md.
 - :class:`RMSNorm`, :class:`LayerNorm` (with the fused residual add);
 - :class:`Rotary`;
 - :class:`Attention` (prefill, and decode over a contiguous or paged KV cache);
-- :class:`Embedding`.
+- :class:`Embedding`;
+- :class:`Conv1d`, :class:`ConvTranspose1d`, :class:`LSTM` (PyTorch's layouts).
 
 A layer's workspaces (the split-decode partials, the MLP's intermediate) are reused from call
 to call: use one layer from one stream at a time, as a model's forward pass does.
@@ -20,9 +21,21 @@ to call: use one layer from one stream at a time, as a model's forward pass does
 from __future__ import annotations
 
 from .attention import Attention
+from .conv import LSTM, Conv1d, ConvTranspose1d
 from .embedding import Embedding
 from .linear import GatedMLP, Linear
 from .norm import LayerNorm, RMSNorm
 from .rotary import Rotary
 
-__all__ = ["Attention", "Embedding", "GatedMLP", "LayerNorm", "Linear", "RMSNorm", "Rotary"]
+__all__ = [
+    "LSTM",
+    "Attention",
+    "Conv1d",
+    "ConvTranspose1d",
+    "Embedding",
+    "GatedMLP",
+    "LayerNorm",
+    "Linear",
+    "RMSNorm",
+    "Rotary",
+]

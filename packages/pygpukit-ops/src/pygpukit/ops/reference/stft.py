@@ -42,10 +42,9 @@ def window(kind: str | np.ndarray, win_length: int, n_fft: int) -> np.ndarray:
 
 
 def n_frames(length: int, n_fft: int, hop: int, center: bool) -> int:
-    """How many frames the STFT of ``length`` samples has."""
-    if center:
-        return 1 + length // hop
-    return 1 + (length - n_fft) // hop
+    """How many frames the STFT of ``length`` samples has (``1 + L // hop`` centred, even n_fft)."""
+    padded = length + 2 * (n_fft // 2) if center else length
+    return 1 + (padded - n_fft) // hop
 
 
 def frame(x: np.ndarray, n_fft: int, hop: int, center: bool, pad_mode: str) -> np.ndarray:

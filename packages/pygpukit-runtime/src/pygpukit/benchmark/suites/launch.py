@@ -6,6 +6,8 @@ timed loop):
 - ``add_1k``: ``a + b``, the smallest real op;
 - ``empty_1k``: create an uninitialized 1K-element array;
 - ``from_numpy_1k``: create a 1K-element array from a NumPy array (a copy);
+- ``matmul``: ``a @ b`` of two n x n bfloat16 matrices (n = 256, 1024: small enough that the
+  host, not the GPU, sets the pace);
 - ``jit_launch_1k``: launch an already compiled ``gp.jit`` kernel (CuPy:
   ``RawKernel``; PyTorch has no run-time CUDA C++ kernels).
 """
@@ -100,6 +102,31 @@ def from_numpy_case(ctx: SuiteContext) -> Case:
     )
 
 
+def matmul_case(ctx: SuiteContext, n: int) -> Case:
+    """``a @ b`` of two n x n bfloat16 matrices: host time of one call."""
+    dtype = "bfloat16"
+    a, b = ctx.data.get((n, n), dtype, 0), ctx.data.get((n, n), dtype, 1)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+
+    def setup(lib: Library, copies: int) -> Timed:
+        x, y = lib.upload(a, dtype), lib.upload(b, dtype)
+        return Timed(
+            run=lambda i: x @ y,
+            check=lambda out: check_close(
+                lib.download(out).astype(np.float64), ref, dtype, "a @ b"
+            ),
+        )
+
+    return Case(
+        NAME,
+        "matmul",
+        {"n": n, "dtype": dtype},
+        {"pygpukit": setup, "torch": setup},
+        timing="host",
+        requires=("from_numpy", "GPUArray.__matmul__"),
+    )
+
+
 def jit_launch_case(ctx: SuiteContext) -> Case:
     """Launch a compiled ``y = 2 x`` kernel over 1K elements."""
     a = ctx.data.get((N,), DTYPE, 0)
@@ -124,10 +151,12 @@ def jit_launch_case(ctx: SuiteContext) -> Case:
 
 
 def cases(ctx: SuiteContext) -> Iterator[Case]:
-    """The launch suite's rows (fixed sizes: host overhead does not depend on them)."""
+    """The launch suite's rows (fixed sizes: host overhead hardly depends on them)."""
     yield add_case(ctx)
     yield empty_case()
     yield from_numpy_case(ctx)
+    for n in (256, 1024) if ctx.on_gpu else (64,):
+        yield matmul_case(ctx, n)
     yield jit_launch_case(ctx)
 
 

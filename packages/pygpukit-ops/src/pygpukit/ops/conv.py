@@ -1,0 +1,447 @@
+"""pygpukit.ops.conv: 1-D convolution and transposed convolution over ``[B, C, L]`` signals.
+
+Layouts and semantics are PyTorch's (``torch.nn.functional.conv1d`` / ``conv_transpose1d``):
+
+- :func:`conv1d`: ``x`` [B, C_in, L], ``weight`` [C_out, C_in/groups, K] -> [B, C_out, L_out],
+  ``L_out = (L + pad_left + pad_right - dilation*(K-1) - 1) // stride + 1``;
+- :func:`conv_transpose1d`: ``weight`` [C_in, C_out/groups, K] -> [B, C_out, L_out],
+  ``L_out = (L-1)*stride - 2*padding + dilation*(K-1) + output_padding + 1``.
+
+float32, float16 and bfloat16; products summed in float32 and rounded once (the bias of a
+dense convolution is added after that rounding). On the GPU a dense convolution is a gather of
+the input windows (``im2col``) and one batched matmul (tensor cores for the 16-bit types; float32
+follows ``PYGPUKIT_ALLOW_TF32`` as :func:`pygpukit.matmul` does); a kernel of width 1 is the
+matmul alone; groups of one input channel (depthwise convolutions) run a direct kernel. The
+transposed convolution is the matmul ``W^T @ x`` followed by a gather of the taps into the
+output (``col2im``), or a direct kernel for groups of one input channel. See
+``kernels/conv.cu``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import validation
+from pygpukit.array import GPUArray
+
+from . import _common as c
+from . import _kernel_loader as kl
+from ._plan import Launch, PlanCache, per_backend
+from .reference import conv as reference
+
+__all__ = ["conv1d", "conv_transpose1d"]
+
+#: Blocks of the grid-stride kernels: enough to fill any current GPU several times over.
+_MAX_BLOCKS = 65535
+
+
+@dataclass(frozen=True, slots=True)
+class Conv1dShape:
+    """The sizes of one convolution (either direction), resolved and checked once.
+
+    For :func:`conv1d` ``length`` and ``out_length`` are the input and output lengths and
+    ``pad_left``/``pad_right`` the zero padding; for :func:`conv_transpose1d` ``pad_left`` is
+    ``padding`` (cut from both ends) and ``pad_right`` the ``output_padding``.
+    """
+
+    batch: int
+    c_in: int
+    length: int
+    c_out: int
+    kernel: int
+    stride: int
+    pad_left: int
+    pad_right: int
+    dilation: int
+    groups: int
+    out_length: int
+
+
+def _positive(value: Any, name: str, op: str) -> int:
+    return validation.size(value, name, op, minimum=1)
+
+
+def _check_inputs(
+    op: str, x: Any, weight: Any, bias: Any
+) -> tuple[GPUArray, GPUArray, GPUArray | None]:
+    x = c.check_array(x, "x", dtypes=c.FLOAT_DTYPES, ndim=3)
+    weight = c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=3)
+    c.check_same_dtype(x, ("weight", weight))
+    if bias is not None:
+        bias = c.check_array(bias, "bias", ndim=1)
+        c.check_same_dtype(x, ("bias", bias))
+    return x, weight, bias
+
+
+def _groups(op: str, groups: Any, c_in: int, c_out: int) -> int:
+    groups = _positive(groups, "groups", op)
+    for name, channels in (("input channels", c_in), ("output channels", c_out)):
+        if channels % groups:
+            raise ValueError(
+                f"{op}: groups = {groups} must divide the {name} ({channels}); pick a "
+                "divisor of both channel counts"
+            )
+    return groups
+
+
+def _conv_shape(
+    x: GPUArray, weight: GPUArray, stride: Any, padding: Any, dilation: Any, groups: Any
+) -> Conv1dShape:
+    op = "conv1d"
+    batch, c_in, length = x.shape
+    c_out, c_group, kernel = weight.shape
+    groups = _groups(op, groups, c_in, c_out)
+    if c_group * groups != c_in or kernel == 0:
+        raise ValueError(
+            f"{op}: weight {tuple(weight.shape)} does not fit x {tuple(x.shape)} with groups = "
+            f"{groups}: expected [C_out, {c_in // groups}, K >= 1]"
+        )
+    stride = _positive(stride, "stride", op)
+    dilation = _positive(dilation, "dilation", op)
+    span = dilation * (kernel - 1)
+    if isinstance(padding, str):
+        padding = validation.choice(padding, ("same", "valid"), "padding", op)
+        if padding == "same" and stride != 1:
+            raise ValueError(f"{op}: padding='same' needs stride = 1, got stride = {stride}")
+        pad_left = span // 2 if padding == "same" else 0
+        pad_right = span - pad_left if padding == "same" else 0
+    else:
+        pad_left = pad_right = validation.size(padding, "padding", op)
+    out_length = (length + pad_left + pad_right - span - 1) // stride + 1
+    if out_length < 1:
+        raise ValueError(
+            f"{op}: the input of length {length} (padded {pad_left}+{pad_right}) is shorter "
+            f"than the kernel's span {span + 1} (K = {kernel}, dilation = {dilation}); pad it "
+            "or use a shorter kernel"
+        )
+    return Conv1dShape(
+        batch, c_in, length, c_out, kernel, stride, pad_left, pad_right, dilation, groups,
+        out_length,
+    )  # fmt: skip
+
+
+def _transpose_shape(
+    x: GPUArray,
+    weight: GPUArray,
+    stride: Any,
+    padding: Any,
+    output_padding: Any,
+    dilation: Any,
+    groups: Any,
+) -> Conv1dShape:
+    op = "conv_transpose1d"
+    batch, c_in, length = x.shape
+    w_in, c_out_group, kernel = weight.shape
+    if w_in != c_in or kernel == 0 or c_out_group == 0:
+        raise ValueError(
+            f"{op}: weight {tuple(weight.shape)} does not fit x {tuple(x.shape)}: expected "
+            f"[{c_in}, C_out/groups, K >= 1] (PyTorch's ConvTranspose1d layout)"
+        )
+    groups = _positive(groups, "groups", op)
+    if c_in % groups:
+        raise ValueError(
+            f"{op}: groups = {groups} must divide the input channels ({c_in}); pick a divisor"
+        )
+    stride = _positive(stride, "stride", op)
+    dilation = _positive(dilation, "dilation", op)
+    padding = validation.size(padding, "padding", op)
+    output_padding = validation.size(output_padding, "output_padding", op)
+    if output_padding >= max(stride, dilation):
+        raise ValueError(
+            f"{op}: output_padding = {output_padding} must be smaller than stride ({stride}) "
+            f"or dilation ({dilation})"
+        )
+    out_length = (length - 1) * stride - 2 * padding + dilation * (kernel - 1) + output_padding + 1
+    if out_length < 1:
+        raise ValueError(
+            f"{op}: padding = {padding} leaves no output for an input of length {length}; "
+            "use less padding"
+        )
+    return Conv1dShape(
+        batch, c_in, length, c_out_group * groups, kernel, stride, padding, output_padding,
+        dilation, groups, out_length,
+    )  # fmt: skip
+
+
+def _grid(total: int) -> int:
+    return max(1, min(_MAX_BLOCKS, -(-total // kl.constant("conv", "CONV_BLOCK"))))
+
+
+def _launch(name: str, dtype: np.dtype[Any], total: int) -> Launch:
+    kernel = kl.kernel("conv", f"{name}_{c.kernel_suffix(dtype)}")
+    return Launch(kernel, _grid(total), kl.constant("conv", "CONV_BLOCK"))
+
+
+@dataclass(frozen=True, slots=True)
+class ConvPlan:
+    """A forward convolution on the GPU: ``plan(x, weight, bias, y)`` enqueues it.
+
+    ``kind``: ``"depthwise"`` (one direct kernel), ``"pointwise"`` (the matmul alone, K = 1
+    with no stride or padding) or ``"im2col"`` (window gather, then the matmul).
+    """
+
+    s: Conv1dShape
+    kind: str
+    main: Launch | None
+    bias: Launch | None
+
+    def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
+        s = self.s
+        total = s.batch * s.c_out * s.out_length
+        if self.kind == "depthwise":
+            assert self.main is not None
+            self.main(
+                x, weight, bias if bias is not None else 0, y, total, s.c_in, s.c_out,
+                s.length, s.kernel, s.out_length, s.stride, s.pad_left, s.dilation,
+            )  # fmt: skip
+            return
+        width = s.c_in // s.groups * s.kernel
+        if self.kind == "pointwise":
+            cols = x
+        else:
+            assert self.main is not None
+            cols = gp.empty((s.batch, s.c_in * s.kernel, s.out_length), x.dtype)
+            self.main(
+                x, cols, cols.size, s.c_in, s.length, s.kernel, s.out_length, s.stride,
+                s.pad_left, s.dilation,
+            )  # fmt: skip
+        _grouped_matmul(weight, cols, y, s.batch, s.groups, s.c_out // s.groups, width)
+        if bias is not None:
+            assert self.bias is not None
+            self.bias(y, bias, total, s.c_out, s.out_length)
+
+
+def _grouped_matmul(
+    a: GPUArray, b: GPUArray, y: GPUArray, batch: int, groups: int, rows: int, inner: int
+) -> None:
+    """``y[n, g] = a[g] @ b[n, g]``: ``a`` viewed [G, rows, inner], ``b`` [B, G, inner, N]."""
+    n = b.size // (batch * groups * inner)
+    if groups == 1:
+        # A 2-D left operand broadcasts over the batch with stride 0 (no copy).
+        gp.matmul(a.reshape(rows, inner), b.reshape(batch, inner, n), out=y.reshape(batch, rows, n))
+        return
+    gp.matmul(
+        a.reshape(1, groups, rows, inner),
+        b.reshape(batch, groups, inner, n),
+        out=y.reshape(batch, groups, rows, n),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TransposePlan:
+    """A transposed convolution on the GPU: ``plan(x, weight, bias, y)`` enqueues it.
+
+    ``kind``: ``"direct"`` (groups of one input channel: one kernel) or ``"col2im"`` (the
+    matmul ``W^T @ x`` into per-tap columns, then their gather into the output).
+    """
+
+    s: Conv1dShape
+    kind: str
+    main: Launch
+
+    def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
+        s = self.s
+        total = s.batch * s.c_out * s.out_length
+        b = bias if bias is not None else 0
+        if self.kind == "direct":
+            self.main(
+                x, weight, b, y, total, s.c_in, s.c_out, s.length, s.kernel, s.out_length,
+                s.stride, s.pad_left, s.dilation,
+            )  # fmt: skip
+            return
+        c_in_group, c_out_group = s.c_in // s.groups, s.c_out // s.groups
+        rows = c_out_group * s.kernel
+        cols = gp.empty((s.batch, s.c_out * s.kernel, s.length), x.dtype)
+        # weight [C_in, C_out/g, K] is [G, C_in/g, rows]; its transposed view is read in place.
+        wt = weight.reshape(s.groups, c_in_group, rows).swapaxes(1, 2)
+        if s.groups == 1:
+            gp.matmul(wt.reshape(rows, c_in_group), x, out=cols)
+        else:
+            gp.matmul(
+                wt.reshape(1, s.groups, rows, c_in_group),
+                x.reshape(s.batch, s.groups, c_in_group, s.length),
+                out=cols.reshape(s.batch, s.groups, rows, s.length),
+            )
+        self.main(
+            cols, b, y, total, s.c_out, s.length, s.kernel, s.out_length, s.stride, s.pad_left,
+            s.dilation,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceConv:
+    """The CPU backend's "plan": :mod:`.reference.conv` on the host buffers."""
+
+    s: Conv1dShape
+    transposed: bool
+
+    def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
+        s = self.s
+        b = c.f32(bias) if bias is not None else None
+        if self.transposed:
+            values = reference.conv_transpose1d(
+                c.f32(x), c.f32(weight), b, s.stride, s.pad_left, s.pad_right, s.dilation,
+                s.groups,
+            )  # fmt: skip
+        else:
+            values = reference.conv1d(
+                c.f32(x), c.f32(weight), b, s.stride, s.pad_left, s.pad_right, s.dilation,
+                s.groups,
+            )  # fmt: skip
+        c.write_into(y, values)
+
+
+def _plan_conv_cuda(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ConvPlan:
+    total = s.batch * s.c_out * s.out_length
+    c.check_int32("conv1d", length=s.length, out_length=s.out_length, channels=s.c_in * s.kernel)
+    if s.c_in == s.groups:
+        return ConvPlan(s, "depthwise", _launch("conv_depthwise", dtype, total), None)
+    bias = _launch("conv_bias", dtype, total)
+    if s.kernel == 1 and s.stride == 1 and s.pad_left == 0 and s.pad_right == 0:
+        return ConvPlan(s, "pointwise", None, bias)
+    cols = s.batch * s.c_in * s.kernel * s.out_length
+    return ConvPlan(s, "im2col", _launch("conv_im2col", dtype, cols), bias)
+
+
+def _plan_conv_numpy(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ReferenceConv:
+    return ReferenceConv(s, transposed=False)
+
+
+def _plan_transpose_cuda(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> TransposePlan:
+    total = s.batch * s.c_out * s.out_length
+    c.check_int32(
+        "conv_transpose1d", length=s.length, out_length=s.out_length, rows=s.c_out * s.kernel
+    )
+    if s.c_in == s.groups:
+        return TransposePlan(s, "direct", _launch("conv_transpose_direct", dtype, total))
+    return TransposePlan(s, "col2im", _launch("conv_col2im", dtype, total))
+
+
+def _plan_transpose_numpy(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ReferenceConv:
+    return ReferenceConv(s, transposed=True)
+
+
+#: Convolution plans by (shape, dtype, device).
+CONV_PLANS: PlanCache[ConvPlan | ReferenceConv] = PlanCache(
+    "conv1d", per_backend(cpu=_plan_conv_numpy, cuda=_plan_conv_cuda)
+)
+#: Transposed-convolution plans by (shape, dtype, device).
+TRANSPOSE_PLANS: PlanCache[TransposePlan | ReferenceConv] = PlanCache(
+    "conv_transpose1d", per_backend(cpu=_plan_transpose_numpy, cuda=_plan_transpose_cuda)
+)
+
+
+def conv1d_plan(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None = None,
+    *,
+    stride: int = 1,
+    padding: int | str = 0,
+    dilation: int = 1,
+    groups: int = 1,
+) -> tuple[ConvPlan | ReferenceConv, Conv1dShape]:
+    """The checked shape and the (cached) plan of ``conv1d(x, weight, bias, ...)``."""
+    x, weight, bias = _check_inputs("conv1d", x, weight, bias)
+    s = _conv_shape(x, weight, stride, padding, dilation, groups)
+    c.check_shape(bias, "bias", (s.c_out,))
+    return CONV_PLANS.get(s, x.dtype, gp.get_device()), s
+
+
+def conv1d(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None = None,
+    *,
+    stride: int = 1,
+    padding: int | str = 0,
+    dilation: int = 1,
+    groups: int = 1,
+    out: GPUArray | None = None,
+) -> GPUArray:
+    """1-D convolution (cross-correlation, as PyTorch): ``[B, C_in, L] -> [B, C_out, L_out]``.
+
+    ``weight`` is [C_out, C_in/groups, K] and ``bias`` [C_out], of ``x``'s dtype (float32,
+    float16 or bfloat16; all C-contiguous). ``padding`` is zeros on both ends (an int), or
+    ``"same"`` (stride 1; the extra zero on the right when the span is odd, as PyTorch) or
+    ``"valid"`` (none). ``groups`` must divide both channel counts; ``groups == C_in`` is a
+    depthwise convolution. ``out`` ([B, C_out, L_out], x's dtype, not overlapping ``x``)
+    receives the result. Raises ``ValueError`` / ``TypeError`` for shapes or dtypes that do not
+    fit, before anything runs; returns without waiting on the GPU.
+    """
+    plan, s = conv1d_plan(
+        x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
+    shape = (s.batch, s.c_out, s.out_length)
+    c.check_out(out, shape, x.dtype)
+    y = c.result(out, shape, x.dtype)
+    if y.size and x.size:
+        plan(x, weight, bias, y)
+    elif y.size:  # no input channels or batch: the output is the bias alone
+        y.fill(0)
+        if bias is not None:
+            y += bias.reshape(1, s.c_out, 1)
+    return y
+
+
+def conv_transpose1d_plan(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None = None,
+    *,
+    stride: int = 1,
+    padding: int = 0,
+    output_padding: int = 0,
+    groups: int = 1,
+    dilation: int = 1,
+) -> tuple[TransposePlan | ReferenceConv, Conv1dShape]:
+    """The checked shape and the (cached) plan of ``conv_transpose1d(x, weight, bias, ...)``."""
+    x, weight, bias = _check_inputs("conv_transpose1d", x, weight, bias)
+    s = _transpose_shape(x, weight, stride, padding, output_padding, dilation, groups)
+    c.check_shape(bias, "bias", (s.c_out,))
+    return TRANSPOSE_PLANS.get(s, x.dtype, gp.get_device()), s
+
+
+def conv_transpose1d(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None = None,
+    *,
+    stride: int = 1,
+    padding: int = 0,
+    output_padding: int = 0,
+    groups: int = 1,
+    dilation: int = 1,
+    out: GPUArray | None = None,
+) -> GPUArray:
+    """1-D transposed convolution (PyTorch's ``conv_transpose1d``): [B, C_in, L] -> [B, C_out, L'].
+
+    ``weight`` is [C_in, C_out/groups, K] (``ConvTranspose1d``'s layout), ``bias`` [C_out].
+    ``L_out = (L - 1)*stride - 2*padding + dilation*(K - 1) + output_padding + 1``;
+    ``output_padding`` must be smaller than ``stride`` or ``dilation``. Dtypes, ``groups`` and
+    ``out`` as :func:`conv1d`.
+    """
+    plan, s = conv_transpose1d_plan(
+        x,
+        weight,
+        bias,
+        stride=stride,
+        padding=padding,
+        output_padding=output_padding,
+        groups=groups,
+        dilation=dilation,
+    )
+    shape = (s.batch, s.c_out, s.out_length)
+    c.check_out(out, shape, x.dtype)
+    y = c.result(out, shape, x.dtype)
+    if y.size and x.size:
+        plan(x, weight, bias, y)
+    elif y.size:
+        y.fill(0)
+        if bias is not None:
+            y += bias.reshape(1, s.c_out, 1)
+    return y
