@@ -76,17 +76,12 @@ class WhisperModel:
 
     def encode(self, mel: np.ndarray | GPUArray) -> GPUArray:
         """Encoder output ``[B, 1500, d_model]`` of log-mel windows ``[B, n_mels, 3000]``."""
-        if isinstance(mel, GPUArray):
-            x = mel.transpose(0, 2, 1).astype(self.dtype)
-        else:
-            x = gp.from_numpy(
-                np.ascontiguousarray(np.asarray(mel, np.float32).transpose(0, 2, 1)).astype(
-                    self.dtype
-                )
+        x = mel if isinstance(mel, GPUArray) else gp.from_numpy(np.asarray(mel, np.float32))
+        if x.ndim != 3 or x.shape[1] != self.config.n_mels:
+            raise ValueError(
+                f"mel must be [B, {self.config.n_mels}, frames] for this model, got {x.shape}"
             )
-        if x.shape[2] != self.config.n_mels:
-            raise ValueError(f"mel has {x.shape[2]} bins; this model takes {self.config.n_mels}")
-        return self.encoder(x.contiguous())
+        return self.encoder(x.astype(self.dtype).contiguous())
 
     def logits(self, mel: np.ndarray | GPUArray, tokens: Sequence[Sequence[int]]) -> np.ndarray:
         """Decoder logits ``[B, S, vocab]`` (float32) for token prompts ``[B, S]`` over ``mel``.

@@ -1,13 +1,12 @@
 """The Whisper network on ``pygpukit.ops``: the encoder, the decoder, and their device state.
 
-Activations are time-major (``[B, T, C]``), so every projection is a ``Linear`` over the last
-axis. The encoder's stem is two width-3 convolutions (the second with stride 2) with GELU,
-each run as one GEMM over the three shifted copies of its input side by side (an im2col whose
-stride-2 form is a free reshape: see :func:`_conv3`); then sinusoidal positions and pre-LN
-blocks. The decoder adds learned positions; each block has self-attention over a static KV
-cache, cross-attention over the window's encoder output (its K/V projected once per window,
-:meth:`Decoder.set_audio`) and a GELU MLP. Residual sums and the following LayerNorm are one
-kernel (``LayerNorm(x, residual)``).
+The encoder's stem is two width-3 convolutions (``ops.layers.Conv1d``, the second with stride
+2) with GELU over the channel-major log-mel; from there activations are time-major
+(``[B, T, C]``), so every projection is a ``Linear`` over the last axis: sinusoidal positions,
+then pre-LN blocks. The decoder adds learned positions; each block has self-attention over a
+static KV cache, cross-attention over the window's encoder output (its K/V projected once per
+window, :meth:`Decoder.set_audio`) and a GELU MLP. Residual sums and the following LayerNorm
+are one kernel (``LayerNorm(x, residual)``).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import numpy as np
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
-from pygpukit.ops.layers import Attention, LayerNorm, Linear
+from pygpukit.ops.layers import Attention, Conv1d, LayerNorm, Linear
 from pygpukit.ops.linear import linear
 
 from .config import WhisperConfig
@@ -47,25 +46,6 @@ def _merge(o: GPUArray) -> GPUArray:
     return o.transpose(0, 2, 1, 3).copy().reshape(b, t, h * d)
 
 
-def _conv3(x: GPUArray, layer: Linear, stride: int) -> GPUArray:
-    """A width-3, padding-1 convolution of ``x`` ``[B, L, C]`` as one GEMM (+ bias + GELU).
-
-    The columns of output ``t`` are input rows ``stride*t - 1 .. stride*t + 1`` side by side.
-    With stride 2 and the padded input viewed as ``[B, (L + 2) / 2, 2C]`` (pairs of rows), they
-    are pair ``t`` followed by the first half of pair ``t + 1``.
-    """
-    b, length, c = x.shape
-    zero = gp.zeros((b, 1, c), x.dtype)
-    xp = gp.concatenate([zero, x, zero], axis=1)
-    if stride == 1:
-        cols = gp.concatenate([xp[:, 0:length], xp[:, 1 : length + 1], xp[:, 2:]], axis=2)
-    else:
-        out = (length - 1) // 2 + 1
-        pairs = xp.reshape(b, (length + 2) // 2, 2 * c)
-        cols = gp.concatenate([pairs[:, :out], pairs[:, 1 : out + 1, :c]], axis=2)
-    return layer(cols)
-
-
 class _Block:
     """One pre-LN transformer block's layers (decoder blocks add cross-attention)."""
 
@@ -87,27 +67,26 @@ class _Block:
 
 
 class Encoder:
-    """Log-mel ``[B, n_frames, n_mels]`` (time-major) -> audio features ``[B, n_frames/2, C]``."""
+    """Log-mel ``[B, n_mels, n_frames]`` -> audio features ``[B, n_frames/2, C]`` (time-major)."""
 
     def __init__(self, w: Mapping[str, np.ndarray], cfg: WhisperConfig, dtype: object) -> None:
         self.cfg, self.dtype = cfg, np.dtype(dtype)  # type: ignore[call-overload]
 
-        def conv(name: str) -> Linear:
-            k = np.asarray(w[name + ".w"], np.float32)  # [C_out, C_in, 3] -> [C_out, 3 * C_in]
-            flat = k.transpose(0, 2, 1).reshape(k.shape[0], -1)
-            return Linear(_upload(flat, dtype), _upload(w[name + ".b"], dtype), activation="gelu")
+        def conv(name: str, stride: int) -> Conv1d:
+            weight, bias = _upload(w[name + ".w"], dtype), _upload(w[name + ".b"], dtype)
+            return Conv1d(weight, bias, stride=stride, padding=1)
 
-        self.conv1, self.conv2 = conv("enc.conv1"), conv("enc.conv2")
+        self.conv1, self.conv2 = conv("enc.conv1", 1), conv("enc.conv2", 2)
         self.pos = _upload(w["enc.pos"], dtype)
         self.blocks = [_Block(w, f"enc.{i}.", cfg, dtype, False) for i in range(cfg.encoder_layers)]
         self.ln_post = LayerNorm(_upload(w["enc.ln.w"], dtype), _upload(w["enc.ln.b"], dtype))
         self.attn = Attention(cfg.encoder_heads, cfg.encoder_heads, cfg.head_dim, causal=False)
 
     def __call__(self, mel: GPUArray) -> GPUArray:
-        """Run the encoder; ``mel`` is ``[B, 2 * max_source_positions, n_mels]``."""
+        """Run the encoder; ``mel`` is ``[B, n_mels, 2 * max_source_positions]``."""
         cfg = self.cfg
-        x = _conv3(_conv3(mel, self.conv1, 1), self.conv2, 2)
-        x = x + self.pos[: x.shape[1]]
+        x = gp.gelu(self.conv2(gp.gelu(self.conv1(mel))))  # [B, C, T]
+        x = x.transpose(0, 2, 1) + self.pos[: x.shape[2]]  # time-major from here on
         h = self.blocks[0].attn_ln(x)
         for i, blk in enumerate(self.blocks):
             q, k, v = _heads(blk.qkv(h), 3, cfg.encoder_heads)
