@@ -30,6 +30,9 @@ TEST_DEPS = [
     "tokenizers",
     "jinja2",
     "tqdm",
+    # tts: kokoro-onnx files and the onnxruntime reference
+    "onnx",
+    "onnxruntime",
     # audio ops: references (librosa, soxr) and load_audio's reader (soundfile)
     "librosa",
     "soxr",

@@ -27,6 +27,7 @@ GUIDES = (
     "llm.md",
     "llm-loading.md",
     "asr.md",
+    "tts.md",
 )
 BLOCKS = [
     (guide, index, code)

@@ -90,8 +90,12 @@ def test_help_of_every_command_describes_it_without_running_it(launcher: str, co
 @pytest.mark.parametrize("command", [c.name for c in COMMANDS if not c.passthrough])
 def test_unknown_option_is_reported_with_the_commands_usage(command: str) -> None:
     # Commands with positional arguments get them, so that the unknown option is the error.
-    positionals = {"chat": ["MODEL"], "generate": ["MODEL", "PROMPT"],
-                   "transcribe": ["FILE", "--model", "DIR"]}.get(command, [])  # fmt: skip
+    positionals = {
+        "chat": ["MODEL"],
+        "generate": ["MODEL", "PROMPT"],
+        "speak": ["TEXT", "--model", "MODEL", "--voice", "VOICE"],
+        "transcribe": ["FILE", "--model", "DIR"],
+    }.get(command, [])
     out = _run(["-m", "pygpukit", command, *positionals, "--frobnicate"])
     assert out.returncode == 2
     assert f"usage: python -m pygpukit {command}" in out.stderr
@@ -127,19 +131,19 @@ def test_a_new_command_is_one_registration(tmp_path, monkeypatch, capsys) -> Non
 
 def test_a_command_from_a_missing_distribution_says_what_to_install(capsys) -> None:
     missing = Command(
-        "speak",
-        "text to speech",
+        "sing",
+        "text to song",
         "pygpukit_not_installed.cli:run",
         "pygpukit_not_installed.cli:arguments",
         distribution="pygpukit-tts",
     )
     commands = (*COMMANDS, missing)
-    assert cli.main(["speak", "hello"], commands) == 2
+    assert cli.main(["sing", "hello"], commands) == 2
     assert "pip install pygpukit-tts" in capsys.readouterr().err
     assert cli.main(["info", "--help"], commands) == 0  # other commands are unaffected
     assert "usage: " in capsys.readouterr().out
     assert cli.main(["--help"], commands) == 0
-    assert "text to speech" in capsys.readouterr().out
+    assert "text to song" in capsys.readouterr().out
 
 
 def test_console_command_is_declared() -> None:

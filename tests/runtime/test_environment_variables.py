@@ -43,7 +43,7 @@ GOOD_VALUES = {
 
 def _all_variables() -> tuple[env.Variable, ...]:
     # Packages beside the runtime register their own, in the modules that read them.
-    for module in ("pygpukit.ops.config", "pygpukit.llm.benchmarks"):
+    for module in ("pygpukit.ops.config", "pygpukit.llm.benchmarks", "pygpukit.tts.benchmarks"):
         importlib.import_module(module)
     return env.variables()
 

@@ -83,6 +83,13 @@ COMMANDS: tuple[Command, ...] = (
         arguments="pygpukit.asr.cli:transcribe_arguments",
         distribution="pygpukit-asr",
     ),
+    Command(
+        "speak",
+        "text or phonemes to speech with Kokoro (a model folder or kokoro-onnx .onnx file)",
+        "pygpukit.tts.cli:speak_command",
+        arguments="pygpukit.tts.cli:speak_arguments",
+        distribution="pygpukit-tts",
+    ),
 )
 
 

@@ -1,0 +1,219 @@
+"""``KokoroModel``: load a checkpoint and its voices, turn text or phonemes into speech."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+
+import pygpukit as gp
+
+from .audio import Audio
+from .config import KokoroConfig
+from .errors import PhonemeError, VoiceError
+from .kokoro import KokoroNetwork
+from .loading import read_checkpoint, read_voices
+from .loading.voices import check_voice
+from .text import as_token_array, chunk_phonemes, phonemes_to_ids, text_to_phonemes
+
+__all__ = ["KokoroModel", "load"]
+
+Voice = str | np.ndarray
+
+
+class KokoroModel:
+    """A Kokoro-82M text-to-speech model with its voice packs.
+
+    Build it with :func:`load` (or :meth:`from_pretrained`, the same call).
+    """
+
+    def __init__(
+        self,
+        network: KokoroNetwork,
+        voices: dict[str, np.ndarray],
+        *,
+        path: Path | None = None,
+        device: int = 0,
+    ) -> None:
+        self.network = network
+        self.config: KokoroConfig = network.config
+        self._voices = dict(voices)
+        self.path = path
+        self.device = device
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, *, voices: str | Path | None = None, device: int = 0
+    ) -> KokoroModel:
+        """Same as :func:`load` (the original project's name)."""
+        return load(path, voices=voices, device=device)
+
+    def __repr__(self) -> str:
+        return f"KokoroModel({self.path}, voices={self.voices})"
+
+    # -- voices -----------------------------------------------------------------------------
+    @property
+    def voices(self) -> list[str]:
+        """The names of the loaded voice packs."""
+        return sorted(self._voices)
+
+    def add_voice(self, name: str, table: np.ndarray) -> None:
+        """Add (or replace) a voice from a ``[510, 1, 256]`` style table (e.g. a blend)."""
+        self._voices[name] = check_voice(name, table, 2 * self.config.style_dim)
+
+    def _style_table(self, voice: Voice) -> np.ndarray:
+        if isinstance(voice, str):
+            if voice not in self._voices:
+                known = ", ".join(self.voices) or "none loaded: pass voices= to load()"
+                raise VoiceError(f"unknown voice {voice!r} (voices: {known})")
+            return self._voices[voice]
+        return check_voice("<array>", voice, 2 * self.config.style_dim)
+
+    # -- requests ---------------------------------------------------------------------------
+    def _chunks(self, text: str | None, phonemes: str | None, lang: str) -> list[str]:
+        if (text is None) == (phonemes is None):
+            raise PhonemeError("pass exactly one of text= or phonemes=")
+        if phonemes is None:
+            assert text is not None
+            phonemes = text_to_phonemes(text, self.config.vocab, lang)
+        if not phonemes.strip():
+            raise PhonemeError("the phoneme string is empty; pass phonemes to speak")
+        phonemes_to_ids(phonemes, self.config.vocab)  # reject unknown symbols up front
+        return chunk_phonemes(phonemes, self.config.max_phonemes)
+
+    @staticmethod
+    def _check_speed(speed: float) -> float:
+        if not isinstance(speed, (int, float)) or not math.isfinite(speed) or speed <= 0:
+            raise PhonemeError(f"speed must be a finite number > 0 (1.0 is normal), got {speed!r}")
+        return float(speed)
+
+    def _synthesize_chunk(
+        self, chunk: str, table: np.ndarray, speed: float, rng: np.random.Generator | None
+    ) -> Audio:
+        ids = phonemes_to_ids(chunk, self.config.vocab)
+        ref = table[min(len(ids), len(table)) - 1, 0]
+        with gp.Device(self.device):  # the ops package's operators run on this GPU
+            out = self.network(as_token_array(ids), ref, speed, rng)
+        return Audio(out.audio, chunk, out.durations[1:-1], chunks=[chunk])
+
+    def stream(
+        self,
+        text: str | None = None,
+        *,
+        phonemes: str | None = None,
+        voice: Voice,
+        speed: float = 1.0,
+        seed: int | None = None,
+        lang: str = "en-us",
+    ) -> Iterator[Audio]:
+        """Yield one :class:`Audio` per chunk (≤ 510 phonemes, cut at punctuation) as it is made.
+
+        Errors in the request (empty text, unknown symbols or voice, bad speed) are raised at
+        the call, before the first chunk.
+        """
+        table = self._style_table(voice)
+        speed = self._check_speed(speed)
+        chunks = self._chunks(text, phonemes, lang)
+        rng = np.random.default_rng(seed) if seed is not None else None
+
+        def generate() -> Iterator[Audio]:
+            for chunk in chunks:
+                yield self._synthesize_chunk(chunk, table, speed, rng)
+
+        return generate()
+
+    def synthesize(
+        self,
+        text: str | None = None,
+        *,
+        phonemes: str | None = None,
+        voice: Voice,
+        speed: float = 1.0,
+        seed: int | None = None,
+        lang: str = "en-us",
+    ) -> Audio:
+        """Speech for ``text`` (through G2P) or ``phonemes`` (Kokoro's alphabet).
+
+        ``voice`` is a loaded voice's name or a ``[510, 1, 256]`` style table; ``speed`` > 1
+        speaks faster. Without ``seed`` the harmonic source is deterministic (no noise, as
+        kokoro-onnx exports it); with one, KModel's source noise is drawn from that seed. Text
+        longer than 510 phonemes is synthesized in chunks and concatenated.
+        """
+        parts = list(
+            self.stream(text, phonemes=phonemes, voice=voice, speed=speed, seed=seed, lang=lang)
+        )
+        return _join(parts)
+
+    def synthesize_batch(
+        self,
+        texts: Sequence[str] | None = None,
+        *,
+        phonemes: Sequence[str] | None = None,
+        voice: Voice | Sequence[Voice],
+        speed: float = 1.0,
+        seed: int | None = None,
+        lang: str = "en-us",
+    ) -> list[Audio]:
+        """Several utterances in one call (one voice for all, or one per utterance).
+
+        Every request is validated before any is synthesized.
+        """
+        items = list(texts) if texts is not None else list(phonemes or [])
+        if not items:
+            raise PhonemeError("the batch is empty; pass texts= or phonemes=")
+        if texts is not None and phonemes is not None:
+            raise PhonemeError("pass exactly one of texts= or phonemes=")
+        voices = [voice] * len(items) if isinstance(voice, (str, np.ndarray)) else list(voice)
+        if len(voices) != len(items):
+            raise VoiceError(f"{len(voices)} voices for {len(items)} utterances")
+        speed = self._check_speed(speed)
+        tables = [self._style_table(v) for v in voices]
+        plans = [
+            self._chunks(item, None, lang) if texts is not None else self._chunks(None, item, lang)
+            for item in items
+        ]
+        rng = np.random.default_rng(seed) if seed is not None else None
+        results = []
+        for chunks, table in zip(plans, tables, strict=False):
+            results.append(_join([self._synthesize_chunk(c, table, speed, rng) for c in chunks]))
+        return results
+
+
+def _join(parts: list[Audio]) -> Audio:
+    """One Audio from consecutive chunks; the space joining two chunks lasts 0 frames."""
+    durations: list[np.ndarray] = []
+    for i, part in enumerate(parts):
+        if i:
+            durations.append(np.zeros(1, np.int64))
+        durations.append(part.durations)
+    return Audio(
+        np.concatenate([p.samples for p in parts]).astype(np.float32),
+        " ".join(p.phonemes for p in parts),
+        np.concatenate(durations),
+        chunks=[c for p in parts for c in p.chunks],
+    )
+
+
+def load(path: str | Path, *, voices: str | Path | None = None, device: int = 0) -> KokoroModel:
+    """Load a Kokoro model and its voices.
+
+    ``path``: an HF ``hexgrad/Kokoro-82M``-style folder (``config.json`` + safetensors with
+    KModel names), a ``.safetensors`` file, or a kokoro-onnx ``.onnx`` file (fp32 or int8, read
+    with the ``onnx`` package). ``voices``: a voice-pack file or folder (``.safetensors``,
+    ``.npy``, ``.npz``, kokoro-onnx ``voices-*.bin``); by default the packs found beside the
+    model (a ``voices/`` folder or ``voices*.bin``/``.npz``/``.safetensors`` files).
+    """
+    if not isinstance(device, int) or device < 0:
+        raise ValueError(f"device must be a GPU ordinal >= 0, got {device!r}")
+    checkpoint = read_checkpoint(path)
+    style = 2 * checkpoint.config.style_dim
+    tables: dict[str, np.ndarray] = {}
+    if voices is not None:
+        tables.update(read_voices(Path(voices), style))
+    else:
+        for source in checkpoint.voice_sources:
+            tables.update(read_voices(source, style))
+    network = KokoroNetwork(checkpoint.config, checkpoint.state)
+    return KokoroModel(network, tables, path=checkpoint.path, device=device)
