@@ -26,6 +26,7 @@ GUIDES = (
     "errors.md",
     "llm.md",
     "llm-loading.md",
+    "asr.md",
     "tts.md",
 )
 BLOCKS = [

@@ -95,6 +95,7 @@ def test_unknown_option_is_reported_with_the_commands_usage(command: str) -> Non
         "generate": ["MODEL", "PROMPT"],
         "speak": ["TEXT", "--model", "MODEL", "--voice", "VOICE"],
         "serve": ["MODEL"],
+        "transcribe": ["FILE", "--model", "DIR"],
     }.get(command, [])
     out = _run(["-m", "pygpukit", command, *positionals, "--frobnicate"])
     assert out.returncode == 2

@@ -84,6 +84,13 @@ COMMANDS: tuple[Command, ...] = (
         distribution="pygpukit-llm[serve]",
     ),
     Command(
+        "transcribe",
+        "transcribe audio files with Whisper (--model DIR): txt, srt, vtt or json",
+        "pygpukit.asr.cli:transcribe_command",
+        arguments="pygpukit.asr.cli:transcribe_arguments",
+        distribution="pygpukit-asr",
+    ),
+    Command(
         "speak",
         "text or phonemes to speech with Kokoro (a model folder or kokoro-onnx .onnx file)",
         "pygpukit.tts.cli:speak_command",
