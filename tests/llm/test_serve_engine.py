@@ -18,6 +18,16 @@ from pygpukit.llm.engine import (
 from pygpukit.llm.engine.paged_cache import BLOCK_SIZE, block_bytes
 from pygpukit.llm.generate import SamplingParams
 
+# On the GPU the tiny model runs in bfloat16 (the paged kernels take half types only), and a
+# batched step's GEMMs round differently from generate's one-row GEMVs: with random weights,
+# whose logits have near-ties, one request in a dozen can take another token after ~20 steps
+# (seen on an H200). Token-for-token equality there needs batch-invariant kernels, still to come.
+BATCH_VARIANT_ON_GPU = pytest.mark.xfail(
+    TEST_DTYPE == "bfloat16",
+    reason="batched bfloat16 GEMMs round unlike single-row GEMVs (no batch-invariant kernels yet)",
+    strict=False,
+)
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -99,6 +109,7 @@ def test_block_hashes_cover_the_whole_prefix():
 # --- the engine ----------------------------------------------------------------------------------
 
 
+@BATCH_VARIANT_ON_GPU
 def test_concurrent_greedy_equals_generate_with_chunks_and_preemption(tiny):
     rng = np.random.default_rng()
     prompts = _prompts(rng, 12, 3, 60)
@@ -139,6 +150,7 @@ def test_prefix_cache_shares_blocks_and_keeps_answers(tiny):
     assert engine.blocks.used == 0 and engine.blocks.cached > 0
 
 
+@BATCH_VARIANT_ON_GPU
 def test_seeded_sampling_matches_generate_whatever_the_batch(tiny):
     rng = np.random.default_rng()
     prompts = _prompts(rng, 4)
