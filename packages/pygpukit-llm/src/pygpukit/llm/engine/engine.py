@@ -18,11 +18,14 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 import pygpukit as gp
 
 from ..errors import LLMError
 from ..model import CausalLM, _kv_budget
 from .block_manager import BlockManager
+from .decode_graphs import DecodeGraphs
 from .metrics import EngineMetrics
 from .paged_cache import BLOCK_SIZE, PagedKVCache, block_bytes
 from .params import RequestParams
@@ -61,6 +64,8 @@ class Engine:
     :class:`pygpukit.scheduler.Partition` whose memory the cache and every step's temporaries
     are charged to, and whose stream the steps run on; ``prefix_caching``: share the KV blocks
     of equal prompt prefixes between requests. ``name`` is the model name the server shows.
+    ``cuda_graphs``: replay decode-only steps as CUDA graphs, one per batch-size bucket
+    (:mod:`.decode_graphs`; default: on the CUDA backend); off, those steps run eagerly.
     """
 
     def __init__(
@@ -74,6 +79,7 @@ class Engine:
         kv_memory: int | float | str | None = None,
         partition: Any = None,
         prefix_caching: bool = True,
+        cuda_graphs: bool | None = None,
     ) -> None:
         for label, value in (("max_batch", max_batch), ("max_queue", max_queue),
                              ("max_batched_tokens", max_batched_tokens)):  # fmt: skip
@@ -97,12 +103,15 @@ class Engine:
                 f"({per_block / 2**20:.2f} MiB each for this model); raise it"
             )
         with self._context():
-            self.cache = PagedKVCache(cfg, num_blocks, network.dtype)
+            # One block more than the manager hands out: the scratch block that the padding
+            # rows of a bucketed decode step write into.
+            self.cache = PagedKVCache(cfg, num_blocks + 1, network.dtype)
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE, prefix_caching=prefix_caching)
         self.planner = StepPlanner(
             self.blocks, max_batch=max_batch, max_batched_tokens=max_batched_tokens
         )
         self.runner = ModelRunner(network, self.cache)
+        self.decode = DecodeGraphs(network, self.cache, num_blocks, use_graphs=cuda_graphs)
         self.metrics = EngineMetrics()
         self.metrics.kv_blocks_total = num_blocks
         self._lock = threading.Lock()
@@ -265,9 +274,8 @@ class Engine:
             return False
         sampled = [c.request for c in plan.chunks if c.sample]
         try:
-            inputs = build_inputs(plan.chunks, BLOCK_SIZE)
             with self._context():
-                logits = self.runner.logits(inputs)
+                logits = self._logits(plan)
                 tokens, logprobs = sample_tokens(logits, sampled)
         except Exception as exc:  # fail this step's requests, keep serving the others
             log.exception("an engine step failed")
@@ -283,6 +291,21 @@ class Engine:
         m.record_step(len(sampled), now)
         self._update_gauges(plan)
         return True
+
+    def _logits(self, plan: StepPlan) -> gp.GPUArray:
+        """float32 logits of the step's sampled rows, in chunk order.
+
+        A decode-only step goes through the bucketed (graph-replayed) path; a step with a
+        prefill chunk through the flattened one.
+        """
+        chunks = plan.chunks
+        if not self.decode.accepts(chunks):
+            return self.runner.logits(build_inputs(chunks, BLOCK_SIZE))
+        logits = self.decode.logits(chunks)
+        rows = [i for i, c in enumerate(chunks) if c.sample]
+        if len(rows) == len(chunks):
+            return logits
+        return gp.take(logits, gp.from_numpy(np.asarray(rows, np.int32)), axis=0)
 
     def _deliver(self, r: Request, token: int, lp: TokenLogprob | None, now: float) -> None:
         text, reason = r.append(token)
