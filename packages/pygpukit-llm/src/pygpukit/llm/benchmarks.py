@@ -335,10 +335,13 @@ def _engine_decode(
     )  # fmt: skip
     params = RequestParams(max_tokens=new, ignore_eos=True)
 
+    def collect(into: list[int]) -> Callable[[Any], None]:
+        return lambda output: into.extend(output.token_ids)
+
     def start() -> list[list[int]]:
         tokens: list[list[int]] = [[] for _ in range(b)]
         for row, out in zip(ids.tolist(), tokens, strict=True):
-            engine.submit(row, params, lambda o, out=out: out.extend(o.token_ids))
+            engine.submit(row, params, collect(out))
         while min(len(t) for t in tokens) < 1:  # the prompts, and each first token
             engine.step()
         return tokens
