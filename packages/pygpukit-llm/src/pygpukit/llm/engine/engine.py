@@ -2,10 +2,18 @@
 
 :meth:`Engine.submit` queues a request from any thread; the engine thread (:meth:`start`) runs
 :meth:`step` while there is work: plan the step (:mod:`.planner`), run every scheduled token in
-one forward pass (:mod:`.runner`), sample the requests whose known tokens are all computed
-(:mod:`.sampler`), then hand each request its new text to its ``sink``. Requests join and leave
-the batch at every step. Without the thread, :meth:`step` can be called directly (tests) and
-:meth:`generate` runs one request to its end.
+one forward pass (:mod:`.runner`; decode-only steps by :mod:`.decode_graphs`), sample the
+requests whose known tokens are all computed (:mod:`.sampler`), then hand each request its new
+text to its ``sink``. Requests join and leave the batch at every step.
+
+The host work of a step overlaps the GPU's: once a step's kernels are queued, the text of the
+previous step's tokens is made (incremental detokenizer, stop strings) and handed to the sinks
+while the GPU computes; then the engine waits for the step's sampled ids (its one host wait),
+records them, and frees the blocks of requests that hit an EOS id or their length. A request
+that a stop string ends is therefore computed one step too far; that token is dropped.
+
+Without the thread, :meth:`step` can be called directly (tests) and :meth:`generate` runs one
+request to its end.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from .params import RequestParams
 from .planner import StepPlan, StepPlanner
 from .request import Request, RequestOutput, RequestStatus, Sink, TokenLogprob
 from .runner import ModelRunner, build_inputs
-from .sampler import sample_tokens
+from .sampler import SampledTokens
 
 __all__ = ["Engine", "EngineClosedError", "QueueFullError"]
 
@@ -121,6 +129,8 @@ class Engine:
         self._requests: dict[str, Request] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: Sampled tokens whose text is not made yet: (request, token, logprob, finish reason).
+        self._pending: list[tuple[Request, int, TokenLogprob | None, str | None]] = []
 
     # --- submission (any thread) ----------------------------------------------------------------
 
@@ -215,7 +225,10 @@ class Engine:
 
     def has_work(self) -> bool:
         """Whether a request is queued, running or about to be cancelled."""
-        return bool(self._incoming or self._aborts or self.planner.waiting or self.planner.running)
+        return bool(
+            self._incoming or self._aborts or self._pending
+            or self.planner.waiting or self.planner.running
+        )  # fmt: skip
 
     def _emit(self, request: Request, output: RequestOutput) -> None:
         try:
@@ -267,30 +280,47 @@ class Engine:
         m.prefix_queried_blocks += plan.prefix_queried
         m.prefix_hit_blocks += plan.prefix_hit
         m.preemptions += len(plan.preempted)
-        for request in plan.out_of_room:
-            self._finish(request, "length", request.final_text_at_limit())
         if not plan.chunks:
+            worked = self._flush()
+            self._finish_out_of_room(plan)
             self._update_gauges(None)
-            return False
+            return worked
         sampled = [c.request for c in plan.chunks if c.sample]
         try:
             with self._context():
-                logits = self._logits(plan)
-                tokens, logprobs = sample_tokens(logits, sampled)
+                pending = SampledTokens(self._logits(plan), sampled)
         except Exception as exc:  # fail this step's requests, keep serving the others
-            log.exception("an engine step failed")
-            for c in plan.chunks:
-                if c.request.status is RequestStatus.RUNNING:
-                    self._finish(c.request, "error", error=f"{type(exc).__name__}: {exc}")
-            self._update_gauges(None)
+            self._fail(plan, exc)
+            return True
+        self._flush()  # the previous step's text, while the GPU runs this one
+        self._finish_out_of_room(plan)
+        try:
+            with self._context():
+                tokens, logprobs = pending.result()
+        except Exception as exc:
+            self._fail(plan, exc)
             return True
         self.planner.after_step(plan)
         now = time.perf_counter()
         for request, token, lp in zip(sampled, tokens, logprobs, strict=True):
-            self._deliver(request, token, lp, now)
+            if request.status is RequestStatus.RUNNING:  # not ended by a stop string meanwhile
+                self._accept(request, token, lp, now)
         m.record_step(len(sampled), now)
         self._update_gauges(plan)
         return True
+
+    def _fail(self, plan: StepPlan, exc: Exception) -> None:
+        log.exception("an engine step failed")
+        self._flush()
+        for c in plan.chunks:
+            if c.request.status is RequestStatus.RUNNING:
+                self._finish(c.request, "error", error=f"{type(exc).__name__}: {exc}")
+        self._update_gauges(None)
+
+    def _finish_out_of_room(self, plan: StepPlan) -> None:
+        for request in plan.out_of_room:  # after _flush: their text is complete
+            if request.status is not RequestStatus.FINISHED:
+                self._finish(request, "length", request.final_text_at_limit())
 
     def _logits(self, plan: StepPlan) -> gp.GPUArray:
         """float32 logits of the step's sampled rows, in chunk order.
@@ -307,10 +337,14 @@ class Engine:
             return logits
         return gp.take(logits, gp.from_numpy(np.asarray(rows, np.int32)), axis=0)
 
-    def _deliver(self, r: Request, token: int, lp: TokenLogprob | None, now: float) -> None:
-        text, reason = r.append(token)
+    def _accept(self, r: Request, token: int, lp: TokenLogprob | None, now: float) -> None:
+        """Record a sampled id (its text comes at the next :meth:`_flush`).
+
+        A request that ends here (EOS id, length) leaves the batch now, its blocks freed.
+        """
+        reason = r.add(token)
         if reason is None and len(r.tokens) >= self.max_model_len:
-            reason, text = "length", text + r.final_text_at_limit()
+            reason = "length"
         m = self.metrics
         with m.lock:
             if r.first_token_at is None:
@@ -319,11 +353,23 @@ class Engine:
             elif r.last_token_at is not None:
                 m.itl.observe(now - r.last_token_at)
         r.last_token_at = now
-        lps = (lp,) if lp is not None else ()
         if reason is not None:
-            self._finish(r, reason, text, tokens=(token,), logprobs=lps)
-        else:
-            self._emit(r, RequestOutput(r.request_id, text, (token,), lps))
+            self.planner.remove(r)
+        self._pending.append((r, token, lp, reason))
+
+    def _flush(self) -> bool:
+        """Make the text of the recorded tokens and hand it out; False when there was none."""
+        pending, self._pending = self._pending, []
+        for r, token, lp, reason in pending:
+            if r.status is RequestStatus.FINISHED:  # aborted since
+                continue
+            text, reason = r.text_of(token, reason)
+            lps = (lp,) if lp is not None else ()
+            if reason is not None:
+                self._finish(r, reason, text, tokens=(token,), logprobs=lps)
+            else:
+                self._emit(r, RequestOutput(r.request_id, text, (token,), lps))
+        return bool(pending)
 
     # --- the engine thread ----------------------------------------------------------------------
 
@@ -350,6 +396,7 @@ class Engine:
 
     def _drain(self) -> None:
         """Abort everything still queued or running (after shutdown)."""
+        self._flush()
         self._take_commands()
         for request in list(self._requests.values()):
             self._finish(request, "abort")
