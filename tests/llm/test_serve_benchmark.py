@@ -33,7 +33,7 @@ def test_serve_suite_cases_run(tmp_path, monkeypatch, rng):
                 assert m["output_tok_s"] > 0 and m["ttft_p99_ms"] >= m["ttft_p50_ms"] > 0
     finally:
         benchmarks._stop_all()
-    assert rows == [("startup", None), ("load", 1), ("load", 4)]
+    assert rows == [("load", 1), ("load", 4), ("startup", None)]
 
 
 def test_a_server_that_cannot_start_shows_its_stderr(tmp_path):

@@ -29,7 +29,7 @@ def test_buckets_and_table_widths():
 def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
     """Every decode-only step is computed twice (flattened, then padded) and compared."""
     per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
-    engine = Engine(tiny, kv_memory=40 * per_block, max_batch=16, max_batched_tokens=64)
+    engine = Engine(tiny, kv_memory=64 * per_block, max_batch=16, max_batched_tokens=64)
     # The scratch block of the padding rows is the cache's last one, never handed out.
     assert engine.cache.num_blocks == engine.blocks.num_blocks + 1
     decode, compared = engine.decode.logits, []
@@ -47,18 +47,19 @@ def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
 
     engine.decode.logits = checked
     rng = np.random.default_rng()
-    # 11 requests of different lengths, some past a block boundary: buckets 16, 8, 4, 2, 1
-    # as they finish one after another.
-    sizes = rng.permutation(np.arange(11))
+    # 11 requests, short prompts (all in within 3 steps), answers 3 tokens apart (the longest
+    # 10 more): they finish one after another, through buckets 16, 8, 4, 2 and 1.
+    lengths = 6 + 3 * rng.permutation(11)
+    lengths[lengths.argmax()] += 10
     outs: dict[int, list[int]] = {}
-    for i, extra in enumerate(sizes):
-        prompt = rng.integers(3, 259, int(rng.integers(3, 40))).tolist()
-        params = RequestParams(max_tokens=4 + 2 * int(extra), ignore_eos=True)
+    for i, n in enumerate(lengths.tolist()):
+        prompt = rng.integers(3, 259, int(rng.integers(3, 13))).tolist()
+        params = RequestParams(max_tokens=n, ignore_eos=True)
         engine.submit(prompt, params, lambda o, i=i: outs.setdefault(i, []).extend(o.token_ids))
     while engine.step() or engine.has_work():
         pass
     assert {batch_bucket(n) for n in compared} >= {16, 8, 4, 2, 1}
-    assert all(len(outs[i]) == 4 + 2 * int(e) for i, e in enumerate(sizes))
+    assert [len(outs[i]) for i in range(11)] == lengths.tolist()
     assert engine.blocks.used == 0
 
 

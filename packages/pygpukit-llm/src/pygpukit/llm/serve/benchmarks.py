@@ -267,11 +267,13 @@ def _cases(ctx: SuiteContext) -> Iterator[Case]:
     else:
         shapes, clients, sizes = ["llama-3.1-8b"], (1, 16, 64), [(128, 128), (1024, 128)]
     shapes = list(env.items(MODELS_ENV) or shapes)
+    # Load rows first: they share one server; each startup row starts its own.
     for shape in shapes:
-        yield _startup_case(shape)
         for prompt, new in sizes:
             for n in clients:
                 yield _load_case(shape, n, prompt, new)
+    for shape in shapes:
+        yield _startup_case(shape)
     if ctx.on_gpu:
         # --quick: the same two-partition mechanism at small shapes, in seconds.
         small, big = (
