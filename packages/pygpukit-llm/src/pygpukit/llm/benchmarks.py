@@ -318,9 +318,10 @@ def _engine_decode(
 ) -> tuple[Callable[[int], Any], Callable[[int], float]]:
     """``run`` and ``measure`` of a batch decoded by the serving engine.
 
-    Every sequence is prefilled first (one step), then the clock runs over the ``new - 1``
-    decode steps of the whole batch, each with its download of the sampled ids (as a server
-    steps). One engine serves every run, so its decode graphs are captured once.
+    Every sequence is prefilled first (one step) and has its first token, then the clock runs
+    over the remaining decode steps of the whole batch (counted by the engine), each with its
+    download of the sampled ids, as a server steps. One engine serves every run, so its decode
+    graphs are captured once.
     """
     import pygpukit as gp
 
@@ -355,12 +356,15 @@ def _engine_decode(
         finish()
         return tokens[0]
 
+    def decode_steps() -> int:
+        return engine.decode.replays + engine.decode.eager_steps
+
     def measure(i: int) -> float:
         start()
         gp.synchronize()
-        begin = time.perf_counter()
+        before, begin = decode_steps(), time.perf_counter()
         finish()
-        return (time.perf_counter() - begin) * 1e3 / (new - 1)
+        return (time.perf_counter() - begin) * 1e3 / (decode_steps() - before)
 
     return run, measure
 
