@@ -85,6 +85,18 @@ void matmul_nt(const Array& x, const Array& w, const Array& out, bool allow_tf32
            c_order(out, m, n, item), allow_tf32, backend_arg(backend), stream);
 }
 
+// x @ w.T into a new C-contiguous [..., N] array (x [..., K]): linear without a bias in one call.
+Array matmul_nt_new(const Array& x, const Array& w, bool allow_tf32, const std::string& backend) {
+    if (x.ndim() < 1 || w.ndim() != 2) {
+        throw std::invalid_argument("matmul_nt takes x [..., K] and a 2-D weight [N, K]");
+    }
+    Dims shape = x.shape();
+    shape.back() = w.shape()[0];
+    Array out = Array::empty(shape, x.dtype(), current_stream(x.device()));
+    matmul_nt(x, w, out, allow_tf32, backend);
+    return out;
+}
+
 }  // namespace
 
 void bind_matmul(py::module_& m) {
@@ -98,6 +110,44 @@ void bind_matmul(py::module_& m) {
         },
         py::arg("candidates"), "dlopen the first cuBLASLt candidate that loads; never raises.");
     m.def("cublaslt_loaded", &cublaslt_loaded);
+    m.def(
+        "cublaslt_plans",
+        [](int device) {
+            py::list plans;
+            for (const LtPlanInfo& p : cublaslt_plans(device)) {
+                py::list candidates;
+                for (const LtAlgoInfo& a : p.candidates) {
+                    py::dict c;
+                    c["algo_id"] = a.algo_id;
+                    c["tile"] = a.tile;
+                    c["stages"] = a.stages;
+                    c["splitk"] = a.splitk;
+                    c["reduction"] = a.reduction;
+                    c["swizzle"] = a.swizzle;
+                    c["custom"] = a.custom;
+                    c["gpu_us"] = a.gpu_us;
+                    c["host_us"] = a.host_us;
+                    candidates.append(c);
+                }
+                py::dict d;
+                d["dtype"] = dtype_name(p.dtype);
+                d["tf32"] = p.tf32;
+                d["m"] = p.m;
+                d["n"] = p.n;
+                d["k"] = p.k;
+                d["batch"] = p.batch;
+                d["chosen"] = p.chosen;
+                d["tuned"] = p.tuned;
+                d["candidates"] = candidates;
+                plans.append(d);
+            }
+            return plans;
+        },
+        py::arg("device"),
+        "Every cuBLASLt plan made on a device: the problem (dtype, tf32, m, n, k, batch), its "
+        "candidate algorithms in the heuristic's order (configuration ids and the timed pass's "
+        "gpu_us / host_us per call, -1 when not timed), the index that runs and whether it was "
+        "chosen by timing.");
     m.def(
         "matmul",
         [](const Array& a, const Array& b, const Array& out, bool allow_tf32,
@@ -117,6 +167,10 @@ void bind_matmul(py::module_& m) {
           py::arg("allow_tf32"), py::arg("backend"),
           "out = x @ w.T with x C-contiguous [..., K], w [N, K] read transposed in place, out "
           "C-contiguous with M * N elements; on the current stream.");
+    m.def("matmul_nt_new", &matmul_nt_new, py::arg("x"), py::arg("w"), py::arg("allow_tf32"),
+          py::arg("backend"),
+          "x @ w.T into a new C-contiguous [..., N] array (x C-contiguous [..., K], w [N, K] read "
+          "transposed in place); on the current stream.");
     m.def(
         "matmul_backend",
         [](const std::string& dtype, bool allow_tf32, const std::string& backend) {
