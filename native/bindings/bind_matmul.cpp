@@ -138,6 +138,7 @@ void bind_matmul(py::module_& m) {
                 d["batch"] = p.batch;
                 d["chosen"] = p.chosen;
                 d["tuned"] = p.tuned;
+                d["inherited"] = p.inherited;
                 d["candidates"] = candidates;
                 plans.append(d);
             }
@@ -146,8 +147,8 @@ void bind_matmul(py::module_& m) {
         py::arg("device"),
         "Every cuBLASLt plan made on a device: the problem (dtype, tf32, m, n, k, batch), its "
         "candidate algorithms in the heuristic's order (configuration ids and the timed pass's "
-        "gpu_us / host_us per call, -1 when not timed), the index that runs and whether it was "
-        "chosen by timing.");
+        "gpu_us / host_us per call, -1 when not timed), the index that runs, whether it was "
+        "chosen by timing (tuned) or reused from a timed plan for a nearby M (inherited).");
     m.def(
         "matmul",
         [](const Array& a, const Array& b, const Array& out, bool allow_tf32,

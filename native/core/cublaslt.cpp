@@ -81,7 +81,8 @@ struct LtTable {
                                      cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t,
                                      const cublasLtMatmulAlgo_t*, void*, size_t,
                                      CUstream) = nullptr;
-    // Optional (only describes algorithms in cublaslt_plans()).
+    // Optional: describes algorithms (cublaslt_plans(), and reusing a timed choice for a nearby
+    // M, which is skipped without it).
     cublasStatus_t (*cublasLtMatmulAlgoConfigGetAttribute)(const cublasLtMatmulAlgo_t*, int, void*,
                                                            size_t, size_t*) = nullptr;
 };
@@ -167,6 +168,8 @@ struct Plan {
     // Set by the thread that tunes this plan (or at creation when there is nothing to tune), so
     // that exactly one thread times the candidates.
     std::atomic<bool> tuning_claimed{false};
+    // Whether `chosen` was taken from a timed plan of the same family (see DeviceState).
+    bool inherited = false;
 
     const cublasLtMatmulAlgo_t& algo() const {
         return candidates[chosen.load(std::memory_order_acquire)];
@@ -196,10 +199,11 @@ struct PlanKeyHash {
 // first choice ran 1.2-1.5x slower than what PyTorch's cuBLAS picked, so a plan keeps this many
 // candidates and times them once.
 constexpr int kCandidates = 16;
-// Problems of at least this many multiply-adds (512^3) get one timed pass over the candidates (a
+// Problems of at least this many multiply-adds (256^3) get one timed pass over the candidates (a
 // host wait of a few milliseconds, once per shape); smaller ones take the heuristic's first
-// choice (their cost is the host's launch, the same for every candidate).
-constexpr double kTuneMacs = 1ull << 27;
+// choice (their cost is the host's launch, the same for every candidate that enqueues one
+// kernel).
+constexpr double kTuneMacs = 1ull << 24;
 // Timed runs per candidate: fewer for large problems, whose runs are long and steady.
 constexpr double kLargeMacs = 1ull << 33;
 // A candidate within this fraction of the fastest is as good: the heuristic's order breaks ties.
@@ -208,10 +212,26 @@ constexpr float kTieFraction = 0.02f;
 // The handle is shared by every thread: cuBLASLt functions are thread safe for one handle (we
 // never change its configuration after creation). Plans are heap-allocated so the pointer a
 // caller took under g_mutex stays valid while other threads insert.
+// The configuration ids of an algorithm (what describe() reads): two candidates of plans for
+// different M are the same kernel when these agree.
+using AlgoConfig = std::array<int64_t, 7>;
+
 struct DeviceState {
     cublasLtHandle_t handle = nullptr;
     std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+    // The timed choice of each family of plans: one key but for M, rounded to its power-of-two
+    // bucket. A prompt of a new length then reuses the choice timed at a nearby length (when
+    // the heuristic offers that algorithm again) instead of timing its candidates again.
+    std::unordered_map<PlanKey, AlgoConfig, PlanKeyHash> families;
 };
+
+// The family of a plan key: M (its third value) replaced by its power-of-two bucket.
+PlanKey family_of(PlanKey key) {
+    int64_t bucket = 0;
+    for (int64_t m = key.v[2]; m > 0; m >>= 1) ++bucket;
+    key.v[2] = -bucket;
+    return key;
+}
 
 // Never destroyed: handles and plans live for the process (static destruction would run after
 // the Rust pool and the driver are gone).
@@ -286,15 +306,16 @@ bool hold_stream(const StreamPtr& stream, unsigned long long ns) {
 // The host time of the enqueues is measured too, and a candidate costs the larger of the two per
 // call (an algorithm that enqueues a second kernel costs the host that launch). One wait at the
 // end. Skipped while the stream is being captured (a host wait would break the capture); the
-// next uncaptured call tunes instead. Only the thread that claims the plan's tuning runs this;
+// next uncaptured call tunes instead. True when this call timed the candidates. Only the thread
+// that claims the plan's tuning runs this;
 // others keep running the current choice meanwhile (timings taken while other threads share the
 // stream are noisier, never wrong).
 template <typename Enqueue>
-void tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
+bool tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return;
-    if (plan.tuning_claimed.exchange(true, std::memory_order_acq_rel)) return;
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return false;
+    if (plan.tuning_claimed.exchange(true, std::memory_order_acq_rel)) return false;
     const size_t count = plan.candidates.size();
     const double macs = static_cast<double>(plan.m) * plan.n * plan.k * plan.batch;
     const int reps = macs >= kLargeMacs ? 3 : 10;
@@ -306,8 +327,8 @@ void tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
     using clock = std::chrono::steady_clock;
     for (size_t i = 0; i < count; ++i) {
         if (!runs[i]) continue;
-        // 20 us of enqueue per run is several times what one cublasLtMatmul call takes.
-        hold_stream(stream, 20000ull * (reps + 1));
+        // 10 us of enqueue per run is a few times what one cublasLtMatmul call takes.
+        hold_stream(stream, 10000ull * (reps + 1));
         drv().cuEventRecord(events[2 * i], stream->handle());
         const auto t0 = clock::now();
         bool ok = true;
@@ -349,6 +370,7 @@ void tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
         plan.timings = std::move(timings);
     }
     plan.chosen.store(best_index, std::memory_order_release);
+    return r == CUDA_SUCCESS;
 }
 
 // One algorithm's configuration, as cublaslt_plans() reports it (-1 where it cannot be read).
@@ -370,6 +392,11 @@ LtAlgoInfo describe(const cublasLtMatmulAlgo_t& algo) {
     info.swizzle = read(ALGO_CTA_SWIZZLING);
     info.custom = read(ALGO_CUSTOM_OPTION);
     return info;
+}
+
+AlgoConfig config_of(const cublasLtMatmulAlgo_t& algo) {
+    const LtAlgoInfo i = describe(algo);
+    return {i.algo_id, i.tile, i.stages, i.splitk, i.reduction, i.swizzle, i.custom};
 }
 
 }  // namespace
@@ -523,8 +550,20 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
                     if (results[i].state == 0) p.candidates.push_back(results[i].algo);
                 }
             }
-            const bool tune_worth_it =
+            bool tune_worth_it =
                 p.candidates.size() > 1 && static_cast<double>(m) * n * k * batch >= kTuneMacs;
+            if (tune_worth_it) {
+                auto family = state->families.find(family_of(key));
+                for (size_t i = 0; family != state->families.end() && i < p.candidates.size();
+                     ++i) {
+                    if (family->second[0] >= 0 && config_of(p.candidates[i]) == family->second) {
+                        p.chosen.store(i, std::memory_order_relaxed);
+                        p.inherited = true;
+                        tune_worth_it = false;
+                        break;
+                    }
+                }
+            }
             p.tuning_claimed.store(!tune_worth_it, std::memory_order_relaxed);
             it = state->plans.emplace(key, std::move(made)).first;
         }
@@ -552,7 +591,10 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
         ticket.end(s == 0);
         return s;
     };
-    if (!plan->tuning_claimed.load(std::memory_order_acquire)) tune(*plan, stream, enqueue);
+    if (!plan->tuning_claimed.load(std::memory_order_acquire) && tune(*plan, stream, enqueue)) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        state->families[family_of(key)] = config_of(plan->algo());
+    }
     check_lt(enqueue(plan->algo()), "cublasLtMatmul");
     return true;
 }
@@ -572,6 +614,7 @@ std::vector<LtPlanInfo> cublaslt_plans(int device) {
         info.batch = plan->batch;
         info.chosen = static_cast<int64_t>(plan->chosen.load(std::memory_order_acquire));
         info.tuned = !plan->timings.empty();
+        info.inherited = plan->inherited;
         for (size_t i = 0; i < plan->candidates.size(); ++i) {
             LtAlgoInfo a = describe(plan->candidates[i]);
             if (i < plan->timings.size()) {

@@ -2,8 +2,9 @@
 // nvidia-cublas wheel, CUDA_PATH, the system); never linked. Optional: without it matmul runs on
 // the runtime's own kernels. One handle per device; matmul descriptors, layouts and the
 // heuristic's candidate algorithms cached per problem key (immutable once made, so threads share
-// them), the one to run chosen by a timed pass over them on first use (problems of 512^3
-// multiply-adds and more; smaller ones run the heuristic's first); a
+// them), the one to run chosen by a timed pass over them on first use (problems of 256^3
+// multiply-adds and more; smaller ones run the heuristic's first; a plan whose M falls in the
+// power-of-two bucket of a timed plan of the same other dimensions reuses its choice); a
 // 32 MiB workspace per stream from the Rust pool, one call at a time on it (see LtWorkspace);
 // every cublasLtMatmul enqueued through the dispatch controller like a kernel launch.
 #pragma once
@@ -84,7 +85,8 @@ struct LtPlanInfo {
     bool tf32 = false;
     int64_t m = 0, n = 0, k = 0, batch = 0;
     int64_t chosen = 0;
-    bool tuned = false;
+    bool tuned = false;      // chosen by timing this plan's candidates
+    bool inherited = false;  // chosen as the timed choice of a plan for a nearby M
     std::vector<LtAlgoInfo> candidates;
 };
 
