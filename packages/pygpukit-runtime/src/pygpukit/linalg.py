@@ -118,17 +118,18 @@ def matmul(a: Any, b: Any, out: GPUArray | None = None, allow_tf32: bool | None 
         ai, bi = a._impl, b._impl
         sa, sb = ai.shape, bi.shape
         nd = len(sa)
+        dtype = ai.dtype
         if (
             backend is b._backend
             and nd == len(sb)
             and (nd == 2 or (nd == 3 and sa[0] == sb[0]))
             and sa[-1] == sb[-2]
-            and ai.dtype == bi.dtype
+            and dtype == bi.dtype
         ):
             if allow_tf32 is not None:
                 tf32 = boolean(allow_tf32, "allow_tf32", "matmul")
             else:  # the variable only changes float32 products: read it only for them
-                tf32 = ai.dtype == "float32" and allow_tf32_default()
+                tf32 = dtype == "float32" and allow_tf32_default()
             return _wrap(backend.matmul_new(ai, bi, bool(tf32)), backend)
     return _matmul_general(a, b, out, allow_tf32)
 
