@@ -443,3 +443,32 @@ def test_cublaslt_timed_choice(
         config = ("algo_id", "tile", "stages", "splitk", "reduction", "swizzle", "custom")
         got = near["candidates"][near["chosen"]]
         assert all(got[f] == chosen[f] for f in config)
+
+
+@pytest.mark.gpu
+def test_native_shortcut_errors(rand: Callable[..., np.ndarray]) -> None:
+    """The raw native shortcuts (``matmul_new``, ``matmul_nt``, ``matmul_nt_new``) refuse wrong
+    argument counts and types with ``TypeError`` and mismatched shapes with ``ValueError``."""
+    if gp.backend_name() != "cuda":
+        pytest.skip("needs the CUDA backend")
+    from pygpukit.backend import cuda_linalg
+
+    native = cuda_linalg._native
+    a = gp.from_numpy(rand((4, 8), "float32"))._impl
+    b = gp.from_numpy(rand((8, 3), "float32"))._impl
+    w = gp.from_numpy(rand((3, 8), "float32"))._impl
+    out = gp.empty((4, 3), "float32")._impl
+    with pytest.raises(TypeError):
+        native.matmul_new(a, b, False)  # no backend
+    with pytest.raises(TypeError, match=r"must be a _native\.Array"):
+        native.matmul_new(a, np.ones((8, 3)), False, "auto")
+    with pytest.raises(TypeError, match="backend must be a str"):
+        native.matmul_nt_new(a, w, False, 1)
+    with pytest.raises(ValueError, match="backend must be"):
+        native.matmul_nt(a, w, out, False, "fastest")
+    with pytest.raises(ValueError):
+        native.matmul_new(a, a, False, "auto")  # (4, 8) @ (4, 8)
+    with pytest.raises(ValueError):
+        native.matmul_nt_new(a, b, False, "auto")  # K = 8 against w's 3 columns
+    got = native.matmul_nt_new(a, w, True, "auto")  # any truthy flag
+    assert tuple(got.shape) == (4, 3)
