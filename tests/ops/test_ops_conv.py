@@ -152,3 +152,36 @@ def test_conv_errors(rand: Rand) -> None:
     with pytest.raises(ValueError, match="leaves no output"):
         ops.conv_transpose1d(gp.from_numpy(rand((1, 4, 1))), gp.from_numpy(rand((4, 2, 1))),
                              padding=1)  # fmt: skip
+
+
+def test_transpose_tiles_cover_every_output_once_with_all_its_inputs() -> None:
+    """The tensor-core transposed convolution's tiling (host and kernel share the rule): every
+    output belongs to one tile, and that tile holds every input position the output reads."""
+    from pygpukit.ops._conv_mma import transpose_tiles
+
+    rng = np.random.default_rng()
+    for _ in range(300):
+        length = int(rng.integers(1, 400))
+        kernel = int(rng.integers(1, 24))
+        stride = int(rng.integers(1, 12))
+        dilation = int(rng.integers(1, 4))
+        cols = int(rng.choice([16, 32, 64]))
+        padding = int(rng.integers(0, max(1, dilation * (kernel - 1) // 2 + 1)))
+        opad = int(rng.integers(0, max(stride, dilation)))
+        out_length = (length - 1) * stride - 2 * padding + dilation * (kernel - 1) + opad + 1
+        tiles = transpose_tiles(length, kernel, stride, dilation, cols)
+        if out_length < 1 or tiles is None:
+            continue
+        bounds = [
+            tiles.first_output(i, length, out_length, stride, padding)
+            for i in range(tiles.count + 1)
+        ]
+        assert bounds[0] == 0 and bounds[-1] == out_length
+        assert bounds == sorted(bounds)
+        for i in range(tiles.count):
+            lo = i * tiles.step
+            for t in range(bounds[i], bounds[i + 1]):
+                for k in range(kernel):
+                    num = t + padding - k * dilation
+                    if num >= 0 and num % stride == 0 and num // stride < length:
+                        assert lo <= num // stride < lo + cols, (length, kernel, stride, t)
