@@ -32,10 +32,25 @@ namespace pgk_conv {
 using namespace pgk;
 
 constexpr int kThreads = 128;
-constexpr int kChunk = 16;             // input channels per pipeline stage
-constexpr int kWindowRegs = 16;        // window elements a thread prefetches in registers
-constexpr int kTransRows = 80;         // rows (o, k) of a transposed-convolution CTA
-constexpr int kTransCols = 64;         // input positions of a transposed-convolution CTA
+constexpr int kChunk = 16;       // input channels per pipeline stage
+constexpr int kWindowRegs = 16;  // window elements a thread prefetches in registers
+constexpr int kTransRows = 80;   // rows (o, k) of a transposed-convolution CTA
+constexpr int kTransCols = 64;   // input positions of a transposed-convolution CTA
+
+// 4-byte global -> shared copy (zero-fills when !valid): weight rows aligned to 4 bytes only.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+
+// How a CTA copies weight rows: 16-byte cp.async where every row (and the base) is 16-byte
+// aligned, 4-byte cp.async where they are 4-byte aligned, else plain loads.
+__device__ __forceinline__ int weight_copy_width(const void* w, long long row_len, int tile_cols) {
+    const size_t base = reinterpret_cast<size_t>(w);
+    if (row_len % 8 == 0 && tile_cols % 8 == 0 && (base & 15) == 0) return 16;
+    if (row_len % 2 == 0 && tile_cols % 2 == 0 && (base & 3) == 0) return 4;
+    return 0;
+}
 
 template <typename T>
 __device__ __forceinline__ unsigned pack2(T lo, T hi) {
@@ -46,19 +61,19 @@ __device__ __forceinline__ unsigned pack2(T lo, T hi) {
 
 // The problem, as the kernels see it (plain ints: every size fits int32, checked on the host).
 struct Dims {
-    int cg;       // input channels per group
-    int og;       // output channels per group
+    int cg;  // input channels per group
+    int og;  // output channels per group
     int groups;
-    int length;   // input length
+    int length;  // input length
     int out_length;
-    int kernel;   // taps
+    int kernel;  // taps
     int stride, pad, dil;
-    int pitch;    // window row pitch in shared memory (elements, a multiple of 8)
-    int win;      // window length (elements actually loaded per channel)
-    int wpitch;   // weight tile row pitch (elements, a multiple of 8)
-    int rows;     // weight tile rows used: BM (conv) or outs*K (transposed)
-    int outs;     // output channels per CTA (transposed)
-    int halo;     // tile overlap (transposed)
+    int pitch;   // window row pitch in shared memory (elements, a multiple of 8)
+    int win;     // window length (elements actually loaded per channel)
+    int wpitch;  // weight tile row pitch (elements, a multiple of 8)
+    int rows;    // weight tile rows used: BM (conv) or outs*K (transposed)
+    int outs;    // output channels per CTA (transposed)
+    int halo;    // tile overlap (transposed)
 };
 
 // Shared-memory layout of one pipeline stage: the weight tile, then the input window.
@@ -77,27 +92,35 @@ struct Stage {
 // W[(grp*og + o0 + o), c0*K + r]; transposed: rows c (kChunk), columns m in [0, rows) from
 // W[(grp*cg + c0 + c), o0*K + m]. Out-of-range values are zeros.
 template <typename T, int BM, bool TRANS>
-__device__ __forceinline__ void load_weights(T* ws, const T* __restrict__ w, const Dims& d,
-                                             int grp, int o0, int c0, bool vec) {
+__device__ __forceinline__ void load_weights(T* ws, const T* __restrict__ w, const Dims& d, int grp,
+                                             int o0, int c0, int vec) {
     const int tid = threadIdx.x;
     const int nrows = TRANS ? kChunk : BM;
     const int ncols = TRANS ? d.rows : kChunk * d.kernel;
-    const long long row_len = TRANS ? static_cast<long long>(d.og) * d.kernel
-                                    : static_cast<long long>(d.cg) * d.kernel;
+    const long long row_len =
+        TRANS ? static_cast<long long>(d.og) * d.kernel : static_cast<long long>(d.cg) * d.kernel;
     // Valid extent of a row and of the columns in it.
-    const long long col0 = TRANS ? static_cast<long long>(o0) * d.kernel
-                                 : static_cast<long long>(c0) * d.kernel;
+    const long long col0 =
+        TRANS ? static_cast<long long>(o0) * d.kernel : static_cast<long long>(c0) * d.kernel;
     const int row_limit = TRANS ? min(kChunk, d.cg - c0) : min(BM, d.og - o0);
-    const long long row_base = TRANS ? static_cast<long long>(grp) * d.cg + c0
-                                     : static_cast<long long>(grp) * d.og + o0;
+    const long long row_base =
+        TRANS ? static_cast<long long>(grp) * d.cg + c0 : static_cast<long long>(grp) * d.og + o0;
     const long long col_end = min(row_len - col0, static_cast<long long>(ncols));
-    if (vec) {
+    if (vec == 16) {
         const int chunks = ncols / 8;  // ncols is a multiple of 8 on this path
         for (int i = tid; i < nrows * chunks; i += kThreads) {
             const int row = i / chunks, cc = (i - row * chunks) * 8;
             const bool valid = row < row_limit && cc < col_end;
             const T* src = valid ? w + (row_base + row) * row_len + col0 + cc : w;
             cp_async16(ws + row * d.wpitch + cc, src, valid);
+        }
+    } else if (vec == 4) {
+        const int pairs = ncols / 2;  // ncols and the row lengths are even on this path
+        for (int i = tid; i < nrows * pairs; i += kThreads) {
+            const int row = i / pairs, cc = (i - row * pairs) * 2;
+            const bool valid = row < row_limit && cc < col_end;
+            const T* src = valid ? w + (row_base + row) * row_len + col0 + cc : w;
+            cp_async4(ws + row * d.wpitch + cc, src, valid);
         }
     } else {
         for (int i = tid; i < nrows * ncols; i += kThreads) {
@@ -118,12 +141,13 @@ struct Window {
 
     __device__ __forceinline__ static T at(const T* __restrict__ xrow, int c_valid, int c,
                                            long long pos, int length) {
-        return (c < c_valid && pos >= 0 && pos < length) ? xrow[c * static_cast<long long>(length) + pos]
-                                                        : narrow<T>(0.0f);
+        return (c < c_valid && pos >= 0 && pos < length)
+                   ? xrow[c * static_cast<long long>(length) + pos]
+                   : narrow<T>(0.0f);
     }
 
-    __device__ __forceinline__ void fetch(const T* __restrict__ xrow, int c_valid,
-                                          long long pos0, const Dims& d) {
+    __device__ __forceinline__ void fetch(const T* __restrict__ xrow, int c_valid, long long pos0,
+                                          const Dims& d) {
         const int total = kChunk * d.win;
 #pragma unroll
         for (int j = 0; j < kWindowRegs; ++j) {
@@ -157,10 +181,10 @@ struct Window {
 // The GEMM over every channel chunk, accumulating into acc[MF][NF][4]. Warps split the BN
 // columns (warp n0 = warp * BN/4), each covering all BM rows.
 template <typename T, int BM, int BN, bool TRANS>
-__device__ __forceinline__ void gemm(float (&acc)[BM / 16][BN / 32][4], T* smem,
-                                     const int* offs, const T* __restrict__ x,
-                                     const T* __restrict__ w, const Dims& d, int grp, int o0,
-                                     long long pos0, int col_step, bool vec) {
+__device__ __forceinline__ void gemm(float (&acc)[BM / 16][BN / 32][4], T* smem, const int* offs,
+                                     const T* __restrict__ x, const T* __restrict__ w,
+                                     const Dims& d, int grp, int o0, long long pos0, int col_step,
+                                     int vec) {
     constexpr int MF = BM / 16, NF = BN / 32;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, q = lane & 3;
@@ -200,11 +224,11 @@ __device__ __forceinline__ void gemm(float (&acc)[BM / 16][BN / 32][4], T* smem,
             for (int mf = 0; mf < MF; ++mf) {
                 if (TRANS) {
                     const int j = lane >> 3, rr = lane & 7;
-                    ldmatrix_x4_trans(
-                        a[mf], ws + (ks * 16 + rr + 8 * (j >> 1)) * d.wpitch + mf * 16 + 8 * (j & 1));
+                    ldmatrix_x4_trans(a[mf], ws + (ks * 16 + rr + 8 * (j >> 1)) * d.wpitch +
+                                                 mf * 16 + 8 * (j & 1));
                 } else {
-                    ldmatrix_x4(a[mf], ws + (mf * 16 + (lane & 15)) * d.wpitch + ks * 16 +
-                                           (lane >> 4) * 8);
+                    ldmatrix_x4(
+                        a[mf], ws + (mf * 16 + (lane & 15)) * d.wpitch + ks * 16 + (lane >> 4) * 8);
                 }
             }
 #pragma unroll
@@ -244,7 +268,8 @@ __device__ __forceinline__ void conv_mma(const T* __restrict__ x, const T* __res
     const int bg = blockIdx.z, grp = bg % d.groups, b = bg / d.groups;
     const T* xg = x + (static_cast<long long>(b) * d.groups + grp) * d.cg * d.length;
     const long long pos0 = static_cast<long long>(t0) * d.stride - d.pad;
-    const bool vec = (d.cg * d.kernel) % 8 == 0 && (reinterpret_cast<size_t>(w) & 15) == 0;
+    // Row length cg*K; a chunk starts at c0*K, a multiple of 16*K.
+    const int vec = weight_copy_width(w, static_cast<long long>(d.cg) * d.kernel, 8);
 
     constexpr int MF = BM / 16, NF = BN / 32;
     float acc[MF][NF][4];
@@ -279,10 +304,9 @@ __device__ __forceinline__ void conv_mma(const T* __restrict__ x, const T* __res
 }
 
 template <typename T>
-__device__ __forceinline__ void conv_transpose_mma(const T* __restrict__ x,
-                                                   const T* __restrict__ w,
-                                                   const T* __restrict__ bias,
-                                                   T* __restrict__ y, const Dims d) {
+__device__ __forceinline__ void conv_transpose_mma(const T* __restrict__ x, const T* __restrict__ w,
+                                                   const T* __restrict__ bias, T* __restrict__ y,
+                                                   const Dims d) {
     constexpr int BM = kTransRows, BN = kTransCols;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* smem = reinterpret_cast<T*>(smem_raw);
@@ -296,9 +320,8 @@ __device__ __forceinline__ void conv_transpose_mma(const T* __restrict__ x,
     const int o0 = blockIdx.y * d.outs;
     const int bg = blockIdx.z, grp = bg % d.groups, b = bg / d.groups;
     const T* xg = x + (static_cast<long long>(b) * d.groups + grp) * d.cg * d.length;
-    const bool vec = (d.og * d.kernel) % 8 == 0 && d.rows % 8 == 0 &&
-                     (reinterpret_cast<size_t>(w) & 15) == 0;
-
+    // Row length og*K; a tile starts at o0*K, a multiple of rows.
+    const int vec = weight_copy_width(w, static_cast<long long>(d.og) * d.kernel, d.rows);
     constexpr int MF = BM / 16, NF = BN / 32;
     float acc[MF][NF][4];
 #pragma unroll
@@ -359,27 +382,29 @@ __device__ __forceinline__ void conv_transpose_mma(const T* __restrict__ x,
 
 }  // namespace pgk_conv
 
-#define PGK_CONV_DIMS_PARAMS                                                                   \
-    int cg, int og, int groups, int length, int out_length, int kernel, int stride, int pad,   \
+#define PGK_CONV_DIMS_PARAMS                                                                 \
+    int cg, int og, int groups, int length, int out_length, int kernel, int stride, int pad, \
         int dil, int pitch, int win, int wpitch, int rows, int outs, int halo
-#define PGK_CONV_DIMS                                                                          \
-    pgk_conv::Dims { cg, og, groups, length, out_length, kernel, stride, pad, dil, pitch, win, \
-                     wpitch, rows, outs, halo }
-
-#define PGK_CONV_MMA_TILE(sfx, T, BM, BN)                                                      \
-    PGK_KERNEL_BOUNDS(conv_mma_##BM##x##BN##_##sfx,                                            \
-                      (const T* x, const T* w, const T* bias, T* y, PGK_CONV_DIMS_PARAMS),     \
-                      pgk_conv::kThreads) {                                                    \
-        pgk_conv::conv_mma<T, BM, BN>(x, w, bias, y, PGK_CONV_DIMS);                           \
+#define PGK_CONV_DIMS                                                                           \
+    pgk_conv::Dims {                                                                            \
+        cg, og, groups, length, out_length, kernel, stride, pad, dil, pitch, win, wpitch, rows, \
+            outs, halo                                                                          \
     }
-#define PGK_CONV_MMA(sfx, T)                                                                   \
-    PGK_CONV_MMA_TILE(sfx, T, 64, 64)                                                          \
-    PGK_CONV_MMA_TILE(sfx, T, 64, 128)                                                         \
-    PGK_CONV_MMA_TILE(sfx, T, 128, 64)                                                         \
-    PGK_KERNEL_BOUNDS(conv_transpose_mma_##sfx,                                                \
-                      (const T* x, const T* w, const T* bias, T* y, PGK_CONV_DIMS_PARAMS),     \
-                      pgk_conv::kThreads) {                                                    \
-        pgk_conv::conv_transpose_mma<T>(x, w, bias, y, PGK_CONV_DIMS);                         \
+
+#define PGK_CONV_MMA_TILE(sfx, T, BM, BN)                                                  \
+    PGK_KERNEL_BOUNDS(conv_mma_##BM##x##BN##_##sfx,                                        \
+                      (const T* x, const T* w, const T* bias, T* y, PGK_CONV_DIMS_PARAMS), \
+                      pgk_conv::kThreads) {                                                \
+        pgk_conv::conv_mma<T, BM, BN>(x, w, bias, y, PGK_CONV_DIMS);                       \
+    }
+#define PGK_CONV_MMA(sfx, T)                                                               \
+    PGK_CONV_MMA_TILE(sfx, T, 64, 64)                                                      \
+    PGK_CONV_MMA_TILE(sfx, T, 64, 128)                                                     \
+    PGK_CONV_MMA_TILE(sfx, T, 128, 64)                                                     \
+    PGK_KERNEL_BOUNDS(conv_transpose_mma_##sfx,                                            \
+                      (const T* x, const T* w, const T* bias, T* y, PGK_CONV_DIMS_PARAMS), \
+                      pgk_conv::kThreads) {                                                \
+        pgk_conv::conv_transpose_mma<T>(x, w, bias, y, PGK_CONV_DIMS);                     \
     }
 PGK_HALF_TYPES(PGK_CONV_MMA)
 
