@@ -26,7 +26,7 @@ from pygpukit.ops.reference import conv as numpy_conv
 
 pytestmark = pytest.mark.gpu
 
-TOL = {"float16": 3e-3, "bfloat16": 1e-2}
+TOL = {"float32": 1e-5, "float16": 3e-3, "bfloat16": 1e-2}
 DTYPES = list(TOL)
 KERNELS = ["auto", "mma_64x128", "mma_128x64"]
 Rand = Callable[..., np.ndarray]
@@ -205,4 +205,4 @@ def test_conv1d_depthwise_tiled(rand: Rand, dtype: str, case: tuple[int, ...]) -
     ).to_numpy()  # fmt: skip
     f64 = [a.astype(np.float64) for a in (x, w, b)]
     want = numpy_conv.conv1d(*f64, stride, pad, pad, dil, groups)
-    assert rel_err(y, want) < {"float32": 1e-5, "bfloat16": 1e-2}[dtype]
+    assert rel_err(y, want) < TOL[dtype]

@@ -1,8 +1,10 @@
-"""Tensor-core launch plans of :func:`~pygpukit.ops.conv1d` / ``conv_transpose1d`` (16-bit).
+"""Tensor-core launch plans of :func:`~pygpukit.ops.conv1d` / ``conv_transpose1d``.
 
 ``kernels/conv_mma.cu`` runs both as an implicit GEMM on mma.sync: the weights and a window of
 the input are staged in shared memory per chunk of input channels, with no im2col or column
-buffer in global memory, the bias in the epilogue and one launch per call. This module sizes
+buffer in global memory, the bias in the epilogue and one launch per call; float16/bfloat16 on
+mma.sync m16n8k16, float32 split into TF32 halves (3xTF32: float32-accurate, so it needs no
+``allow_tf32``). This module sizes
 the launch (tile, window, shared memory, grid) from a :class:`~pygpukit.ops.conv.Conv1dShape`
 and says when the kernels do not apply (then :mod:`.conv` keeps its matmul path).
 """
@@ -30,6 +32,8 @@ TILES: dict[str, tuple[int, int]] = {
 }
 
 _FILE = "conv_mma"
+#: float16/bfloat16 on mma.sync m16n8k16; float32 as 3xTF32 (float32-accurate).
+_DTYPES = (np.dtype(np.float16), np.dtype(gp.bfloat16), np.dtype(np.float32))
 
 
 def _const(name: str) -> int:
@@ -38,6 +42,18 @@ def _const(name: str) -> int:
 
 def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
+
+
+def _window_pitch(win: int, itemsize: int) -> int:
+    """A window row pitch (elements) that is 16-byte aligned and not a multiple of 16 banks.
+
+    The B gather reads 4 rows (channels) x 8 positions per instruction; rows a multiple of 64
+    bytes apart would land on the same banks.
+    """
+    pitch = _round_up(win, 8)
+    if (pitch * itemsize // 4) % 16 == 0:
+        pitch += 8
+    return pitch
 
 
 def _smem_limit(device: int) -> int:
@@ -75,16 +91,19 @@ def _pick_tile(s: Any, choice: str) -> tuple[int, int]:
 
 def plan_conv(s: Any, dtype: np.dtype[Any], device: int, choice: str) -> MmaConvPlan | None:
     """The tensor-core plan of ``conv1d`` at shape ``s``, or None where it does not apply."""
-    if dtype not in (np.float16, gp.bfloat16) or s.groups == s.c_in:
+    if dtype not in _DTYPES or s.groups == s.c_in:
         return None
     chunk = _const("CONV_MMA_CHUNK")
     bm, bn = _pick_tile(s, choice)
     c_group, o_group = s.c_in // s.groups, s.c_out // s.groups
+    size = dtype.itemsize
     win = (bn - 1) * s.stride + (s.kernel - 1) * s.dilation + 1
-    pitch = _round_up(win, 8)
-    wpitch = chunk * s.kernel + 8
+    pitch = _window_pitch(win, size)
+    # 16 bytes of padding a weight row: ldmatrix rows (16-bit) and 32-bit fragment loads
+    # (float32) then fall on distinct banks.
+    wpitch = chunk * s.kernel + 16 // size
     stage = bm * wpitch + chunk * pitch
-    smem = 2 * stage * 2 + chunk * s.kernel * 4
+    smem = 2 * stage * size + chunk * s.kernel * 4
     if smem > _smem_limit(device):
         return None
     grid = (-(-s.out_length // bn), -(-o_group // bm), s.batch * s.groups)
@@ -143,9 +162,10 @@ def transpose_tiles(
 
 def plan_transpose(s: Any, dtype: np.dtype[Any], device: int) -> MmaConvPlan | None:
     """The tensor-core plan of ``conv_transpose1d`` at ``s``, or None where it does not apply."""
-    if dtype not in (np.float16, gp.bfloat16) or s.groups == s.c_in:
+    if dtype not in _DTYPES or s.groups == s.c_in:
         return None
     chunk = _const("CONV_MMA_CHUNK")
+    size = dtype.itemsize
     rows_max, cols = _const("CONV_MMA_TRANS_ROWS"), _const("CONV_MMA_TRANS_COLS")
     outs = rows_max // s.kernel
     tiles = transpose_tiles(s.length, s.kernel, s.stride, s.dilation, cols)
@@ -153,10 +173,10 @@ def plan_transpose(s: Any, dtype: np.dtype[Any], device: int) -> MmaConvPlan | N
         return None
     c_group, o_group = s.c_in // s.groups, s.c_out // s.groups
     outs = min(outs, o_group)
-    pitch = _round_up(cols, 8)
-    wpitch = rows_max + 8
+    pitch = _window_pitch(cols, size)
+    wpitch = rows_max + 8  # 176 bytes (16-bit) or 352 (float32): conflict-free fragment reads
     stage = chunk * wpitch + chunk * pitch
-    smem = max(2 * stage * 2 + chunk * 4, rows_max * (cols + 4) * 4)
+    smem = max(2 * stage * size + chunk * 4, rows_max * (cols + 4) * 4)
     if smem > _smem_limit(device):
         return None
     grid = (tiles.count, -(-o_group // outs), s.batch * s.groups)

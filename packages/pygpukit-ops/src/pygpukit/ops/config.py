@@ -58,8 +58,8 @@ _DESCRIPTIONS = {
     "dims 64 and 128, else mma), mma everywhere, or one Hopper kernel where auto would pick one.",
     "decode_kernel": "Which decode attention kernel runs: mma2 (tensor cores, two K/V stages), "
     "mma (one stage) or simt (CUDA cores).",
-    "conv_kernel": "Which kernel runs a 16-bit conv1d: auto (the tensor-core implicit GEMM, tile "
-    "by shape), one of its tiles pinned, or gemm (an im2col gather and a matmul).",
+    "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
+    "GEMM, tile by shape), one of its tiles pinned, or gemm (an im2col gather and a matmul).",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(

@@ -7,17 +7,18 @@ Layouts and semantics are PyTorch's (``torch.nn.functional.conv1d`` / ``conv_tra
 - :func:`conv_transpose1d`: ``weight`` [C_in, C_out/groups, K] -> [B, C_out, L_out],
   ``L_out = (L-1)*stride - 2*padding + dilation*(K-1) + output_padding + 1``.
 
-float32, float16 and bfloat16; products summed in float32 and rounded once. On the GPU the
-16-bit types run a tensor-core implicit GEMM (``kernels/conv_mma.cu``, planned by
-:mod:`._conv_mma`): one launch per call, the input windows and weights staged in shared memory
-with no im2col buffer, the bias added in the epilogue; the transposed convolution is the GEMM
-``W^T @ x`` over tiles of input positions with the overlap-add done in shared memory. The
-``conv_kernel`` knob (``PYGPUKIT_CONV_KERNEL``) pins a tile or picks the older path: a gather of
-the input windows (``im2col``) and one batched matmul (float32 takes that path and follows
-``PYGPUKIT_ALLOW_TF32`` as :func:`pygpukit.matmul` does; a kernel of width 1 is the matmul
-alone), and for the transposed convolution the matmul ``W^T @ x`` followed by a gather of the
-taps (``col2im``). Groups of one input channel (depthwise convolutions) run a direct kernel in
-every dtype. See ``kernels/conv.cu``.
+float32, float16 and bfloat16; products summed in float32 and rounded once. On the GPU a
+dense or grouped convolution runs a tensor-core implicit GEMM (``kernels/conv_mma.cu``, planned
+by :mod:`._conv_mma`): one launch per call, the input windows and weights staged in shared
+memory with no im2col buffer, the bias added in the epilogue; float32 is split into TF32 halves
+(3xTF32), as accurate as float32 arithmetic. The transposed convolution is the GEMM ``W^T @ x``
+over tiles of input positions with the overlap-add done in shared memory. The ``conv_kernel``
+knob (``PYGPUKIT_CONV_KERNEL``) pins a tile or picks the older path: a gather of the input
+windows (``im2col``) and one batched matmul (float32 follows ``PYGPUKIT_ALLOW_TF32`` as
+:func:`pygpukit.matmul` does; a kernel of width 1 is the matmul alone), and for the transposed
+convolution the matmul ``W^T @ x`` followed by a gather of the taps (``col2im``); shapes whose
+staged tiles outgrow shared memory take that path too. Groups of one input channel (depthwise
+convolutions) run a direct kernel. See ``kernels/conv.cu``.
 
 A repeated call with the same shapes, dtypes and options skips the argument checks: the
 checked shape is cached by that signature.

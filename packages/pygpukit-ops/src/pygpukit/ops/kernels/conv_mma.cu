@@ -1,6 +1,7 @@
-// Tensor-core 1-D convolution and transposed convolution of 16-bit signals (host side:
+// Tensor-core 1-D convolution and transposed convolution (host side:
 // ops/conv.py, _conv_mma.py). Implicit GEMM: no im2col or column buffer in global memory, one
-// launch per call, bias added in the epilogue, fp32 accumulation (mma.sync m16n8k16).
+// launch per call, bias added in the epilogue, fp32 accumulation (mma.sync m16n8k16 for the
+// 16-bit types; float32 as 3xTF32 m16n8k8, accurate to float32 rounding).
 //
 // conv_mma_<BM>x<BN>_<dtype>: y[b, g*Og + o, t] = bias + sum_{c, k} W[o, c, k] *
 //   x[b, g*Cg + c, t*stride - pad + k*dil]. A CTA computes BM output channels x BN positions of
@@ -45,11 +46,35 @@ __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid
 
 // How a CTA copies weight rows: 16-byte cp.async where every row (and the base) is 16-byte
 // aligned, 4-byte cp.async where they are 4-byte aligned, else plain loads.
-__device__ __forceinline__ int weight_copy_width(const void* w, long long row_len, int tile_cols) {
+template <typename T>
+__device__ __forceinline__ int weight_copy_width(const T* w, long long row_len, int tile_cols) {
     const size_t base = reinterpret_cast<size_t>(w);
-    if (row_len % 8 == 0 && tile_cols % 8 == 0 && (base & 15) == 0) return 16;
-    if (row_len % 2 == 0 && tile_cols % 2 == 0 && (base & 3) == 0) return 4;
+    constexpr int v16 = 16 / sizeof(T), v4 = 4 / sizeof(T);
+    if (row_len % v16 == 0 && tile_cols % v16 == 0 && (base & 15) == 0) return 16;
+    if (row_len % v4 == 0 && tile_cols % v4 == 0 && (base & 3) == 0) return 4;
     return 0;
+}
+
+// float32 on tensor cores without TF32's loss: each operand is split into a TF32 high part and
+// a TF32 remainder, and a*b is summed as lo*hi + hi*lo + hi*hi (the "3xTF32" scheme; the
+// dropped lo*lo term is below float32's rounding), in fp32 accumulators.
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+    hi = to_tf32(x);
+    lo = to_tf32(x - __uint_as_float(hi));
+}
+// D (16x8 fp32) += A (16x8 tf32, row-major) * B (8x8 tf32, column-major).
+__device__ __forceinline__ void mma1688(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                        unsigned b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 template <typename T>
@@ -107,17 +132,19 @@ __device__ __forceinline__ void load_weights(T* ws, const T* __restrict__ w, con
         TRANS ? static_cast<long long>(grp) * d.cg + c0 : static_cast<long long>(grp) * d.og + o0;
     const long long col_end = min(row_len - col0, static_cast<long long>(ncols));
     if (vec == 16) {
-        const int chunks = ncols / 8;  // ncols is a multiple of 8 on this path
+        constexpr int E = 16 / sizeof(T);  // ncols is a multiple of E on this path
+        const int chunks = ncols / E;
         for (int i = tid; i < nrows * chunks; i += kThreads) {
-            const int row = i / chunks, cc = (i - row * chunks) * 8;
+            const int row = i / chunks, cc = (i - row * chunks) * E;
             const bool valid = row < row_limit && cc < col_end;
             const T* src = valid ? w + (row_base + row) * row_len + col0 + cc : w;
             cp_async16(ws + row * d.wpitch + cc, src, valid);
         }
     } else if (vec == 4) {
-        const int pairs = ncols / 2;  // ncols and the row lengths are even on this path
+        constexpr int E = 4 / sizeof(T);  // ncols and the row lengths are multiples of E here
+        const int pairs = ncols / E;
         for (int i = tid; i < nrows * pairs; i += kThreads) {
-            const int row = i / pairs, cc = (i - row * pairs) * 2;
+            const int row = i / pairs, cc = (i - row * pairs) * E;
             const bool valid = row < row_limit && cc < col_end;
             const T* src = valid ? w + (row_base + row) * row_len + col0 + cc : w;
             cp_async4(ws + row * d.wpitch + cc, src, valid);
@@ -178,6 +205,89 @@ struct Window {
     }
 };
 
+// One chunk's products on 16-bit operands: k16 steps of mma.sync m16n8k16. A (weights) through
+// ldmatrix (transposed for the transposed convolution's column-major A), B gathered from the
+// window: b = x_window[offs[r] + n*col_step].
+template <typename T, int BM, int BN, bool TRANS>
+__device__ __forceinline__ void mma_chunk_16(float (&acc)[BM / 16][BN / 32][4], const T* ws,
+                                             const T* xs, const int* offs, const Dims& d,
+                                             int ksteps, int n_base, int col_step) {
+    constexpr int MF = BM / 16, NF = BN / 32;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, q = lane & 3;
+    for (int ks = 0; ks < ksteps; ++ks) {
+        const int r0 = ks * 16 + 2 * q;
+        const int o_a = offs[r0], o_b = offs[r0 + 1], o_c = offs[r0 + 8], o_d = offs[r0 + 9];
+        unsigned a[MF][4];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+            if (TRANS) {
+                const int j = lane >> 3, rr = lane & 7;
+                ldmatrix_x4_trans(
+                    a[mf], ws + (ks * 16 + rr + 8 * (j >> 1)) * d.wpitch + mf * 16 + 8 * (j & 1));
+            } else {
+                ldmatrix_x4(a[mf],
+                            ws + (mf * 16 + (lane & 15)) * d.wpitch + ks * 16 + (lane >> 4) * 8);
+            }
+        }
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf) {
+            const int pos = (n_base + nf * 8 + g) * col_step;
+            const unsigned b0 = pack2(xs[o_a + pos], xs[o_b + pos]);
+            const unsigned b1 = pack2(xs[o_c + pos], xs[o_d + pos]);
+#pragma unroll
+            for (int mf = 0; mf < MF; ++mf) mma16816<T>(acc[mf][nf], a[mf], b0, b1);
+        }
+    }
+}
+
+// One chunk's products on float32 operands: k8 steps of 3xTF32 mma.sync m16n8k8 (fragments
+// read with 32-bit shared loads; the row pitches keep the 8x4 lanes on distinct banks).
+template <int BM, int BN, bool TRANS>
+__device__ __forceinline__ void mma_chunk_f32(float (&acc)[BM / 16][BN / 32][4], const float* ws,
+                                              const float* xs, const int* offs, const Dims& d,
+                                              int ksteps, int n_base, int col_step) {
+    constexpr int MF = BM / 16, NF = BN / 32;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2, q = lane & 3;
+    for (int ks = 0; ks < ksteps; ++ks) {
+        const int r = ks * 8 + q;
+        const int o_lo = offs[r], o_hi = offs[r + 4];
+        unsigned ah[MF][4], al[MF][4];
+#pragma unroll
+        for (int mf = 0; mf < MF; ++mf) {
+            const int m = mf * 16 + g;
+            float v[4];
+            if (TRANS) {  // A[m][c] = ws[c][m]
+                v[0] = ws[r * d.wpitch + m];
+                v[1] = ws[r * d.wpitch + m + 8];
+                v[2] = ws[(r + 4) * d.wpitch + m];
+                v[3] = ws[(r + 4) * d.wpitch + m + 8];
+            } else {
+                v[0] = ws[m * d.wpitch + r];
+                v[1] = ws[(m + 8) * d.wpitch + r];
+                v[2] = ws[m * d.wpitch + r + 4];
+                v[3] = ws[(m + 8) * d.wpitch + r + 4];
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) split_tf32(v[e], ah[mf][e], al[mf][e]);
+        }
+#pragma unroll
+        for (int nf = 0; nf < NF; ++nf) {
+            const int pos = (n_base + nf * 8 + g) * col_step;
+            unsigned bh0, bl0, bh1, bl1;
+            split_tf32(xs[o_lo + pos], bh0, bl0);
+            split_tf32(xs[o_hi + pos], bh1, bl1);
+#pragma unroll
+            for (int mf = 0; mf < MF; ++mf) {
+                mma1688(acc[mf][nf], al[mf], bh0, bh1);
+                mma1688(acc[mf][nf], ah[mf], bl0, bl1);
+                mma1688(acc[mf][nf], ah[mf], bh0, bh1);
+            }
+        }
+    }
+}
+
 // The GEMM over every channel chunk, accumulating into acc[MF][NF][4]. Warps split the BN
 // columns (warp n0 = warp * BN/4), each covering all BM rows.
 template <typename T, int BM, int BN, bool TRANS>
@@ -185,9 +295,7 @@ __device__ __forceinline__ void gemm(float (&acc)[BM / 16][BN / 32][4], T* smem,
                                      const T* __restrict__ x, const T* __restrict__ w,
                                      const Dims& d, int grp, int o0, long long pos0, int col_step,
                                      int vec) {
-    constexpr int MF = BM / 16, NF = BN / 32;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, q = lane & 3;
+    const int warp = threadIdx.x >> 5;
     const int stage_elems = Stage<BM, TRANS>::elems(d);
     const int wel = Stage<BM, TRANS>::weight_elems(d);
     const int ksteps = TRANS ? 1 : d.kernel;  // k16 steps per chunk (kChunk*K / 16)
@@ -216,29 +324,10 @@ __device__ __forceinline__ void gemm(float (&acc)[BM / 16][BN / 32][4], T* smem,
         }
         const T* ws = cur;
         const T* xs = cur + wel;
-        for (int ks = 0; ks < ksteps; ++ks) {
-            const int r0 = ks * 16 + 2 * q;
-            const int o_a = offs[r0], o_b = offs[r0 + 1], o_c = offs[r0 + 8], o_d = offs[r0 + 9];
-            unsigned a[MF][4];
-#pragma unroll
-            for (int mf = 0; mf < MF; ++mf) {
-                if (TRANS) {
-                    const int j = lane >> 3, rr = lane & 7;
-                    ldmatrix_x4_trans(a[mf], ws + (ks * 16 + rr + 8 * (j >> 1)) * d.wpitch +
-                                                 mf * 16 + 8 * (j & 1));
-                } else {
-                    ldmatrix_x4(
-                        a[mf], ws + (mf * 16 + (lane & 15)) * d.wpitch + ks * 16 + (lane >> 4) * 8);
-                }
-            }
-#pragma unroll
-            for (int nf = 0; nf < NF; ++nf) {
-                const int pos = (n_base + nf * 8 + g) * col_step;
-                const unsigned b0 = pack2(xs[o_a + pos], xs[o_b + pos]);
-                const unsigned b1 = pack2(xs[o_c + pos], xs[o_d + pos]);
-#pragma unroll
-                for (int mf = 0; mf < MF; ++mf) mma16816<T>(acc[mf][nf], a[mf], b0, b1);
-            }
+        if constexpr (sizeof(T) == 4) {
+            mma_chunk_f32<BM, BN, TRANS>(acc, ws, xs, offs, d, 2 * ksteps, n_base, col_step);
+        } else {
+            mma_chunk_16<T, BM, BN, TRANS>(acc, ws, xs, offs, d, ksteps, n_base, col_step);
         }
         if (more) win.store(nxt + wel, xn, d.cg - c1, pos0, d);
     }
@@ -406,7 +495,7 @@ __device__ __forceinline__ void conv_transpose_mma(const T* __restrict__ x, cons
                       pgk_conv::kThreads) {                                                \
         pgk_conv::conv_transpose_mma<T>(x, w, bias, y, PGK_CONV_DIMS);                     \
     }
-PGK_HALF_TYPES(PGK_CONV_MMA)
+PGK_FLOAT_TYPES(PGK_CONV_MMA)
 
 PGK_CONSTANT(CONV_MMA_THREADS, pgk_conv::kThreads);
 PGK_CONSTANT(CONV_MMA_CHUNK, pgk_conv::kChunk);
