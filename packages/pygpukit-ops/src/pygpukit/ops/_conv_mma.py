@@ -82,6 +82,18 @@ def _launch(name: str, grid: tuple[int, int, int], smem: int) -> Launch:
     return Launch(kern, grid, _const("CONV_MMA_THREADS"), smem)
 
 
+#: Channel chunks (input channels per pipeline stage) the planner picks from, largest first:
+#: more channels a stage means more tensor-core work per barrier, fewer means less padding when
+#: the channel count is not a multiple of the chunk.
+CONV_CHUNKS = (32, 16)
+TRANSPOSE_CHUNKS = (64, 32, 16)
+
+
+def _pick_chunk(channels: int, choices: tuple[int, ...]) -> int:
+    """The chunk of ``choices`` that pads ``channels`` least (the largest of equals)."""
+    return min(choices, key=lambda ch: (_round_up(max(channels, 1), ch), -ch))
+
+
 def _pick_tile(s: Any, choice: str) -> tuple[int, int]:
     """The conv tile: the configured one, else by shape (fill the GPU before growing tiles)."""
     if choice in TILES:
@@ -93,7 +105,6 @@ def plan_conv(s: Any, dtype: np.dtype[Any], device: int, choice: str) -> MmaConv
     """The tensor-core plan of ``conv1d`` at shape ``s``, or None where it does not apply."""
     if dtype not in _DTYPES or s.groups == s.c_in:
         return None
-    chunk = _const("CONV_MMA_CHUNK")
     bm, bn = _pick_tile(s, choice)
     c_group, o_group = s.c_in // s.groups, s.c_out // s.groups
     size = dtype.itemsize
@@ -101,17 +112,22 @@ def plan_conv(s: Any, dtype: np.dtype[Any], device: int, choice: str) -> MmaConv
     pitch = _window_pitch(win, size)
     # 16 bytes of padding a weight row: ldmatrix rows (16-bit) and 32-bit fragment loads
     # (float32) then fall on distinct banks.
-    wpitch = chunk * s.kernel + 16 // size
-    stage = bm * wpitch + chunk * pitch
-    smem = 2 * stage * size + chunk * s.kernel * 4
-    if smem > _smem_limit(device):
+    smem = 0
+    chunk = 0
+    for chunk in sorted(CONV_CHUNKS, key=lambda ch: ch != _pick_chunk(c_group, CONV_CHUNKS)):
+        wpitch = chunk * s.kernel + 16 // size
+        stage = bm * wpitch + chunk * pitch
+        smem = 2 * stage * size + chunk * s.kernel * 4
+        if smem <= _smem_limit(device):
+            break
+    else:
         return None
     grid = (-(-s.out_length // bn), -(-o_group // bm), s.batch * s.groups)
     if grid[1] > 65535 or grid[2] > 65535:
         return None
     dims = (
         c_group, o_group, s.groups, s.length, s.out_length, s.kernel, s.stride, s.pad_left,
-        s.dilation, pitch, win, wpitch, bm, 0, 0,
+        s.dilation, pitch, win, wpitch, bm, 0, 0, chunk,
     )  # fmt: skip
     name = f"conv_mma_{bm}x{bn}_{c.kernel_suffix(dtype)}"
     return MmaConvPlan(_launch(name, grid, smem), dims)
@@ -164,7 +180,6 @@ def plan_transpose(s: Any, dtype: np.dtype[Any], device: int) -> MmaConvPlan | N
     """The tensor-core plan of ``conv_transpose1d`` at ``s``, or None where it does not apply."""
     if dtype not in _DTYPES or s.groups == s.c_in:
         return None
-    chunk = _const("CONV_MMA_CHUNK")
     size = dtype.itemsize
     rows_max, cols = _const("CONV_MMA_TRANS_ROWS"), _const("CONV_MMA_TRANS_COLS")
     outs = rows_max // s.kernel
@@ -172,6 +187,7 @@ def plan_transpose(s: Any, dtype: np.dtype[Any], device: int) -> MmaConvPlan | N
     if outs < 1 or tiles is None:
         return None
     c_group, o_group = s.c_in // s.groups, s.c_out // s.groups
+    chunk = _pick_chunk(c_group, TRANSPOSE_CHUNKS)
     outs = min(outs, o_group)
     pitch = _window_pitch(cols, size)
     wpitch = rows_max + 8  # 176 bytes (16-bit) or 352 (float32): conflict-free fragment reads
@@ -184,7 +200,7 @@ def plan_transpose(s: Any, dtype: np.dtype[Any], device: int) -> MmaConvPlan | N
         return None
     dims = (
         c_group, o_group, s.groups, s.length, s.out_length, s.kernel, s.stride, s.pad_left,
-        s.dilation, pitch, cols, wpitch, outs * s.kernel, outs, tiles.halo,
+        s.dilation, pitch, cols, wpitch, outs * s.kernel, outs, tiles.halo, chunk,
     )  # fmt: skip
     name = f"conv_transpose_mma_{c.kernel_suffix(dtype)}"
     return MmaConvPlan(_launch(name, grid, smem), dims)

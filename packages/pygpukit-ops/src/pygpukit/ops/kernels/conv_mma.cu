@@ -5,8 +5,9 @@
 //
 // conv_mma_<BM>x<BN>_<dtype>: y[b, g*Og + o, t] = bias + sum_{c, k} W[o, c, k] *
 //   x[b, g*Cg + c, t*stride - pad + k*dil]. A CTA computes BM output channels x BN positions of
-//   one (batch, group). The reduction runs over chunks of kChunk input channels: per chunk the
-//   CTA copies the weights W[o0.., c0..c0+kChunk, :] (a contiguous run of kChunk*K values per
+//   one (batch, group). The reduction runs over chunks of `chunk` input channels (16 or more,
+//   chosen on the host): per chunk the CTA copies the weights W[o0.., c0..c0+chunk, :] (a
+//   contiguous run of chunk*K values per
 //   output channel, reduction index r = c*K + k exactly as the weight is stored) and the input
 //   window x[c0.., (t0*stride - pad) ..] that those BN outputs read into shared memory. The A
 //   fragments (weights) come from ldmatrix; the B fragments (x) are gathered from the window with
@@ -33,8 +34,8 @@ namespace pgk_conv {
 using namespace pgk;
 
 constexpr int kThreads = 128;
-constexpr int kChunk = 16;       // input channels per pipeline stage
-constexpr int kWindowRegs = 16;  // window elements a thread prefetches in registers
+constexpr int kChunkUnit = 16;   // the chunk of input channels per stage is a multiple of this
+constexpr int kWindowRegs = 32;  // window elements a thread prefetches in registers
 constexpr int kTransRows = 80;   // rows (o, k) of a transposed-convolution CTA
 constexpr int kTransCols = 64;   // input positions of a transposed-convolution CTA
 
@@ -99,35 +100,36 @@ struct Dims {
     int rows;    // weight tile rows used: BM (conv) or outs*K (transposed)
     int outs;    // output channels per CTA (transposed)
     int halo;    // tile overlap (transposed)
+    int chunk;   // input channels per pipeline stage (a multiple of kChunkUnit)
 };
 
 // Shared-memory layout of one pipeline stage: the weight tile, then the input window.
 template <int BM, bool TRANS>
 struct Stage {
-    // conv: [BM][wpitch] (r = c*K + k contiguous); transposed: [kChunk][wpitch] (rows c).
+    // conv: [BM][wpitch] (r = c*K + k contiguous); transposed: [chunk][wpitch] (rows c).
     static __device__ __forceinline__ int weight_elems(const Dims& d) {
-        return (TRANS ? kChunk : BM) * d.wpitch;
+        return (TRANS ? d.chunk : BM) * d.wpitch;
     }
     static __device__ __forceinline__ int elems(const Dims& d) {
-        return weight_elems(d) + kChunk * d.pitch;
+        return weight_elems(d) + d.chunk * d.pitch;
     }
 };
 
-// Copies one chunk's weights into `ws`. conv: rows o (BM), columns r in [0, kChunk*K) from
-// W[(grp*og + o0 + o), c0*K + r]; transposed: rows c (kChunk), columns m in [0, rows) from
+// Copies one chunk's weights into `ws`. conv: rows o (BM), columns r in [0, chunk*K) from
+// W[(grp*og + o0 + o), c0*K + r]; transposed: rows c (chunk), columns m in [0, rows) from
 // W[(grp*cg + c0 + c), o0*K + m]. Out-of-range values are zeros.
 template <typename T, int BM, bool TRANS>
 __device__ __forceinline__ void load_weights(T* ws, const T* __restrict__ w, const Dims& d, int grp,
                                              int o0, int c0, int vec) {
     const int tid = threadIdx.x;
-    const int nrows = TRANS ? kChunk : BM;
-    const int ncols = TRANS ? d.rows : kChunk * d.kernel;
+    const int nrows = TRANS ? d.chunk : BM;
+    const int ncols = TRANS ? d.rows : d.chunk * d.kernel;
     const long long row_len =
         TRANS ? static_cast<long long>(d.og) * d.kernel : static_cast<long long>(d.cg) * d.kernel;
     // Valid extent of a row and of the columns in it.
     const long long col0 =
         TRANS ? static_cast<long long>(o0) * d.kernel : static_cast<long long>(c0) * d.kernel;
-    const int row_limit = TRANS ? min(kChunk, d.cg - c0) : min(BM, d.og - o0);
+    const int row_limit = TRANS ? min(d.chunk, d.cg - c0) : min(BM, d.og - o0);
     const long long row_base =
         TRANS ? static_cast<long long>(grp) * d.cg + c0 : static_cast<long long>(grp) * d.og + o0;
     const long long col_end = min(row_len - col0, static_cast<long long>(ncols));
@@ -173,35 +175,36 @@ struct Window {
                    : narrow<T>(0.0f);
     }
 
+    // Element i = threadIdx.x + j*kThreads of the [chunk][win] window is (c, p): one division
+    // for j = 0, then stepped (p += kThreads, wrapping into the next rows) without dividing.
+    __device__ __forceinline__ static void step(int& c, int& p, int win) {
+        p += kThreads;
+        while (p >= win) {
+            p -= win;
+            ++c;
+        }
+    }
+
     __device__ __forceinline__ void fetch(const T* __restrict__ xrow, int c_valid, long long pos0,
                                           const Dims& d) {
-        const int total = kChunk * d.win;
+        int c = threadIdx.x / d.win, p = threadIdx.x - c * d.win;
 #pragma unroll
         for (int j = 0; j < kWindowRegs; ++j) {
-            const int i = threadIdx.x + j * kThreads;
-            if (i < total) {
-                const int c = i / d.win;
-                v[j] = at(xrow, c_valid, c, pos0 + (i - c * d.win), d.length);
-            }
+            if (c < d.chunk) v[j] = at(xrow, c_valid, c, pos0 + p, d.length);
+            step(c, p, d.win);
         }
     }
 
     __device__ __forceinline__ void store(T* xs, const T* __restrict__ xrow, int c_valid,
                                           long long pos0, const Dims& d) const {
-        const int total = kChunk * d.win;
+        int c = threadIdx.x / d.win, p = threadIdx.x - c * d.win;
 #pragma unroll
         for (int j = 0; j < kWindowRegs; ++j) {
-            const int i = threadIdx.x + j * kThreads;
-            if (i < total) {
-                const int c = i / d.win;
-                xs[c * d.pitch + (i - c * d.win)] = v[j];
-            }
+            if (c < d.chunk) xs[c * d.pitch + p] = v[j];
+            step(c, p, d.win);
         }
-        for (int i = threadIdx.x + kWindowRegs * kThreads; i < total; i += kThreads) {
-            const int c = i / d.win;
-            const int p = i - c * d.win;
+        for (; c < d.chunk; step(c, p, d.win))
             xs[c * d.pitch + p] = at(xrow, c_valid, c, pos0 + p, d.length);
-        }
     }
 };
 
@@ -298,8 +301,8 @@ __device__ __forceinline__ void gemm(float (&acc)[BM / 16][BN / 32][4], T* smem,
     const int warp = threadIdx.x >> 5;
     const int stage_elems = Stage<BM, TRANS>::elems(d);
     const int wel = Stage<BM, TRANS>::weight_elems(d);
-    const int ksteps = TRANS ? 1 : d.kernel;  // k16 steps per chunk (kChunk*K / 16)
-    const int chunks = (d.cg + kChunk - 1) / kChunk;
+    const int ksteps = (TRANS ? d.chunk : d.chunk * d.kernel) / 16;  // k16 steps per chunk
+    const int chunks = (d.cg + d.chunk - 1) / d.chunk;
     const T* xg = x;  // x of this (batch, group), channel 0
     const int n_base = warp * (BN / 4);
 
@@ -315,7 +318,7 @@ __device__ __forceinline__ void gemm(float (&acc)[BM / 16][BN / 32][4], T* smem,
         T* cur = smem + (ch & 1) * stage_elems;
         T* nxt = smem + ((ch + 1) & 1) * stage_elems;
         const bool more = ch + 1 < chunks;
-        const int c1 = (ch + 1) * kChunk;
+        const int c1 = (ch + 1) * d.chunk;
         const T* xn = xg + static_cast<long long>(c1) * d.length;
         if (more) {
             load_weights<T, BM, TRANS>(nxt, w, d, grp, o0, c1, vec);
@@ -333,9 +336,9 @@ __device__ __forceinline__ void gemm(float (&acc)[BM / 16][BN / 32][4], T* smem,
     }
 }
 
-// offs[r] for r in [0, kChunk*K): the window offset of reduction index r = c*K + k.
+// offs[r] for r in [0, chunk*K): the window offset of reduction index r = c*K + k.
 __device__ __forceinline__ void fill_offsets(int* offs, const Dims& d, bool trans) {
-    const int n = trans ? kChunk : kChunk * d.kernel;
+    const int n = trans ? d.chunk : d.chunk * d.kernel;
     for (int r = threadIdx.x; r < n; r += kThreads) {
         const int c = trans ? r : r / d.kernel;
         const int k = trans ? 0 : r - c * d.kernel;
@@ -473,11 +476,11 @@ __device__ __forceinline__ void conv_transpose_mma(const T* __restrict__ x, cons
 
 #define PGK_CONV_DIMS_PARAMS                                                                 \
     int cg, int og, int groups, int length, int out_length, int kernel, int stride, int pad, \
-        int dil, int pitch, int win, int wpitch, int rows, int outs, int halo
+        int dil, int pitch, int win, int wpitch, int rows, int outs, int halo, int chunk
 #define PGK_CONV_DIMS                                                                           \
     pgk_conv::Dims {                                                                            \
         cg, og, groups, length, out_length, kernel, stride, pad, dil, pitch, win, wpitch, rows, \
-            outs, halo                                                                          \
+            outs, halo, chunk                                                                   \
     }
 
 #define PGK_CONV_MMA_TILE(sfx, T, BM, BN)                                                  \
@@ -498,6 +501,6 @@ __device__ __forceinline__ void conv_transpose_mma(const T* __restrict__ x, cons
 PGK_FLOAT_TYPES(PGK_CONV_MMA)
 
 PGK_CONSTANT(CONV_MMA_THREADS, pgk_conv::kThreads);
-PGK_CONSTANT(CONV_MMA_CHUNK, pgk_conv::kChunk);
+PGK_CONSTANT(CONV_MMA_CHUNK_UNIT, pgk_conv::kChunkUnit);
 PGK_CONSTANT(CONV_MMA_TRANS_ROWS, pgk_conv::kTransRows);
 PGK_CONSTANT(CONV_MMA_TRANS_COLS, pgk_conv::kTransCols);
