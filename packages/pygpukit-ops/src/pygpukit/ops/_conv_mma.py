@@ -89,6 +89,10 @@ CONV_CHUNKS = (32, 16)
 TRANSPOSE_CHUNKS = (64, 32, 16)
 
 
+#: Shared memory a CTA may take and still leave room for a second one on an SM 9.0 SM.
+_SMEM_TWO_CTAS = 100 * 1024
+
+
 def _pick_chunk(channels: int, choices: tuple[int, ...]) -> int:
     """The chunk of ``choices`` that pads ``channels`` least (the largest of equals)."""
     return min(choices, key=lambda ch: (_round_up(max(channels, 1), ch), -ch))
@@ -110,18 +114,23 @@ def plan_conv(s: Any, dtype: np.dtype[Any], device: int, choice: str) -> MmaConv
     size = dtype.itemsize
     win = (bn - 1) * s.stride + (s.kernel - 1) * s.dilation + 1
     pitch = _window_pitch(win, size)
-    # 16 bytes of padding a weight row: ldmatrix rows (16-bit) and 32-bit fragment loads
+    # A weight row is padded by 16 bytes: ldmatrix rows (16-bit) and 32-bit fragment loads
     # (float32) then fall on distinct banks.
-    smem = 0
-    chunk = 0
-    for chunk in sorted(CONV_CHUNKS, key=lambda ch: ch != _pick_chunk(c_group, CONV_CHUNKS)):
+    limit = _smem_limit(device)
+    options = []
+    for chunk in CONV_CHUNKS:
         wpitch = chunk * s.kernel + 16 // size
-        stage = bm * wpitch + chunk * pitch
-        smem = 2 * stage * size + chunk * s.kernel * 4
-        if smem <= _smem_limit(device):
-            break
-    else:
+        smem = 2 * (bm * wpitch + chunk * pitch) * size + chunk * s.kernel * 4
+        if smem <= limit:
+            options.append((chunk, wpitch, smem))
+    if not options:
         return None
+    # The chunk that pads the channels least, unless its stages keep fewer than two CTAs on an
+    # SM where a smaller chunk would not.
+    best = _pick_chunk(c_group, tuple(o[0] for o in options))
+    chunk, wpitch, smem = next(o for o in options if o[0] == best)
+    if smem > _SMEM_TWO_CTAS:
+        chunk, wpitch, smem = min(options, key=lambda o: o[2])
     grid = (-(-s.out_length // bn), -(-o_group // bm), s.batch * s.groups)
     if grid[1] > 65535 or grid[2] > 65535:
         return None
