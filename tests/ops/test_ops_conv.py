@@ -185,3 +185,48 @@ def test_transpose_tiles_cover_every_output_once_with_all_its_inputs() -> None:
                     num = t + padding - k * dilation
                     if num >= 0 and num % stride == 0 and num // stride < length:
                         assert lo <= num // stride < lo + cols, (length, kernel, stride, t)
+
+
+def test_tensor_core_plans_fit_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The implicit-GEMM planner's sizes (run on every backend with the launch stubbed out):
+    windows hold every position a tile reads, stages fit the device, wide kernels fall back."""
+    import pygpukit as gp
+    from pygpukit.ops import _conv_mma as mm
+    from pygpukit.ops.conv import Conv1dShape
+
+    limit = 227 * 1024
+    monkeypatch.setattr(mm, "_launch", lambda name, grid, smem: (name, grid, smem))
+    monkeypatch.setattr(mm, "_smem_limit", lambda device: limit)
+    monkeypatch.setattr(mm, "_const", {"CONV_MMA_TRANS_ROWS": 80, "CONV_MMA_TRANS_COLS": 64}.get)
+    dtypes = [np.dtype(gp.bfloat16), np.dtype(np.float32)]
+    # batch, c_in, length, c_out, kernel, stride, pad_left, pad_right, dilation, groups, L_out
+    for shape in [
+        (1, 512, 2000, 512, 3, 1, 1, 1, 1, 1, 2000),
+        (1, 80, 3000, 384, 3, 1, 1, 1, 1, 1, 3000),
+        (1, 256, 301, 256, 11, 1, 25, 25, 5, 1, 301),
+        (2, 22, 203, 256, 12, 6, 3, 3, 1, 1, 34),
+        (2, 64, 199, 32, 5, 2, 2, 2, 1, 4, 100),
+    ]:
+        s = Conv1dShape(*shape)
+        for dtype in dtypes:
+            plan = mm.plan_conv(s, dtype, 0, "auto")
+            assert plan is not None
+            _name, grid, smem = plan.launch
+            dims = dict(zip(("cg", "og", "groups", "length", "out_length", "kernel", "stride",
+                             "pad", "dil", "pitch", "win", "wpitch", "rows", "outs", "halo",
+                             "chunk"), plan.dims, strict=True))  # fmt: skip
+            assert smem <= limit and dims["chunk"] % 16 == 0
+            assert dims["win"] == (64 - 1) * s.stride + (s.kernel - 1) * s.dilation + 1
+            assert dims["pitch"] >= dims["win"] and dims["pitch"] % 8 == 0
+            assert grid[0] * 64 >= s.out_length and grid[1] * 64 >= s.c_out // s.groups
+    wide = Conv1dShape(1, 8, 100, 8, 60, 1, 0, 0, 1, 1, 41)
+    assert mm.plan_conv(wide, dtypes[0], 0, "auto") is None  # the im2col path takes it
+    assert (
+        mm.plan_conv(Conv1dShape(1, 8, 50, 8, 3, 1, 1, 1, 1, 8, 50), dtypes[0], 0, "auto") is None
+    )
+    up = Conv1dShape(1, 512, 200, 256, 20, 10, 5, 0, 1, 1, 2000)
+    for dtype in dtypes:
+        plan = mm.plan_transpose(up, dtype, 0)
+        assert plan is not None
+        _name, grid, smem = plan.launch
+        assert smem <= limit and grid == (4, 64, 1)  # 4 tiles of 62 new positions, 4 outputs a CTA
