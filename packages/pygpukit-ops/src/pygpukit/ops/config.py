@@ -17,6 +17,9 @@ variable                       values                                        def
                                64 and 128, else mma), ``mma``,
                                ``wgmma_pipe``, ``wgmma_tma``
 ``PYGPUKIT_DECODE_KERNEL``     ``mma2``, ``mma``, ``simt``                   ``mma2``
+``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM),         ``auto``
+                               ``mma_64x64``, ``mma_64x128``,
+                               ``mma_128x64``, ``gemm`` (im2col + matmul)
 =============================  ===========================================  =========
 
 An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
@@ -41,6 +44,10 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     "gemv_variant": ("PYGPUKIT_GEMV_VARIANT", ("auto", "simt", "mma")),
     "attention_kernel": ("PYGPUKIT_ATTENTION_KERNEL", ("auto", "mma", "wgmma_pipe", "wgmma_tma")),
     "decode_kernel": ("PYGPUKIT_DECODE_KERNEL", ("mma2", "mma", "simt")),
+    "conv_kernel": (
+        "PYGPUKIT_CONV_KERNEL",
+        ("auto", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
+    ),
 }
 
 
@@ -51,6 +58,8 @@ _DESCRIPTIONS = {
     "dims 64 and 128, else mma), mma everywhere, or one Hopper kernel where auto would pick one.",
     "decode_kernel": "Which decode attention kernel runs: mma2 (tensor cores, two K/V stages), "
     "mma (one stage) or simt (CUDA cores).",
+    "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
+    "GEMM, tile by shape), one of its tiles pinned, or gemm (an im2col gather and a matmul).",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
@@ -72,6 +81,7 @@ class OpsConfig:
     gemv_variant: str = "auto"
     attention_kernel: str = "auto"
     decode_kernel: str = "mma2"
+    conv_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         for name, (variable, choices) in ENV.items():
