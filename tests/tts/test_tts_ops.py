@@ -124,3 +124,24 @@ def test_network_matches_the_numpy_reference():
         ours = KokoroNetwork(TINY_CONFIG, state)(ids, voice[22, 0], 1.0, durations=ref.durations)
     scale = np.abs(ref.audio).max()
     np.testing.assert_allclose(ours.audio, ref.audio, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize(("dtype", "limit"), [("bfloat16", 0.15), ("float16", 0.03)])
+def test_16_bit_vocoder_stays_close_to_the_reference(dtype, limit):
+    """The decoder and generator in 16 bits (the GPU's default is bfloat16): the prosody half
+    stays float32, so the durations are the same, and the audio is close."""
+    seed = int(np.random.default_rng().integers(1 << 20))
+    state = random_state(TINY_CONFIG, seed=seed)
+    voice = random_voice(TINY_CONFIG, seed=seed + 1)
+    ids = np.array([0, *np.random.default_rng(seed).integers(1, 150, 23), 0])
+    net = KokoroNetwork(TINY_CONFIG, state, vocoder_dtype=dtype)
+    assert net.weights["decoder.generator.conv_post.weight"].dtype == np.dtype(dtype)
+    ours = net(ids, voice[22, 0], 1.0)
+    ref = KokoroNetwork(TINY_CONFIG, state, vocoder_dtype="float32")(ids, voice[22, 0], 1.0)
+    np.testing.assert_array_equal(ours.durations, ref.durations)
+    assert np.linalg.norm(ours.audio - ref.audio) <= limit * np.linalg.norm(ref.audio)
+
+
+def test_vocoder_dtype_is_checked():
+    with pytest.raises(ValueError, match="vocoder_dtype"):
+        KokoroNetwork(TINY_CONFIG, random_state(TINY_CONFIG, seed=1), vocoder_dtype="int8")

@@ -32,6 +32,7 @@ class Lengths:
         #: True when no utterance is padded: nothing to mask.
         self.full = bool((self.lengths == self.width).all())
         self._mask: GPUArray | None = None
+        self._typed: dict[np.dtype, GPUArray] = {}
         self._counts: GPUArray | None = None
 
     def scaled(self, factor: int, extra: int = 0) -> Lengths:
@@ -45,6 +46,12 @@ class Lengths:
             valid = np.arange(self.width)[None, :] < self.lengths[:, None]
             self._mask = gp.from_numpy(valid.astype(np.float32).reshape(-1, 1, self.width))
         return self._mask
+
+    def mask_like(self, x: GPUArray) -> GPUArray:
+        """:attr:`mask` in ``x``'s dtype (a 16-bit signal stays 16-bit when masked)."""
+        if x.dtype not in self._typed:
+            self._typed[x.dtype] = self.mask.astype(x.dtype)
+        return self._typed[x.dtype]
 
     @property
     def counts(self) -> GPUArray:
@@ -60,7 +67,7 @@ class Lengths:
 
     def zero_padding(self, x: GPUArray) -> GPUArray:
         """``x`` ``[B, C, width]`` with its padded steps set to zero."""
-        return x if self.full else x * self.mask
+        return x if self.full else x * self.mask_like(x)
 
 
 def ada_in(
@@ -87,24 +94,26 @@ def ada_in(
             negative_slope=negative_slope, alpha=alpha,
         )  # fmt: skip
     mask = lengths.mask
-    mean = gp.sum(x * mask, axis=2) / lengths.counts  # [B, C]
+    xf = x if x.dtype == gp.float32 else x.astype(gp.float32)  # statistics in float32
+    mean = gp.sum(xf * mask, axis=2) / lengths.counts  # [B, C]
     b, c = mean.shape
     # Two passes (centred values), as the fused kernel: E[x^2] - mean^2 cancels badly in
     # float32 where the mean is large against the spread (the generator's residual stream).
-    centred = (x - mean.reshape(b, c, 1)) * mask
+    centred = (xf - mean.reshape(b, c, 1)) * mask
     var = gp.sum(centred * centred, axis=2) / lengths.counts
     rstd = gp.rsqrt(var + np.float32(eps))
     if weight is not None:
-        rstd = rstd * weight.reshape(1, -1)
-    gain = gamma + np.float32(1.0)
+        rstd = rstd * weight.astype(gp.float32).reshape(1, -1)
+    gain = gamma.astype(gp.float32) + np.float32(1.0)
     scale = gain * rstd
-    shift = beta - gain * mean * rstd
+    shift = beta.astype(gp.float32) - gain * mean * rstd
     if bias is not None:
-        shift = shift + gain * bias.reshape(1, -1)
-    y = x * scale.reshape(b, c, 1) + shift.reshape(b, c, 1)
+        shift = shift + gain * bias.astype(gp.float32).reshape(1, -1)
+    y = xf * scale.reshape(b, c, 1) + shift.reshape(b, c, 1)
     if activation == "leaky_relu":
         y = ops.leaky_relu(y, negative_slope)
     elif activation == "snake":
         assert alpha is not None
-        y = ops.snake(y, alpha)
-    return y * lengths.mask
+        y = ops.snake(y, alpha.astype(gp.float32))
+    y = y * mask
+    return y if y.dtype == x.dtype else y.astype(x.dtype)

@@ -4,6 +4,9 @@ Beyond the state dict itself (KModel's names, weight norm already folded), two p
 the number of launches per utterance:
 
 - ALBERT's query, key and value projections are one ``[3 * hidden, hidden]`` matrix;
+- the vocoder's tensors (``decoder.*``: the decoder's AdaIN blocks and the iSTFTNet generator)
+  are stored in the vocoder's dtype (bfloat16 by default on the GPU, where the convolutions
+  run on tensor cores), everything else in float32;
 - every style projection (the ``fc`` of each AdaIN / AdaLayerNorm, about sixty small
   ``[2C, style]`` matrices) is stacked into one matrix per style half (the prosody predictor's
   and the decoder's), so one matmul per utterance gives every block's ``gamma`` and ``beta``
@@ -19,7 +22,7 @@ import numpy as np
 import pygpukit as gp
 from pygpukit.array import GPUArray
 
-__all__ = ["ALBERT_LAYER", "DeviceWeights", "StylePack"]
+__all__ = ["ALBERT_LAYER", "DeviceWeights", "StylePack", "is_vocoder"]
 
 ALBERT_LAYER = "bert.encoder.albert_layer_groups.0.albert_layers.0."
 _LSTM_NAMES = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
@@ -59,14 +62,29 @@ def _pack_styles(state: dict[str, np.ndarray], section: str) -> StylePack:
     )
 
 
-class DeviceWeights:
-    """Every tensor of a Kokoro state dict as a float32 GPUArray on the current device."""
+def is_vocoder(name: str) -> bool:
+    """Whether tensor ``name`` runs in the vocoder's dtype.
 
-    def __init__(self, state: dict[str, np.ndarray]) -> None:
-        self._arrays = {
-            name: gp.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
-            for name, value in state.items()
-        }
+    The decoder and generator, except their style projections (packed, float32) and the sine
+    source's merge (applied to the float32 source).
+    """
+    return name.startswith("decoder.") and ".fc." not in name and ".m_source." not in name
+
+
+class DeviceWeights:
+    """Every tensor of a Kokoro state dict as a GPUArray on the current device.
+
+    float32, but the vocoder's tensors (:func:`is_vocoder`) in ``vocoder_dtype``.
+    """
+
+    def __init__(self, state: dict[str, np.ndarray], vocoder_dtype: np.dtype = gp.float32):
+        self.vocoder_dtype = np.dtype(vocoder_dtype)
+        self._arrays = {}
+        for name, value in state.items():
+            array = gp.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
+            if is_vocoder(name) and self.vocoder_dtype != array.dtype:
+                array = array.astype(self.vocoder_dtype)
+            self._arrays[name] = array
         p = "bert.embeddings."
         # Position and token-type embeddings summed once: every token has type 0.
         token_type = state[p + "token_type_embeddings.weight"][0]

@@ -39,10 +39,29 @@ from ._source import harmonic_sines
 from ._weights import ALBERT_LAYER, DeviceWeights
 from .config import SAMPLE_RATE, KokoroConfig
 
-__all__ = ["KokoroNetwork", "NetworkOutput"]
+__all__ = ["KokoroNetwork", "NetworkOutput", "resolve_vocoder_dtype"]
 
-_SQRT_HALF = np.float32(1.0 / math.sqrt(2.0))
+_SQRT_HALF = 1.0 / math.sqrt(2.0)  # a Python float: 16-bit signals stay 16-bit
 _MASKED_SCORE = np.float32(-1e9)  # an additive attention mask for padded keys
+
+
+_VOCODER_DTYPES = {"float32": gp.float32, "bfloat16": gp.bfloat16, "float16": gp.float16}
+
+
+def resolve_vocoder_dtype(dtype: str | np.dtype) -> np.dtype:
+    """The vocoder's dtype from its name.
+
+    ``"auto"`` is bfloat16 on the GPU (tensor-core convolutions), float32 on the CPU backend;
+    else ``"float32"``, ``"bfloat16"`` or ``"float16"`` (or the dtype itself).
+    """
+    if isinstance(dtype, str) and dtype == "auto":
+        return gp.bfloat16 if gp.backend_name() == "cuda" else gp.float32
+    for name, value in _VOCODER_DTYPES.items():
+        if dtype == name or (not isinstance(dtype, str) and np.dtype(dtype) == value):
+            return value
+    raise ValueError(
+        f"vocoder_dtype must be 'auto', 'float32', 'bfloat16' or 'float16', got {dtype!r}"
+    )
 
 
 @dataclass
@@ -70,13 +89,22 @@ class _Styles:
 class KokoroNetwork:
     """Kokoro's forward pass over a KModel state dict (weight norm folded), on ``device``."""
 
-    def __init__(self, config: KokoroConfig, state: dict[str, np.ndarray], *, device: int = 0):
+    def __init__(
+        self,
+        config: KokoroConfig,
+        state: dict[str, np.ndarray],
+        *,
+        device: int = 0,
+        vocoder_dtype: str | np.dtype = "auto",
+    ) -> None:
         self.config = config
         #: The host state dict it was built from (float32, KModel names).
         self.state = state
         self.device = device
+        #: The dtype of the decoder and generator (the prosody half is always float32).
+        self.vocoder_dtype = resolve_vocoder_dtype(vocoder_dtype)
         with gp.Device(device):
-            self.weights = DeviceWeights(state)
+            self.weights = DeviceWeights(state, self.vocoder_dtype)
 
     # -- building blocks --------------------------------------------------------------------
     def _linear(self, x: GPUArray, prefix: str, activation: str | None = None) -> GPUArray:
@@ -108,6 +136,8 @@ class KokoroNetwork:
         for section, pack in self.weights.styles.items():
             projected[section] = linear(halves[section], pack.weight, pack.bias)
             columns.update(pack.columns)
+        if self.vocoder_dtype != gp.float32:
+            projected["decoder"] = projected["decoder"].astype(self.vocoder_dtype)
         return _Styles(projected, columns)
 
     def _adain(
@@ -257,9 +287,14 @@ class KokoroNetwork:
         rng: np.random.Generator | None,
     ) -> GPUArray:
         """Aligned text features, F0 and energy -> waveform ``[B, samples]``."""
-        b = f0.shape[0]
-        f0_down = self._conv(f0.reshape(b, 1, -1), "decoder.F0_conv", stride=2, padding=1)
-        n_down = self._conv(n.reshape(b, 1, -1), "decoder.N_conv", stride=2, padding=1)
+        b, dtype = f0.shape[0], self.vocoder_dtype
+        asr = asr.astype(dtype)
+        f0_down = self._conv(
+            f0.reshape(b, 1, -1).astype(dtype), "decoder.F0_conv", stride=2, padding=1
+        )
+        n_down = self._conv(
+            n.reshape(b, 1, -1).astype(dtype), "decoder.N_conv", stride=2, padding=1
+        )
         x, lengths = self._res_block(
             gp.concatenate([asr, f0_down, n_down], axis=1), styles, "decoder.encode", frames
         )
@@ -321,7 +356,8 @@ class KokoroNetwork:
         )
         up = math.prod(cfg.upsample_rates)
         spectrum = lengths.scaled(up, 1)  # the source's STFT frames
-        har = spectrum.zero_padding(gp.concatenate([magnitude, phase], axis=1))
+        har = gp.concatenate([magnitude, phase], axis=1).astype(self.vocoder_dtype)
+        har = spectrum.zero_padding(har)
         kernels = cfg.resblock_kernel_sizes
         n_up = len(cfg.upsample_rates)
         stages = zip(cfg.upsample_rates, cfg.upsample_kernel_sizes, strict=True)
@@ -356,9 +392,9 @@ class KokoroNetwork:
                 )
                 acc = y if acc is None else acc + y
             assert acc is not None
-            x = acc * np.float32(1.0 / len(kernels))
+            x = acc * (1.0 / len(kernels))
         x = lengths.zero_padding(ops.leaky_relu(x, 0.01))
-        x = self._conv(x, f"{g}.conv_post", padding=3)
+        x = self._conv(x, f"{g}.conv_post", padding=3).astype(gp.float32)
         bins = cfg.n_fft // 2 + 1
         magnitude = lengths.zero_padding(gp.exp(x[:, :bins]))
         phase = gp.sin(x[:, bins:])

@@ -49,10 +49,15 @@ class KokoroModel:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, *, voices: str | Path | None = None, device: int = 0
+        cls,
+        path: str | Path,
+        *,
+        voices: str | Path | None = None,
+        device: int = 0,
+        vocoder_dtype: str = "auto",
     ) -> KokoroModel:
         """Same as :func:`load` (the original project's name)."""
-        return load(path, voices=voices, device=device)
+        return load(path, voices=voices, device=device, vocoder_dtype=vocoder_dtype)
 
     def __repr__(self) -> str:
         return f"KokoroModel({self.path}, voices={self.voices})"
@@ -223,7 +228,13 @@ def _join(parts: list[Audio]) -> Audio:
     )
 
 
-def load(path: str | Path, *, voices: str | Path | None = None, device: int = 0) -> KokoroModel:
+def load(
+    path: str | Path,
+    *,
+    voices: str | Path | None = None,
+    device: int = 0,
+    vocoder_dtype: str = "auto",
+) -> KokoroModel:
     """Load a Kokoro model and its voices.
 
     ``path``: an HF ``hexgrad/Kokoro-82M``-style folder (``config.json`` + safetensors with
@@ -231,6 +242,9 @@ def load(path: str | Path, *, voices: str | Path | None = None, device: int = 0)
     with the ``onnx`` package). ``voices``: a voice-pack file or folder (``.safetensors``,
     ``.npy``, ``.npz``, kokoro-onnx ``voices-*.bin``); by default the packs found beside the
     model (a ``voices/`` folder or ``voices*.bin``/``.npz``/``.safetensors`` files).
+    ``vocoder_dtype``: the decoder's and generator's dtype, ``"auto"`` (bfloat16 on the GPU, where
+    their convolutions run on tensor cores; float32 on the CPU backend), ``"float32"``,
+    ``"bfloat16"`` or ``"float16"``; the prosody half (durations) is always float32.
     """
     if not isinstance(device, int) or device < 0:
         raise ValueError(f"device must be a GPU ordinal >= 0, got {device!r}")
@@ -242,5 +256,7 @@ def load(path: str | Path, *, voices: str | Path | None = None, device: int = 0)
     else:
         for source in checkpoint.voice_sources:
             tables.update(read_voices(source, style))
-    network = KokoroNetwork(checkpoint.config, checkpoint.state, device=device)
+    network = KokoroNetwork(
+        checkpoint.config, checkpoint.state, device=device, vocoder_dtype=vocoder_dtype
+    )
     return KokoroModel(network, tables, path=checkpoint.path, device=device)
