@@ -55,18 +55,22 @@ __device__ __forceinline__ void load_tile(unsigned dst, const T* src, int valid_
     }
 }
 
-template <typename T>
-__device__ __forceinline__ void mma_qk(float (&d)[64], unsigned long long da,
-                                       unsigned long long db);
-template <>
-__device__ __forceinline__ void mma_qk<__nv_bfloat16>(float (&d)[64], unsigned long long da,
-                                                      unsigned long long db) {
-    PGK_WGMMA_SS_BF16(d, da, db);
+// S += Q K^T over one k-step; kFirst: S = Q K^T (S's old values ignored: it needs no zeroing).
+template <bool kFirst>
+__device__ __forceinline__ void mma_qk(float (&d)[64], unsigned long long da, unsigned long long db,
+                                       __nv_bfloat16) {
+    if constexpr (kFirst)
+        PGK_WGMMA_SS_BF16_ZERO(d, da, db);
+    else
+        PGK_WGMMA_SS_BF16(d, da, db);
 }
-template <>
-__device__ __forceinline__ void mma_qk<__half>(float (&d)[64], unsigned long long da,
-                                               unsigned long long db) {
-    PGK_WGMMA_SS_F16(d, da, db);
+template <bool kFirst>
+__device__ __forceinline__ void mma_qk(float (&d)[64], unsigned long long da, unsigned long long db,
+                                       __half) {
+    if constexpr (kFirst)
+        PGK_WGMMA_SS_F16_ZERO(d, da, db);
+    else
+        PGK_WGMMA_SS_F16(d, da, db);
 }
 __device__ __forceinline__ void mma_pv(float (&d)[64], const unsigned (&a)[4],
                                        unsigned long long db, __nv_bfloat16) {
@@ -245,14 +249,18 @@ __device__ __forceinline__ void store_out(T* op, const float (&acc)[kD / 2],
     }
 }
 
-// S = Q K^T for one warpgroup's 64 rows (accumulating into s; zero it first).
+// S = Q K^T for one warpgroup's 64 rows (the first k-step overwrites s: no zeroing needed).
 template <typename T, int kD>
 __device__ __forceinline__ void issue_qk(float (&s)[64], unsigned sQ, unsigned sK, int wg) {
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
         const unsigned blk = (ks >> 2) * kBlockBytes, kofs = (ks & 3) * 32;
-        mma_qk<T>(s, desc(sQ + blk + wg * 64 * 128 + kofs, 16, 1024),
-                  desc(sK + blk + kofs, 16, 1024));
+        const unsigned long long da = desc(sQ + blk + wg * 64 * 128 + kofs, 16, 1024);
+        const unsigned long long db = desc(sK + blk + kofs, 16, 1024);
+        if (ks == 0)
+            mma_qk<true>(s, da, db, T());
+        else
+            mma_qk<false>(s, da, db, T());
     }
 }
 
@@ -320,9 +328,7 @@ __device__ __forceinline__ void pipe_tiles(float (&acc)[kD / 2], unsigned (&pa)[
     constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
     {  // tile 0: S_0 and its softmax, nothing to overlap with yet
         acquire(0);
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        float s[64];  // written by the first k-step of S = Q K^T
         turn_wait();
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         issue_qk<T, kD>(s, sQ, stage(0), wg);
@@ -335,9 +341,7 @@ __device__ __forceinline__ void pipe_tiles(float (&acc)[kD / 2], unsigned (&pa)[
     }
     for (int j = 1; j < n_tiles; ++j) {
         acquire(j);
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        float s[64];          // written by the first k-step of S = Q K^T
         rescale(acc, alpha);  // for tile j - 1, before its P V is issued
         // Every register the wgmma below use is written before the fence (not sunk past it).
         fence_regs(s);
