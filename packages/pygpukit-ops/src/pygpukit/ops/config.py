@@ -17,6 +17,8 @@ variable                       values                                        def
                                64 and 128, else mma), ``mma``,
                                ``wgmma_pipe``, ``wgmma_tma``
 ``PYGPUKIT_DECODE_KERNEL``     ``mma2``, ``mma``, ``simt``                   ``mma2``
+``PYGPUKIT_DEPENDENT_LAUNCH``  ``on`` (programmatic dependent launch of the  ``on``
+                               kernels written for it, SM 9.0+), ``off``
 =============================  ===========================================  =========
 
 An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
@@ -41,6 +43,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     "gemv_variant": ("PYGPUKIT_GEMV_VARIANT", ("auto", "simt", "mma")),
     "attention_kernel": ("PYGPUKIT_ATTENTION_KERNEL", ("auto", "mma", "wgmma_pipe", "wgmma_tma")),
     "decode_kernel": ("PYGPUKIT_DECODE_KERNEL", ("mma2", "mma", "simt")),
+    "dependent_launch": ("PYGPUKIT_DEPENDENT_LAUNCH", ("on", "off")),
 }
 
 
@@ -51,6 +54,9 @@ _DESCRIPTIONS = {
     "dims 64 and 128, else mma), mma everywhere, or one Hopper kernel where auto would pick one.",
     "decode_kernel": "Which decode attention kernel runs: mma2 (tensor cores, two K/V stages), "
     "mma (one stage) or simt (CUDA cores).",
+    "dependent_launch": "Whether the kernels written for it (ops.decode_linear) are launched "
+    "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "
+    "kernel drains (on), or plain launches (off).",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
@@ -72,6 +78,7 @@ class OpsConfig:
     gemv_variant: str = "auto"
     attention_kernel: str = "auto"
     decode_kernel: str = "mma2"
+    dependent_launch: str = "on"
 
     def __post_init__(self) -> None:
         for name, (variable, choices) in ENV.items():
