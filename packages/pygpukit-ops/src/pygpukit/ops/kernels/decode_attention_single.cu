@@ -13,8 +13,9 @@
 // rows g, g + G, ... of the tile (G = 256 / (D / 2) row groups, coalesced across a row). The row
 // groups are summed through shared memory at the end. A length of 0 gives zeros.
 //
-// Launched with programmatic dependent launch: it lets the next kernel (the o_proj GEMV, whose
-// weight loads depend on nothing) launch at once, then waits for the q/k/v kernel before it.
+// Launched with programmatic dependent launch: it prefetches the first tile's key and value rows
+// into L2 and lets the next kernel (the o_proj GEMV, whose weight loads depend on nothing) launch,
+// then waits for the q/k/v kernel before it.
 #include "layers.cuh"
 #include "pygpukit/kernel.cuh"
 
@@ -74,15 +75,26 @@ __device__ __forceinline__ void decode_single(const T* __restrict__ q,
     __shared__ float slots[kThreads / 32];
     __shared__ float2 partial[kGroups][kPairs];
 
-    allow_next_kernel();
-    wait_for_previous_kernel();
-
     const int h = blockIdx.x, b = blockIdx.y;
     const int hk = h / (hq / hkv);
     const long long qrow = ((long long)b * hq + h) * D;
-    const int len = min(max(seq_lens[b], 0), cache_len);
     const T* keys = k_cache + ((long long)b * hkv + hk) * cache_len * D;
     const T* vals = v_cache + ((long long)b * hkv + hk) * cache_len * D;
+    // Warm L2 with the first tile's rows while the kernel before this one drains: the cache's
+    // first rows, whatever the length (which may not be final before the wait); the newest row may
+    // still be being written, so every row is read after the wait.
+    if (threadIdx.x < cache_len) {
+#pragma unroll
+        for (int off = 0; off < D * (int)sizeof(T); off += 128) {
+            const char* kr = reinterpret_cast<const char*>(keys + (long long)threadIdx.x * D) + off;
+            const char* vr = reinterpret_cast<const char*>(vals + (long long)threadIdx.x * D) + off;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(kr));
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(vr));
+        }
+    }
+    allow_next_kernel();
+    wait_for_previous_kernel();
+    const int len = min(max(seq_lens[b], 0), cache_len);
     // Scores in base 2: q pre-scaled by scale * log2(e).
     for (int d = threadIdx.x; d < D; d += kThreads) qs[d] = widen(q[qrow + d]) * scale * kLog2e;
     __syncthreads();
