@@ -172,7 +172,7 @@ class Decoder:
         self.lens = gp.zeros((1,), i32)  # cached tokens it attends to: min(pos + 1, capacity)
         self.next_token = gp.zeros((1,), i32)
         self.history = gp.full((length,), -1, i32)  # token at each position, -1 past the end
-        self._graphs: dict[tuple[str, bool], Any] = {}  # by (step kind, fused)
+        self._graphs: dict[tuple[str, str], Any] = {}  # by (step kind, step variant)
         self._graph_logits: GPUArray | None = None
         self.use_graphs = gp.backend_name() == "cuda"
         #: The fused step (four GEMVs and the attention a layer), where the model allows it.
@@ -280,9 +280,15 @@ class Decoder:
     def _capture_logits(self) -> None:
         self._graph_logits = self._step_logits()
 
+    def _variant(self) -> str:
+        """Which step the graphs capture: unfused, fused, or fused with one-launch attention."""
+        if not self.use_fused or self.fused is None:
+            return "unfused"
+        return "fused_single" if self.fused.single_pass else "fused"
+
     def _graph(self, kind: str, body: Any) -> Any:
-        """The graph of ``body`` for this step kind (and fused or not), captured on first use."""
-        key = (kind, self.use_fused)
+        """The graph of ``body`` for this step kind and variant, captured on first use."""
+        key = (kind, self._variant())
         if key not in self._graphs:
             with gp.graph_capture() as g:
                 body()
