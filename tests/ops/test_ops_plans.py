@@ -48,7 +48,15 @@ class Recorder:
     def set_max_dynamic_shared_memory(self, nbytes: int) -> None:
         self.max_dynamic_smem = nbytes
 
-    def launch(self, grid: Any, block: Any, args: tuple[Any, ...], *, shared_mem: int = 0) -> None:
+    def launch(
+        self,
+        grid: Any,
+        block: Any,
+        args: tuple[Any, ...],
+        *,
+        shared_mem: int = 0,
+        dependent: bool = False,
+    ) -> None:
         assert len(args) == len(self.codes), (self.name, len(args), self.codes)
         for i, (arg, code) in enumerate(zip(args, self.codes, strict=True)):
             where = f"{self.name} argument {i} ({code})"
@@ -199,3 +207,52 @@ def test_decode_plans(
     assert names[0] == main
     splits = launches[0][1][0]
     assert names[1:] == (["attn_decode_combine_bf16"] if splits > 1 else [])
+
+
+@pytest.mark.parametrize("epilogue", [None, "residual", "swiglu", "rope_kv", "f32"])
+@pytest.mark.parametrize("norm", [False, True])
+def test_decode_linear_plans(
+    launches, monkeypatch, request, rand: Rand, epilogue: str | None, norm: bool
+) -> None:
+    """Every fused epilogue packs the kernel's parameters; the norm stages K values in shared."""
+    dl = importlib.import_module("pygpukit.ops.decode_linear")
+    monkeypatch.setattr(dl, "_fusable", lambda *args: True)
+    monkeypatch.setattr(dl, "_bind_backend", dl._bind_cuda)
+    # Plans hold the kernels they were made with: make these with the recorder, and drop them
+    # after the test so that no later launch goes to a recorder.
+    dl.PLANS.clear()
+    request.addfinalizer(dl.PLANS.clear)
+    dt = np.dtype(gp.bfloat16)
+    hq, hkv, d, k = 4, 2, 16, 72
+    n = (hq + 2 * hkv) * d
+    x, w, b = up(rand((1, k), dt)), up(rand((n, k), dt)), up(rand((n,), dt))
+    nw = up(rand((k,), dt)) if norm else None
+    kw: dict[str, Any] = {"norm_weight": nw}
+    if epilogue == "residual":
+        kw.update(epilogue="residual", residual=gp.empty((1, n), dt))
+    elif epilogue == "f32":
+        b = None
+        kw.update(out_dtype=gp.float32)
+    elif epilogue == "rope_kv":
+        cos, sin = rope.rope_cos_sin(32, d)
+        cache = gp.empty((1, hkv, 9, d), dt)
+        pos = up(np.array([3], np.int32))
+        kw.update(epilogue="rope_kv", rope_kv=dl.RopeKV(cos, sin, pos, cache, cache, hq))
+    else:
+        kw.update(epilogue=epilogue)
+    dl.decode_linear(x, w, b, **kw)
+    ((name, grid, block, smem),) = launches
+    assert name == "decode_linear_bf16" and block == 128
+    assert grid == -(-n // 16) and smem == (k * 2 if norm else 0)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_decode_attention_single_plans(launches, request, rand: Rand, d: int) -> None:
+    single = importlib.import_module("pygpukit.ops.decode_attention_single")
+    single.PLANS.clear()
+    request.addfinalizer(single.PLANS.clear)
+    dt = np.dtype(gp.float16)
+    q, kc = up(rand((2, 6, d), dt)), gp.empty((2, 3, 50, d), dt)
+    plan = single._plan_cuda(2, 6, 3, d, dt, 50, 0)
+    plan(q, kc, kc, up(np.array([4, 9], np.int32)), gp.empty((2, 6, d), dt), 0.1)
+    assert launches == [(f"attn_decode_single_d{d}_f16", (6, 2), 256, 0)]

@@ -22,6 +22,8 @@ variable                       values                                        def
 ``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM),         ``auto``
                                ``mma_64x64``, ``mma_64x128``,
                                ``mma_128x64``, ``gemm`` (im2col + matmul)
+``PYGPUKIT_DEPENDENT_LAUNCH``  ``on`` (programmatic dependent launch of the  ``on``
+                               kernels written for it, SM 9.0+), ``off``
 =============================  ===========================================  =========
 
 An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
@@ -56,6 +58,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
         "PYGPUKIT_CONV_KERNEL",
         ("auto", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
     ),
+    "dependent_launch": ("PYGPUKIT_DEPENDENT_LAUNCH", ("on", "off")),
 }
 
 
@@ -70,6 +73,9 @@ _DESCRIPTIONS = {
     "bulk copies, SM 9.0+) or simt (CUDA cores).",
     "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
     "GEMM, tile by shape), one of its tiles pinned, or gemm (an im2col gather and a matmul).",
+    "dependent_launch": "Whether the kernels written for it (ops.decode_linear) are launched "
+    "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "
+    "kernel drains (on), or plain launches (off).",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
@@ -92,6 +98,7 @@ class OpsConfig:
     attention_kernel: str = "auto"
     decode_kernel: str = "mma2"
     conv_kernel: str = "auto"
+    dependent_launch: str = "on"
 
     def __post_init__(self) -> None:
         for name, (variable, choices) in ENV.items():
