@@ -22,7 +22,8 @@ pytestmark = pytest.mark.gpu
 # The generic fused FFT kernel takes n_fft <= 2048 with prime factors <= 64 (400 = 4*4*5*5, 20,
 # the prime 31, 48); powers of two from 64 to 4096 have kernels of their own (64 with 128 frames
 # a block, so blocks straddle batch items; 128, 256 and 2048 with shorter windows); 134
-# (= 2 * 67) takes the DFT-as-matmul path.
+# (= 2 * 67) takes the DFT-as-matmul path, and so does 2040 (= 8 * 3 * 5 * 17) forward: one
+# frame pair of it does not fit the generic kernel's shared memory.
 GEOMETRIES = [
     (400, 160, None),
     (20, 5, None),
@@ -36,6 +37,7 @@ GEOMETRIES = [
     (2048, 512, 1600),
     (4096, 1024, None),
     (134, 32, None),
+    (2040, 510, None),
 ]
 
 

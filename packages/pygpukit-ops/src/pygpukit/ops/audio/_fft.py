@@ -28,8 +28,6 @@ from . import _signal as sig
 MAX_RADIX = 64
 #: The largest n_fft the fused kernels take (the twiddles and two frames fit in 48 KiB).
 MAX_N_FFT = 2048
-#: At most this many frame pairs per block.
-MAX_PAIRS = 8
 
 
 def radices(n_fft: int) -> list[int] | None:
@@ -75,7 +73,8 @@ def _build_tables(n_fft: int, device: int) -> FftTables:
     rad = gp.from_numpy(np.asarray(plan or [1], dtype=np.int32))
     rad.setflags(write=False)
     budget = kl.constant("audio", "AUDIO_FFT_SHARED_COMPLEX")
-    pairs = max(1, min(MAX_PAIRS, (budget - n_fft) // (2 * n_fft)))
+    most = kl.constant("audio", "AUDIO_FFT_MAX_PAIRS")
+    pairs = max(1, min(most, (budget - n_fft) // (2 * n_fft)))
     return FftTables(twiddles, rad, len(plan), pairs, (2 * pairs + 1) * n_fft * 8)
 
 
@@ -89,6 +88,16 @@ def launch(name: str, tables: FftTables, total_frames: int) -> Launch:
     blocks = max(1, -(-total_frames // frames_per_block))
     threads = kl.constant("audio", "AUDIO_FFT_THREADS")
     return Launch(kl.kernel("audio", name), blocks, threads, tables.shared_mem)
+
+
+def forward_fits(n_fft: int) -> bool:
+    """Whether the generic forward kernel's shared memory holds one frame pair of ``n_fft``.
+
+    Beside the twiddles and two buffers it keeps the frames' origins (a few hundred bytes), so
+    sizes just under 2048 with small prime factors (2040, 1224 with two pairs, ...) need the
+    budget checked: :func:`launch` sizes the pairs from it.
+    """
+    return 3 * n_fft <= kl.constant("audio", "AUDIO_FFT_SHARED_COMPLEX")
 
 
 def pow2_size(n_fft: int) -> bool:

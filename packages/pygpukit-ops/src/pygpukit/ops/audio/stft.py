@@ -246,7 +246,7 @@ def mixed_radix_stft(
     fr: Framing, batch: int, length: int, count: int, mode: int, device: int
 ) -> CudaStftFft | None:
     """The generic fused kernel's plan (any ``n_fft`` with small prime factors), or None."""
-    if _fft.radices(fr.n_fft) is None:
+    if _fft.radices(fr.n_fft) is None or not _fft.forward_fits(fr.n_fft):
         return None
     _, args = frames_launch(fr, batch, length, count)
     tables = _fft.TABLES.get(fr.n_fft, device)

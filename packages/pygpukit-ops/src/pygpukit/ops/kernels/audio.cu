@@ -244,9 +244,12 @@ PGK_KERNEL(audio_yin_f32,
 // are unrolled; any other prime (up to 64) takes a generic loop.
 
 PGK_CONSTANT(AUDIO_FFT_THREADS, 256);
-// Shared memory of the fused FFT kernels, in complex values: the twiddles (N) and two buffers
-// of pairs * N; 48 KiB, the most a kernel gets without opting in.
-PGK_CONSTANT(AUDIO_FFT_SHARED_COMPLEX, 6144);
+// Dynamic shared memory of the fused FFT kernels, in complex values: the twiddles (N) and two
+// buffers of pairs * N; with the forward kernel's 384 bytes of frame origins, within the 48 KiB
+// a kernel gets without opting in.
+PGK_CONSTANT(AUDIO_FFT_SHARED_COMPLEX, 6096);
+// The most frame pairs a block of the fused kernels takes.
+PGK_CONSTANT(AUDIO_FFT_MAX_PAIRS, 8);
 
 namespace {
 
@@ -334,21 +337,20 @@ __device__ float2* fft_stages(float2* src, float2* dst, const float2* tw, const 
     return src;
 }
 
-// Sample n of frame g (of the flattened [batch * n_frames]) of the padded signal; 0 past the end.
-__device__ __forceinline__ float frame_sample(const float* x, long long g, long long total,
-                                              long long length, int n, int hop, long long n_frames,
-                                              long long pad, int reflect) {
-    if (g >= total) return 0.0f;
-    const long long b = g / n_frames;
-    const long long f = g - b * n_frames;
-    long long s = f * hop + n - pad;
+// Sample n of the frame whose item starts at x[row] and whose first sample is `first` (relative
+// to the item, negative in the left padding), padded as asked; 0 for a frame past the end
+// (row < 0).
+__device__ __forceinline__ float frame_sample(const float* x, long long row, long long first,
+                                              long long length, int n, int reflect) {
+    if (row < 0) return 0.0f;
+    long long s = first + n;
     if (reflect) {
         if (s < 0) s = -s;
         if (s >= length) s = 2 * (length - 1) - s;
     } else if (s < 0 || s >= length) {
         return 0.0f;
     }
-    return x[b * length + s];
+    return x[row + s];
 }
 
 }  // namespace
@@ -360,33 +362,49 @@ PGK_KERNEL_BOUNDS(audio_stft_fft_f32,
                    int mode),
                   256) {
     extern __shared__ float2 shared_fft[];
+    // Where each frame of the block comes from and goes to, worked out once (the 64-bit
+    // divisions kept out of the per-sample loops): its item's row in x (-1 past the end), its
+    // first sample in the item, and the output index of its bin 0.
+    __shared__ long long frame_row[2 * pgk_constant_AUDIO_FFT_MAX_PAIRS];
+    __shared__ long long frame_first[2 * pgk_constant_AUDIO_FFT_MAX_PAIRS];
+    __shared__ long long frame_out[2 * pgk_constant_AUDIO_FFT_MAX_PAIRS];
     const int N = n_fft;
+    const int nb = N / 2 + 1;
     float2* tw = shared_fft;
     float2* buf0 = tw + N;
     float2* buf1 = buf0 + pairs * N;
     const long long total = batch * n_frames;
     const long long g0 = static_cast<long long>(blockIdx.x) * 2 * pairs;
+    const int frames_here = 2 * pairs;
+    if (threadIdx.x < frames_here) {
+        const long long g = g0 + threadIdx.x;
+        frame_row[threadIdx.x] = -1;
+        if (g < total) {
+            const long long b = g / n_frames;
+            const long long f = g - b * n_frames;
+            frame_row[threadIdx.x] = b * length;
+            frame_first[threadIdx.x] = f * hop - pad;
+            frame_out[threadIdx.x] = b * nb * n_frames + f;
+        }
+    }
     for (int i = threadIdx.x; i < N; i += blockDim.x) tw[i] = twiddles[i];
+    __syncthreads();
     for (int i = threadIdx.x; i < pairs * N; i += blockDim.x) {
         const int p = i / N;
         const int n = i - p * N;
-        const long long g = g0 + 2 * p;
         const float w = window[n];
-        buf0[i] =
-            make_float2(frame_sample(x, g, total, length, n, hop, n_frames, pad, reflect) * w,
-                        frame_sample(x, g + 1, total, length, n, hop, n_frames, pad, reflect) * w);
+        buf0[i] = make_float2(
+            frame_sample(x, frame_row[2 * p], frame_first[2 * p], length, n, reflect) * w,
+            frame_sample(x, frame_row[2 * p + 1], frame_first[2 * p + 1], length, n, reflect) * w);
     }
     __syncthreads();
     const float2* z = fft_stages(buf0, buf1, tw, radices, n_radices, N, pairs);
     // Thread i writes bin i / (2 pairs) of frame i % (2 pairs): neighbouring threads write
     // neighbouring frames of one bin, the contiguous direction of the outputs.
-    const int nb = N / 2 + 1;
-    const int frames_here = 2 * pairs;
     for (int i = threadIdx.x; i < nb * frames_here; i += blockDim.x) {
         const int k = i / frames_here;
         const int j = i - k * frames_here;
-        const long long g = g0 + j;
-        if (g >= total) continue;
+        if (frame_row[j] < 0) continue;
         const float2* zp = z + (j >> 1) * N;
         const float2 v = zp[k];
         const float2 w = zp[k == 0 ? 0 : N - k];  // conj taken below
@@ -398,9 +416,7 @@ PGK_KERNEL_BOUNDS(audio_stft_fft_f32,
             re = 0.5f * (v.y + w.y);
             im = -0.5f * (v.x - w.x);
         }
-        const long long b = g / n_frames;
-        const long long f = g - b * n_frames;
-        const long long o = (b * nb + k) * n_frames + f;
+        const long long o = frame_out[j] + k * n_frames;
         if (mode == 0) {
             reinterpret_cast<float2*>(a)[o] = make_float2(re, im);
         } else if (mode == 1) {
