@@ -54,7 +54,7 @@ def test_transcribes_the_spoken_words(tiny_en, sentences, name):
     assert starts == sorted(starts)
 
 
-def test_greedy_ids_match_transformers(tiny_en):
+def test_greedy_ids_match_transformers(tiny_en, tiny_en_dir):
     if not REFERENCE.is_file():
         pytest.skip(
             "no reference ids yet: run `python tools/asr_reference.py --whisper-dir "
@@ -62,7 +62,9 @@ def test_greedy_ids_match_transformers(tiny_en):
         )
     ref = json.loads(REFERENCE.read_text())
     name = "fox"  # one clip on the CPU (about 2 s); the GPU test checks them all
-    got = tiny_en.transcribe(speech(name), without_timestamps=True, temperature=0.0)
+    # The reference ran in float32: so does this (float16 may pick other ids on the GPU).
+    model = tiny_en if DTYPE == "float32" else asr.load(tiny_en_dir, dtype="float32")
+    got = model.transcribe(speech(name), without_timestamps=True, temperature=0.0)
     assert [t for s in got.segments for t in s.tokens] == ref[name]
 
 
