@@ -22,9 +22,6 @@ def test_suite_cases_run(tmp_path, monkeypatch, rng):
     for case in benchmarks.SUITE.cases(ctx):
         result = measure(case, lib, cfg)
         ops.append(case.op)
-        if case.params.get("batch", 1) > 1:  # one sequence per generate
-            assert result.status == "skipped" and "one sequence" in result.reason
-            continue
         assert result.status == "ok", result.reason
         assert all(t > 0 for t in result.times_ms)
         if case.op.startswith("decode"):
