@@ -185,7 +185,18 @@ def test_persistent_prefill_plan(launches, monkeypatch, causal: bool) -> None:
     assert moved.launch.kernel.name == "attn_prefill_wgmma_pipe_d64_bf16" and moved.sched is None
 
 
-@pytest.mark.parametrize("kernel", ["mma2", "mma", "mma3", "mma4", "bulk3", "simt"])
+@pytest.mark.parametrize("knob", ["on", "off"])
+def test_decode_combine_is_a_dependent_launch(launches, knob: str) -> None:
+    """The split combine starts by programmatic dependent launch unless the knob turns it off
+    (the kernel waits for the split kernel's results itself)."""
+    dt = np.dtype(gp.bfloat16)
+    with config.override(dependent_launch=knob):
+        plan = attention._plan_decode_cuda(8, 32, 8, 128, dt, 8192, 0, 8192, 0)
+    assert plan.combine is not None
+    assert plan.dependent is (knob == "on")
+
+
+@pytest.mark.parametrize("kernel", ["bulk2", "mma2", "mma", "simt"])
 @pytest.mark.parametrize(("b", "n", "paged"), [(1, 4096, False), (8, 8192, True), (3, 100, False)])
 def test_decode_plans(
     launches, monkeypatch, rand: Rand, kernel: str, b: int, n: int, paged: bool
