@@ -164,9 +164,33 @@ def test_prefill_plans(launches, monkeypatch, rand: Rand, kind: str, d: int) -> 
     assert smem > 0
 
 
-@pytest.mark.parametrize("kernel", ["mma2", "mma", "simt"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_prefill_plan(launches, monkeypatch, causal: bool) -> None:
+    """The persistent kernel's plan: one CTA per SM (fewer when there are fewer row tiles),
+    its work lists uploaded once with the plan, the TMA kernel's launch geometry."""
+    monkeypatch.setattr(attention, "_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(attention, "_sm_count", lambda device: 5)
+    dt = np.dtype(gp.bfloat16)
+    with config.override(attention_kernel="wgmma_persist"):
+        plan = attention._plan_prefill_cuda(2, 4, 2, 300, 300, 128, dt, causal, 0, False, 0)
+        small = attention._plan_prefill_cuda(1, 1, 1, 200, 200, 64, dt, causal, 0, False, 0)
+        moved = attention._plan_prefill_cuda(1, 1, 1, 200, 200, 64, dt, causal, 0, True, 0)
+    assert plan.launch.kernel.name == "attn_prefill_wgmma_persist_d128_bf16"
+    assert (plan.launch.grid, plan.launch.block, plan.tma) == (5, 384, True)
+    assert plan.sched is not None
+    want = attention._prefill_schedule(8, 300, 300, causal, 5)
+    np.testing.assert_array_equal(plan.sched.to_numpy(), want)
+    assert small.launch.grid == 2 and small.sched is not None  # two row tiles in all
+    # inputs whose address may move take the pointer kernel, as for wgmma_tma
+    assert moved.launch.kernel.name == "attn_prefill_wgmma_pipe_d64_bf16" and moved.sched is None
+
+
+@pytest.mark.parametrize("kernel", ["mma2", "mma", "mma3", "mma4", "bulk3", "simt"])
 @pytest.mark.parametrize(("b", "n", "paged"), [(1, 4096, False), (8, 8192, True), (3, 100, False)])
-def test_decode_plans(launches, rand: Rand, kernel: str, b: int, n: int, paged: bool) -> None:
+def test_decode_plans(
+    launches, monkeypatch, rand: Rand, kernel: str, b: int, n: int, paged: bool
+) -> None:
+    monkeypatch.setattr(attention, "_has_bulk_copy", lambda device: True)  # as on SM 9.0
     dt, hq, hkv, d = np.dtype(gp.bfloat16), 32, 8, 128
     bs = 16
     cache = (n // bs, hkv, bs, d) if paged else (b, hkv, n, d)
