@@ -18,7 +18,7 @@ unfused kernels store; only the norm's float32 sum of squares is accumulated in 
 
 On the CUDA backend with float16/bfloat16, ``K % 8 == 0`` and 16-byte aligned arrays, one kernel
 (``kernels/decode_linear.cu``) runs; it is launched with programmatic dependent launch (its
-weight loads start while the previous kernel drains) for weights up to 32 MiB, unless
+weight loads start while the previous kernel drains) for weights up to 24 MiB, unless
 ``PYGPUKIT_DEPENDENT_LAUNCH=off``.
 Otherwise, and on the CPU backend, the composition of those ops runs.
 """
@@ -53,7 +53,7 @@ __all__ = ["EPILOGUES", "BoundDecodeLinear", "RopeKV", "bind_decode_linear", "de
 EPILOGUES: dict[str | None, int] = {None: 0, "residual": 1, "swiglu": 2, "rope_kv": 3}
 _TABLE_KIND = {np.dtype(np.float32): 0, np.dtype(gp.float16): 1, np.dtype(gp.bfloat16): 2}
 #: Largest weight (bytes) launched with programmatic dependent launch (see ``_plan``).
-_PDL_MAX_BYTES = 32 << 20
+_PDL_MAX_BYTES = 24 << 20
 #: Largest shared-memory row the norm prologue stages (the default 48 KiB per block).
 _MAX_STAGED_BYTES = 48 * 1024
 
