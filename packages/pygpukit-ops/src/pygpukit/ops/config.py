@@ -17,7 +17,8 @@ variable                       values                                        def
                                64 and 128, else mma), ``mma``,
                                ``wgmma_pipe``, ``wgmma_tma``
 ``PYGPUKIT_DECODE_KERNEL``     ``mma2``, ``mma``, ``simt``                   ``mma2``
-``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM),         ``auto``
+``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM where     ``auto``
+                               its estimated cost is low, 16-bit),
                                ``mma_64x64``, ``mma_64x128``,
                                ``mma_128x64``, ``gemm`` (im2col + matmul)
 =============================  ===========================================  =========
@@ -59,7 +60,8 @@ _DESCRIPTIONS = {
     "decode_kernel": "Which decode attention kernel runs: mma2 (tensor cores, two K/V stages), "
     "mma (one stage) or simt (CUDA cores).",
     "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
-    "GEMM, tile by shape), one of its tiles pinned, or gemm (an im2col gather and a matmul).",
+    "GEMM for 16-bit types where its estimated cost is low, else an im2col gather and a matmul), "
+    "one of its tiles pinned (float32 too, as 3xTF32), or gemm (the matmul path).",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
