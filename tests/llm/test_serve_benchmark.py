@@ -33,4 +33,27 @@ def test_serve_suite_cases_run(tmp_path, monkeypatch, rng):
                 assert m["output_tok_s"] > 0 and m["ttft_p99_ms"] >= m["ttft_p50_ms"] > 0
     finally:
         benchmarks._stop_all()
-    assert rows == [("startup", None), ("load", 1), ("load", 4)]
+    assert rows == [("load", 1), ("load", 4), ("startup", None)]
+
+
+def test_a_server_that_cannot_start_shows_its_stderr(tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(RuntimeError, match="exited with status") as info:
+        benchmarks._start([f"m={missing}"])
+    assert str(missing) in str(info.value)  # the server's own error message came through
+
+
+def test_models_variable_picks_the_shapes_and_gpu_rows(monkeypatch, rng):
+    monkeypatch.setenv(benchmarks.MODELS_ENV, "smollm2-135m")
+    ctx = SuiteContext(backend="cuda", quick=True, data=DataCache(rng), rng=rng)
+    cases = list(benchmarks.SUITE.cases(ctx))
+    assert {c.params["model"] for c in cases if "model" in c.params} == {"smollm2-135m"}
+    assert [c.params.get("clients") for c in cases if c.op == "load"] == [1, 16, 64]
+    iso = [c.params for c in cases if c.op == "isolation"]
+    assert iso == [{"guaranteed": "smollm2-135m", "besteffort": "qwen2.5-0.5b"}]
+    monkeypatch.delenv(benchmarks.MODELS_ENV)
+    full = list(benchmarks.SUITE.cases(SuiteContext(backend="cuda", quick=False,
+                                                    data=DataCache(rng), rng=rng)))  # fmt: skip
+    loads = {(c.params["prompt"], c.params["clients"]) for c in full if c.op == "load"}
+    assert loads == {(p, n) for p in (128, 1024) for n in (1, 16, 64)}
+    assert {c.params["model"] for c in full if c.op == "startup"} == {"llama-3.1-8b"}

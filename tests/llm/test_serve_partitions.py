@@ -40,8 +40,15 @@ def test_each_class_is_what_the_scheduler_makes():
 def test_two_models_in_their_partitions(tmp_path):
     a = write_tiny_model(tmp_path / "a", seed=1)
     b = write_tiny_model(tmp_path / "b", seed=2)
-    with run_server([f"fast={a}", f"bulk={b}"], "--dtype", TEST_DTYPE, "--max-model-len", "128",
-                    "--kv-memory", "0.5", "--partition", "fast=64MiB,0.5,guaranteed",
+    # The models, one partition and some options from a config file (relative paths from its
+    # folder); the other partition and the dtype from the command line.
+    config = tmp_path / "serve.toml"
+    config.write_text(
+        'max_model_len = 128\nkv_memory = 0.5\n\n[models.fast]\npath = "a"\n'
+        'partition = { memory = "64MiB", compute = 0.5, class = "guaranteed" }\n\n'
+        '[models.bulk]\npath = "b"\npartition = "1GiB,0,burstable"\n'
+    )
+    with run_server([], "--config", str(config), "--dtype", TEST_DTYPE,
                     "--partition", "bulk=64MiB,0,besteffort") as srv:  # fmt: skip
         assert "partition fast (guaranteed)" in srv.log()
         assert "partition bulk (best_effort)" in srv.log()

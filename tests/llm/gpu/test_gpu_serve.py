@@ -57,3 +57,22 @@ def test_the_cache_is_charged_to_the_partition(smollm2):
         assert len(out.token_ids) == 4
         del engine
         gp.synchronize()
+
+
+def test_graph_replayed_decode_equals_the_eager_padded_step(smollm2):
+    """The same padded decode steps, replayed as CUDA graphs and run eagerly: same tokens."""
+    rng = np.random.default_rng()
+    prompts = [rng.integers(100, 40000, int(rng.integers(5, 200))).tolist() for _ in range(21)]
+    answers = []
+    for graphs in (True, False):
+        engine = Engine(smollm2, kv_memory="256MiB", max_batch=32, cuda_graphs=graphs)
+        got: list[list[int]] = [[] for _ in prompts]
+        for i, p in enumerate(prompts):
+            params = RequestParams(max_tokens=int(10 + i), ignore_eos=True)
+            engine.submit(p, params, lambda o, out=got[i]: out.extend(o.token_ids))
+        while engine.step() or engine.has_work():
+            pass
+        assert (engine.decode.replays > 0) == graphs
+        assert all(captured == graphs for _, _, captured in engine.decode.shapes())
+        answers.append(got)
+    assert answers[0] == answers[1]

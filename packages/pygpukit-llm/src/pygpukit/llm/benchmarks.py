@@ -16,11 +16,15 @@ Rows, each against the same weights in the same run (``torch`` column):
 - ``ttft``: time to first token of a 128- and a 1024-token prompt (``--seq-lens`` overrides),
   against the PyTorch anchor's eager prefill (:mod:`pygpukit.llm.torch_anchor`: a decoder
   written directly in PyTorch with fused weights, a static KV cache and one CUDA graph per
-  decode step);
+  decode step); the rate is the prompt's weight-GEMM FLOPs per second against the
+  ``gemm_bfloat16`` ceiling, so 1 / SoL is the time to first token in units of the time those
+  GEMMs take at the run's GEMM rate;
 - ``decode``: milliseconds per decode step of ``batch`` sequences (1, 4, 16, 64; tokens/s in the
   metrics) against the anchor's graph replays; bytes moved are the weights one step reads, so
   the percentage of the ``copy_bw`` ceiling is the share of the weight-read bound reached.
-  PyGPUkit's column runs at batch 1 only (its decoder serves one sequence);
+  PyGPUkit's batch 1 is ``CausalLM.generate``; a larger batch runs through the serving engine
+  (:mod:`pygpukit.llm.engine`: one graph-replayed step of the batch, its sampled ids read back
+  every step, as a server does);
 - ``ttft_hf`` and ``decode_hf``: the same at batch 1 against Hugging Face transformers'
   ``generate`` (eager PyTorch: no compile, dynamic cache).
 
@@ -275,6 +279,19 @@ def _decode_bytes(shape: str) -> int:
     return total
 
 
+def _prefill_flops(shape: str, prompt: int) -> int:
+    """The matmul FLOPs of a prompt's prefill (attention's own products excluded).
+
+    Every layer's weight GEMMs over ``prompt`` rows (``2 x rows x weights``) and the head over
+    the last row. With the ``gemm_bfloat16`` ceiling this makes the ttft row's SoL the share of
+    that GEMM time in the time to first token (1 / SoL: how many times the GEMM time it takes).
+    """
+    cfg = ModelConfig.from_dict(SHAPES[shape])
+    h, inter = cfg.hidden_size, cfg.intermediate_size
+    layer = h * (cfg.q_size + 2 * cfg.kv_size) + cfg.q_size * h + 3 * h * inter
+    return 2 * prompt * cfg.num_layers * layer + 2 * h * cfg.vocab_size
+
+
 def _prompts(ctx: SuiteContext, vocab: int, batch: int, length: int) -> np.ndarray:
     return ctx.rng.integers(3, vocab, size=(batch, length)).astype(np.int64)
 
@@ -282,12 +299,17 @@ def _prompts(ctx: SuiteContext, vocab: int, batch: int, length: int) -> np.ndarr
 def _pygpukit_generation(
     shape: str, ids: np.ndarray, op: str, new: int
 ) -> tuple[Callable[[int], Any], Callable[[int], float]]:
-    """``run`` and ``measure`` of PyGPUkit's ``generate`` (ttft: one token; decode: ms/token)."""
+    """``run`` and ``measure`` of PyGPUkit (ttft: one token; decode: ms per step).
+
+    One sequence runs through ``CausalLM.generate`` (its single-sequence decoder); a batch
+    through the serving engine (:mod:`pygpukit.llm.engine`), whose decode steps are one
+    graph-replayed forward pass of the whole batch.
+    """
     from pygpukit import llm
 
-    if ids.shape[0] != 1:
-        raise Skip("pygpukit.llm decodes one sequence per generate (batched decode: to come)")
     model = llm.load(_checkpoint(shape), max_seq_len=ids.shape[1] + new + 8, progress=False)
+    if ids.shape[0] != 1:
+        return _engine_decode(model, ids, new)
     prompt_ids = ids[0].tolist()
     last: dict[str, float] = {}
 
@@ -302,6 +324,62 @@ def _pygpukit_generation(
         if op.startswith("ttft"):
             return (time.perf_counter() - start) * 1e3
         return 1e3 / last["tok_s"]
+
+    return run, measure
+
+
+def _engine_decode(
+    model: Any, ids: np.ndarray, new: int
+) -> tuple[Callable[[int], Any], Callable[[int], float]]:
+    """``run`` and ``measure`` of a batch decoded by the serving engine.
+
+    Every sequence is prefilled first (one step) and has its first token, then the clock runs
+    over the remaining decode steps of the whole batch (counted by the engine), each with its
+    download of the sampled ids, as a server steps. One engine serves every run, so its decode
+    graphs are captured once.
+    """
+    import pygpukit as gp
+
+    from .engine import Engine, RequestParams
+    from .engine.paged_cache import BLOCK_SIZE, block_bytes
+
+    b, s = ids.shape
+    blocks = b * -(-(s + new) // BLOCK_SIZE)
+    engine = Engine(
+        model, max_batch=b, max_batched_tokens=b * s, prefix_caching=False,
+        kv_memory=blocks * block_bytes(model.config, model.decoder.model.dtype),
+    )  # fmt: skip
+    params = RequestParams(max_tokens=new, ignore_eos=True)
+
+    def collect(into: list[int]) -> Callable[[Any], None]:
+        return lambda output: into.extend(output.token_ids)
+
+    def start() -> list[list[int]]:
+        tokens: list[list[int]] = [[] for _ in range(b)]
+        for row, out in zip(ids.tolist(), tokens, strict=True):
+            engine.submit(row, params, collect(out))
+        while min(len(t) for t in tokens) < 1:  # the prompts, and each first token
+            engine.step()
+        return tokens
+
+    def finish() -> None:
+        while engine.step() or engine.has_work():
+            pass
+
+    def run(i: int) -> Any:
+        tokens = start()
+        finish()
+        return tokens[0]
+
+    def decode_steps() -> int:
+        return engine.decode.replays + engine.decode.eager_steps
+
+    def measure(i: int) -> float:
+        start()
+        gp.synchronize()
+        before, begin = decode_steps(), time.perf_counter()
+        finish()
+        return (time.perf_counter() - begin) * 1e3 / (decode_steps() - before)
 
     return run, measure
 
@@ -433,7 +511,8 @@ def _generation_case(
     params: dict[str, int | float | str] = {"model": shape, "prompt": prompt}
     setups = dict.fromkeys(("pygpukit", "torch"), setup)
     if ttft:
-        return Case(NAME, op, params, setups, timing="wall")
+        return Case(NAME, op, params, setups, timing="wall", flops=_prefill_flops(shape, prompt),
+                    ceiling="gemm_bfloat16")  # fmt: skip
     params.update(batch=batch, new=new)
     return Case(NAME, op, params, setups, timing="wall", bytes_moved=_decode_bytes(shape),
                 ceiling="copy_bw")  # fmt: skip

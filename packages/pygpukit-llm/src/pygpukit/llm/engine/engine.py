@@ -2,10 +2,18 @@
 
 :meth:`Engine.submit` queues a request from any thread; the engine thread (:meth:`start`) runs
 :meth:`step` while there is work: plan the step (:mod:`.planner`), run every scheduled token in
-one forward pass (:mod:`.runner`), sample the requests whose known tokens are all computed
-(:mod:`.sampler`), then hand each request its new text to its ``sink``. Requests join and leave
-the batch at every step. Without the thread, :meth:`step` can be called directly (tests) and
-:meth:`generate` runs one request to its end.
+one forward pass (:mod:`.runner`; decode-only steps by :mod:`.decode_graphs`), sample the
+requests whose known tokens are all computed (:mod:`.sampler`), then hand each request its new
+text to its ``sink``. Requests join and leave the batch at every step.
+
+The host work of a step overlaps the GPU's: once a step's kernels are queued, the text of the
+previous step's tokens is made (incremental detokenizer, stop strings) and handed to the sinks
+while the GPU computes; then the engine waits for the step's sampled ids (its one host wait),
+records them, and frees the blocks of requests that hit an EOS id or their length. A request
+that a stop string ends is therefore computed one step too far; that token is dropped.
+
+Without the thread, :meth:`step` can be called directly (tests) and :meth:`generate` runs one
+request to its end.
 """
 
 from __future__ import annotations
@@ -18,18 +26,21 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
+
 import pygpukit as gp
 
 from ..errors import LLMError
 from ..model import CausalLM, _kv_budget
 from .block_manager import BlockManager
+from .decode_graphs import DecodeGraphs
 from .metrics import EngineMetrics
 from .paged_cache import BLOCK_SIZE, PagedKVCache, block_bytes
 from .params import RequestParams
 from .planner import StepPlan, StepPlanner
 from .request import Request, RequestOutput, RequestStatus, Sink, TokenLogprob
 from .runner import ModelRunner, build_inputs
-from .sampler import sample_tokens
+from .sampler import SampledTokens
 
 __all__ = ["Engine", "EngineClosedError", "QueueFullError"]
 
@@ -61,6 +72,8 @@ class Engine:
     :class:`pygpukit.scheduler.Partition` whose memory the cache and every step's temporaries
     are charged to, and whose stream the steps run on; ``prefix_caching``: share the KV blocks
     of equal prompt prefixes between requests. ``name`` is the model name the server shows.
+    ``cuda_graphs``: replay decode-only steps as CUDA graphs, one per batch-size bucket
+    (:mod:`.decode_graphs`; default: on the CUDA backend); off, those steps run eagerly.
     """
 
     def __init__(
@@ -74,6 +87,7 @@ class Engine:
         kv_memory: int | float | str | None = None,
         partition: Any = None,
         prefix_caching: bool = True,
+        cuda_graphs: bool | None = None,
     ) -> None:
         for label, value in (("max_batch", max_batch), ("max_queue", max_queue),
                              ("max_batched_tokens", max_batched_tokens)):  # fmt: skip
@@ -97,12 +111,15 @@ class Engine:
                 f"({per_block / 2**20:.2f} MiB each for this model); raise it"
             )
         with self._context():
-            self.cache = PagedKVCache(cfg, num_blocks, network.dtype)
+            # One block more than the manager hands out: the scratch block that the padding
+            # rows of a bucketed decode step write into.
+            self.cache = PagedKVCache(cfg, num_blocks + 1, network.dtype)
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE, prefix_caching=prefix_caching)
         self.planner = StepPlanner(
             self.blocks, max_batch=max_batch, max_batched_tokens=max_batched_tokens
         )
         self.runner = ModelRunner(network, self.cache)
+        self.decode = DecodeGraphs(network, self.cache, num_blocks, use_graphs=cuda_graphs)
         self.metrics = EngineMetrics()
         self.metrics.kv_blocks_total = num_blocks
         self._lock = threading.Lock()
@@ -112,6 +129,8 @@ class Engine:
         self._requests: dict[str, Request] = {}
         self._thread: threading.Thread | None = None
         self._closed = False
+        #: Sampled tokens whose text is not made yet: (request, token, logprob, finish reason).
+        self._pending: list[tuple[Request, int, TokenLogprob | None, str | None]] = []
 
     # --- submission (any thread) ----------------------------------------------------------------
 
@@ -206,7 +225,10 @@ class Engine:
 
     def has_work(self) -> bool:
         """Whether a request is queued, running or about to be cancelled."""
-        return bool(self._incoming or self._aborts or self.planner.waiting or self.planner.running)
+        return bool(
+            self._incoming or self._aborts or self._pending
+            or self.planner.waiting or self.planner.running
+        )  # fmt: skip
 
     def _emit(self, request: Request, output: RequestOutput) -> None:
         try:
@@ -258,36 +280,71 @@ class Engine:
         m.prefix_queried_blocks += plan.prefix_queried
         m.prefix_hit_blocks += plan.prefix_hit
         m.preemptions += len(plan.preempted)
-        for request in plan.out_of_room:
-            self._finish(request, "length", request.final_text_at_limit())
         if not plan.chunks:
+            worked = self._flush()
+            self._finish_out_of_room(plan)
             self._update_gauges(None)
-            return False
+            return worked
         sampled = [c.request for c in plan.chunks if c.sample]
         try:
-            inputs = build_inputs(plan.chunks, BLOCK_SIZE)
             with self._context():
-                logits = self.runner.logits(inputs)
-                tokens, logprobs = sample_tokens(logits, sampled)
+                pending = SampledTokens(self._logits(plan), sampled)
         except Exception as exc:  # fail this step's requests, keep serving the others
-            log.exception("an engine step failed")
-            for c in plan.chunks:
-                if c.request.status is RequestStatus.RUNNING:
-                    self._finish(c.request, "error", error=f"{type(exc).__name__}: {exc}")
-            self._update_gauges(None)
+            self._fail(plan, exc)
+            return True
+        self._flush()  # the previous step's text, while the GPU runs this one
+        self._finish_out_of_room(plan)
+        try:
+            with self._context():
+                tokens, logprobs = pending.result()
+        except Exception as exc:
+            self._fail(plan, exc)
             return True
         self.planner.after_step(plan)
         now = time.perf_counter()
         for request, token, lp in zip(sampled, tokens, logprobs, strict=True):
-            self._deliver(request, token, lp, now)
+            if request.status is RequestStatus.RUNNING:  # not ended by a stop string meanwhile
+                self._accept(request, token, lp, now)
         m.record_step(len(sampled), now)
         self._update_gauges(plan)
         return True
 
-    def _deliver(self, r: Request, token: int, lp: TokenLogprob | None, now: float) -> None:
-        text, reason = r.append(token)
+    def _fail(self, plan: StepPlan, exc: Exception) -> None:
+        log.exception("an engine step failed")
+        self._flush()
+        for c in plan.chunks:
+            if c.request.status is RequestStatus.RUNNING:
+                self._finish(c.request, "error", error=f"{type(exc).__name__}: {exc}")
+        self._update_gauges(None)
+
+    def _finish_out_of_room(self, plan: StepPlan) -> None:
+        for request in plan.out_of_room:  # after _flush: their text is complete
+            if request.status is not RequestStatus.FINISHED:
+                self._finish(request, "length", request.final_text_at_limit())
+
+    def _logits(self, plan: StepPlan) -> gp.GPUArray:
+        """float32 logits of the step's sampled rows, in chunk order.
+
+        A decode-only step goes through the bucketed (graph-replayed) path; a step with a
+        prefill chunk through the flattened one.
+        """
+        chunks = plan.chunks
+        if not self.decode.accepts(chunks):
+            return self.runner.logits(build_inputs(chunks, BLOCK_SIZE))
+        logits = self.decode.logits(chunks)
+        rows = [i for i, c in enumerate(chunks) if c.sample]
+        if len(rows) == len(chunks):
+            return logits
+        return gp.take(logits, gp.from_numpy(np.asarray(rows, np.int32)), axis=0)
+
+    def _accept(self, r: Request, token: int, lp: TokenLogprob | None, now: float) -> None:
+        """Record a sampled id (its text comes at the next :meth:`_flush`).
+
+        A request that ends here (EOS id, length) leaves the batch now, its blocks freed.
+        """
+        reason = r.add(token)
         if reason is None and len(r.tokens) >= self.max_model_len:
-            reason, text = "length", text + r.final_text_at_limit()
+            reason = "length"
         m = self.metrics
         with m.lock:
             if r.first_token_at is None:
@@ -296,11 +353,23 @@ class Engine:
             elif r.last_token_at is not None:
                 m.itl.observe(now - r.last_token_at)
         r.last_token_at = now
-        lps = (lp,) if lp is not None else ()
         if reason is not None:
-            self._finish(r, reason, text, tokens=(token,), logprobs=lps)
-        else:
-            self._emit(r, RequestOutput(r.request_id, text, (token,), lps))
+            self.planner.remove(r)
+        self._pending.append((r, token, lp, reason))
+
+    def _flush(self) -> bool:
+        """Make the text of the recorded tokens and hand it out; False when there was none."""
+        pending, self._pending = self._pending, []
+        for r, token, lp, reason in pending:
+            if r.status is RequestStatus.FINISHED:  # aborted since
+                continue
+            text, reason = r.text_of(token, reason)
+            lps = (lp,) if lp is not None else ()
+            if reason is not None:
+                self._finish(r, reason, text, tokens=(token,), logprobs=lps)
+            else:
+                self._emit(r, RequestOutput(r.request_id, text, (token,), lps))
+        return bool(pending)
 
     # --- the engine thread ----------------------------------------------------------------------
 
@@ -327,6 +396,7 @@ class Engine:
 
     def _drain(self) -> None:
         """Abort everything still queued or running (after shutdown)."""
+        self._flush()
         self._take_commands()
         for request in list(self._requests.values()):
             self._finish(request, "abort")

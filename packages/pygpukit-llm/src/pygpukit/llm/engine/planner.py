@@ -156,6 +156,8 @@ class StepPlanner:
         """Advance the computed counts and register the blocks the step filled."""
         for chunk in plan.chunks:
             r = chunk.request
+            if r.status is RequestStatus.FINISHED:  # ended meanwhile: its blocks are gone
+                continue
             r.num_computed = chunk.start + chunk.count
             full = r.num_computed // self.block_size
             if full > len(r.block_hashes):

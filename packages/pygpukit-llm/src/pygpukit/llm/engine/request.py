@@ -107,16 +107,37 @@ class Request:
 
     def append(self, token: int) -> tuple[str, str | None]:
         """Record a sampled token; the new text and the finish reason it causes (None: go on)."""
+        return self.text_of(token, self.add(token))
+
+    def add(self, token: int) -> str | None:
+        """Record a sampled token's id, no text yet; the finish reason it causes.
+
+        ``"stop"`` for an EOS id, ``"length"`` at ``max_tokens``, else None. :meth:`text_of`
+        then gives its text (tokens in order).
+        """
         self.tokens.append(token)
         if token in self.eos_token_ids and not self.params.ignore_eos:
+            return "stop"
+        if self.num_output >= self.params.max_tokens:
+            return "length"
+        return None
+
+    def text_of(self, token: int, reason: str | None) -> tuple[str, str | None]:
+        """The new text of ``token`` and the finish reason once stop strings are looked at.
+
+        ``token`` was recorded by :meth:`add`, which gave ``reason``. An EOS id adds no text
+        of its own; a stop string ends the request even when the length limit was reached by
+        the same token.
+        """
+        if reason == "stop":  # add() says "stop" for an EOS id only
             return self._final_text(), "stop"
         text = ""
         if self._detok is not None and self._stops is not None:
             text, cut = self._stops.feed(self._detok.add(token))
             if cut:
                 return text, "stop"
-        if self.num_output >= self.params.max_tokens:
-            return text + self._final_text(), "length"
+        if reason is not None:
+            return text + self._final_text(), reason
         return text, None
 
     def _final_text(self) -> str:

@@ -7,6 +7,11 @@ chunks share every matrix product of the step. Attention writes the step's keys 
 the paged cache, then runs paged decode attention with one query per token: token ``p`` of a
 request sees the request's cached tokens ``0 .. p`` (causal within a chunk by construction,
 and over a shared cached prefix without copying it).
+
+Prompt chunks that start a request (no cached token before them) at the end of the row set
+attend with the flash prefill kernel over their own keys and values instead (causal): one
+kernel per chunk rather than one query row per token over the cache, which a long prompt
+makes quadratic in cache reads.
 """
 
 from __future__ import annotations
@@ -51,6 +56,14 @@ class BatchInputs:
     seq_lens: np.ndarray  # int32 [N]: position + 1
     block_table: np.ndarray  # int32 [N, max_blocks]
     sample_rows: np.ndarray  # int32 [R]: rows whose logits are sampled
+    #: ``(first row, rows)`` of the chunks at the end that start their request (position 0);
+    #: rows from the first of them on attend by flash prefill.
+    fresh: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def fresh_from(self) -> int:
+        """The first row of the fresh chunks (N when there is none)."""
+        return self.fresh[0][0] if self.fresh else int(self.ids.shape[0])
 
 
 def _bucket(n: int) -> int:
@@ -79,6 +92,13 @@ def build_inputs(chunks: Sequence[ScheduledChunk], block_size: int) -> BatchInpu
     for i, t in enumerate(tables):
         table[i, : len(t)] = t
     positions = np.concatenate(pos).astype(np.int32)
+    fresh: list[tuple[int, int]] = []
+    row = n
+    for c in reversed(chunks):
+        if c.start != 0:
+            break
+        row -= c.count
+        fresh.insert(0, (row, c.count))
     return BatchInputs(
         ids=np.concatenate(ids),
         positions=positions,
@@ -86,14 +106,22 @@ def build_inputs(chunks: Sequence[ScheduledChunk], block_size: int) -> BatchInpu
         seq_lens=positions + 1,
         block_table=table,
         sample_rows=np.asarray(rows, np.int32),
+        fresh=tuple(fresh),
     )
 
 
 class ModelRunner:
-    """Runs the decoder over a flattened batch and returns the sampled rows' float32 logits."""
+    """Runs the decoder over a flattened batch and returns the sampled rows' float32 logits.
 
-    def __init__(self, model: LlamaModel, cache: PagedKVCache) -> None:
+    ``flash_prefill``: fresh prompt chunks attend with the flash prefill kernel (off: every
+    row with paged decode attention; the same attention, computed another way).
+    """
+
+    def __init__(
+        self, model: LlamaModel, cache: PagedKVCache, *, flash_prefill: bool = True
+    ) -> None:
         self.model, self.cache = model, cache
+        self.flash_prefill = flash_prefill
 
     def logits(self, inputs: BatchInputs) -> GPUArray:
         """float32 ``[R, vocab]`` logits of the rows in ``inputs.sample_rows``.
@@ -102,27 +130,42 @@ class ModelRunner:
         """
         cfg = self.model.config
         n = int(inputs.ids.shape[0])
+        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        split = inputs.fresh_from if self.flash_prefill else n
         slots = gp.from_numpy(inputs.slots)
-        seq_lens = gp.from_numpy(inputs.seq_lens)
-        table = gp.from_numpy(inputs.block_table)
+        seq_lens = gp.from_numpy(inputs.seq_lens[:split]) if split else None
+        table = gp.from_numpy(inputs.block_table[:split]) if split else None
         k_cache, v_cache = self.cache.k, self.cache.v
-        # The functional op, not the model's Attention layer: that layer keeps a plan and its
-        # workspace per query shape, and a step's token count changes every step.
+        scale = self.model.attention.scale
 
+        def heads_first(t: GPUArray, a: int, c: int, h: int) -> GPUArray:
+            """Rows ``a .. a + c`` of ``t`` ``[1, N, h, D]`` as ``[1, h, c, D]``."""
+            return t[0, a : a + c].transpose(1, 0, 2).contiguous().reshape(1, h, c, d)
+
+        # The functional ops, not the model's Attention layer: that layer keeps a plan and its
+        # workspace per query shape, and a step's token count changes every step.
         def attend(layer: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
             ops.paged_kv_cache_write(
-                k.reshape(n, cfg.num_kv_heads, cfg.head_dim),
-                v.reshape(n, cfg.num_kv_heads, cfg.head_dim),
-                k_cache[layer], v_cache[layer], slots,
-            )  # fmt: skip
-            o = ops.decode_attention(
-                q.reshape(n, cfg.num_heads, cfg.head_dim),
-                k_cache[layer],
-                v_cache[layer],
-                seq_lens,
-                scale=self.model.attention.scale,
-                block_table=table,
+                k.reshape(n, hkv, d), v.reshape(n, hkv, d), k_cache[layer], v_cache[layer], slots
             )
+            q3 = q.reshape(n, hq, d)
+            if split == n:
+                o = ops.decode_attention(
+                    q3, k_cache[layer], v_cache[layer], seq_lens, scale=scale, block_table=table
+                )
+                return o.reshape(1, n, cfg.q_size)
+            o = gp.empty((n, hq, d), q.dtype)
+            if split:
+                ops.decode_attention(
+                    q3[:split], k_cache[layer], v_cache[layer], seq_lens,
+                    scale=scale, block_table=table, out=o[:split],
+                )  # fmt: skip
+            for a, c in inputs.fresh:
+                ot = ops.scaled_dot_product_attention(
+                    heads_first(q, a, c, hq), heads_first(k, a, c, hkv),
+                    heads_first(v, a, c, hkv), is_causal=True, scale=scale,
+                )  # fmt: skip
+                o[a : a + c] = ot.reshape(hq, c, d).transpose(1, 0, 2).contiguous()
             return o.reshape(1, n, cfg.q_size)
 
         x = self.model.hidden_states(

@@ -20,7 +20,7 @@ from pygpukit.array import GPUArray
 
 from .request import Request, TokenLogprob
 
-__all__ = ["sample_tokens"]
+__all__ = ["SampledTokens", "sample_tokens"]
 
 
 def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
@@ -35,6 +35,52 @@ def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
     )
 
 
+class SampledTokens:
+    """The tokens of a step, sampled on the device and on their way to the host.
+
+    :meth:`result` waits for them (the step's one host wait) and computes the asked-for
+    log-probabilities.
+    """
+
+    def __init__(self, logits: GPUArray, requests: Sequence[Request]) -> None:
+        self.logits, self.requests = logits, list(requests)
+        ids = ops.argmax(logits)
+        for i, r in enumerate(self.requests):
+            s = r.params.sampling
+            if s.greedy:
+                continue
+            penalty = s.repetition_penalty != 1
+            prev = gp.from_numpy(np.asarray(r.tokens, np.int32)[None, :]) if penalty else None
+            ops.sample(
+                logits[i : i + 1],
+                temperature=s.temperature,
+                top_k=s.top_k,
+                top_p=s.top_p,
+                min_p=s.min_p,
+                repetition_penalty=s.repetition_penalty,
+                prev_tokens=prev,
+                generator=r.generator,
+                out=ids[i : i + 1],  # one download for every row
+            )
+        host = gp.memory.pinned_empty(tuple(ids.shape), ids.dtype)
+        self._ids = ids
+        self._future = ids.to_numpy(blocking=False, out=host)
+
+    def result(self) -> tuple[list[int], list[TokenLogprob | None]]:
+        """Token ids and, per request, its :class:`TokenLogprob` (None unless asked)."""
+        tokens = [int(t) for t in self._future.result().tolist()]
+        requests = self.requests
+        wanted = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
+        logprobs: list[TokenLogprob | None] = [None] * len(requests)
+        if wanted:
+            index = gp.from_numpy(np.asarray(wanted, np.int32))
+            rows = gp.take(self.logits, index, axis=0).to_numpy()
+            for j, i in enumerate(wanted):
+                top = requests[i].params.logprobs or 0
+                logprobs[i] = _logprobs(rows[j], tokens[i], top)
+        return tokens, logprobs
+
+
 def sample_tokens(
     logits: GPUArray, requests: Sequence[Request]
 ) -> tuple[list[int], list[TokenLogprob | None]]:
@@ -42,31 +88,4 @@ def sample_tokens(
 
     Returns the token ids and, per request, its :class:`TokenLogprob` (None unless asked).
     """
-    greedy = ops.argmax(logits)
-    sampled: dict[int, GPUArray] = {}
-    for i, r in enumerate(requests):
-        s = r.params.sampling
-        if s.greedy:
-            continue
-        penalty = s.repetition_penalty != 1
-        sampled[i] = ops.sample(
-            logits[i : i + 1],
-            temperature=s.temperature,
-            top_k=s.top_k,
-            top_p=s.top_p,
-            min_p=s.min_p,
-            repetition_penalty=s.repetition_penalty,
-            prev_tokens=gp.from_numpy(np.asarray(r.tokens, np.int32)[None, :]) if penalty else None,
-            generator=r.generator,
-        )
-    tokens = greedy.to_numpy().astype(np.int64).tolist()
-    for i, ids in sampled.items():
-        tokens[i] = int(ids.to_numpy()[0])
-    wanted = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
-    logprobs: list[TokenLogprob | None] = [None] * len(requests)
-    if wanted:
-        rows = gp.take(logits, gp.from_numpy(np.asarray(wanted, np.int32)), axis=0).to_numpy()
-        for j, i in enumerate(wanted):
-            top = requests[i].params.logprobs or 0
-            logprobs[i] = _logprobs(rows[j], tokens[i], top)
-    return [int(t) for t in tokens], logprobs
+    return SampledTokens(logits, requests).result()

@@ -14,9 +14,14 @@ process. Rows:
 - ``load``: 1, 16 and 64 clients, each sending one streamed 128-in/128-out (and 1024-in/128-out)
   completion; the time is the wall time of the round; the metrics give output tokens/s and
   time to first token p50/p99 and inter-token latency p99;
-- ``isolation`` (GPU, not ``--quick``): a Guaranteed Qwen2.5-0.5B-shape model under 4 clients
-  beside a BestEffort 8B-shape model under 64, each in its own scheduler partition; the
-  metrics compare the small model's inter-token latency p99 with the 8B idle and saturated.
+- ``isolation`` (GPU): a Guaranteed Qwen2.5-0.5B-shape model under 4 clients beside a
+  BestEffort 8B-shape model under 64 (``--quick``: SmolLM2-135M beside Qwen2.5-0.5B), each in
+  its own scheduler partition; the metrics compare the small model's inter-token latency p99
+  with the big one idle and saturated.
+
+``$PYGPUKIT_SERVE_BENCH_MODELS`` picks the shapes of the startup and load rows. Each round of
+a row is one measurement, so ``--iterations 1`` gives the shortest run (a check round and one
+timed round per row).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from pygpukit import env
 from pygpukit.benchmark.case import Case, Skip, Timed
 from pygpukit.benchmark.peers import Library
 from pygpukit.benchmark.registry import Suite, SuiteContext
@@ -40,6 +46,17 @@ from .loadgen import LoadResult, run_load
 __all__ = ["SUITE", "suites"]
 
 NAME = "serve"
+MODELS_ENV = "PYGPUKIT_SERVE_BENCH_MODELS"
+env.register(
+    MODELS_ENV,
+    "items",
+    allowed=tuple(SHAPES),
+    read="python -m pygpukit.benchmark --suite serve",
+    package="pygpukit-llm",
+    on_invalid="raise",
+    description="Model shapes the serve benchmark's startup and load rows run (default: "
+    "llama-3.1-8b on the GPU, qwen2.5-0.5b with --quick), e.g. qwen2.5-0.5b,llama-3.1-8b.",
+)
 _START_TIMEOUT_S = 900
 _servers: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], str]] = {}
 
@@ -62,11 +79,18 @@ def _start(args: list[str]) -> tuple[subprocess.Popen[bytes], str]:
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
     lines: list[bytes] = []
-    threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True).start()
+    # Drained all along (a full pipe would block the server); kept for the error message.
+    reader = threading.Thread(target=lambda: lines.extend(proc.stderr or []), daemon=True)
+    reader.start()
     deadline = time.monotonic() + _START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"the server exited: {b''.join(lines).decode(errors='replace')}")
+            reader.join(10)  # the pipe closes with the process: read its last words
+            tail = b"".join(lines).decode(errors="replace")[-4000:]
+            raise RuntimeError(
+                f"the server exited with status {proc.returncode} before answering; "
+                f"its stderr:\n{tail or '(empty)'}"
+            )
         with contextlib.suppress(httpx.HTTPError):
             if httpx.get(f"{url}/health", timeout=5).status_code == 200:
                 return proc, url
@@ -237,17 +261,25 @@ def _isolation_case(small: str, big: str) -> Case:
 def _cases(ctx: SuiteContext) -> Iterator[Case]:
     clients: tuple[int, ...]
     if not ctx.on_gpu:
-        shape, clients, sizes = "tiny", (1, 4), [(32, 8)]
+        shapes, clients, sizes = ["tiny"], (1, 4), [(32, 8)]
     elif ctx.quick:
-        shape, clients, sizes = "qwen2.5-0.5b", (1, 16, 64), [(128, 128)]
+        shapes, clients, sizes = ["qwen2.5-0.5b"], (1, 16, 64), [(128, 128)]
     else:
-        shape, clients, sizes = "llama-3.1-8b", (1, 16, 64), [(128, 128), (1024, 128)]
-    yield _startup_case(shape)
-    for prompt, new in sizes:
-        for n in clients:
-            yield _load_case(shape, n, prompt, new)
-    if ctx.on_gpu and not ctx.quick:
-        yield _isolation_case("qwen2.5-0.5b", "llama-3.1-8b")
+        shapes, clients, sizes = ["llama-3.1-8b"], (1, 16, 64), [(128, 128), (1024, 128)]
+    shapes = list(env.items(MODELS_ENV) or shapes)
+    # Load rows first: they share one server; each startup row starts its own.
+    for shape in shapes:
+        for prompt, new in sizes:
+            for n in clients:
+                yield _load_case(shape, n, prompt, new)
+    for shape in shapes:
+        yield _startup_case(shape)
+    if ctx.on_gpu:
+        # --quick: the same two-partition mechanism at small shapes, in seconds.
+        small, big = (
+            ("smollm2-135m", "qwen2.5-0.5b") if ctx.quick else ("qwen2.5-0.5b", "llama-3.1-8b")
+        )
+        yield _isolation_case(small, big)
 
 
 SUITE = Suite(

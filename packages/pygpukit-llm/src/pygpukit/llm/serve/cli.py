@@ -22,30 +22,46 @@ log = logging.getLogger("pygpukit.llm.serve")
 
 
 def serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``serve``."""
-    parser.add_argument("models", metavar="MODEL", nargs="+",
+    """Options of ``serve`` (None when not given: the config file or the default fills it)."""
+    from .config_file import DEFAULTS
+
+    def default(key: str) -> str:
+        return f"(default {DEFAULTS[key][0]})"
+
+    parser.add_argument("models", metavar="MODEL", nargs="*",
                         help="a model directory or .gguf file, optionally NAME=PATH")  # fmt: skip
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--max-batch", type=int, default=64, help="requests per step at most")
-    parser.add_argument("--max-queue", type=int, default=256,
-                        help="waiting requests at most; more are answered 429")  # fmt: skip
-    parser.add_argument("--max-batched-tokens", type=int, default=512,
-                        help="tokens per step (decode tokens + prefill chunks)")  # fmt: skip
-    parser.add_argument("--kv-memory", default="0.5",
+    parser.add_argument("--config", metavar="FILE.toml",
+                        help="options and models from a TOML file (see docs/serve.md); "
+                        "the command line wins over it")  # fmt: skip
+    parser.add_argument("--host", help=default("host"))
+    parser.add_argument("--port", type=int, help=default("port"))
+    parser.add_argument("--max-batch", type=int,
+                        help=f"requests per step at most {default('max_batch')}")  # fmt: skip
+    parser.add_argument("--max-queue", type=int,
+                        help=f"waiting requests at most; more are answered 429 "
+                        f"{default('max_queue')}")  # fmt: skip
+    parser.add_argument("--max-batched-tokens", type=int,
+                        help=f"tokens per step (decode tokens + prefill chunks) "
+                        f"{default('max_batched_tokens')}")  # fmt: skip
+    parser.add_argument("--kv-memory",
                         help="KV cache size per model: a fraction of the device (or of the "
-                        "model's partition, less its weights) or a size such as 4GiB")  # fmt: skip
-    parser.add_argument("--max-model-len", type=int, default=4096,
-                        help="context length per request (prompt + answer)")  # fmt: skip
-    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    parser.add_argument("--device", type=int, default=0, help="GPU ordinal (default 0)")
+                        "model's partition, less its weights) or a size such as 4GiB "
+                        f"{default('kv_memory')}")  # fmt: skip
+    parser.add_argument("--max-model-len", type=int,
+                        help=f"context length per request (prompt + answer) "
+                        f"{default('max_model_len')}")  # fmt: skip
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"],
+                        help=default("dtype"))  # fmt: skip
+    parser.add_argument("--device", type=int, help=f"GPU ordinal {default('device')}")
     parser.add_argument("--partition", action="append", default=[], metavar="NAME=MEM,SHARE,CLASS",
                         help="run model NAME in a scheduler partition, e.g. "
                         "chat=8GiB,0.5,guaranteed (repeatable)")  # fmt: skip
-    parser.add_argument("--no-prefix-caching", action="store_true")
-    parser.add_argument("--grace", type=float, default=30.0,
-                        help="seconds running requests get to finish on SIGTERM")  # fmt: skip
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_const",
+                        const=False, help="do not share prompt prefixes")  # fmt: skip
+    parser.add_argument("--grace", type=float,
+                        help=f"seconds running requests get to finish on SIGTERM "
+                        f"{default('grace')}")  # fmt: skip
+    parser.add_argument("--log-level", help=default("log_level"))
 
 
 def _named(spec: str) -> tuple[str, str]:
@@ -112,7 +128,7 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
         engines[name] = Engine(
             model, name=name, max_batch=args.max_batch, max_queue=args.max_queue,
             max_batched_tokens=args.max_batched_tokens, kv_memory=kv, partition=part,
-            prefix_caching=not args.no_prefix_caching,
+            prefix_caching=args.prefix_caching,
         )  # fmt: skip
         e = engines[name]
         err.write(
@@ -146,7 +162,13 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
             f"`serve` needs FastAPI and uvicorn ({exc}): pip install 'pygpukit-llm[serve]'"
         ) from None
 
+    from .config_file import ServeConfigError, resolve_options
+
     start = time.perf_counter()
+    try:
+        args = resolve_options(args)
+    except ServeConfigError as exc:
+        raise SystemExit(f"pygpukit serve: {exc}") from None
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     engines, scheduler = build_engines(args, err)
     _warm_up(engines)

@@ -1,0 +1,207 @@
+"""Decode-only steps at a fixed batch size, captured once per size as a CUDA graph.
+
+A step where every running request adds one token (the common case once prompts are in) has
+the same shape from step to step: ``B`` tokens, each with its id, position, cache slot, length
+and block table. Its batch is padded up to a bucket (1, 2, 4, ..., 64) and its block table to a
+power-of-two width, and each ``(bucket, width)`` gets persistent device inputs, filled by one
+upload per step, and a CUDA graph of the whole forward pass over them (every layer's GEMMs with
+``M = bucket`` rows, the paged KV writes and paged decode attention with per-sequence lengths,
+the float32 logits): the step costs one upload, one graph launch and the small download of the
+sampled ids, whatever the model's depth.
+
+Padding rows compute a token of their own that nobody reads: id 0 at position 0, its key and
+value written into a scratch block that no request owns (the cache has one block more than the
+block manager hands out), attending over that one slot.
+
+The first step of a shape runs eagerly (its plans and kernels are made then, which a capture
+cannot do) and is captured right after; replays follow. Without CUDA graphs (the CPU backend,
+or a capture the runtime refuses) the same padded step runs eagerly, so both paths compute the
+same thing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.array import GPUArray
+
+from ..models.llama import LlamaModel
+from .paged_cache import PagedKVCache
+from .runner import ScheduledChunk
+
+__all__ = ["BATCH_BUCKETS", "DecodeGraphs", "batch_bucket", "table_width"]
+
+log = logging.getLogger("pygpukit.llm.engine")
+
+#: Batch sizes a decode step is padded to; a larger decode batch runs on the flattened path.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+#: The narrowest block table of a graph (256 tokens): short contexts share one width.
+MIN_TABLE_WIDTH = 16
+
+
+def batch_bucket(n: int) -> int | None:
+    """The smallest bucket holding ``n`` rows, or None above the largest."""
+    for b in BATCH_BUCKETS:
+        if n <= b:
+            return b
+    return None
+
+
+def table_width(blocks: int) -> int:
+    """Block-table width for a step whose longest request holds ``blocks`` blocks."""
+    return max(MIN_TABLE_WIDTH, 1 << max(0, (blocks - 1).bit_length()))
+
+
+@dataclass
+class _Shape:
+    """Persistent inputs of one ``(bucket, width)`` and, once captured, its graph."""
+
+    bucket: int
+    width: int
+    packed: GPUArray  # int32 [bucket * (4 + width)]: ids, positions, slots, lengths, table
+    graph: Any = None
+    logits: GPUArray | None = None  # the graph's float32 [bucket, vocab] output
+    eager_only: bool = False
+
+    def views(self) -> tuple[GPUArray, GPUArray, GPUArray, GPUArray, GPUArray]:
+        """The inputs: ids and positions ``[1, B]``, slots, lengths ``[B]``, table ``[B, W]``."""
+        b, p = self.bucket, self.packed
+        return (
+            p[0:b].reshape(1, b),
+            p[b : 2 * b].reshape(1, b),
+            p[2 * b : 3 * b],
+            p[3 * b : 4 * b],
+            p[4 * b :].reshape(b, self.width),
+        )
+
+
+class DecodeGraphs:
+    """Runs decode-only steps padded to a bucket, replaying one CUDA graph per shape.
+
+    ``scratch_block``: a cache block no request uses (padding rows write there).
+    ``use_graphs``: capture and replay (default: on the CUDA backend); off, every step runs
+    eagerly on the same padded inputs.
+    """
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        cache: PagedKVCache,
+        scratch_block: int,
+        *,
+        use_graphs: bool | None = None,
+    ) -> None:
+        if not 0 <= scratch_block < cache.num_blocks:
+            raise ValueError(f"scratch block {scratch_block} is not in the cache's blocks")
+        self.model, self.cache, self.scratch = model, cache, scratch_block
+        self.use_graphs = gp.backend_name() == "cuda" if use_graphs is None else use_graphs
+        self._shapes: dict[tuple[int, int], _Shape] = {}
+        #: Steps run by graph replay, and eagerly (first use of a shape, or no graphs).
+        self.replays = 0
+        self.eager_steps = 0
+
+    @staticmethod
+    def accepts(chunks: Sequence[ScheduledChunk]) -> bool:
+        """Whether this step is decode-only (one token per request) and fits a bucket."""
+        return (
+            0 < len(chunks) <= BATCH_BUCKETS[-1]
+            and all(c.count == 1 for c in chunks)
+        )  # fmt: skip
+
+    def pack(self, chunks: Sequence[ScheduledChunk], bucket: int, width: int) -> np.ndarray:
+        """The host image of a shape's ``packed`` inputs for these chunks (padding included)."""
+        bs = self.cache.block_size
+        n = len(chunks)
+        host = np.zeros(bucket * (4 + width), np.int32)
+        ids, pos, slots, lens = (host[i * bucket : (i + 1) * bucket] for i in range(4))
+        table = host[4 * bucket :].reshape(bucket, width)
+        for i, c in enumerate(chunks):
+            r, p = c.request, c.start
+            ids[i] = r.tokens[p]
+            pos[i] = p
+            slots[i] = r.blocks[p // bs] * bs + p % bs
+            table[i, : len(r.blocks)] = r.blocks
+        lens[:n] = pos[:n] + 1
+        slots[n:] = self.scratch * bs
+        lens[n:] = 1
+        table[n:, 0] = self.scratch
+        return host
+
+    def logits(self, chunks: Sequence[ScheduledChunk]) -> GPUArray:
+        """float32 logits ``[len(chunks), vocab]`` of a decode-only step (row i: chunk i).
+
+        Writes each token's key and value into the cache on the way.
+        """
+        n = len(chunks)
+        bucket = batch_bucket(n)
+        if bucket is None or not self.accepts(chunks):
+            raise ValueError(f"not a decode-only step of at most {BATCH_BUCKETS[-1]} requests")
+        width = table_width(max(len(c.request.blocks) for c in chunks))
+        key = (bucket, width)
+        shape = self._shapes.get(key)
+        if shape is None:
+            packed = gp.empty((bucket * (4 + width),), gp.int32)
+            shape = self._shapes[key] = _Shape(bucket, width, packed)
+        shape.packed[...] = self.pack(chunks, bucket, width)
+        if shape.graph is not None:
+            shape.graph.replay()
+            self.replays += 1
+            assert shape.logits is not None
+            return shape.logits[0:n]
+        out = self._forward(shape)
+        self.eager_steps += 1
+        if self.use_graphs and not shape.eager_only:
+            self._capture(shape)
+        return out[0:n]
+
+    def _capture(self, shape: _Shape) -> None:
+        try:
+            with gp.graph_capture() as g:
+                logits = self._forward(shape)
+        except Exception as exc:  # keep serving eagerly: slower, same results
+            shape.eager_only = True
+            log.warning(
+                "decode step of batch %d (table width %d) could not be captured as a CUDA "
+                "graph (%s: %s); it runs eagerly",
+                shape.bucket, shape.width, type(exc).__name__, exc,
+            )  # fmt: skip
+            return
+        shape.graph, shape.logits = g, logits
+
+    def _forward(self, shape: _Shape) -> GPUArray:
+        """Enqueue the padded step over ``shape``'s inputs; float32 ``[bucket, vocab]``."""
+        cfg, m = self.model.config, self.model
+        b = shape.bucket
+        ids, positions, slots, lens, table = shape.views()
+        k_cache, v_cache = self.cache.k, self.cache.v
+
+        def attend(layer: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
+            ops.paged_kv_cache_write(
+                k.reshape(b, cfg.num_kv_heads, cfg.head_dim),
+                v.reshape(b, cfg.num_kv_heads, cfg.head_dim),
+                k_cache[layer], v_cache[layer], slots,
+            )  # fmt: skip
+            o = ops.decode_attention(
+                q.reshape(b, cfg.num_heads, cfg.head_dim),
+                k_cache[layer],
+                v_cache[layer],
+                lens,
+                scale=m.attention.scale,
+                block_table=table,
+            )
+            return o.reshape(1, b, cfg.q_size)
+
+        x = m.hidden_states(ids, positions, attend)
+        return m.logits(x.reshape(b, cfg.hidden_size))
+
+    def shapes(self) -> list[tuple[int, int, bool]]:
+        """``(bucket, width, captured)`` of every shape seen so far."""
+        return [(s.bucket, s.width, s.graph is not None) for s in self._shapes.values()]

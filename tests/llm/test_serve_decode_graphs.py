@@ -1,0 +1,105 @@
+"""The engine's bucketed decode steps: padded to a batch-size bucket (replayed as CUDA graphs on
+the GPU), they give the flattened step's logits for the real rows, whatever the padding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from serve_models import TEST_DTYPE, write_tiny_model
+
+from pygpukit import llm
+from pygpukit.llm.engine import Engine, RequestParams
+from pygpukit.llm.engine.decode_graphs import BATCH_BUCKETS, batch_bucket, table_width
+from pygpukit.llm.engine.paged_cache import BLOCK_SIZE, block_bytes
+from pygpukit.llm.engine.runner import build_inputs
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = write_tiny_model(tmp_path_factory.mktemp("tiny-graphs"))
+    return llm.load(path, dtype=TEST_DTYPE, max_seq_len=256, progress=False)
+
+
+def test_buckets_and_table_widths():
+    assert [batch_bucket(n) for n in (1, 2, 3, 5, 9, 17, 33, 64)] == [1, 2, 4, 8, 16, 32, 64, 64]
+    assert batch_bucket(BATCH_BUCKETS[-1] + 1) is None
+    assert [table_width(b) for b in (1, 16, 17, 33, 100)] == [16, 16, 32, 64, 128]
+
+
+def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
+    """Every decode-only step is computed twice (flattened, then padded) and compared."""
+    per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
+    engine = Engine(tiny, kv_memory=64 * per_block, max_batch=16, max_batched_tokens=64)
+    # The scratch block of the padding rows is the cache's last one, never handed out.
+    assert engine.cache.num_blocks == engine.blocks.num_blocks + 1
+    decode, compared = engine.decode.logits, []
+
+    def checked(chunks):
+        flat = engine.runner.logits(build_inputs(chunks, BLOCK_SIZE)).to_numpy()
+        padded = decode(chunks).to_numpy()
+        assert padded.shape == (len(chunks), tiny.config.vocab_size)
+        if TEST_DTYPE == "float32":
+            np.testing.assert_allclose(padded, flat, rtol=1e-5, atol=1e-5)
+        else:  # bfloat16: GEMMs of another M round differently
+            assert np.abs(padded - flat).max() <= 0.05 * np.abs(flat).max()
+        compared.append(len(chunks))
+        return decode(chunks)  # the keys and values written again are the same
+
+    engine.decode.logits = checked
+    rng = np.random.default_rng()
+    # 11 requests, short prompts (all in within 3 steps), answers 3 tokens apart (the longest
+    # 10 more): they finish one after another, through buckets 16, 8, 4, 2 and 1.
+    lengths = 6 + 3 * rng.permutation(11)
+    lengths[lengths.argmax()] += 10
+    outs: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths.tolist()):
+        prompt = rng.integers(3, 259, int(rng.integers(3, 13))).tolist()
+        params = RequestParams(max_tokens=n, ignore_eos=True)
+        engine.submit(prompt, params, lambda o, i=i: outs.setdefault(i, []).extend(o.token_ids))
+    while engine.step() or engine.has_work():
+        pass
+    assert {batch_bucket(n) for n in compared} >= {16, 8, 4, 2, 1}
+    assert [len(outs[i]) for i in range(11)] == lengths.tolist()
+    assert engine.blocks.used == 0
+
+
+def test_decode_steps_take_the_bucketed_path_and_keep_answers(tiny):
+    rng = np.random.default_rng()
+    prompts = [rng.integers(3, 259, int(rng.integers(3, 50))).tolist() for _ in range(5)]
+    refs = [tiny.generate(p, max_new_tokens=12).token_ids for p in prompts]
+    engine = Engine(tiny, kv_memory=64 * block_bytes(tiny.config, tiny.decoder.model.dtype))
+    got: list[list[int]] = [[] for _ in prompts]
+    for i, p in enumerate(prompts):
+        engine.submit(p, RequestParams(max_tokens=12), lambda o, i=i: got[i].extend(o.token_ids))
+    while engine.step() or engine.has_work():
+        pass
+    if TEST_DTYPE == "float32":  # bfloat16 GEMMs of a batch round unlike one-row GEMVs
+        assert got == refs
+    steps = engine.decode.replays + engine.decode.eager_steps
+    assert steps >= 10  # every step after the prompts is decode-only
+    if engine.decode.use_graphs:
+        assert engine.decode.replays > 0
+    else:
+        assert engine.decode.replays == 0
+
+
+def test_a_logprobs_request_in_a_bucketed_step(tiny):
+    """Log-probabilities come from the padded step's rows: those of the model's forward."""
+    rng = np.random.default_rng()
+    prompts = [rng.integers(3, 259, 9).tolist() for _ in range(3)]
+    engine = Engine(tiny, kv_memory=32 * block_bytes(tiny.config, tiny.decoder.model.dtype))
+    outs: dict[int, list] = {}
+    for i, p in enumerate(prompts):
+        params = RequestParams(max_tokens=4, logprobs=3 if i == 1 else None, ignore_eos=True)
+        engine.submit(p, params, lambda o, i=i: outs.setdefault(i, []).append(o))
+    while engine.step() or engine.has_work():
+        pass
+    assert engine.decode.replays + engine.decode.eager_steps >= 3
+    tokens = [t for o in outs[1] for t in o.token_ids]
+    lps = [lp for o in outs[1] for lp in o.logprobs]
+    logits = tiny.forward(np.asarray(prompts[1] + tokens)).to_numpy()[0].astype(np.float64)
+    for i, lp in enumerate(lps):
+        row = logits[len(prompts[1]) - 1 + i]
+        ref = row - row.max() - np.log(np.exp(row - row.max()).sum())
+        tol = 1e-4 if TEST_DTYPE == "float32" else 5e-2
+        assert abs(lp.logprob - ref[lp.token_id]) < tol and len(lp.top) == 3
