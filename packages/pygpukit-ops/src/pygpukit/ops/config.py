@@ -19,7 +19,8 @@ variable                       values                                        def
                                ``wgmma_persist``
 ``PYGPUKIT_DECODE_KERNEL``     ``bulk2`` (mma2 before SM 9.0), ``mma2``,     ``bulk2``
                                ``mma``, ``simt``
-``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM),         ``auto``
+``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM where     ``auto``
+                               its estimated cost is low, 16-bit),
                                ``mma_64x64``, ``mma_64x128``,
                                ``mma_128x64``, ``gemm`` (im2col + matmul)
 ``PYGPUKIT_DEPENDENT_LAUNCH``  ``on`` (programmatic dependent launch of the  ``on``
@@ -72,7 +73,8 @@ _DESCRIPTIONS = {
     "filled by bulk copies; mma2 before SM 9.0), mma2 (the same stages filled by cp.async), mma "
     "(one stage) or simt (CUDA cores).",
     "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
-    "GEMM, tile by shape), one of its tiles pinned, or gemm (an im2col gather and a matmul).",
+    "GEMM for 16-bit types where its estimated cost is low, else an im2col gather and a matmul), "
+    "one of its tiles pinned (float32 too, as 3xTF32), or gemm (the matmul path).",
     "dependent_launch": "Whether the kernels written for it (ops.decode_linear, the decode "
     "attention split combine) are launched "
     "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "
