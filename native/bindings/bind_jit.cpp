@@ -101,15 +101,16 @@ void bind_jit(py::module_& m) {
         .def(
             "launch",
             [](const Function& f, py::handle grid, py::handle block, unsigned shared_mem,
-               StreamPtr stream, py::tuple args) {
+               StreamPtr stream, py::tuple args, bool dependent) {
                 LaunchConfig config;
+                config.dependent = dependent;
                 parse_dim3(grid, config.grid, "grid");
                 parse_dim3(block, config.block, "block");
                 config.shared_mem = shared_mem;
                 launch_function(f, config, stream ? stream : current_stream(f.device()), args);
             },
             py::arg("grid"), py::arg("block"), py::arg("shared_mem"), py::arg("stream"),
-            py::arg("args"));
+            py::arg("args"), py::arg("dependent") = false);
 
     py::class_<TensorMap>(m, "TensorMap")
         .def(py::init<const Array&, const Dims&, int>(), py::arg("array"), py::arg("box"),

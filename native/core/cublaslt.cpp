@@ -3,8 +3,10 @@
 #include <Python.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -15,7 +17,9 @@
 #include "core/driver.hpp"
 #include "core/dynlib.hpp"
 #include "core/errors.hpp"
+#include "core/launch.hpp"
 #include "core/rust_api.hpp"
+#include "jit/builtin.hpp"
 
 namespace pgk {
 
@@ -77,6 +81,21 @@ struct LtTable {
                                      cublasLtMatrixLayout_t, void*, cublasLtMatrixLayout_t,
                                      const cublasLtMatmulAlgo_t*, void*, size_t,
                                      CUstream) = nullptr;
+    // Optional: describes algorithms (cublaslt_plans(), and reusing a timed choice for a nearby
+    // M, which is skipped without it).
+    cublasStatus_t (*cublasLtMatmulAlgoConfigGetAttribute)(const cublasLtMatmulAlgo_t*, int, void*,
+                                                           size_t, size_t*) = nullptr;
+};
+
+// cublasLtMatmulAlgoConfigAttributes_t values read by describe(), all 32-bit.
+enum : int {
+    ALGO_ID = 0,
+    ALGO_TILE_ID = 1,
+    ALGO_SPLITK_NUM = 2,
+    ALGO_REDUCTION_SCHEME = 3,
+    ALGO_CTA_SWIZZLING = 4,
+    ALGO_CUSTOM_OPTION = 5,
+    ALGO_STAGES_ID = 6,
 };
 
 constexpr uint64_t kWorkspaceBytes = 32ull << 20;
@@ -134,14 +153,23 @@ class GilRelease {
 struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    // The problem, for cublaslt_plans().
+    DType dtype = DType::f32;
+    bool tf32 = false;
+    int64_t m = 0, n = 0, k = 0, batch = 0;
     // The heuristic's best candidates that can run, best first; empty when none was found.
     std::vector<cublasLtMatmulAlgo_t> candidates;
+    // What the timed pass measured per candidate (GPU and host microseconds per call; negative:
+    // could not run). Written under g_mutex once the pass is done; empty until then.
+    std::vector<std::pair<float, float>> timings;
     // Index into `candidates` of the algorithm to run: the heuristic's first until a timed pass
     // over them (large problems, once, outside graph capture) stores the fastest.
     std::atomic<size_t> chosen{0};
     // Set by the thread that tunes this plan (or at creation when there is nothing to tune), so
     // that exactly one thread times the candidates.
     std::atomic<bool> tuning_claimed{false};
+    // Whether `chosen` was taken from a timed plan of the same family (see DeviceState).
+    bool inherited = false;
 
     const cublasLtMatmulAlgo_t& algo() const {
         return candidates[chosen.load(std::memory_order_acquire)];
@@ -167,18 +195,43 @@ struct PlanKeyHash {
     }
 };
 
-constexpr int kCandidates = 8;
-// Problems of at least this many multiply-adds are worth one timed pass over the candidates
-// (a host wait, once per shape); smaller ones take the heuristic's first choice.
-constexpr double kTuneMacs = 1ull << 30;
+// The heuristic's order is a model's guess: at some shapes (1024^3 half precision on Hopper) its
+// first choice ran 1.2-1.5x slower than what PyTorch's cuBLAS picked, so a plan keeps this many
+// candidates and times them once.
+constexpr int kCandidates = 16;
+// Problems of at least this many multiply-adds (256^3) get one timed pass over the candidates (a
+// host wait of a few milliseconds, once per shape); smaller ones take the heuristic's first
+// choice (their cost is the host's launch, the same for every candidate that enqueues one
+// kernel).
+constexpr double kTuneMacs = 1ull << 24;
+// Timed runs per candidate: fewer for large problems, whose runs are long and steady.
+constexpr double kLargeMacs = 1ull << 33;
+// A candidate within this fraction of the fastest is as good: the heuristic's order breaks ties.
+constexpr float kTieFraction = 0.02f;
 
 // The handle is shared by every thread: cuBLASLt functions are thread safe for one handle (we
 // never change its configuration after creation). Plans are heap-allocated so the pointer a
 // caller took under g_mutex stays valid while other threads insert.
+// The configuration ids of an algorithm (what describe() reads): two candidates of plans for
+// different M are the same kernel when these agree.
+using AlgoConfig = std::array<int64_t, 7>;
+
 struct DeviceState {
     cublasLtHandle_t handle = nullptr;
     std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> plans;
+    // The timed choice of each family of plans: one key but for M, rounded to its power-of-two
+    // bucket. A prompt of a new length then reuses the choice timed at a nearby length (when
+    // the heuristic offers that algorithm again) instead of timing its candidates again.
+    std::unordered_map<PlanKey, AlgoConfig, PlanKeyHash> families;
 };
+
+// The family of a plan key: M (its third value) replaced by its power-of-two bucket.
+PlanKey family_of(PlanKey key) {
+    int64_t bucket = 0;
+    for (int64_t m = key.v[2]; m > 0; m >>= 1) ++bucket;
+    key.v[2] = -bucket;
+    return key;
+}
 
 // Never destroyed: handles and plans live for the process (static destruction would run after
 // the Rust pool and the driver are gone).
@@ -232,43 +285,118 @@ cublasLtMatrixLayout_t make_layout(int type, uint64_t rows, uint64_t cols, int64
     return l;
 }
 
-// Time each candidate (one warm-up, then two runs between events) on the caller's stream and
-// publish the fastest. Skipped while the stream is being captured (a host wait would break the
-// capture); the next uncaptured call tunes instead. Only the thread that claims the plan's
-// tuning runs this; others keep running the current choice meanwhile (timings taken while
-// other threads share the stream are noisier, never wrong).
+// Holds the stream for `ns` nanoseconds on the GPU (the built-in delay_ns kernel), so that the
+// work enqueued next is all queued before the GPU reaches it. False when the kernel is missing.
+bool hold_stream(const StreamPtr& stream, unsigned long long ns) {
+    static const BuiltinKernel kernel("delay", "delay_ns");
+    try {
+        LaunchConfig c;
+        void* args[] = {&ns};
+        launch_kernel(kernel.get(stream->device()), c, *stream, args);
+        return true;
+    } catch (const std::exception&) {
+        return false;
+    }
+}
+
+// Time each candidate on the caller's stream and publish the fastest. Each candidate runs once
+// to warm up (and to drop one that cannot run here); then, per candidate, a short GPU delay, a
+// start event, `reps` runs, a stop event: the delay lets the host enqueue all the runs before the
+// GPU starts them, so the events bracket the GPU's time even for kernels shorter than a launch.
+// The host time of the enqueues is measured too, and a candidate costs the larger of the two per
+// call (an algorithm that enqueues a second kernel costs the host that launch). One wait at the
+// end. Skipped while the stream is being captured (a host wait would break the capture); the
+// next uncaptured call tunes instead. True when this call timed the candidates. Only the thread
+// that claims the plan's tuning runs this;
+// others keep running the current choice meanwhile (timings taken while other threads share the
+// stream are noisier, never wrong).
 template <typename Enqueue>
-void tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
+bool tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return;
-    if (plan.tuning_claimed.exchange(true, std::memory_order_acq_rel)) return;
-    CUevent start = nullptr, stop = nullptr;
-    check(drv().cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
-    check(drv().cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
-    float best = 0.0f;
-    size_t best_index = plan.chosen.load(std::memory_order_relaxed);
-    for (size_t i = 0; i < plan.candidates.size(); ++i) {
-        const cublasLtMatmulAlgo_t& algo = plan.candidates[i];
-        if (enqueue(algo) != 0) continue;  // a candidate that cannot run here
-        drv().cuEventRecord(start, stream->handle());
-        bool ok = enqueue(algo) == 0 && enqueue(algo) == 0;
-        drv().cuEventRecord(stop, stream->handle());
-        CUresult r;
-        {
-            GilRelease nogil;
-            r = drv().cuEventSynchronize(stop);
-        }
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return false;
+    if (plan.tuning_claimed.exchange(true, std::memory_order_acq_rel)) return false;
+    const size_t count = plan.candidates.size();
+    const double macs = static_cast<double>(plan.m) * plan.n * plan.k * plan.batch;
+    const int reps = macs >= kLargeMacs ? 3 : 10;
+    std::vector<char> runs(count, 0);
+    for (size_t i = 0; i < count; ++i) runs[i] = enqueue(plan.candidates[i]) == 0;
+    std::vector<CUevent> events(2 * count, nullptr);
+    for (CUevent& e : events) check(drv().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    std::vector<std::pair<float, float>> timings(count, {-1.0f, -1.0f});
+    using clock = std::chrono::steady_clock;
+    for (size_t i = 0; i < count; ++i) {
+        if (!runs[i]) continue;
+        // 10 us of enqueue per run is a few times what one cublasLtMatmul call takes.
+        hold_stream(stream, 10000ull * (reps + 1));
+        drv().cuEventRecord(events[2 * i], stream->handle());
+        const auto t0 = clock::now();
+        bool ok = true;
+        for (int r = 0; r < reps && ok; ++r) ok = enqueue(plan.candidates[i]) == 0;
+        const auto t1 = clock::now();
+        drv().cuEventRecord(events[2 * i + 1], stream->handle());
+        runs[i] = ok;
+        timings[i].second =
+            std::chrono::duration<float, std::micro>(t1 - t0).count() / static_cast<float>(reps);
+    }
+    CUresult r;
+    {
+        GilRelease nogil;
+        r = drv().cuStreamSynchronize(stream->handle());
+    }
+    float best_cost = 0.0f;
+    for (size_t i = 0; i < count; ++i) {
         float ms = 0.0f;
-        ok = ok && r == CUDA_SUCCESS && drv().cuEventElapsedTime(&ms, start, stop) == CUDA_SUCCESS;
-        if (ok && (best == 0.0f || ms < best)) {
-            best = ms;
-            best_index = i;
+        if (r != CUDA_SUCCESS || !runs[i] ||
+            drv().cuEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]) != CUDA_SUCCESS) {
+            timings[i] = {-1.0f, -1.0f};
+            continue;
+        }
+        timings[i].first = ms * 1000.0f / static_cast<float>(reps);
+        const float cost = std::max(timings[i].first, timings[i].second);
+        if (best_cost == 0.0f || cost < best_cost) best_cost = cost;
+    }
+    for (CUevent e : events) drv().cuEventDestroy(e);
+    size_t best_index = plan.chosen.load(std::memory_order_relaxed);
+    for (size_t i = 0; i < count; ++i) {
+        const float cost = std::max(timings[i].first, timings[i].second);
+        if (timings[i].first >= 0.0f && cost <= best_cost * (1.0f + kTieFraction)) {
+            best_index = i;  // the first in the heuristic's order among the fastest
+            break;
         }
     }
-    drv().cuEventDestroy(start);
-    drv().cuEventDestroy(stop);
+    {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        plan.timings = std::move(timings);
+    }
     plan.chosen.store(best_index, std::memory_order_release);
+    return r == CUDA_SUCCESS;
+}
+
+// One algorithm's configuration, as cublaslt_plans() reports it (-1 where it cannot be read).
+LtAlgoInfo describe(const cublasLtMatmulAlgo_t& algo) {
+    LtAlgoInfo info;
+    if (g_lt.cublasLtMatmulAlgoConfigGetAttribute == nullptr) return info;
+    auto read = [&](int attr) -> int64_t {
+        uint32_t v = 0;
+        size_t written = 0;
+        return g_lt.cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) == 0
+                   ? static_cast<int64_t>(v)
+                   : -1;
+    };
+    info.algo_id = read(ALGO_ID);
+    info.tile = read(ALGO_TILE_ID);
+    info.stages = read(ALGO_STAGES_ID);
+    info.splitk = read(ALGO_SPLITK_NUM);
+    info.reduction = read(ALGO_REDUCTION_SCHEME);
+    info.swizzle = read(ALGO_CTA_SWIZZLING);
+    info.custom = read(ALGO_CUSTOM_OPTION);
+    return info;
+}
+
+AlgoConfig config_of(const cublasLtMatmulAlgo_t& algo) {
+    const LtAlgoInfo i = describe(algo);
+    return {i.algo_id, i.tile, i.stages, i.splitk, i.reduction, i.swizzle, i.custom};
 }
 
 }  // namespace
@@ -297,6 +425,9 @@ CublasLtLoadResult load_cublaslt(const std::vector<std::string>& candidates) {
         PGK_RESOLVE_LT(cublasLtMatmulAlgoGetHeuristic)
         PGK_RESOLVE_LT(cublasLtMatmul)
 #undef PGK_RESOLVE_LT
+        t.cublasLtMatmulAlgoConfigGetAttribute =
+            reinterpret_cast<decltype(t.cublasLtMatmulAlgoConfigGetAttribute)>(
+                dlsym(attempt.handle, "cublasLtMatmulAlgoConfigGetAttribute"));
         if (complete) {
             g_lt = t;
             result.loaded = true;
@@ -371,6 +502,12 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
         if (it == state->plans.end()) {
             auto made = std::make_unique<Plan>();
             Plan& p = *made;
+            p.dtype = dtype;
+            p.tf32 = tf32;
+            p.m = m;
+            p.n = n;
+            p.k = k;
+            p.batch = batch;
             const int type = lt_type(dtype);
             const int compute = dtype == DType::f64             ? COMPUTE_64F
                                 : (dtype == DType::f32 && tf32) ? COMPUTE_32F_FAST_TF32
@@ -413,8 +550,20 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
                     if (results[i].state == 0) p.candidates.push_back(results[i].algo);
                 }
             }
-            const bool tune_worth_it =
+            bool tune_worth_it =
                 p.candidates.size() > 1 && static_cast<double>(m) * n * k * batch >= kTuneMacs;
+            if (tune_worth_it) {
+                auto family = state->families.find(family_of(key));
+                for (size_t i = 0; family != state->families.end() && i < p.candidates.size();
+                     ++i) {
+                    if (family->second[0] >= 0 && config_of(p.candidates[i]) == family->second) {
+                        p.chosen.store(i, std::memory_order_relaxed);
+                        p.inherited = true;
+                        tune_worth_it = false;
+                        break;
+                    }
+                }
+            }
             p.tuning_claimed.store(!tune_worth_it, std::memory_order_relaxed);
             it = state->plans.emplace(key, std::move(made)).first;
         }
@@ -442,9 +591,41 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
         ticket.end(s == 0);
         return s;
     };
-    if (!plan->tuning_claimed.load(std::memory_order_acquire)) tune(*plan, stream, enqueue);
+    if (!plan->tuning_claimed.load(std::memory_order_acquire) && tune(*plan, stream, enqueue)) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        state->families[family_of(key)] = config_of(plan->algo());
+    }
     check_lt(enqueue(plan->algo()), "cublasLtMatmul");
     return true;
+}
+
+std::vector<LtPlanInfo> cublaslt_plans(int device) {
+    std::vector<LtPlanInfo> out;
+    if (!cublaslt_loaded()) return out;
+    std::lock_guard<std::mutex> lock(g_mutex);
+    DeviceState& state = device_state(device);
+    for (const auto& [key, plan] : state.plans) {
+        LtPlanInfo info;
+        info.dtype = plan->dtype;
+        info.tf32 = plan->tf32;
+        info.m = plan->m;
+        info.n = plan->n;
+        info.k = plan->k;
+        info.batch = plan->batch;
+        info.chosen = static_cast<int64_t>(plan->chosen.load(std::memory_order_acquire));
+        info.tuned = !plan->timings.empty();
+        info.inherited = plan->inherited;
+        for (size_t i = 0; i < plan->candidates.size(); ++i) {
+            LtAlgoInfo a = describe(plan->candidates[i]);
+            if (i < plan->timings.size()) {
+                a.gpu_us = plan->timings[i].first;
+                a.host_us = plan->timings[i].second;
+            }
+            info.candidates.push_back(a);
+        }
+        out.push_back(std::move(info));
+    }
+    return out;
 }
 
 }  // namespace pgk

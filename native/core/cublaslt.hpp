@@ -1,7 +1,10 @@
 // cuBLASLt, opened with dlopen from the candidates pygpukit._environment lists (the
 // nvidia-cublas wheel, CUDA_PATH, the system); never linked. Optional: without it matmul runs on
 // the runtime's own kernels. One handle per device; matmul descriptors, layouts and the
-// heuristic's algorithm cached per problem key (immutable once made, so threads share them); a
+// heuristic's candidate algorithms cached per problem key (immutable once made, so threads share
+// them), the one to run chosen by a timed pass over them on first use (problems of 256^3
+// multiply-adds and more; smaller ones run the heuristic's first; a plan whose M falls in the
+// power-of-two bucket of a timed plan of the same other dimensions reuses its choice); a
 // 32 MiB workspace per stream from the Rust pool, one call at a time on it (see LtWorkspace);
 // every cublasLtMatmul enqueued through the dispatch controller like a kernel launch.
 #pragma once
@@ -65,5 +68,30 @@ LtWorkspacePtr cublaslt_workspace(const StreamPtr& stream);
 bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
                      const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
                      int64_t batch_c, LtWorkspace& workspace, const StreamPtr& stream);
+
+// One candidate algorithm of a plan: its configuration (cuBLASLt's algorithm, tile, stages,
+// split-K count, reduction scheme, CTA swizzling and custom option ids; -1 where it cannot be
+// read) and what the timed pass measured (microseconds per call; -1 when not timed or it could
+// not run).
+struct LtAlgoInfo {
+    int64_t algo_id = -1, tile = -1, stages = -1, splitk = -1, reduction = -1, swizzle = -1,
+            custom = -1;
+    float gpu_us = -1.0f, host_us = -1.0f;
+};
+
+// One cached plan: the problem, its candidates in the heuristic's order, the one that runs.
+struct LtPlanInfo {
+    DType dtype = DType::f32;
+    bool tf32 = false;
+    int64_t m = 0, n = 0, k = 0, batch = 0;
+    int64_t chosen = 0;
+    bool tuned = false;      // chosen by timing this plan's candidates
+    bool inherited = false;  // chosen as the timed choice of a plan for a nearby M
+    std::vector<LtAlgoInfo> candidates;
+};
+
+// Every plan made so far on `device` (empty when cuBLASLt is not loaded): for tools and tests
+// that show which algorithm a shape runs and why.
+std::vector<LtPlanInfo> cublaslt_plans(int device);
 
 }  // namespace pgk

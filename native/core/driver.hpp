@@ -69,6 +69,7 @@ namespace pgk {
     X(cuFuncGetAttribute, 2020)                 \
     X(cuFuncSetAttribute, 9000)                 \
     X(cuLaunchKernel, 4000)                     \
+    X(cuLaunchKernelEx, 11060)                  \
     X(cuGraphInstantiateWithFlags, 11040)       \
     X(cuGraphLaunch, 10000)                     \
     X(cuGraphExecDestroy, 10000)                \

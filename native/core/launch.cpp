@@ -28,6 +28,23 @@ void dispatch(const Stream& stream, const char* what, Enqueue&& enqueue) {
 }  // namespace
 
 void launch_kernel(CUfunction function, const LaunchConfig& c, const Stream& stream, void** args) {
+    if (c.dependent && compute_capability(stream.device()).first >= 9) {
+        dispatch(stream, "cuLaunchKernelEx", [&] {
+            CUlaunchAttribute attr{};
+            attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            CUlaunchConfig config{};
+            config.gridDimX = c.grid[0], config.gridDimY = c.grid[1], config.gridDimZ = c.grid[2];
+            config.blockDimX = c.block[0], config.blockDimY = c.block[1];
+            config.blockDimZ = c.block[2];
+            config.sharedMemBytes = c.shared_mem;
+            config.hStream = stream.handle();
+            config.attrs = &attr;
+            config.numAttrs = 1;
+            return drv().cuLaunchKernelEx(&config, function, args, nullptr);
+        });
+        return;
+    }
     dispatch(stream, "cuLaunchKernel", [&] {
         return drv().cuLaunchKernel(function, c.grid[0], c.grid[1], c.grid[2], c.block[0],
                                     c.block[1], c.block[2], c.shared_mem, stream.handle(), args,

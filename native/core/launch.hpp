@@ -12,6 +12,10 @@ struct LaunchConfig {
     unsigned grid[3] = {1, 1, 1};
     unsigned block[3] = {1, 1, 1};
     unsigned shared_mem = 0;
+    // Programmatic dependent launch (SM 9.0+): the kernel may start while the previous kernel on
+    // the stream is still running, and must execute griddepcontrol.wait before it reads that
+    // kernel's results (or writes what it reads). Ignored on older devices.
+    bool dependent = false;
 };
 
 // Enqueue `function` on `stream` with `args` (an array of pointers to each parameter's value,

@@ -12,7 +12,8 @@ import sys
 
 import numpy as np
 import pytest
-from asr_clips import speech, speech_bounds
+from asr_clips import long_recording, speech, speech_bounds
+from asr_long_form import check_long_form
 
 import pygpukit as gp
 from pygpukit import asr
@@ -78,6 +79,16 @@ def test_word_timestamps_follow_the_speech(tiny_en, sentences):
     starts = [w["start"] for w in words]
     assert starts == sorted(starts)
     assert abs(words[0]["start"] - onset) <= 0.3 and abs(words[-1]["end"] - end) <= 0.3
+
+
+def test_long_form_with_silences(tiny_en, rng):
+    """35 s of sentences and silences (two windows, seeking by timestamps): no repetition
+    loop, timestamps in order and in range, word timestamps within 0.3 s of where the
+    synthesizer's voice starts and stops (the ten-minute case runs on the GPU). Four or five
+    sentences: one may be misheard."""
+    audio, placed = long_recording(35.0, rng)
+    result = tiny_en.transcribe(audio, word_timestamps=True)
+    check_long_form(result, audio.size / 16000, placed, share=0.7)
 
 
 def test_beam_search_hears_the_words(tiny_en, sentences):

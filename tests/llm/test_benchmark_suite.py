@@ -29,6 +29,29 @@ def test_suite_cases_run(tmp_path, monkeypatch, rng):
     assert ops == ["load", "ttft", "decode", "decode", "ttft_hf", "decode_hf"]
 
 
+@pytest.mark.parametrize("shape", ["llama-3.1-8b", "qwen2.5-0.5b", "tiny"])
+def test_ttft_rows_count_the_prefill_gemm_flops(shape):
+    """A ttft row's FLOPs are 2 x prompt x (every layer's linear weights) plus the head's one
+    row, counted here from the checkpoint's tensor list; its ceiling is the bf16 GEMM rate."""
+    from pygpukit.llm.config import ModelConfig
+    from pygpukit.llm.models.llama import checkpoint_tensors
+
+    cfg = ModelConfig.from_dict(benchmarks.SHAPES[shape])
+    layer_weights = sum(
+        int(np.prod(s)) for name, s, kind in checkpoint_tensors(cfg)
+        if kind == "linear" and name.startswith("model.layers.")
+    )  # fmt: skip
+    head = cfg.vocab_size * cfg.hidden_size
+    for prompt in (128, 1024):
+        assert benchmarks._prefill_flops(shape, prompt) == 2 * prompt * layer_weights + 2 * head
+    if shape == "llama-3.1-8b":  # 6.98e9 weights in the layers: ~14.3 TFLOP for 1024 tokens
+        assert 14.2e12 < benchmarks._prefill_flops(shape, 1024) < 14.4e12
+    rng = np.random.default_rng(0)
+    ctx = SuiteContext(backend="cuda", quick=True, data=DataCache(rng), rng=rng)
+    ttft = [c for c in benchmarks.SUITE.cases(ctx) if c.op == "ttft"]
+    assert ttft and all(c.ceiling == "gemm_bfloat16" and c.flops > 0 for c in ttft)
+
+
 def test_models_variable_picks_shapes(monkeypatch, rng):
     monkeypatch.setenv(benchmarks.MODELS_ENV, "tiny")
     ctx = SuiteContext(backend="cuda", quick=True, data=DataCache(rng), rng=rng)

@@ -272,6 +272,35 @@ def test_decode_split_of_the_benchmark_shape(monkeypatch):
     assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["simt"]) == (16, 512)
 
 
+@pytest.mark.parametrize("kernel", ["bulk2", "bulk3", "bulk4"])
+def test_bulk_decode_needs_sm90(kernel):
+    """Before SM 9.0 (no bulk copies) a bulk kernel runs as the cp.async kernel of its stages."""
+    from pygpukit.ops import attention
+
+    assert attention._decode_stages(kernel, 128, 227 * 1024, bulk_ok=False)[0] == "mma" + kernel[4:]
+    assert attention._decode_stages(kernel, 128, 227 * 1024, bulk_ok=True)[0] == kernel
+
+
+@pytest.mark.parametrize(
+    ("kernel", "d", "optin", "expect"),
+    [("mma4", 128, 227 * 1024, "mma4"), ("mma4", 256, 227 * 1024, "mma3"),
+     ("mma3", 128, 99 * 1024, "mma2"), ("mma2", 256, 99 * 1024, "mma"),
+     ("mma", 256, 48 * 1024, "mma"), ("mma2", 64, 227 * 1024, "mma2"),
+     ("bulk4", 128, 227 * 1024, "bulk4"), ("bulk4", 256, 227 * 1024, "bulk3"),
+     ("bulk2", 256, 99 * 1024, "mma")],
+)  # fmt: skip
+def test_decode_stages_fall_back_to_what_fits(kernel, d, optin, expect):
+    """A decode kernel whose K/V stages do not fit the GPU's shared memory gives way to the one
+    with the most stages that does: (16 + 2 * stages * 64) rows of D + 8 16-bit values."""
+    from pygpukit.ops import attention
+
+    got, smem = attention._decode_stages(kernel, d, optin)
+    assert got == expect
+    stages = int(got.lstrip("bulkma") or 1)
+    assert smem == (16 + 2 * stages * 64) * (d + 8) * 2
+    assert smem <= optin or got == "mma"
+
+
 @pytest.mark.parametrize(
     ("env", "arch", "expect"),
     [(None, "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
@@ -280,6 +309,8 @@ def test_decode_split_of_the_benchmark_shape(monkeypatch):
      ("mma", "sm_90a", ["mma"] * 4),
      ("wgmma_pipe", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
      ("wgmma_tma", "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
+     ("wgmma_persist", "sm_90a", ["wgmma_persist", "mma", "wgmma_persist", "mma"]),
+     ("wgmma_persist", "sm_80", ["mma"] * 4),
      (None, "sm_80", ["mma"] * 4),
      ("wgmma_pipe", "sm_100a", ["mma"] * 4),
      ("wgmma_tma", "sm_100a", ["mma"] * 4),
@@ -295,6 +326,60 @@ def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
         assert [attention._prefill_kernel(d) for d in (64, 80, 128, 256)] == expect
 
 
+def _schedule_loads(table, sq, sk, causal, rows=128):
+    """(items of each CTA, key tiles each CTA runs) of a persistent prefill schedule."""
+    tiles = -(-sq // rows)
+    # table = offsets[ctas + 1] + items, and offsets[ctas] is the item count
+    ctas = next(c for c in range(1, len(table)) if table[c] == len(table) - 1 - c)
+    offsets, items = table[: ctas + 1], table[ctas + 1 :]
+    lists = [items[offsets[c] : offsets[c + 1]] for c in range(ctas)]
+    loads = []
+    for lst in lists:
+        m0 = (lst % tiles) * rows
+        n_end = np.minimum(sk, m0 + rows + sk - sq) if causal else np.full(len(lst), sk)
+        loads.append(int((-(-np.maximum(n_end, 0) // rows)).sum()))
+    return lists, loads
+
+
+@pytest.mark.parametrize(
+    ("bh", "sq", "sk", "causal", "sms"),
+    [(128, 4096, 4096, True, 132), (128, 4096, 4096, False, 132), (3, 200, 200, True, 132),
+     (10, 1000, 1500, True, 16), (2, 4096, 1024, True, 132), (5, 640, 640, True, 7)],
+)  # fmt: skip
+def test_persistent_prefill_schedule(bh, sq, sk, causal, sms):
+    """The persistent kernel's work lists: every (head, row tile) exactly once, at most one CTA
+    per SM, each CTA's list in the start order of the other kernels (longest causal tiles first
+    within a head group), and key tiles spread so no CTA runs much past the average."""
+    from pygpukit.ops import attention
+
+    table = attention._prefill_schedule(bh, sq, sk, causal, sms)
+    tiles = -(-sq // 128)
+    assert table.dtype == np.int32
+    lists, loads = _schedule_loads(table, sq, sk, causal)
+    assert len(lists) == min(sms, bh * tiles)
+    everything = np.sort(np.concatenate(lists))
+    np.testing.assert_array_equal(everything, np.arange(bh * tiles))
+    for lst in lists:
+        heads = lst // tiles
+        groups = heads // 8
+        assert np.all(np.diff(groups) >= 0)  # head groups in order
+        same = np.diff(groups) == 0
+        assert np.all(np.diff(lst % tiles)[same] <= 0)  # longest (last) row tiles first
+    # Greedy by key tiles: no CTA ends more than one item's worth past the average.
+    longest = -(-sk // 128) + 1
+    assert max(loads) <= sum(loads) / len(loads) + longest
+
+
+def test_persistent_prefill_schedule_balances_causal_tiles():
+    """At the benchmark shape the greedy lists stay within 3% of a perfect split of the key
+    tiles (one CTA per item in start order, round robin, lands 5% over)."""
+    from pygpukit.ops import attention
+
+    table = attention._prefill_schedule(128, 4096, 4096, True, 132)
+    _, loads = _schedule_loads(table, 4096, 4096, True)
+    assert max(loads) <= 1.03 * sum(loads) / len(loads)
+
+
 @pytest.mark.parametrize("env", ["wgma", "wgmma", "wgmma_ws", "wgmma_ws_pp"])
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_prefill_kernel_env_invalid(monkeypatch, env, arch):
@@ -307,7 +392,7 @@ def test_prefill_kernel_env_invalid(monkeypatch, env, arch):
     try:
         with pytest.raises(ValueError, match=f"PYGPUKIT_ATTENTION_KERNEL='{env}' is not valid"):
             config.reload()
-        match = r"must be one of auto, mma, wgmma_pipe, wgmma_tma, got '"
+        match = r"must be one of auto, mma, wgmma_pipe, wgmma_tma, wgmma_persist, got '"
         with pytest.raises(ValueError, match=match + env + "'"):
             config.set(attention_kernel=env)
     finally:

@@ -101,6 +101,35 @@ def test_errors(rand: Callable[..., np.ndarray]) -> None:
         linear(gp.from_numpy(rand((2, 16), np.int32)), w)
 
 
+@pytest.mark.parametrize(("dtype", "m"), [(gp.bfloat16, 16), (np.float32, 2)])
+def test_plain_product_shapes_and_errors(
+    rand: Callable[..., np.ndarray], dtype: object, m: int
+) -> None:
+    """No bias, activation or ``out``, beyond the GEMV rows (or float32): on the GPU the one
+    runtime call. Its results, and the errors of bad arguments, are those of the general path."""
+    lim = LIMITS[np.dtype(dtype)]
+    x, w = rand((2, m, 40), dtype), rand((24, 40), dtype)
+    y = linear(gp.from_numpy(x), gp.from_numpy(w))
+    assert y.shape == (2, m, 24) and y.dtype == np.dtype(dtype) and y.is_contiguous()
+    expected = linear_ref(x.reshape(-1, 40), w, None, None).reshape(y.shape)
+    assert rel_err(y.to_numpy(), expected) < lim
+    gx, gw = gp.from_numpy(x[0]), gp.from_numpy(w)
+    with pytest.raises(TypeError, match="weight must be a GPUArray"):
+        linear(gx, w)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="weight has dtype"):
+        linear(gx, gp.from_numpy(rand((24, 40), gp.float16)))
+    with pytest.raises(ValueError, match="features"):
+        linear(gx, gp.from_numpy(rand((24, 39), dtype)))
+    with pytest.raises(ValueError, match="weight must be 2-D"):
+        linear(gx, gp.from_numpy(rand((2, 24, 40), dtype)))
+    with pytest.raises(ValueError, match="weight must be C-contiguous"):
+        linear(gx, gp.from_numpy(rand((40, 24), dtype)).T)
+    with pytest.raises(ValueError, match="x must be C-contiguous"):
+        linear(gp.from_numpy(rand((40, m), dtype)).T, gw)
+    with pytest.raises(TypeError, match="x must have dtype"):
+        linear(gp.from_numpy(rand((m, 40), np.int32)), gp.from_numpy(rand((24, 40), np.int32)))
+
+
 def test_gemv_errors(rand: Callable[..., np.ndarray]) -> None:
     x, w = _arrays(rand)
     with pytest.raises(ValueError, match="1 to 8 rows"):
@@ -169,12 +198,17 @@ def test_benchmark_rows_per_variant_on_gpu(monkeypatch: pytest.MonkeyPatch) -> N
     rng = np.random.default_rng()
     ctx = SuiteContext("cuda", True, DataCache(rng), rng, sizes=[64])
     with config.override(gemv_variant="auto"):
-        cases = list(suite.SUITE.cases(ctx))
+        every = list(suite.SUITE.cases(ctx))
+    cases = [c for c in every if c.op == "gemv"]
     assert len(cases) == 3 * len(GEMV_VARIANTS)
     assert {c.params["kernel"] for c in cases} == set(GEMV_VARIANTS)
     assert len({c.peer_key for c in cases}) == 3
+    # The GEMM-path rows: one per row count, on PyGPUkit's default path.
+    linear_rows = [c for c in every if c.op == "linear"]
+    assert [c.params["m"] for c in linear_rows] == list(suite.LINEAR_ROWS)
+    assert all("kernel" not in c.params and c.flops for c in linear_rows)
     with config.override(gemv_variant="mma"):
-        cases = list(suite.SUITE.cases(ctx))
+        cases = [c for c in suite.SUITE.cases(ctx) if c.op == "gemv"]
     assert len(cases) == 3 and all("kernel" not in c.params for c in cases)
 
 

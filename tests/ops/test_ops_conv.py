@@ -152,3 +152,81 @@ def test_conv_errors(rand: Rand) -> None:
     with pytest.raises(ValueError, match="leaves no output"):
         ops.conv_transpose1d(gp.from_numpy(rand((1, 4, 1))), gp.from_numpy(rand((4, 2, 1))),
                              padding=1)  # fmt: skip
+
+
+def test_transpose_tiles_cover_every_output_once_with_all_its_inputs() -> None:
+    """The tensor-core transposed convolution's tiling (host and kernel share the rule): every
+    output belongs to one tile, and that tile holds every input position the output reads."""
+    from pygpukit.ops._conv_mma import transpose_tiles
+
+    rng = np.random.default_rng()
+    for _ in range(300):
+        length = int(rng.integers(1, 400))
+        kernel = int(rng.integers(1, 24))
+        stride = int(rng.integers(1, 12))
+        dilation = int(rng.integers(1, 4))
+        cols = int(rng.choice([16, 32, 64]))
+        padding = int(rng.integers(0, max(1, dilation * (kernel - 1) // 2 + 1)))
+        opad = int(rng.integers(0, max(stride, dilation)))
+        out_length = (length - 1) * stride - 2 * padding + dilation * (kernel - 1) + opad + 1
+        tiles = transpose_tiles(length, kernel, stride, dilation, cols)
+        if out_length < 1 or tiles is None:
+            continue
+        bounds = [
+            tiles.first_output(i, length, out_length, stride, padding)
+            for i in range(tiles.count + 1)
+        ]
+        assert bounds[0] == 0 and bounds[-1] == out_length
+        assert bounds == sorted(bounds)
+        for i in range(tiles.count):
+            lo = i * tiles.step
+            for t in range(bounds[i], bounds[i + 1]):
+                for k in range(kernel):
+                    num = t + padding - k * dilation
+                    if num >= 0 and num % stride == 0 and num // stride < length:
+                        assert lo <= num // stride < lo + cols, (length, kernel, stride, t)
+
+
+def test_tensor_core_plans_fit_shared_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The implicit-GEMM planner's sizes (run on every backend with the launch stubbed out):
+    windows hold every position a tile reads, stages fit the device, wide kernels fall back."""
+    import pygpukit as gp
+    from pygpukit.ops import _conv_mma as mm
+    from pygpukit.ops.conv import Conv1dShape
+
+    limit = 227 * 1024
+    monkeypatch.setattr(mm, "_launch", lambda name, grid, smem: (name, grid, smem))
+    monkeypatch.setattr(mm, "_smem_limit", lambda device: limit)
+    monkeypatch.setattr(mm, "_const", {"CONV_MMA_TRANS_ROWS": 80, "CONV_MMA_TRANS_COLS": 64}.get)
+    dtypes = [np.dtype(gp.bfloat16), np.dtype(np.float32)]
+    # batch, c_in, length, c_out, kernel, stride, pad_left, pad_right, dilation, groups, L_out
+    for shape in [
+        (1, 512, 2000, 512, 3, 1, 1, 1, 1, 1, 2000),
+        (1, 80, 3000, 384, 3, 1, 1, 1, 1, 1, 3000),
+        (1, 256, 301, 256, 11, 1, 25, 25, 5, 1, 301),
+        (2, 22, 203, 256, 12, 6, 3, 3, 1, 1, 34),
+        (2, 64, 199, 32, 5, 2, 2, 2, 1, 4, 100),
+    ]:
+        s = Conv1dShape(*shape)
+        for dtype in dtypes:
+            plan = mm.plan_conv(s, dtype, 0, "auto")
+            assert plan is not None
+            _name, grid, smem = plan.launch
+            dims = dict(zip(("cg", "og", "groups", "length", "out_length", "kernel", "stride",
+                             "pad", "dil", "pitch", "win", "wpitch", "rows", "outs", "halo",
+                             "chunk"), plan.dims, strict=True))  # fmt: skip
+            assert smem <= limit and dims["chunk"] % 16 == 0
+            assert dims["win"] == (64 - 1) * s.stride + (s.kernel - 1) * s.dilation + 1
+            assert dims["pitch"] >= dims["win"] and dims["pitch"] % 8 == 0
+            assert grid[0] * 64 >= s.out_length and grid[1] * 64 >= s.c_out // s.groups
+    wide = Conv1dShape(1, 8, 100, 8, 60, 1, 0, 0, 1, 1, 41)
+    assert mm.plan_conv(wide, dtypes[0], 0, "auto") is None  # the im2col path takes it
+    assert (
+        mm.plan_conv(Conv1dShape(1, 8, 50, 8, 3, 1, 1, 1, 1, 8, 50), dtypes[0], 0, "auto") is None
+    )
+    up = Conv1dShape(1, 512, 200, 256, 20, 10, 5, 0, 1, 1, 2000)
+    for dtype in dtypes:
+        plan = mm.plan_transpose(up, dtype, 0)
+        assert plan is not None
+        _name, grid, smem = plan.launch
+        assert smem <= limit and grid == (4, 64, 1)  # 4 tiles of 62 new positions, 4 outputs a CTA

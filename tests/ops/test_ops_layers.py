@@ -411,8 +411,8 @@ def test_config_reads_the_environment_once(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setenv("PYGPUKIT_DECODE_KERNEL", "simt")
         assert config.get() is cfg  # not read again
         assert config.reload().decode_kernel == "simt"
-        monkeypatch.setenv("PYGPUKIT_DECODE_KERNEL", "mma3")
-        with pytest.raises(ValueError, match="PYGPUKIT_DECODE_KERNEL='mma3' is not valid"):
+        monkeypatch.setenv("PYGPUKIT_DECODE_KERNEL", "mma9")
+        with pytest.raises(ValueError, match="PYGPUKIT_DECODE_KERNEL='mma9' is not valid"):
             config.reload()
         assert config.get().decode_kernel == "simt"
         with pytest.raises(TypeError):

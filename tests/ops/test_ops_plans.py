@@ -48,7 +48,15 @@ class Recorder:
     def set_max_dynamic_shared_memory(self, nbytes: int) -> None:
         self.max_dynamic_smem = nbytes
 
-    def launch(self, grid: Any, block: Any, args: tuple[Any, ...], *, shared_mem: int = 0) -> None:
+    def launch(
+        self,
+        grid: Any,
+        block: Any,
+        args: tuple[Any, ...],
+        *,
+        shared_mem: int = 0,
+        dependent: bool = False,
+    ) -> None:
         assert len(args) == len(self.codes), (self.name, len(args), self.codes)
         for i, (arg, code) in enumerate(zip(args, self.codes, strict=True)):
             where = f"{self.name} argument {i} ({code})"
@@ -156,9 +164,33 @@ def test_prefill_plans(launches, monkeypatch, rand: Rand, kind: str, d: int) -> 
     assert smem > 0
 
 
-@pytest.mark.parametrize("kernel", ["mma2", "mma", "simt"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_prefill_plan(launches, monkeypatch, causal: bool) -> None:
+    """The persistent kernel's plan: one CTA per SM (fewer when there are fewer row tiles),
+    its work lists uploaded once with the plan, the TMA kernel's launch geometry."""
+    monkeypatch.setattr(attention, "_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(attention, "_sm_count", lambda device: 5)
+    dt = np.dtype(gp.bfloat16)
+    with config.override(attention_kernel="wgmma_persist"):
+        plan = attention._plan_prefill_cuda(2, 4, 2, 300, 300, 128, dt, causal, 0, False, 0)
+        small = attention._plan_prefill_cuda(1, 1, 1, 200, 200, 64, dt, causal, 0, False, 0)
+        moved = attention._plan_prefill_cuda(1, 1, 1, 200, 200, 64, dt, causal, 0, True, 0)
+    assert plan.launch.kernel.name == "attn_prefill_wgmma_persist_d128_bf16"
+    assert (plan.launch.grid, plan.launch.block, plan.tma) == (5, 384, True)
+    assert plan.sched is not None
+    want = attention._prefill_schedule(8, 300, 300, causal, 5)
+    np.testing.assert_array_equal(plan.sched.to_numpy(), want)
+    assert small.launch.grid == 2 and small.sched is not None  # two row tiles in all
+    # inputs whose address may move take the pointer kernel, as for wgmma_tma
+    assert moved.launch.kernel.name == "attn_prefill_wgmma_pipe_d64_bf16" and moved.sched is None
+
+
+@pytest.mark.parametrize("kernel", ["mma2", "mma", "mma3", "mma4", "bulk3", "simt"])
 @pytest.mark.parametrize(("b", "n", "paged"), [(1, 4096, False), (8, 8192, True), (3, 100, False)])
-def test_decode_plans(launches, rand: Rand, kernel: str, b: int, n: int, paged: bool) -> None:
+def test_decode_plans(
+    launches, monkeypatch, rand: Rand, kernel: str, b: int, n: int, paged: bool
+) -> None:
+    monkeypatch.setattr(attention, "_has_bulk_copy", lambda device: True)  # as on SM 9.0
     dt, hq, hkv, d = np.dtype(gp.bfloat16), 32, 8, 128
     bs = 16
     cache = (n // bs, hkv, bs, d) if paged else (b, hkv, n, d)
@@ -175,3 +207,52 @@ def test_decode_plans(launches, rand: Rand, kernel: str, b: int, n: int, paged: 
     assert names[0] == main
     splits = launches[0][1][0]
     assert names[1:] == (["attn_decode_combine_bf16"] if splits > 1 else [])
+
+
+@pytest.mark.parametrize("epilogue", [None, "residual", "swiglu", "rope_kv", "f32"])
+@pytest.mark.parametrize("norm", [False, True])
+def test_decode_linear_plans(
+    launches, monkeypatch, request, rand: Rand, epilogue: str | None, norm: bool
+) -> None:
+    """Every fused epilogue packs the kernel's parameters; the norm stages K values in shared."""
+    dl = importlib.import_module("pygpukit.ops.decode_linear")
+    monkeypatch.setattr(dl, "_fusable", lambda *args: True)
+    monkeypatch.setattr(dl, "_bind_backend", dl._bind_cuda)
+    # Plans hold the kernels they were made with: make these with the recorder, and drop them
+    # after the test so that no later launch goes to a recorder.
+    dl.PLANS.clear()
+    request.addfinalizer(dl.PLANS.clear)
+    dt = np.dtype(gp.bfloat16)
+    hq, hkv, d, k = 4, 2, 16, 72
+    n = (hq + 2 * hkv) * d
+    x, w, b = up(rand((1, k), dt)), up(rand((n, k), dt)), up(rand((n,), dt))
+    nw = up(rand((k,), dt)) if norm else None
+    kw: dict[str, Any] = {"norm_weight": nw}
+    if epilogue == "residual":
+        kw.update(epilogue="residual", residual=gp.empty((1, n), dt))
+    elif epilogue == "f32":
+        b = None
+        kw.update(out_dtype=gp.float32)
+    elif epilogue == "rope_kv":
+        cos, sin = rope.rope_cos_sin(32, d)
+        cache = gp.empty((1, hkv, 9, d), dt)
+        pos = up(np.array([3], np.int32))
+        kw.update(epilogue="rope_kv", rope_kv=dl.RopeKV(cos, sin, pos, cache, cache, hq))
+    else:
+        kw.update(epilogue=epilogue)
+    dl.decode_linear(x, w, b, **kw)
+    ((name, grid, block, smem),) = launches
+    assert name == "decode_linear_bf16" and block == 128
+    assert grid == -(-n // 16) and smem == (k * 2 if norm else 0)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_decode_attention_single_plans(launches, request, rand: Rand, d: int) -> None:
+    single = importlib.import_module("pygpukit.ops.decode_attention_single")
+    single.PLANS.clear()
+    request.addfinalizer(single.PLANS.clear)
+    dt = np.dtype(gp.float16)
+    q, kc = up(rand((2, 6, d), dt)), gp.empty((2, 3, 50, d), dt)
+    plan = single._plan_cuda(2, 6, 3, d, dt, 50, 0)
+    plan(q, kc, kc, up(np.array([4, 9], np.int32)), gp.empty((2, 6, d), dt), 0.1)
+    assert launches == [(f"attn_decode_single_d{d}_f16", (6, 2), 256, 0)]

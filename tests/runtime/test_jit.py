@@ -164,7 +164,7 @@ class FakeFunction:
     def set_signature(self, codes: list[str]) -> None:
         self.codes = list(codes)
 
-    def launch(self, grid, block, shared_mem, stream, args) -> None:
+    def launch(self, grid, block, shared_mem, stream, args, dependent=False) -> None:
         for i, a in enumerate(args):
             if isinstance(a, (str, np.ndarray)) or (
                 self.codes[i] == "i32" and isinstance(a, float)

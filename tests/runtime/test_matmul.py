@@ -372,3 +372,103 @@ def test_matmul_nt(gemm: str, rand: Callable[..., np.ndarray], dtype: str) -> No
         matmul_nt(gx.swapaxes(0, 1), gw, out)  # x not C-contiguous
     with pytest.raises(ValueError):
         matmul_nt(gx, gw, gp.empty((2, 5, 71), dtype))  # out of the wrong size
+    assert matmul_nt(gx, gw, out) is out  # the out given is the result
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_matmul_nt_new_result(gemm: str, rand: Callable[..., np.ndarray], dtype: str) -> None:
+    """``linalg.matmul_nt(x, w)`` without ``out``: a new C-contiguous ``[..., N]`` array."""
+    from pygpukit.linalg import matmul_nt
+
+    x, w = rand((3, 7, 40), dtype), rand((24, 40), dtype)
+    gx = gp.from_numpy(x)
+    for weight, ref_w in ((gp.from_numpy(w), w), (gp.from_numpy(w.T.copy()).T, w)):
+        y = matmul_nt(gx, weight)
+        assert y.shape == (3, 7, 24) and y.dtype == x.dtype
+        assert y.is_contiguous() and y.flags.writeable
+        _check(y, _ref(x, ref_w.T), dtype)
+    two_d = matmul_nt(gp.from_numpy(x[0]), gp.from_numpy(w))
+    assert two_d.shape == (7, 24)
+    _check(two_d, _ref(x[0], w.T), dtype)
+    with pytest.raises(ValueError):
+        matmul_nt(gx, gp.from_numpy(rand((24, 41), dtype)))  # K differs
+    with pytest.raises(ValueError):
+        matmul_nt(gx.swapaxes(0, 1), gp.from_numpy(w))  # x not C-contiguous
+    with pytest.raises(ValueError):
+        matmul_nt(gx, gp.from_numpy(rand((2, 24, 40), dtype)))  # a 3-D weight
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_cublaslt_timed_choice(
+    monkeypatch: pytest.MonkeyPatch, rand: Callable[..., np.ndarray], dtype: str
+) -> None:
+    """A 1024^3 product times every cuBLASLt candidate once and runs the fastest (within 2%,
+    the heuristic's order breaking ties); a 128^3 one runs the heuristic's first untimed.
+    ``cublaslt_plans`` reports both, and the results stay right."""
+    if gp.backend_name() != "cuda":
+        pytest.skip("needs the CUDA backend")
+    from pygpukit.backend import cuda_linalg
+
+    if not cuda_linalg.cublaslt_status()["loaded"]:
+        pytest.skip("cuBLASLt is not installed")
+    monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", "cublaslt")
+    for n in (128, 1024):
+        a, b = rand((n, n), dtype), rand((n, n), dtype)
+        _check(gp.from_numpy(a) @ gp.from_numpy(b), _ref(a, b), dtype)
+    plans = {
+        p["m"]: p
+        for p in cuda_linalg._native.cublaslt_plans(gp.get_device())
+        if p["dtype"] == dtype and p["m"] == p["n"] == p["k"] and p["batch"] == 1
+    }
+    small, large = plans[128], plans[1024]
+    assert not small["tuned"] and small["chosen"] == 0 and small["candidates"]
+    assert large["tuned"] and len(large["candidates"]) >= 1
+    costs = [max(c["gpu_us"], c["host_us"]) for c in large["candidates"] if c["gpu_us"] >= 0]
+    assert costs, "no candidate could be timed"
+    chosen = large["candidates"][large["chosen"]]
+    assert chosen["gpu_us"] > 0 and chosen["algo_id"] >= 0
+    assert max(chosen["gpu_us"], chosen["host_us"]) <= min(costs) * 1.02 + 1e-6
+    # M = 1100 is in 1024's power-of-two bucket: the plan reuses 1024's timed choice when the
+    # heuristic offers that algorithm again (else it times its own candidates).
+    a, b = rand((1100, 1024), dtype), rand((1024, 1024), dtype)
+    _check(gp.from_numpy(a) @ gp.from_numpy(b), _ref(a, b), dtype)
+    near = next(
+        p
+        for p in cuda_linalg._native.cublaslt_plans(gp.get_device())
+        if p["dtype"] == dtype and (p["m"], p["n"], p["k"], p["batch"]) == (1100, 1024, 1024, 1)
+    )
+    assert near["tuned"] != near["inherited"]
+    if near["inherited"]:
+        config = ("algo_id", "tile", "stages", "splitk", "reduction", "swizzle", "custom")
+        got = near["candidates"][near["chosen"]]
+        assert all(got[f] == chosen[f] for f in config)
+
+
+@pytest.mark.gpu
+def test_native_shortcut_errors(rand: Callable[..., np.ndarray]) -> None:
+    """The raw native shortcuts (``matmul_new``, ``matmul_nt``, ``matmul_nt_new``) refuse wrong
+    argument counts and types with ``TypeError`` and mismatched shapes with ``ValueError``."""
+    if gp.backend_name() != "cuda":
+        pytest.skip("needs the CUDA backend")
+    from pygpukit.backend import cuda_linalg
+
+    native = cuda_linalg._native
+    a = gp.from_numpy(rand((4, 8), "float32"))._impl
+    b = gp.from_numpy(rand((8, 3), "float32"))._impl
+    w = gp.from_numpy(rand((3, 8), "float32"))._impl
+    out = gp.empty((4, 3), "float32")._impl
+    with pytest.raises(TypeError):
+        native.matmul_new(a, b, False)  # no backend
+    with pytest.raises(TypeError, match=r"must be a _native\.Array"):
+        native.matmul_new(a, np.ones((8, 3)), False, "auto")
+    with pytest.raises(TypeError, match="backend must be a str"):
+        native.matmul_nt_new(a, w, False, 1)
+    with pytest.raises(ValueError, match="backend must be"):
+        native.matmul_nt(a, w, out, False, "fastest")
+    with pytest.raises(ValueError):
+        native.matmul_new(a, a, False, "auto")  # (4, 8) @ (4, 8)
+    with pytest.raises(ValueError):
+        native.matmul_nt_new(a, b, False, "auto")  # K = 8 against w's 3 columns
+    got = native.matmul_nt_new(a, w, True, "auto")  # any truthy flag
+    assert tuple(got.shape) == (4, 3)

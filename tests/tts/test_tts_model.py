@@ -83,18 +83,54 @@ def test_seeded_source_noise(tiny):
     )
 
 
-def test_stream_batch_and_whole_agree(tiny):
+def test_stream_and_whole_agree(tiny):
     long = " ".join([PHONEMES] * 30)  # ~ 750 symbols: two chunks
     whole = tiny.synthesize(phonemes=long, voice="af_test")
-    parts = list(tiny.stream(phonemes=long, voice="af_test"))
+    parts = list(tiny.stream(phonemes=long, voice="af_test", first_chunk=None))
     assert len(parts) == len(whole.chunks) >= 2
     assert len(whole.durations) == len(whole.phonemes)
     np.testing.assert_array_equal(np.concatenate([p.samples for p in parts]), whole.samples)
-    batch = tiny.synthesize_batch(phonemes=[PHONEMES, "ə tˈɛst."], voice="af_test")
-    np.testing.assert_array_equal(
-        batch[0].samples, tiny.synthesize(phonemes=PHONEMES, voice="af_test").samples
-    )
-    assert len(batch[1].durations) == len("ə tˈɛst.")
+
+
+def test_stream_cuts_the_first_chunk_short(tiny):
+    long = " ".join([PHONEMES] * 30)
+    parts = list(tiny.stream(phonemes=long, voice="af_test"))
+    assert len(parts[0].phonemes) <= tts.model.FIRST_CHUNK
+    assert parts[0].phonemes.endswith(",") or parts[0].phonemes.endswith(".")
+    assert all(len(p.phonemes) <= 510 for p in parts)
+    spoken = "".join(p.phonemes for p in parts).replace(" ", "")
+    assert spoken == long.replace(" ", "")
+
+
+def _close_but_the_tail(got, want, frame_samples):
+    """Equal up to rounding (relative L2) except in the last frame, where the batch's padding
+    meets the STFTs."""
+    assert len(got) == len(want)
+    body = len(want) - frame_samples
+    assert np.linalg.norm(got[:body] - want[:body]) <= 1e-2 * np.linalg.norm(want[:body])
+
+
+def test_batch_matches_each_utterance_alone(tiny):
+    texts = [PHONEMES, "ə tˈɛst.", "ðɪs ɪz ə lˈɔŋɡɚ tˈɛst, wɪð tˈu klˈɔzᵻz."]
+    table = random_voice(TINY_CONFIG, seed=int(np.random.default_rng().integers(1 << 20)))
+    batch = tiny.synthesize_batch(phonemes=texts, voice=["af_test", table, "af_test"])
+    alone = [
+        tiny.synthesize(phonemes=t, voice=v)
+        for t, v in zip(texts, ["af_test", table, "af_test"], strict=True)
+    ]
+    for got, want in zip(batch, alone, strict=True):
+        assert got.phonemes == want.phonemes
+        np.testing.assert_array_equal(got.durations, want.durations)
+        _close_but_the_tail(got.samples, want.samples, TINY_CONFIG.frame_samples)
+
+
+def test_batch_of_long_texts_keeps_the_order(tiny):
+    long = " ".join([PHONEMES] * 25)  # two chunks each, batched with the short one
+    batch = tiny.synthesize_batch(phonemes=[long, "ə tˈɛst."], voice="af_test")
+    assert len(batch[0].chunks) >= 2 and batch[1].phonemes == "ə tˈɛst."
+    whole = tiny.synthesize(phonemes=long, voice="af_test")
+    assert batch[0].chunks == whole.chunks
+    np.testing.assert_array_equal(batch[0].durations, whole.durations)
 
 
 def test_voice_array_and_added_voice(tiny):

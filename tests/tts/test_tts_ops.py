@@ -1,132 +1,147 @@
-"""The operators the Kokoro network calls (``pygpukit.tts._ops``), whichever implementation
-backs each (``BACKENDS``), against naive float64 loops written from their definitions."""
+"""The building blocks of the device-resident Kokoro network against float64 definitions:
+AdaIN over the valid steps of a padded batch, the harmonic sine source, the packed style
+projections, and the whole network against the NumPy reference network."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
+from kokoro_numpy_reference import ReferenceNetwork
 
-from pygpukit.tts import _ops
-
-
-def _conv1d_naive(x, w, b, stride, padding, dilation, groups):
-    bsz, _, length = x.shape
-    c_out, cpg, k = w.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding, padding)))
-    l_out = (length + 2 * padding - dilation * (k - 1) - 1) // stride + 1
-    out = np.zeros((bsz, c_out, l_out))
-    opg = c_out // groups
-    for o in range(c_out):
-        g = o // opg
-        for t in range(l_out):
-            for c in range(cpg):
-                for j in range(k):
-                    out[:, o, t] += w[o, c, j] * xp[:, g * cpg + c, t * stride + j * dilation]
-    return out + (0 if b is None else b[None, :, None])
+import pygpukit as gp
+from pygpukit.tts._masking import Lengths, ada_in
+from pygpukit.tts._source import HARMONICS, harmonic_sines
+from pygpukit.tts._weights import DeviceWeights
+from pygpukit.tts.kokoro import KokoroNetwork
+from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
 
 
-def _conv_transpose1d_naive(x, w, b, stride, padding, output_padding, groups):
-    bsz, c_in, length = x.shape
-    _, opg, k = w.shape
-    ipg = c_in // groups
-    full = (length - 1) * stride + k + output_padding
-    out = np.zeros((bsz, opg * groups, full))
-    for c in range(c_in):
-        g = c // ipg
-        for o in range(opg):
-            for t in range(length):
-                for j in range(k):
-                    out[:, g * opg + o, t * stride + j] += x[:, c, t] * w[c, o, j]
-    out = out[:, :, padding : full - padding]
-    return out + (0 if b is None else b[None, :, None])
+def _up(a):
+    return gp.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
 
 
-@pytest.mark.parametrize(
-    ("stride", "padding", "dilation", "groups"),
-    [(1, 1, 1, 1), (2, 3, 1, 2), (1, 5, 3, 1), (1, 0, 1, 4)],
-)
-def test_conv1d(rand, stride, padding, dilation, groups):
-    x, w, b = (
-        rand((2, 4, 13)),
-        rand((6 if groups != 4 else 4, 4 // groups, 3)),
-        rand((6 if groups != 4 else 4,)),
-    )
-    got = _ops.conv1d(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    np.testing.assert_allclose(
-        got, _conv1d_naive(x, w, b, stride, padding, dilation, groups), rtol=1e-4, atol=1e-5
-    )
+@pytest.mark.parametrize("activation", [None, "leaky_relu", "snake"])
+def test_masked_ada_in_matches_each_utterance_alone(rand, activation):
+    b, c, width = 3, 5, 17
+    lengths = np.array([17, 9, 4])
+    x, h = rand((b, c, width)), rand((b, 2 * c))
+    w, bias, alpha = rand((c,)), rand((c,)), np.abs(rand((c,))) + 0.5
+    x[1, :, 9:] = 100.0  # garbage in the padding must not reach the statistics
+    got = ada_in(
+        _up(x), _up(h)[:, :c], _up(h)[:, c:], Lengths(lengths, width), weight=_up(w),
+        bias=_up(bias), activation=activation, alpha=_up(alpha) if activation == "snake" else None,
+    ).to_numpy()  # fmt: skip
+    for i, n in enumerate(lengths):
+        xd = x[i, :, :n].astype(np.float64)
+        y = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5)
+        y = (1 + h[i, :c, None]) * (y * w[:, None] + bias[:, None]) + h[i, c:, None]
+        if activation == "leaky_relu":
+            y = np.where(y >= 0, y, 0.2 * y)
+        elif activation == "snake":
+            y = y + np.sin(alpha[:, None] * y) ** 2 / alpha[:, None]
+        np.testing.assert_allclose(got[i, :, :n], y, rtol=1e-4, atol=1e-4)
+        assert not got[i, :, n:].any()  # zero padding, ready for a convolution
 
 
-@pytest.mark.parametrize(
-    ("stride", "padding", "output_padding", "groups"), [(2, 1, 1, 4), (10, 5, 0, 1), (6, 3, 0, 2)]
-)
-def test_conv_transpose1d(rand, stride, padding, output_padding, groups):
-    x, w, b = rand((2, 4, 7)), rand((4, 2, 12 if stride > 2 else 3)), rand((2 * groups,))
-    got = _ops.conv_transpose1d(
-        x, w, b, stride=stride, padding=padding, output_padding=output_padding, groups=groups
-    )
-    want = _conv_transpose1d_naive(x, w, b, stride, padding, output_padding, groups)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+def test_full_lengths_take_the_fused_kernel(rand):
+    x = rand((2, 4, 6))
+    lengths = Lengths(np.array([6, 6]), 6)
+    assert lengths.full and lengths.for_lstm() is None
+    assert lengths.zero_padding(_up(x)).to_numpy().tolist() == x.tolist()
+    up = lengths.scaled(10, 1)
+    assert up.width == 61 and up.lengths.tolist() == [61, 61]
 
 
-def test_lstm_bidirectional(rand):
-    i, h, t = 5, 3, 6
-    x = rand((2, t, i))
-    shapes = {
-        "weight_ih_l0": (4 * h, i),
-        "weight_hh_l0": (4 * h, h),
-        "bias_ih_l0": (4 * h,),
-        "bias_hh_l0": (4 * h,),
-    }
-    p = {n + s: rand(shape) for s in ("", "_reverse") for n, shape in shapes.items()}
+def _sines_by_definition(f0: np.ndarray, up: int, sr: int) -> np.ndarray:
+    """KModel's SineGen without noise, step by step in float64: repeat, wrap, downsample
+    (linear, align_corners False), cumsum, upsample the phase, sin."""
+    f0_up = np.repeat(f0.astype(np.float64), up, axis=-1)[:, :, None]
+    rad = (f0_up * np.arange(1, HARMONICS + 1) / sr) % 1.0  # [B, L, H]
 
-    def run(suffix, steps):
-        hs, cs = np.zeros((2, h)), np.zeros((2, h))
-        out = np.zeros((2, t, h))
-        for s in steps:
-            z = x[:, s] @ p["weight_ih_l0" + suffix].T + hs @ p["weight_hh_l0" + suffix].T
-            z = z + p["bias_ih_l0" + suffix] + p["bias_hh_l0" + suffix]
-            ig, fg, gg, og = np.split(z, 4, axis=1)
-            sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-            cs = sig(fg) * cs + sig(ig) * np.tanh(gg)
-            hs = sig(og) * np.tanh(cs)
-            out[:, s] = hs
-        return out
+    def interpolate(x, scale):
+        length = x.shape[-1]
+        out_len = math.floor(length * scale)
+        src = np.maximum((np.arange(out_len) + 0.5) / scale - 0.5, 0.0)
+        i0 = np.minimum(np.floor(src).astype(np.int64), length - 1)
+        i1 = np.minimum(i0 + 1, length - 1)
+        w = src - i0
+        return x[..., i0] * (1 - w) + x[..., i1] * w
 
-    want = np.concatenate([run("", range(t)), run("_reverse", range(t - 1, -1, -1))], axis=-1)
-    np.testing.assert_allclose(_ops.lstm_bidirectional(x, p), want, rtol=1e-4, atol=1e-5)
+    rad_frames = interpolate(rad.transpose(0, 2, 1), 1.0 / up)
+    phase = np.cumsum(rad_frames, axis=-1) * 2 * np.pi
+    phase = interpolate(phase * up, float(up))
+    uv = (f0_up > 10.0).transpose(0, 2, 1)
+    return np.sin(phase) * 0.1 * uv
 
 
-def test_norms_and_activations(rand):
-    x, gamma, beta = rand((2, 5, 9)), rand((2, 5)), rand((2, 5))
-    w, b = rand((5,)), rand((5,))
-    xd = x.astype(np.float64)
-    inorm = (xd - xd.mean(2, keepdims=True)) / np.sqrt(xd.var(2, keepdims=True) + 1e-5)
-    want = (1 + gamma[:, :, None]) * (inorm * w[None, :, None] + b[None, :, None]) + beta[
-        :, :, None
-    ]
-    np.testing.assert_allclose(_ops.adain(x, gamma, beta, 1e-5, w, b), want, rtol=1e-4, atol=1e-5)
-    cnorm = (xd - xd.mean(1, keepdims=True)) / np.sqrt(xd.var(1, keepdims=True) + 1e-5)
-    np.testing.assert_allclose(
-        _ops.channel_layer_norm(x, w, b),
-        cnorm * w[None, :, None] + b[None, :, None],
-        rtol=1e-4,
-        atol=1e-5,
-    )
-    alpha = np.abs(rand((1, 5, 1))) + 0.5
-    np.testing.assert_allclose(
-        _ops.snake(x, alpha), xd + np.sin(alpha * xd) ** 2 / alpha, rtol=1e-5, atol=1e-6
-    )
-    np.testing.assert_allclose(_ops.leaky_relu(x, 0.2), np.where(xd >= 0, xd, 0.2 * xd), rtol=1e-6)
+@pytest.mark.parametrize("up", [300, 20, 15])
+def test_harmonic_sines_match_the_definition(up):
+    rng = np.random.default_rng()
+    f0 = rng.uniform(60.0, 400.0, (2, 37)).astype(np.float32)
+    f0[0, 5:9] = 0.0  # an unvoiced stretch
+    got = harmonic_sines(_up(f0), up, 24000, None).to_numpy()
+    want = _sines_by_definition(f0, up, 24000)
+    assert got.shape == want.shape == (2, HARMONICS, 37 * up)
+    np.testing.assert_allclose(got, want, atol=2e-4)
 
 
-def test_stft_istft_round_trip(rand):
-    x = rand((1, 600))
-    magnitude, phase = _ops.stft_polar(x, 20, 5)
-    assert magnitude.shape == (1, 11, 121)
-    np.testing.assert_allclose(_ops.istft_polar(magnitude, phase, 20, 5), x, rtol=1e-4, atol=1e-5)
+def test_harmonic_noise_is_seeded_and_scaled():
+    f0 = np.zeros((1, 8), np.float32)
+    f0[0, 4:] = 200.0
+    a = harmonic_sines(_up(f0), 20, 24000, np.random.default_rng(5)).to_numpy()
+    b = harmonic_sines(_up(f0), 20, 24000, np.random.default_rng(5)).to_numpy()
+    np.testing.assert_array_equal(a, b)
+    clean = harmonic_sines(_up(f0), 20, 24000, None).to_numpy()
+    noise = a - clean
+    assert 0.02 < noise[:, :, :80].std() < 0.05  # unvoiced: 0.1 / 3
+    assert 0.001 < noise[:, :, 80:].std() < 0.006  # voiced: 0.003
 
 
-def test_every_operator_comes_from_the_ops_package():
-    """A renamed or removed ops function would silently send the network back to NumPy."""
-    assert {name: "pygpukit.ops" for name in _ops.BACKENDS} == _ops.BACKENDS
+def test_style_pack_columns_are_each_projection():
+    state = random_state(TINY_CONFIG, seed=int(np.random.default_rng().integers(1 << 20)))
+    weights = DeviceWeights(state)
+    style = np.random.default_rng().standard_normal((2, TINY_CONFIG.style_dim))
+    for section, pack in weights.styles.items():
+        h = (style @ pack.weight.to_numpy().T + pack.bias.to_numpy()).astype(np.float32)
+        assert pack.columns and all(p.startswith(section) for p in pack.columns)
+        for prefix, (offset, channels) in pack.columns.items():
+            want = style @ state[prefix + ".fc.weight"].T + state[prefix + ".fc.bias"]
+            np.testing.assert_allclose(h[:, offset : offset + 2 * channels], want, rtol=1e-4,
+                                       atol=1e-5)  # fmt: skip
+
+
+def test_network_matches_the_numpy_reference():
+    seed = int(np.random.default_rng().integers(1 << 20))
+    state = random_state(TINY_CONFIG, seed=seed)
+    voice = random_voice(TINY_CONFIG, seed=seed + 1)
+    ids = np.array([0, *np.random.default_rng(seed).integers(1, 150, 23), 0])
+    ours = KokoroNetwork(TINY_CONFIG, state)(ids, voice[22, 0], 1.0)
+    ref = ReferenceNetwork(TINY_CONFIG, state)(ids, voice[22, 0], 1.0)
+    assert (ours.durations == ref.durations).mean() >= 0.95
+    if not np.array_equal(ours.durations, ref.durations):
+        ours = KokoroNetwork(TINY_CONFIG, state)(ids, voice[22, 0], 1.0, durations=ref.durations)
+    scale = np.abs(ref.audio).max()
+    np.testing.assert_allclose(ours.audio, ref.audio, atol=1e-4 * scale)
+
+
+@pytest.mark.parametrize(("dtype", "limit"), [("bfloat16", 0.15), ("float16", 0.03)])
+def test_16_bit_vocoder_stays_close_to_the_reference(dtype, limit):
+    """The decoder and generator in 16 bits (the GPU's default is bfloat16): the prosody half
+    stays float32, so the durations are the same, and the audio is close."""
+    seed = int(np.random.default_rng().integers(1 << 20))
+    state = random_state(TINY_CONFIG, seed=seed)
+    voice = random_voice(TINY_CONFIG, seed=seed + 1)
+    ids = np.array([0, *np.random.default_rng(seed).integers(1, 150, 23), 0])
+    net = KokoroNetwork(TINY_CONFIG, state, vocoder_dtype=dtype)
+    assert net.weights["decoder.generator.conv_post.weight"].dtype == np.dtype(dtype)
+    ours = net(ids, voice[22, 0], 1.0)
+    ref = KokoroNetwork(TINY_CONFIG, state, vocoder_dtype="float32")(ids, voice[22, 0], 1.0)
+    np.testing.assert_array_equal(ours.durations, ref.durations)
+    assert np.linalg.norm(ours.audio - ref.audio) <= limit * np.linalg.norm(ref.audio)
+
+
+def test_vocoder_dtype_is_checked():
+    with pytest.raises(ValueError, match="vocoder_dtype"):
+        KokoroNetwork(TINY_CONFIG, random_state(TINY_CONFIG, seed=1), vocoder_dtype="int8")

@@ -55,3 +55,25 @@ def test_gpu_smollm2_greedy_token_is_the_unrounded_argmax(smollm2_bf16):
     assert int(got.argmax()) == int(exact.argmax())
     first = model.generate(ids.tolist(), max_new_tokens=1).token_ids[0]
     assert first == int(exact.argmax())
+
+
+def test_gpu_smollm2_fused_decode_keeps_the_greedy_tokens(smollm2_bf16):
+    """The fused decode step (with and without the one-launch attention) generates the unfused
+    step's greedy tokens on the real model."""
+    model = smollm2_bf16
+    prompt = model.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Name three colours of the rainbow."}],
+        add_generation_prompt=True,
+    )
+    ids = model.tokenizer.encode(prompt)
+    dec = model.decoder
+    assert dec.fused is not None
+    dec.use_fused = False
+    unfused = model.generate(ids, max_new_tokens=40).token_ids
+    dec.use_fused = True
+    fused = model.generate(ids, max_new_tokens=40).token_ids
+    dec.fused.single_pass = True
+    single = model.generate(ids, max_new_tokens=40).token_ids
+    dec.fused.single_pass = False
+    assert fused == unfused
+    assert single == unfused

@@ -156,7 +156,7 @@ def test_vs_torch(rand, prefill_kernel, dtype, d, sq, sk, causal):
 # --- decode -------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["mma", "mma2", "simt"])
+@pytest.fixture(params=["mma", "mma2", "mma3", "mma4", "bulk2", "bulk3", "bulk4", "simt"])
 def decode_kernel(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a decode test with each decode kernel (PYGPUKIT_DECODE_KERNEL)."""
     with config.override(decode_kernel=request.param):
@@ -286,8 +286,9 @@ def test_write_then_decode(rand, decode_kernel):
 # --- Hopper wgmma prefill (head dims 64, 128): the default on SM 9.0; each variant forced ---
 # through PYGPUKIT_ATTENTION_KERNEL (wgmma_pipe: each warpgroup overlaps its softmax with its
 # own P V; wgmma_tma: one TMA producer thread and two consumer warpgroups synchronized by
-# mbarriers, taking turns at the tensor cores).
-WGMMA_VARIANTS = ["wgmma_pipe", "wgmma_tma"]
+# mbarriers, taking turns at the tensor cores; wgmma_persist: the same, persistent, each CTA
+# running a list of query tiles).
+WGMMA_VARIANTS = ["wgmma_pipe", "wgmma_tma", "wgmma_persist"]
 
 
 def _hopper() -> None:
@@ -376,6 +377,28 @@ def test_wgmma_prefill_head_groups_with_a_partial_last_group(rand, use_config, v
     q, k, v = qkv(rand, 3, 4, 2, 700, 700, 64, gp.float16)
     got = run(q, k, v, is_causal=True)
     assert rel_err(got, ref_sdpa(q, k, v, causal=True)) < LIMIT[np.dtype(gp.float16)]
+
+
+@pytest.mark.parametrize("dtype", HALF)
+@pytest.mark.parametrize(("sq", "sk"), [(700, 700), (700, 300), (300, 700), (1100, 1100)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_persistent_prefill_equals_the_tma_kernel(rand, use_config, dtype, sq, sk, causal):
+    """More query tiles than SMs (B * Hq * row tiles >= 288): each CTA of the persistent kernel
+    runs several, of unequal causal length (some with no key at all when Sq > Sk), reusing its Q
+    buffer and continuing its K/V ring from one to the next. Same tile math as the
+    one-CTA-per-tile TMA kernel (checked against float64 above), other work order: the output
+    is bit for bit that kernel's, on two calls of one plan (its work lists are reused)."""
+    _hopper()
+    q, k, v = qkv(rand, 2, 48, 8, sq, sk, 64 if sq < 1000 else 128, dtype)
+    use_config(attention_kernel="wgmma_tma")
+    want = run(q, k, v, is_causal=causal)
+    use_config(attention_kernel="wgmma_persist")
+    np.testing.assert_array_equal(run(q, k, v, is_causal=causal), want)
+    np.testing.assert_array_equal(run(q, k, v, is_causal=causal), want)
+    # and the first (batch, head) against float64
+    one = (slice(0, 1), slice(0, 6))
+    ref = ref_sdpa(q[one], k[one[0], :1], v[one[0], :1], causal=causal)
+    assert rel_err(want[one], ref) < LIMIT[np.dtype(dtype)]
 
 
 def test_prefill_of_evictable_inputs(rand, use_config):

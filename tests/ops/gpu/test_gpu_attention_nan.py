@@ -1,8 +1,8 @@
 """NaN propagation of every attention kernel on the GPU (cases: ../attention_nan_cases.py).
 
-Each prefill kernel (mma.sync, and on Hopper wgmma_pipe and wgmma_tma) and each decode kernel
-(mma, mma2, simt), with one split and with a cache long enough for flash-decoding splits and
-their combine kernel.
+Each prefill kernel (mma.sync, and on Hopper wgmma_pipe, wgmma_tma and wgmma_persist) and each
+decode kernel (mma, mma2, mma3, mma4, bulk2, bulk3, bulk4, simt), with one split and with a
+cache long enough for flash-decoding splits and their combine kernel.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 Rand = Callable[..., np.ndarray]
 
 
-@pytest.mark.parametrize("kernel", ["mma", "wgmma_pipe", "wgmma_tma"])
+@pytest.mark.parametrize("kernel", ["mma", "wgmma_pipe", "wgmma_tma", "wgmma_persist"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("where", ["q", "k", "v"])
@@ -32,7 +32,9 @@ def test_prefill_kernels_propagate_nan(
     check_prefill_nan(rand, where, causal, d)
 
 
-@pytest.mark.parametrize("kernel", ["mma", "mma2", "simt"])
+@pytest.mark.parametrize(
+    "kernel", ["mma", "mma2", "mma3", "mma4", "bulk2", "bulk3", "bulk4", "simt"]
+)
 @pytest.mark.parametrize("capacity", [64, 4096])  # one split; several splits and the combine
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("where", ["q", "k inside", "v inside", "k past the length"])

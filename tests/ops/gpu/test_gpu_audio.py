@@ -19,16 +19,23 @@ from pygpukit.ops.reference import stft as ref
 
 pytestmark = pytest.mark.gpu
 
-# The fused FFT kernel takes n_fft <= 2048 with prime factors <= 64 (400 = 4*4*5*5, 20, 512, the
-# prime 31, 2048); 134 (= 2 * 67) and 4096 take the DFT-as-matmul path.
+# The generic fused FFT kernel takes n_fft <= 2048 with prime factors <= 64 (400 = 4*4*5*5, 20,
+# the prime 31, 48); powers of two from 64 to 4096 have kernels of their own (64 with 128 frames
+# a block, so blocks straddle batch items; 128, 256 and 2048 with shorter windows); 134
+# (= 2 * 67) takes the DFT-as-matmul path.
 GEOMETRIES = [
     (400, 160, None),
     (20, 5, None),
-    (512, 128, None),
     (31, 7, None),
+    (48, 12, None),
+    (64, 16, None),
+    (128, 50, 100),
+    (256, 64, 200),
+    (512, 128, None),
+    (1024, 256, None),
     (2048, 512, 1600),
-    (134, 32, None),
     (4096, 1024, None),
+    (134, 32, None),
 ]
 
 
@@ -122,7 +129,7 @@ def test_stft_matches_torch(rand: Callable[..., np.ndarray]) -> None:
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA here")
     x = rand((2, 48000))
-    for n_fft, hop in ((400, 160), (20, 5), (1024, 256)):
+    for n_fft, hop in ((400, 160), (20, 5), (1024, 256), (2048, 512)):
         window = torch.hann_window(n_fft, dtype=torch.float64)
         want = torch.stft(
             torch.from_numpy(x.astype(np.float64)),

@@ -98,6 +98,24 @@ def test_linear_leading_dims_and_out(rand: Callable[..., np.ndarray]) -> None:
     assert rel_err(out.to_numpy(), expected) < 1e-2
 
 
+@pytest.mark.parametrize("dtype", [gp.bfloat16, gp.float16, gp.float32])
+@pytest.mark.parametrize("lead", [(9,), (16,), (128,), (2, 300)])
+def test_plain_product_equals_general_path(
+    rand: Callable[..., np.ndarray], dtype: object, lead: tuple[int, ...]
+) -> None:
+    """``linear(x, w)`` (one runtime call) gives bit for bit what the general path (``out=``)
+    gives, and the float64 product within the dtype's limit."""
+    k, n = 512, 384
+    x, w = rand((*lead, k), dtype), rand((n, k), dtype)
+    gx, gw = gp.from_numpy(x), gp.from_numpy(w)
+    fast = linear(gx, gw)
+    general = linear(gx, gw, out=gp.empty((*lead, n), dtype))
+    assert fast.shape == general.shape == (*lead, n)
+    np.testing.assert_array_equal(fast.to_numpy(), general.to_numpy())
+    expected = linear_ref(x.reshape(-1, k), w, None, None).reshape(*lead, n)
+    assert rel_err(fast.to_numpy(), expected) < LIMITS[np.dtype(dtype)]
+
+
 @pytest.mark.parametrize("m", [1, 4, 8, 16])
 def test_linear_matches_torch(rand: Callable[..., np.ndarray], m: int) -> None:
     torch = pytest.importorskip("torch")

@@ -118,17 +118,18 @@ def matmul(a: Any, b: Any, out: GPUArray | None = None, allow_tf32: bool | None 
         ai, bi = a._impl, b._impl
         sa, sb = ai.shape, bi.shape
         nd = len(sa)
+        dtype = ai.dtype
         if (
             backend is b._backend
             and nd == len(sb)
             and (nd == 2 or (nd == 3 and sa[0] == sb[0]))
             and sa[-1] == sb[-2]
-            and ai.dtype == bi.dtype
+            and dtype == bi.dtype
         ):
             if allow_tf32 is not None:
                 tf32 = boolean(allow_tf32, "allow_tf32", "matmul")
             else:  # the variable only changes float32 products: read it only for them
-                tf32 = ai.dtype == "float32" and allow_tf32_default()
+                tf32 = dtype == "float32" and allow_tf32_default()
             return _wrap(backend.matmul_new(ai, bi, bool(tf32)), backend)
     return _matmul_general(a, b, out, allow_tf32)
 
@@ -206,24 +207,32 @@ def _matmul_general(a: Any, b: Any, out: GPUArray | None, allow_tf32: bool | Non
     return out
 
 
-def matmul_nt(x: GPUArray, weight: GPUArray, out: GPUArray, allow_tf32: bool | None = None) -> None:
-    """``out = x @ weight.T`` in one backend call: PyTorch's ``linear`` without a bias.
+def matmul_nt(
+    x: GPUArray,
+    weight: GPUArray,
+    out: GPUArray | None = None,
+    allow_tf32: bool | None = None,
+) -> GPUArray:
+    """``x @ weight.T`` in one backend call: PyTorch's ``linear`` without a bias.
 
     For callers that have validated their operands (the ops package's linear layers): ``x``
     C-contiguous ``[..., K]``, ``weight`` ``[N, K]`` of the same dtype (any strides: it is read
-    transposed in place), ``out`` writeable, C-contiguous, of the same dtype and ``M * N``
-    elements (``M`` the product of ``x``'s leading dimensions), not overlapping ``x`` or
-    ``weight``. Shapes, contiguity and dtypes are checked again where the work is done (a
-    ``ValueError``); overlaps are not.
+    transposed in place). ``out``, when given, is writeable, C-contiguous, of the same dtype and
+    ``M * N`` elements (``M`` the product of ``x``'s leading dimensions), not overlapping ``x``
+    or ``weight``, and is returned; without it a new ``[..., N]`` array is. Shapes, contiguity
+    and dtypes are checked again where the work is done (a ``ValueError``); overlaps are not.
     """
     backend = x._backend
-    if weight._backend is not backend or out._backend is not backend:
+    if weight._backend is not backend or (out is not None and out._backend is not backend):
         raise ValueError("matmul_nt: operands live on different backends")
     if allow_tf32 is None:
         tf32 = x._impl.dtype == "float32" and allow_tf32_default()
     else:
         tf32 = boolean(allow_tf32, "allow_tf32", "matmul_nt")
+    if out is None:
+        return _wrap(backend.matmul_nt_new(x._impl, weight._impl, bool(tf32)), backend)
     backend.matmul_nt(x._impl, weight._impl, out._impl, bool(tf32))
+    return out
 
 
 def _shares_buffer(x: GPUArray, y: GPUArray) -> bool:

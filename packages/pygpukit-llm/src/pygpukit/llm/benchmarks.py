@@ -16,7 +16,9 @@ Rows, each against the same weights in the same run (``torch`` column):
 - ``ttft``: time to first token of a 128- and a 1024-token prompt (``--seq-lens`` overrides),
   against the PyTorch anchor's eager prefill (:mod:`pygpukit.llm.torch_anchor`: a decoder
   written directly in PyTorch with fused weights, a static KV cache and one CUDA graph per
-  decode step);
+  decode step); the rate is the prompt's weight-GEMM FLOPs per second against the
+  ``gemm_bfloat16`` ceiling, so 1 / SoL is the time to first token in units of the time those
+  GEMMs take at the run's GEMM rate;
 - ``decode``: milliseconds per decode step of ``batch`` sequences (1, 4, 16, 64; tokens/s in the
   metrics) against the anchor's graph replays; bytes moved are the weights one step reads, so
   the percentage of the ``copy_bw`` ceiling is the share of the weight-read bound reached.
@@ -277,6 +279,19 @@ def _decode_bytes(shape: str) -> int:
     return total
 
 
+def _prefill_flops(shape: str, prompt: int) -> int:
+    """The matmul FLOPs of a prompt's prefill (attention's own products excluded).
+
+    Every layer's weight GEMMs over ``prompt`` rows (``2 x rows x weights``) and the head over
+    the last row. With the ``gemm_bfloat16`` ceiling this makes the ttft row's SoL the share of
+    that GEMM time in the time to first token (1 / SoL: how many times the GEMM time it takes).
+    """
+    cfg = ModelConfig.from_dict(SHAPES[shape])
+    h, inter = cfg.hidden_size, cfg.intermediate_size
+    layer = h * (cfg.q_size + 2 * cfg.kv_size) + cfg.q_size * h + 3 * h * inter
+    return 2 * prompt * cfg.num_layers * layer + 2 * h * cfg.vocab_size
+
+
 def _prompts(ctx: SuiteContext, vocab: int, batch: int, length: int) -> np.ndarray:
     return ctx.rng.integers(3, vocab, size=(batch, length)).astype(np.int64)
 
@@ -496,7 +511,8 @@ def _generation_case(
     params: dict[str, int | float | str] = {"model": shape, "prompt": prompt}
     setups = dict.fromkeys(("pygpukit", "torch"), setup)
     if ttft:
-        return Case(NAME, op, params, setups, timing="wall")
+        return Case(NAME, op, params, setups, timing="wall", flops=_prefill_flops(shape, prompt),
+                    ceiling="gemm_bfloat16")  # fmt: skip
     params.update(batch=batch, new=new)
     return Case(NAME, op, params, setups, timing="wall", bytes_moved=_decode_bytes(shape),
                 ceiling="copy_bw")  # fmt: skip

@@ -23,6 +23,7 @@ from pygpukit import ops
 from pygpukit.array import GPUArray
 
 from .kv_cache import StaticKVCache
+from .models import llama_decode
 from .models.llama import LlamaModel
 
 __all__ = [
@@ -171,10 +172,14 @@ class Decoder:
         self.lens = gp.zeros((1,), i32)  # cached tokens it attends to: min(pos + 1, capacity)
         self.next_token = gp.zeros((1,), i32)
         self.history = gp.full((length,), -1, i32)  # token at each position, -1 past the end
-        self._arange = gp.arange(length, dtype=i32)
-        self._graphs: dict[str, Any] = {}
+        self._graphs: dict[tuple[str, str], Any] = {}  # by (step kind, step variant)
         self._graph_logits: GPUArray | None = None
         self.use_graphs = gp.backend_name() == "cuda"
+        #: The fused step (four GEMVs and the attention a layer), where the model allows it.
+        self.fused: llama_decode.FusedDecodeStep | None = None
+        if llama_decode.supports(model):
+            self.fused = llama_decode.FusedDecodeStep(model, cache, self.token, self.pos, self.lens)
+        self.use_fused = self.fused is not None
 
     # --- the device-side steps --------------------------------------------------------------
 
@@ -196,10 +201,13 @@ class Decoder:
         )
 
     def _advance(self) -> None:
-        """Record next_token at pos + 1 and make it the current token (all on the device)."""
-        gp.add(self.pos, 1, out=self.pos)
-        gp.where(gp.equal(self._arange, self.pos), self.next_token, self.history, out=self.history)
-        gp.add(self.next_token, 0, out=self.token)
+        """Record next_token at pos + 1, make it the current token, set the next step's length.
+
+        One launch on the device (``ops.decode_advance``).
+        """
+        ops.decode_advance(
+            self.next_token, self.token, self.pos, self.lens, self.history, self.cache.capacity
+        )
 
     def _attend_cached(self, i: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
         cfg = self.model.config
@@ -213,6 +221,8 @@ class Decoder:
         return o.reshape(1, 1, cfg.q_size)
 
     def _step_logits(self) -> GPUArray:
+        if self.use_fused and self.fused is not None:
+            return self.fused()
         cap = self.cache.capacity
         gp.remainder(self.pos, cap, out=self.slot)
         gp.add(self.pos, 1, out=self.lens)
@@ -254,15 +264,14 @@ class Decoder:
             self._advance()
             return
         if p.greedy:
-            self._graph("greedy", self._capture_greedy)
-            self._graphs["greedy"].replay()
+            self._graph("greedy", self._capture_greedy).replay()
             return
-        self._graph("logits", self._capture_logits)
-        self._graph("advance", self._advance)
-        self._graphs["logits"].replay()
+        logits = self._graph("logits", self._capture_logits)
+        advance = self._graph("advance", self._advance)
+        logits.replay()
         assert self._graph_logits is not None
         self._sample(self._graph_logits, p, gen)
-        self._graphs["advance"].replay()
+        advance.replay()
 
     def _capture_greedy(self) -> None:
         ops.argmax(self._step_logits(), out=self.next_token)
@@ -271,11 +280,20 @@ class Decoder:
     def _capture_logits(self) -> None:
         self._graph_logits = self._step_logits()
 
-    def _graph(self, key: str, body: Any) -> None:
+    def _variant(self) -> str:
+        """Which step the graphs capture: unfused, fused, or fused with one-launch attention."""
+        if not self.use_fused or self.fused is None:
+            return "unfused"
+        return "fused_single" if self.fused.single_pass else "fused"
+
+    def _graph(self, kind: str, body: Any) -> Any:
+        """The graph of ``body`` for this step kind and variant, captured on first use."""
+        key = (kind, self._variant())
         if key not in self._graphs:
             with gp.graph_capture() as g:
                 body()
             self._graphs[key] = g
+        return self._graphs[key]
 
     def run(
         self, prompt: Sequence[int], max_new: int, p: SamplingParams, eos: frozenset[int]

@@ -15,6 +15,9 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
+- :mod:`.decode_linear`: a one-token decode layer's GEMVs with RMSNorm, residual, SwiGLU and
+  RoPE + KV-cache writes fused in; :mod:`.decode_state`: a decode step's bookkeeping;
+  :mod:`.decode_attention_single`: one-launch decode attention over short caches;
 - :mod:`.sampling`: token sampling on the GPU;
 - :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device;
 - :mod:`.audio`: STFT / inverse STFT for any n_fft, mel filterbanks and spectrograms,
@@ -38,6 +41,9 @@ from . import (
     channels,
     config,
     conv,
+    decode_attention_single,
+    decode_linear,
+    decode_state,
     kv_cache,
     layers,
     linear,
@@ -60,6 +66,9 @@ __all__ = [
     *attention.__all__,
     *channels.__all__,
     *conv.__all__,
+    *decode_attention_single.__all__,
+    *decode_linear.__all__,
+    *decode_state.__all__,
     *kv_cache.__all__,
     *linear.__all__,
     *normalization.__all__,
@@ -75,6 +84,9 @@ from .attention import *  # noqa: F403
 from .audio import *  # noqa: F403
 from .channels import *  # noqa: F403
 from .conv import *  # noqa: F403
+from .decode_attention_single import *  # type: ignore[no-redef]  # noqa: F403
+from .decode_linear import *  # type: ignore[no-redef]  # noqa: F403
+from .decode_state import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403
 from .normalization import *  # noqa: F403

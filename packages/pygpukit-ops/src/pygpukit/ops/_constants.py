@@ -47,7 +47,7 @@ def prefill_mma_tiles(d: int) -> tuple[int, int, int]:
 # Not exported by the kernels yet.
 
 #: Threads per CTA of each Hopper prefill kernel (attention_prefill.cu launch bounds).
-PREFILL_WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_tma": 384}
+PREFILL_WGMMA_THREADS = {"wgmma_pipe": 256, "wgmma_tma": 384, "wgmma_persist": 384}
 #: Query rows per CTA of the Hopper prefill kernels.
 PREFILL_WGMMA_ROWS = 128
 #: sampling.cu kThreads: threads per row of the sampling kernels.

@@ -19,6 +19,7 @@ Two rules differ from a naive reading of PyTorch and are the same on both backen
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,48 @@ def _prefill_kernel(d: int) -> str:
     return "wgmma_tma" if choice == "auto" else choice
 
 
+#: Prefill kernels that take q, k, v tensor maps.
+_TMA_KERNELS = ("wgmma_tma", "wgmma_persist")
+#: Heads per group of the prefill order (attention_common.cuh kHeadGroup): a group's row tiles
+#: run together so its K and V stay in L2.
+_HEAD_GROUP = 8
+#: A work item's fixed cost, in key tiles, for the persistent kernel's schedule: the output
+#: stores and the turn hand-overs around an item.
+_ITEM_OVERHEAD = 0.5
+
+
+def _prefill_schedule(
+    bh: int, sq: int, sk: int, causal: bool, ctas: int, rows: int = PREFILL_WGMMA_ROWS
+) -> np.ndarray:
+    """Work lists of the persistent prefill kernel, as one int32 array (its ``sched``).
+
+    Items are query row tiles, ``(b * Hq + h) * tiles + tile``, in the order the other kernels'
+    CTAs start (groups of heads, longest causal tiles first, heads varying fastest); each goes to
+    the CTA that would be free first, as the hardware hands out CTAs, costed by its key tiles.
+    Returns ``offsets[ctas + 1]`` followed by the items, each CTA's list in start order.
+    """
+    tiles = -(-sq // rows)
+    m0 = np.arange(tiles) * rows
+    n_end = np.minimum(sk, m0 + rows + (sk - sq)) if causal else np.full(tiles, sk)
+    n_tiles = -(-np.maximum(n_end, 0) // rows)  # key tiles are as long as row tiles
+    order = []
+    for first in range(0, bh, _HEAD_GROUP):
+        heads = np.arange(first, min(first + _HEAD_GROUP, bh))
+        for m in range(tiles - 1, -1, -1):
+            order.append(heads * tiles + m)
+    items = np.concatenate(order)
+    ctas = max(1, min(ctas, len(items)))
+    costs = n_tiles[items % tiles] + _ITEM_OVERHEAD
+    free_at = [(0.0, c) for c in range(ctas)]
+    lists: list[list[int]] = [[] for _ in range(ctas)]
+    for item, cost in zip(items.tolist(), costs.tolist(), strict=True):
+        at, c = heapq.heappop(free_at)
+        lists[c].append(item)
+        heapq.heappush(free_at, (at + cost, c))
+    offsets = np.cumsum([0] + [len(x) for x in lists])
+    return np.concatenate([offsets, *[np.asarray(x, np.int64) for x in lists]]).astype(np.int32)
+
+
 def _tma_maps(q: GPUArray, k: GPUArray, v: GPUArray) -> tuple[gp.TensorMap, ...]:
     """The wgmma_tma kernel's tensor maps: q, k, v as [B * H, S, D], boxes of 128 rows x 64."""
     return tuple(
@@ -157,6 +200,7 @@ class PrefillPlan:
     sizes: tuple[int, int, int, int]  # hq, hkv, sq, sk
     causal: int
     tma: bool  # the kernel takes q, k, v tensor maps
+    sched: GPUArray | None = None  # the persistent kernel's work lists (_prefill_schedule)
 
     def __call__(
         self,
@@ -170,9 +214,10 @@ class PrefillPlan:
     ) -> None:
         _check_aligned(("q", q), ("k", k), ("v", v), ("out", out))
         maps = _tma_maps(q, k, v) if self.tma else ()
+        extra = (self.sched,) if self.sched is not None else ()
         self.launch(
             q, k, v, out, mask if mask is not None else 0, self.mask_kind, *strides,
-            *self.sizes, scale, self.causal, *maps,
+            *self.sizes, scale, self.causal, *maps, *extra,
         )  # fmt: skip
 
 
@@ -221,7 +266,7 @@ def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPr
         return ComposedPrefill(bool(causal))
     check_int32("scaled_dot_product_attention", Sq=sq, Sk=sk, Hkv=hkv)
     kind = _prefill_kernel(d)
-    if kind == "wgmma_tma" and (sk == 0 or movable):
+    if kind in _TMA_KERNELS and (sk == 0 or movable):
         # No key tile to load (TMA cannot map an empty k), or an input whose address may change
         # (a tensor map holds the address; wgmma_pipe takes pointers made resident at launch).
         kind = "wgmma_pipe"
@@ -238,10 +283,16 @@ def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPr
         smem = (rows + 2 * block_n) * stride * 2  # Q rows and one K and one V tile, 16-bit
     ctas = b * hq * ((sq + rows - 1) // rows)  # a 1-d grid (kernels: PrefillOrder)
     check_int32("scaled_dot_product_attention", **{"B * Hq * row tiles": ctas})
+    sched = None
+    if kind == "wgmma_persist":
+        table = _prefill_schedule(b * hq, sq, sk, bool(causal), _sm_count(_device))
+        ctas = len(table) - 1 - ctas  # offsets[ctas + 1], then one entry per row tile
+        sched = gp.from_numpy(table)
     kern = _kernel_loader.kernel("attention_prefill", name)
     _allow_dynamic_smem(kern, smem)
     launch = Launch(kern, ctas, threads, smem)
-    return PrefillPlan(launch, mask_kind, (hq, hkv, sq, sk), int(causal), kind == "wgmma_tma")
+    tma = kind in _TMA_KERNELS
+    return PrefillPlan(launch, mask_kind, (hq, hkv, sq, sk), int(causal), tma, sched)
 
 
 def _plan_prefill_numpy(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
@@ -348,7 +399,9 @@ def _sm_count(device: int) -> int:
 #: once, so no partial last wave runs alone, and makes each CTA's key range long. The SIMT kernel
 #: (no shared memory, many CTAs per SM) does best at eight per SM. docs/ops-attention.md
 #: (Performance notes) has the split sweep these come from.
-_DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "simt": 8}
+_DECODE_CTAS_PER_SM = {
+    "mma": 2, "mma2": 2, "mma3": 2, "mma4": 1, "bulk2": 2, "bulk3": 2, "bulk4": 1, "simt": 8
+}  # fmt: skip
 
 
 def _decode_split(
@@ -366,6 +419,48 @@ def _decode_split(
     chunk = -(-capacity // splits)
     chunk = -(-chunk // 64) * 64  # whole steps of the kernel's key loop
     return -(-capacity // chunk), chunk
+
+
+def _decode_smem(kernel: str, d: int, stages: int) -> int:
+    """Dynamic shared memory of a tensor-core decode kernel with ``stages`` K/V stages.
+
+    Q rows + K and V tiles of DECODE_KEY_TILE tokens per stage, rows padded by 8 elements.
+    """
+    tile = constant("attention_decode", "DECODE_KEY_TILE")
+    return (decode_heads_per_cta(kernel) + 2 * stages * tile) * (d + 8) * 2
+
+
+def _decode_stages(kernel: str, d: int, optin: int, bulk_ok: bool = True) -> tuple[str, int]:
+    """The decode kernel to launch for ``kernel`` (mma, mma<S>, bulk<S>), and its shared memory.
+
+    ``kernel`` itself, or where its stages do not fit in ``optin`` bytes (large head dims, GPUs
+    with less shared memory) the one with the most stages that does; ``bulk<S>`` becomes
+    ``mma<S>`` where bulk copies are missing (``bulk_ok`` false: before SM 9.0) and below two
+    stages.
+    """
+    family = kernel.rstrip("0123456789")
+    stages = int(kernel[len(family) :] or 1)
+    while stages > 1 and _decode_smem(kernel, d, stages) > optin:
+        stages -= 1
+    if family == "bulk" and (stages < 2 or not bulk_ok):
+        family = "mma"
+    name = f"{family}{stages}" if stages > 1 else "mma"
+    return name, _decode_smem(kernel, d, stages)
+
+
+def _has_bulk_copy(device: int) -> bool:
+    """Whether ``device`` has the Tensor Memory Accelerator's bulk copies (SM 9.0 and later)."""
+    sm = gp.get_device_info(device)["sm"]
+    return sm is not None and tuple(sm) >= (9, 0)
+
+
+@functools.cache
+def _smem_optin(device: int) -> int:
+    """Shared memory one CTA of ``device`` may opt into, in bytes.
+
+    No limit where unknown (the CPU backend, where only tests make CUDA plans).
+    """
+    return int(gp.get_device_info(device)["shared_mem_per_block_optin"] or 1 << 30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -475,11 +570,8 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
     which = config.get().decode_kernel
     suffix = kernel_suffix(dtype)
     if which != "simt":
-        stages = 2 if which == "mma2" else 1
+        which, smem = _decode_stages(which, d, _smem_optin(_device), _has_bulk_copy(_device))
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")
-        # Q rows + K and V tiles of DECODE_KEY_TILE tokens per stage, rows padded by 8 elements.
-        tile = constant("attention_decode", "DECODE_KEY_TILE")
-        smem = (decode_heads_per_cta(which) + 2 * stages * tile) * (d + 8) * 2
         _allow_dynamic_smem(kern, smem)
     else:
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_d{d}_{suffix}")

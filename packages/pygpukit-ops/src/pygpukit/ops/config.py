@@ -15,8 +15,15 @@ variable                       values                                        def
                                ``simt``, ``mma``
 ``PYGPUKIT_ATTENTION_KERNEL``  ``auto`` (wgmma_tma on SM 9.0 for head dims   ``auto``
                                64 and 128, else mma), ``mma``,
-                               ``wgmma_pipe``, ``wgmma_tma``
-``PYGPUKIT_DECODE_KERNEL``     ``mma2``, ``mma``, ``simt``                   ``mma2``
+                               ``wgmma_pipe``, ``wgmma_tma``,
+                               ``wgmma_persist``
+``PYGPUKIT_DECODE_KERNEL``     ``mma2``, ``mma``, ``mma3``, ``mma4``,        ``mma2``
+                               ``bulk2``, ``bulk3``, ``bulk4``, ``simt``
+``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM),         ``auto``
+                               ``mma_64x64``, ``mma_64x128``,
+                               ``mma_128x64``, ``gemm`` (im2col + matmul)
+``PYGPUKIT_DEPENDENT_LAUNCH``  ``on`` (programmatic dependent launch of the  ``on``
+                               kernels written for it, SM 9.0+), ``off``
 =============================  ===========================================  =========
 
 An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
@@ -39,8 +46,19 @@ __all__ = ["ENV", "OpsConfig", "get", "override", "reload", "set"]
 #: Field of :class:`OpsConfig` -> (environment variable, accepted values; the first is the default).
 ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     "gemv_variant": ("PYGPUKIT_GEMV_VARIANT", ("auto", "simt", "mma")),
-    "attention_kernel": ("PYGPUKIT_ATTENTION_KERNEL", ("auto", "mma", "wgmma_pipe", "wgmma_tma")),
-    "decode_kernel": ("PYGPUKIT_DECODE_KERNEL", ("mma2", "mma", "simt")),
+    "attention_kernel": (
+        "PYGPUKIT_ATTENTION_KERNEL",
+        ("auto", "mma", "wgmma_pipe", "wgmma_tma", "wgmma_persist"),
+    ),
+    "decode_kernel": (
+        "PYGPUKIT_DECODE_KERNEL",
+        ("mma2", "mma", "mma3", "mma4", "bulk2", "bulk3", "bulk4", "simt"),
+    ),
+    "conv_kernel": (
+        "PYGPUKIT_CONV_KERNEL",
+        ("auto", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
+    ),
+    "dependent_launch": ("PYGPUKIT_DEPENDENT_LAUNCH", ("on", "off")),
 }
 
 
@@ -48,9 +66,16 @@ _DESCRIPTIONS = {
     "gemv_variant": "Which GEMV vector kernel ops.gemv / ops.linear run for up to 8 rows: simt "
     "(one row) or mma (more) under auto, or one of them pinned for every M.",
     "attention_kernel": "Which prefill attention kernel runs: auto (wgmma_tma on SM 9.0 for head "
-    "dims 64 and 128, else mma), mma everywhere, or one Hopper kernel where auto would pick one.",
+    "dims 64 and 128, else mma), mma everywhere, or one Hopper kernel (wgmma_pipe, wgmma_tma, "
+    "wgmma_persist) where auto would pick one.",
     "decode_kernel": "Which decode attention kernel runs: mma2 (tensor cores, two K/V stages), "
-    "mma (one stage) or simt (CUDA cores).",
+    "mma (one stage), mma3 or mma4 (three or four stages), bulk2/3/4 (the same stages loaded by "
+    "bulk copies, SM 9.0+) or simt (CUDA cores).",
+    "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
+    "GEMM, tile by shape), one of its tiles pinned, or gemm (an im2col gather and a matmul).",
+    "dependent_launch": "Whether the kernels written for it (ops.decode_linear) are launched "
+    "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "
+    "kernel drains (on), or plain launches (off).",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
@@ -72,6 +97,8 @@ class OpsConfig:
     gemv_variant: str = "auto"
     attention_kernel: str = "auto"
     decode_kernel: str = "mma2"
+    conv_kernel: str = "auto"
+    dependent_launch: str = "on"
 
     def __post_init__(self) -> None:
         for name, (variable, choices) in ENV.items():

@@ -7,14 +7,21 @@ Layouts and semantics are PyTorch's (``torch.nn.functional.conv1d`` / ``conv_tra
 - :func:`conv_transpose1d`: ``weight`` [C_in, C_out/groups, K] -> [B, C_out, L_out],
   ``L_out = (L-1)*stride - 2*padding + dilation*(K-1) + output_padding + 1``.
 
-float32, float16 and bfloat16; products summed in float32 and rounded once (the bias of a
-dense convolution is added after that rounding). On the GPU a dense convolution is a gather of
-the input windows (``im2col``) and one batched matmul (tensor cores for the 16-bit types; float32
-follows ``PYGPUKIT_ALLOW_TF32`` as :func:`pygpukit.matmul` does); a kernel of width 1 is the
-matmul alone; groups of one input channel (depthwise convolutions) run a direct kernel. The
-transposed convolution is the matmul ``W^T @ x`` followed by a gather of the taps into the
-output (``col2im``), or a direct kernel for groups of one input channel. See
-``kernels/conv.cu``.
+float32, float16 and bfloat16; products summed in float32 and rounded once. On the GPU a
+dense or grouped convolution runs a tensor-core implicit GEMM (``kernels/conv_mma.cu``, planned
+by :mod:`._conv_mma`): one launch per call, the input windows and weights staged in shared
+memory with no im2col buffer, the bias added in the epilogue; float32 is split into TF32 halves
+(3xTF32), as accurate as float32 arithmetic. The transposed convolution is the GEMM ``W^T @ x``
+over tiles of input positions with the overlap-add done in shared memory. The ``conv_kernel``
+knob (``PYGPUKIT_CONV_KERNEL``) pins a tile or picks the older path: a gather of the input
+windows (``im2col``) and one batched matmul (float32 follows ``PYGPUKIT_ALLOW_TF32`` as
+:func:`pygpukit.matmul` does; a kernel of width 1 is the matmul alone), and for the transposed
+convolution the matmul ``W^T @ x`` followed by a gather of the taps (``col2im``); shapes whose
+staged tiles outgrow shared memory take that path too. Groups of one input channel (depthwise
+convolutions) run a direct kernel. See ``kernels/conv.cu``.
+
+A repeated call with the same shapes, dtypes and options skips the argument checks: the
+checked shape is cached by that signature.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
+from . import _conv_mma, config
 from . import _kernel_loader as kl
+from ._conv_mma import MmaConvPlan
 from ._plan import Launch, PlanCache, per_backend
 from .reference import conv as reference
 
@@ -180,7 +189,9 @@ def _launch(name: str, dtype: np.dtype[Any], total: int) -> Launch:
 class ConvPlan:
     """A forward convolution on the GPU: ``plan(x, weight, bias, y)`` enqueues it.
 
-    ``kind``: ``"depthwise"`` (one direct kernel), ``"pointwise"`` (the matmul alone, K = 1
+    ``kind``: ``"depthwise_tiled"`` (one kernel, a block per run of outputs of a row, the input
+    staged in shared memory), ``"depthwise"`` (one direct kernel, a thread per output, when the
+    staged segment would not fit), ``"pointwise"`` (the matmul alone, K = 1
     with no stride or padding) or ``"im2col"`` (window gather, then the matmul).
     """
 
@@ -192,6 +203,13 @@ class ConvPlan:
     def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
         s = self.s
         total = s.batch * s.c_out * s.out_length
+        if self.kind == "depthwise_tiled":
+            assert self.main is not None
+            self.main(
+                x, weight, bias if bias is not None else 0, y, s.c_in, s.c_out, s.length,
+                s.kernel, s.out_length, s.stride, s.pad_left, s.dilation,
+            )  # fmt: skip
+            return
         if self.kind == "depthwise":
             assert self.main is not None
             self.main(
@@ -295,11 +313,16 @@ class ReferenceConv:
         c.write_into(y, values)
 
 
-def _plan_conv_cuda(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ConvPlan:
+def _plan_conv_cuda(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ConvPlan | MmaConvPlan:
     total = s.batch * s.c_out * s.out_length
     c.check_int32("conv1d", length=s.length, out_length=s.out_length, channels=s.c_in * s.kernel)
+    choice = config.get().conv_kernel
+    if choice != "gemm":
+        mma = _conv_mma.plan_conv(s, dtype, device, choice)
+        if mma is not None:
+            return mma
     if s.c_in == s.groups:
-        return ConvPlan(s, "depthwise", _launch("conv_depthwise", dtype, total), None)
+        return _plan_depthwise(s, dtype, total)
     bias = _launch("conv_bias", dtype, total)
     if s.kernel == 1 and s.stride == 1 and s.pad_left == 0 and s.pad_right == 0:
         return ConvPlan(s, "pointwise", None, bias)
@@ -307,15 +330,33 @@ def _plan_conv_cuda(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ConvPl
     return ConvPlan(s, "im2col", _launch("conv_im2col", dtype, cols), bias)
 
 
+def _plan_depthwise(s: Conv1dShape, dtype: np.dtype[Any], total: int) -> ConvPlan:
+    tile = kl.constant("conv", "CONV_DEPTH_TILE")
+    span = (tile - 1) * s.stride + (s.kernel - 1) * s.dilation + 1
+    smem = 4 * (span + s.kernel)
+    rows = s.batch * s.c_out
+    if smem <= 48 * 1024 and rows <= 65535:
+        kern = kl.kernel("conv", f"conv_depthwise_tiled_{c.kernel_suffix(dtype)}")
+        grid = (-(-s.out_length // tile), rows)
+        return ConvPlan(s, "depthwise_tiled", Launch(kern, grid, 256, smem), None)
+    return ConvPlan(s, "depthwise", _launch("conv_depthwise", dtype, total), None)
+
+
 def _plan_conv_numpy(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ReferenceConv:
     return ReferenceConv(s, transposed=False)
 
 
-def _plan_transpose_cuda(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> TransposePlan:
+def _plan_transpose_cuda(
+    s: Conv1dShape, dtype: np.dtype[Any], device: int
+) -> TransposePlan | MmaConvPlan:
     total = s.batch * s.c_out * s.out_length
     c.check_int32(
         "conv_transpose1d", length=s.length, out_length=s.out_length, rows=s.c_out * s.kernel
     )
+    if config.get().conv_kernel != "gemm":
+        mma = _conv_mma.plan_transpose(s, dtype, device)
+        if mma is not None:
+            return mma
     if s.c_in == s.groups:
         return TransposePlan(s, "direct", _launch("conv_transpose_direct", dtype, total))
     return TransposePlan(s, "col2im", _launch("conv_col2im", dtype, total))
@@ -326,13 +367,96 @@ def _plan_transpose_numpy(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> 
 
 
 #: Convolution plans by (shape, dtype, device).
-CONV_PLANS: PlanCache[ConvPlan | ReferenceConv] = PlanCache(
+CONV_PLANS: PlanCache[ConvPlan | MmaConvPlan | ReferenceConv] = PlanCache(
     "conv1d", per_backend(cpu=_plan_conv_numpy, cuda=_plan_conv_cuda)
 )
 #: Transposed-convolution plans by (shape, dtype, device).
-TRANSPOSE_PLANS: PlanCache[TransposePlan | ReferenceConv] = PlanCache(
+TRANSPOSE_PLANS: PlanCache[TransposePlan | MmaConvPlan | ReferenceConv] = PlanCache(
     "conv_transpose1d", per_backend(cpu=_plan_transpose_numpy, cuda=_plan_transpose_cuda)
 )
+
+
+#: Checked shapes by call signature (arrays' shapes and dtypes, bias presence, the integer or
+#: string options): a repeated call skips the argument checks and the shape arithmetic.
+_SHAPES: dict[tuple[Any, ...], Conv1dShape] = {}
+_SHAPES_MAX = 1024
+_ARRAYS = GPUArray
+
+
+def _signature(
+    op: str, x: Any, weight: Any, bias: Any, options: tuple[Any, ...]
+) -> tuple[Any, ...] | None:
+    """The cache key of a call whose arguments have the plain types the key describes, else None.
+
+    Only exact ``int`` (and ``str`` padding) options take part: anything else goes through the
+    full checks, which say what is wrong with it.
+    """
+    if not (isinstance(x, _ARRAYS) and isinstance(weight, _ARRAYS)):
+        return None
+    if bias is not None and not isinstance(bias, _ARRAYS):
+        return None
+    for value in options:
+        if type(value) is not int and type(value) is not str:
+            return None
+    if not (x.is_contiguous() and weight.is_contiguous()):
+        return None
+    if bias is None:
+        b_key: tuple[Any, ...] | None = None
+    elif bias.is_contiguous():
+        b_key = (bias.shape, bias.dtype)
+    else:
+        return None
+    return (op, x.shape, x.dtype, weight.shape, weight.dtype, b_key, options)
+
+
+def _checked_shape(
+    op: str, x: Any, weight: Any, bias: Any, options: tuple[Any, ...]
+) -> Conv1dShape:
+    """The checked :class:`Conv1dShape` of a call to ``op`` (the one validation of both ops).
+
+    ``options`` are ``(stride, padding, dilation, groups)`` for :func:`conv1d` and ``(stride,
+    padding, output_padding, dilation, groups)`` for :func:`conv_transpose1d`.
+    """
+    key = _signature(op, x, weight, bias, options)
+    if key is not None:
+        found = _SHAPES.get(key)
+        if found is not None:
+            return found
+    x, weight, bias = _check_inputs(op, x, weight, bias)
+    if op == "conv1d":
+        s = _conv_shape(x, weight, *options)
+    else:
+        s = _transpose_shape(x, weight, *options)
+    c.check_shape(bias, "bias", (s.c_out,))
+    if key is not None:
+        if len(_SHAPES) >= _SHAPES_MAX:
+            _SHAPES.clear()
+        _SHAPES[key] = s
+    return s
+
+
+def _run(
+    plans: PlanCache[Any],
+    s: Conv1dShape,
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None,
+    out: GPUArray | None,
+) -> GPUArray:
+    """Check ``out``, make the output and enqueue the plan of ``s`` (either direction)."""
+    shape = (s.batch, s.c_out, s.out_length)
+    if out is not None:
+        c.check_out(out, shape, x.dtype)
+        y = out
+    else:
+        y = gp.empty(shape, x.dtype)
+    if y.size and x.size:
+        plans.get(s, x.dtype, gp.get_device())(x, weight, bias, y)
+    elif y.size:  # no input channels or batch: the output is the bias alone
+        y.fill(0)
+        if bias is not None:
+            y += bias.reshape(1, s.c_out, 1)
+    return y
 
 
 def conv1d_plan(
@@ -344,11 +468,9 @@ def conv1d_plan(
     padding: int | str = 0,
     dilation: int = 1,
     groups: int = 1,
-) -> tuple[ConvPlan | ReferenceConv, Conv1dShape]:
+) -> tuple[ConvPlan | MmaConvPlan | ReferenceConv, Conv1dShape]:
     """The checked shape and the (cached) plan of ``conv1d(x, weight, bias, ...)``."""
-    x, weight, bias = _check_inputs("conv1d", x, weight, bias)
-    s = _conv_shape(x, weight, stride, padding, dilation, groups)
-    c.check_shape(bias, "bias", (s.c_out,))
+    s = _checked_shape("conv1d", x, weight, bias, (stride, padding, dilation, groups))
     return CONV_PLANS.get(s, x.dtype, gp.get_device()), s
 
 
@@ -373,19 +495,8 @@ def conv1d(
     receives the result. Raises ``ValueError`` / ``TypeError`` for shapes or dtypes that do not
     fit, before anything runs; returns without waiting on the GPU.
     """
-    plan, s = conv1d_plan(
-        x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups
-    )
-    shape = (s.batch, s.c_out, s.out_length)
-    c.check_out(out, shape, x.dtype)
-    y = c.result(out, shape, x.dtype)
-    if y.size and x.size:
-        plan(x, weight, bias, y)
-    elif y.size:  # no input channels or batch: the output is the bias alone
-        y.fill(0)
-        if bias is not None:
-            y += bias.reshape(1, s.c_out, 1)
-    return y
+    s = _checked_shape("conv1d", x, weight, bias, (stride, padding, dilation, groups))
+    return _run(CONV_PLANS, s, x, weight, bias, out)
 
 
 def conv_transpose1d_plan(
@@ -398,11 +509,10 @@ def conv_transpose1d_plan(
     output_padding: int = 0,
     groups: int = 1,
     dilation: int = 1,
-) -> tuple[TransposePlan | ReferenceConv, Conv1dShape]:
+) -> tuple[TransposePlan | MmaConvPlan | ReferenceConv, Conv1dShape]:
     """The checked shape and the (cached) plan of ``conv_transpose1d(x, weight, bias, ...)``."""
-    x, weight, bias = _check_inputs("conv_transpose1d", x, weight, bias)
-    s = _transpose_shape(x, weight, stride, padding, output_padding, dilation, groups)
-    c.check_shape(bias, "bias", (s.c_out,))
+    options = (stride, padding, output_padding, dilation, groups)
+    s = _checked_shape("conv_transpose1d", x, weight, bias, options)
     return TRANSPOSE_PLANS.get(s, x.dtype, gp.get_device()), s
 
 
@@ -425,23 +535,6 @@ def conv_transpose1d(
     ``output_padding`` must be smaller than ``stride`` or ``dilation``. Dtypes, ``groups`` and
     ``out`` as :func:`conv1d`.
     """
-    plan, s = conv_transpose1d_plan(
-        x,
-        weight,
-        bias,
-        stride=stride,
-        padding=padding,
-        output_padding=output_padding,
-        groups=groups,
-        dilation=dilation,
-    )
-    shape = (s.batch, s.c_out, s.out_length)
-    c.check_out(out, shape, x.dtype)
-    y = c.result(out, shape, x.dtype)
-    if y.size and x.size:
-        plan(x, weight, bias, y)
-    elif y.size:
-        y.fill(0)
-        if bias is not None:
-            y += bias.reshape(1, s.c_out, 1)
-    return y
+    options = (stride, padding, output_padding, dilation, groups)
+    s = _checked_shape("conv_transpose1d", x, weight, bias, options)
+    return _run(TRANSPOSE_PLANS, s, x, weight, bias, out)

@@ -43,7 +43,7 @@ from . import _common as c
 from . import _kernel_loader as kl
 from . import config
 from ._constants import constant, gemv_rows_per_block
-from ._plan import Launch, PlanCache, per_backend
+from ._plan import Launch, PlanCache, on_gpu, per_backend
 from .reference import linear as reference
 
 __all__ = ["ACTIVATIONS", "GEMV_MAX_ROWS", "GEMV_VARIANTS", "gemv", "gemv_variant", "linear"]
@@ -299,6 +299,33 @@ def gemv(
     return y
 
 
+_F32 = np.dtype(gp.float32)
+
+
+def _product_only(x: Any, weight: Any) -> GPUArray | None:
+    """``x @ weight.T`` on the GEMM path in one runtime call, or None to take the general path.
+
+    A prompt's projections are this case (no bias, no activation, no ``out``), and at a few
+    microseconds of GPU time each the host's checks, allocation and plan lookup would be most of
+    the call: here the few checks the runtime does not make (a float dtype, a C-contiguous
+    weight, more rows than the GEMV kernels take) come first, and the runtime's own checks
+    (shapes, x's contiguity, equal dtypes) the rest. None for anything else, including an
+    invalid argument, whose error the general path then raises with the argument's name.
+    """
+    if not isinstance(x, GPUArray) or not isinstance(weight, GPUArray):
+        return None
+    dtype = x.dtype
+    shape = x.shape
+    if dtype not in c.FLOAT_DTYPES or len(shape) < 2 or not weight.is_contiguous():
+        return None
+    if dtype != _F32 and math.prod(shape[:-1]) <= GEMV_MAX_ROWS:
+        return None
+    try:
+        return matmul_nt(x, weight)
+    except (ValueError, TypeError):
+        return None
+
+
 def linear(
     x: GPUArray,
     weight: GPUArray,
@@ -317,6 +344,10 @@ def linear(
     docstring). ``out`` ([..., N], same dtype, C-contiguous, not overlapping an input)
     receives the result.
     """
+    if bias is None and activation is None and out is None and on_gpu():
+        y = _product_only(x, weight)
+        if y is not None:
+            return y
     check_x(x, None)
     act = activation_code(activation)
     n, k = check_weight(x, weight, bias)

@@ -30,8 +30,9 @@ broadcasting and promotion decided before the call), ``unary(op, a, out)``,
 ``softmax``, ``cumsum``, ``take``, ``tri``, ``matmul(a, b, out, allow_tf32)``,
 ``where``, ``clip``; the other shape ops are views plus ``copy_into``. Two matmul
 shortcuts keep small products cheap on the host: ``matmul_new(a, b, allow_tf32) ->
-impl`` (two 2-D, or two 3-D impls of one batch size, one dtype) and ``matmul_nt(x, w,
-out, allow_tf32)`` (``out = x @ w.T``, ``x`` and ``out`` C-contiguous).
+impl`` (two 2-D, or two 3-D impls of one batch size, one dtype), ``matmul_nt(x, w,
+out, allow_tf32)`` (``out = x @ w.T``, ``x`` and ``out`` C-contiguous) and
+``matmul_nt_new(x, w, allow_tf32) -> impl`` (the same into a new ``[..., N]`` impl).
 """
 
 from __future__ import annotations

@@ -390,5 +390,5 @@ def tensor_map(impl: Any, box: Sequence[int], swizzle: int) -> Any:
 
 # The array ops live in one module per family; imported last because they use the helpers above.
 from .cpu_elementwise import binary, clip, unary, where  # noqa: E402, F401
-from .cpu_linalg import matmul, matmul_new, matmul_nt  # noqa: E402, F401
+from .cpu_linalg import matmul, matmul_new, matmul_nt, matmul_nt_new  # noqa: E402, F401
 from .cpu_reduce import cumsum, reduce, softmax, take, tri  # noqa: E402, F401

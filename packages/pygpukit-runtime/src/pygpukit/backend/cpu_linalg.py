@@ -46,3 +46,14 @@ def matmul_nt(x: np.ndarray, w: np.ndarray, out: np.ndarray, allow_tf32: bool) -
     if out.size != m * n or out.dtype != x.dtype:
         raise ValueError("matmul_nt: out must hold M x N elements of x's dtype")
     matmul(x.reshape(m, k), w.T, out.reshape(m, n), allow_tf32)
+
+
+def matmul_nt_new(x: np.ndarray, w: np.ndarray, allow_tf32: bool) -> np.ndarray:
+    """``x @ w.T`` into a new C-contiguous ``[..., N]`` array (checks as :func:`matmul_nt`)."""
+    from .cpu import empty
+
+    if x.ndim < 1 or w.ndim != 2:
+        raise ValueError("matmul_nt takes x [..., K] and a 2-D weight [N, K]")
+    out = empty((*x.shape[:-1], w.shape[0]), x.dtype.name, None, None)
+    matmul_nt(x, w, out, allow_tf32)
+    return out

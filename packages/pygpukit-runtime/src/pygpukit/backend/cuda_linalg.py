@@ -1,4 +1,4 @@
-"""The CUDA backend's matmul: one ``_native`` call (``matmul``, ``matmul_new``, ``matmul_nt``).
+"""The CUDA backend's matmul: one ``_native`` call (``matmul``, ``matmul_new``, ``matmul_nt*``).
 
 cuBLASLt is loaded on the first matmul from ``_environment.library_candidates("cublasLt")``
 (never linked). ``PYGPUKIT_GEMM_BACKEND`` is read on every call: unset or ``auto`` uses
@@ -8,6 +8,7 @@ cuBLASLt or a ``LibraryNotFoundError``.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .. import env
@@ -17,6 +18,10 @@ from .select import native
 
 _native: Any = native()
 _cublaslt: dict[str, Any] | None = None
+_GEMM_ENV = "PYGPUKIT_GEMM_BACKEND"
+#: The last raw value of the variable and the backend argument it gave (every matmul asks: one
+#: environment read and a compare instead of the validating reader's few calls).
+_last_backend: tuple[str | None, str] | None = None
 
 
 def cublaslt_status() -> dict[str, Any]:
@@ -38,11 +43,17 @@ def matmul(a: Any, b: Any, out: Any, allow_tf32: bool) -> None:
 
 
 def _backend_arg() -> str:
+    global _last_backend
+    raw = os.environ.get(_GEMM_ENV)
+    last = _last_backend
+    if last is not None and last[0] == raw:
+        return last[1]
     choice = gemm_backend()
     if choice != "own":
         status = cublaslt_status()
         if choice == "cublaslt" and not status["loaded"]:
             raise LibraryNotFoundError("cublasLt", status["tried"])
+    _last_backend = (raw, choice)
     return choice
 
 
@@ -58,6 +69,11 @@ def matmul_new(a: Any, b: Any, allow_tf32: bool) -> Any:
 def matmul_nt(x: Any, w: Any, out: Any, allow_tf32: bool) -> None:
     """``out = x @ w.T`` for C-contiguous ``x`` [..., K] and ``out`` [..., N], ``w`` [N, K]."""
     _native.matmul_nt(x, w, out, allow_tf32, _backend_arg())
+
+
+def matmul_nt_new(x: Any, w: Any, allow_tf32: bool) -> Any:
+    """``x @ w.T`` into a new C-contiguous ``[..., N]`` impl, in one native call."""
+    return _native.matmul_nt_new(x, w, allow_tf32, _backend_arg())
 
 
 def matmul_implementation(dtype: str, allow_tf32: bool) -> str:

@@ -181,6 +181,7 @@ class Kernel:
         *,
         shared_mem: int = 0,
         stream: Any = None,
+        dependent: bool = False,
     ) -> None:
         """Launch with an explicit grid and block and the arguments in declaration order.
 
@@ -188,10 +189,17 @@ class Kernel:
         many times: no binding by name, no default grid. Arguments are still type-checked
         as they are packed; a mismatch raises ``TypeError`` naming the parameter, before
         anything is enqueued.
+
+        ``dependent=True`` asks for a programmatic dependent launch (SM 9.0 and newer; a plain
+        launch elsewhere): the kernel may start while the previous kernel on the stream still
+        runs, so it must execute ``griddepcontrol.wait`` before it reads that kernel's results
+        or writes memory that kernel reads. A kernel that also executes
+        ``griddepcontrol.launch_dependents`` lets the next dependent launch start early in turn.
+        Works inside CUDA graph capture.
         """
         stream_impl = _backend().current_stream() if stream is None else stream._impl
         try:
-            self._function.launch(grid, block, shared_mem, stream_impl, args)
+            self._function.launch(grid, block, shared_mem, stream_impl, args, dependent)
         except TypeError:
             check_arguments(self.name, self.params, args)  # a message naming the parameter
             raise

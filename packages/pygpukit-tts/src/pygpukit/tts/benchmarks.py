@@ -39,6 +39,7 @@ from .config import KokoroConfig
 from .kokoro import KokoroNetwork
 from .model import KokoroModel
 from .random_model import TINY_CONFIG, random_state, random_voice
+from .text import chunk_phonemes
 
 __all__ = ["SUITE", "suites"]
 
@@ -63,8 +64,17 @@ def _phonemes(config: KokoroConfig, rng: np.random.Generator, n: int) -> str:
     return text.rstrip() + "."
 
 
+_STATES: dict[KokoroConfig, dict[str, np.ndarray]] = {}
+
+
+def _state(config: KokoroConfig) -> dict[str, np.ndarray]:
+    if config not in _STATES:
+        _STATES[config] = random_state(config, seed=0)
+    return _STATES[config]
+
+
 def _model(config: KokoroConfig) -> KokoroModel:
-    network = KokoroNetwork(config, random_state(config, seed=0))
+    network = KokoroNetwork(config, _state(config))
     return KokoroModel(network, {"random": random_voice(config, seed=1)})
 
 
@@ -82,15 +92,66 @@ def _check_audio(config: KokoroConfig) -> Callable[[Any], float | None]:
     return check
 
 
-def _kmodel(lib: Library, config: KokoroConfig) -> Any:
-    """PyTorch's KModel with random weights from its own modules (no download)."""
+def _import_kmodel() -> Any:
+    """``kokoro.model.KModel`` without running the package's ``__init__``.
+
+    That ``__init__`` imports ``kokoro.pipeline``, hence misaki and spaCy, which the model does
+    not need: a bare ``kokoro`` package pointing at the installed folder stands in for it.
+    """
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    if "kokoro" not in sys.modules:
+        spec = importlib.util.find_spec("kokoro")
+        if spec is None or not spec.submodule_search_locations:
+            raise Skip("the kokoro package (KModel, PyTorch) is not installed")
+        package = types.ModuleType("kokoro")
+        package.__path__ = list(spec.submodule_search_locations)
+        package.__spec__ = spec
+        sys.modules["kokoro"] = package
     try:
-        from kokoro.istftnet import Decoder
-        from kokoro.model import KModel
-        from kokoro.modules import CustomAlbert, ProsodyPredictor, TextEncoder
-        from transformers import AlbertConfig
+        return importlib.import_module("kokoro.model").KModel
     except ImportError as exc:
-        raise Skip(f"the kokoro package (and transformers) is not importable: {exc}") from exc
+        raise Skip(f"kokoro.model is not importable (transformers, loguru?): {exc}") from exc
+
+
+def _torch_state(kmodel: Any, state: dict[str, np.ndarray], torch: Any) -> dict[str, Any]:
+    """KModel's state dict filled from a folded state (weight norm split back into g and v)."""
+    out = {}
+    for key, current in kmodel.state_dict().items():
+        base = None
+        for suffix in (".weight_g", ".weight_v", ".parametrizations.weight.original0",
+                       ".parametrizations.weight.original1"):  # fmt: skip
+            if key.endswith(suffix):
+                base = key[: -len(suffix)] + ".weight"
+        if base is not None:
+            w = state[base]
+            if key.endswith(("weight_g", "original0")):
+                # weight_norm's g: the norm of v over every axis but the first, so g v / |v| = v.
+                w = np.sqrt((w.astype(np.float64) ** 2).sum(axis=tuple(range(1, w.ndim))))
+        elif key in state:
+            w = state[key]
+        else:
+            out[key] = current  # buffers KModel makes itself (position ids...)
+            continue
+        out[key] = torch.from_numpy(np.ascontiguousarray(w, np.float32)).reshape(current.shape)
+    return out
+
+
+_KMODELS: dict[KokoroConfig, Any] = {}
+
+
+def _kmodel(lib: Library, config: KokoroConfig) -> Any:
+    """PyTorch's KModel on ``cuda`` with the same random weights as :func:`_model`."""
+    if config in _KMODELS:
+        return _KMODELS[config]
+    kmodel_class = _import_kmodel()
+    from kokoro.istftnet import Decoder
+    from kokoro.modules import CustomAlbert, ProsodyPredictor, TextEncoder
+    from transformers import AlbertConfig
+
     torch = lib.module
     cfg = config.to_dict()
     cfg.update(dropout=0.2, n_mels=80, multispeaker=True, max_conv_dim=512, dim_in=64)
@@ -113,8 +174,19 @@ def _kmodel(lib: Library, config: KokoroConfig) -> Any:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "random.pth"
         torch.save({k: m.state_dict() for k, m in parts.items()}, path)
-        model = KModel(repo_id="hexgrad/Kokoro-82M", config=cfg, model=str(path))
-    return model.to("cuda").eval()
+        model = kmodel_class(repo_id="hexgrad/Kokoro-82M", config=cfg, model=str(path))
+    model.load_state_dict(_torch_state(model, _state(config), torch))
+    _KMODELS[config] = model.to("cuda").eval()
+    return _KMODELS[config]
+
+
+def _torch_synthesize(lib: Library, kmodel: Any, phonemes: str, style: np.ndarray) -> Any:
+    """One KModel call, waited for: ``(samples, frames)``."""
+    torch = lib.module
+    with torch.no_grad():
+        out = kmodel(phonemes, torch.from_numpy(style).to("cuda"), 1.0, return_output=True)
+    torch.cuda.synchronize()
+    return out.audio.float().cpu().numpy(), int(out.pred_dur.sum())
 
 
 def _onnxruntime_ms(ids: np.ndarray, ref: np.ndarray, reps: int = 5) -> float | None:
@@ -140,55 +212,77 @@ def _onnxruntime_ms(ids: np.ndarray, ref: np.ndarray, reps: int = 5) -> float | 
     return float(np.median(times))
 
 
+class _Clock:
+    """Wall times of the measured calls and the audio seconds each made."""
+
+    def __init__(self) -> None:
+        self.times_ms: list[float] = []
+        self.seconds: list[float] = []
+        self.extra: dict[str, float | str] = {}
+
+    def measure(self, run: Callable[[int], Any]) -> Callable[[int], float]:
+        def timed(i: int) -> float:
+            start = time.perf_counter()
+            run(i)
+            self.times_ms.append((time.perf_counter() - start) * 1e3)
+            return self.times_ms[-1]
+
+        return timed
+
+    def metrics(self) -> dict[str, float | str]:
+        if not self.times_ms or not self.seconds:
+            return dict(self.extra)
+        per_s = float(np.median(self.seconds)) / (float(np.median(self.times_ms)) / 1e3)
+        return {**self.extra, "audio_s": round(float(np.median(self.seconds)), 2),
+                "audio_s_per_s": round(per_s, 1)}  # fmt: skip
+
+
+def _need_torch_gpu(lib: Library) -> None:
+    if lib.name != "torch":
+        raise Skip(f"{lib.name}: no Kokoro implementation")
+    if not lib.module.cuda.is_available():
+        raise Skip("torch has no CUDA device: KModel runs on cuda only here")
+
+
+def _style_row(config: KokoroConfig, phonemes: str) -> np.ndarray:
+    """The random voice's style for an utterance of ``phonemes`` (as KModel's pipeline picks)."""
+    return random_voice(config, 1)[min(len(phonemes), 510) - 1]
+
+
 def _synthesize_case(ctx: SuiteContext, config: KokoroConfig, shape: str, n: int) -> Case:
     phonemes = _phonemes(config, ctx.rng, n)
 
     def setup(lib: Library, copies: int) -> Timed:
-        seconds: list[float] = []
-        times: list[float] = []
-        extra: dict[str, float | str] = {}
+        clock = _Clock()
         if lib.name == "pygpukit":
             model = _model(config)
 
             def run(i: int) -> Any:
                 audio = model.synthesize(phonemes=phonemes, voice="random")
-                seconds.append(audio.seconds)
+                clock.seconds.append(audio.seconds)
+                clock.extra["frames"] = len(audio.samples) // config.frame_samples
                 return audio.samples
 
             if shape == "kokoro-82m":
                 from .text import as_token_array, phonemes_to_ids
 
                 ids = as_token_array(phonemes_to_ids(phonemes, config.vocab))
-                ms = _onnxruntime_ms(ids, random_voice(config, 1)[len(phonemes) - 1, 0])
+                ms = _onnxruntime_ms(ids, _style_row(config, phonemes)[0])
                 if ms is not None:
-                    extra["onnxruntime_ms"] = round(ms, 2)
-        elif lib.name == "torch":
-            torch = lib.module
+                    clock.extra["onnxruntime_ms"] = round(ms, 2)
+        else:
+            _need_torch_gpu(lib)
             kmodel = _kmodel(lib, config)
-            style = torch.from_numpy(random_voice(config, 1)[len(phonemes) - 1]).to("cuda")
+            style = _style_row(config, phonemes)
 
             def run(i: int) -> Any:
-                with torch.no_grad():
-                    audio = kmodel(phonemes, style, 1.0)
-                torch.cuda.synchronize()
-                seconds.append(len(audio) / 24000)
-                return audio.float().cpu().numpy()
-        else:
-            raise Skip(f"{lib.name}: no Kokoro implementation")
+                samples, frames = _torch_synthesize(lib, kmodel, phonemes, style)
+                clock.seconds.append(len(samples) / 24000)
+                clock.extra["frames"] = frames  # the same random weights: the same alignment
+                return samples
 
-        def measure(i: int) -> float:
-            start = time.perf_counter()
-            run(i)
-            times.append((time.perf_counter() - start) * 1e3)
-            return times[-1]
-
-        def metrics() -> dict[str, float | str]:
-            if not times:
-                return extra
-            audio_per_s = float(np.median(seconds)) / (float(np.median(times)) / 1e3)
-            return {**extra, "audio_s_per_s": round(audio_per_s, 1)}
-
-        return Timed(run=run, check=_check_audio(config), measure=measure, metrics=metrics)
+        return Timed(run=run, check=_check_audio(config), measure=clock.measure(run),
+                     metrics=clock.metrics)  # fmt: skip
 
     params: dict[str, int | float | str] = {"model": shape, "phonemes": n, "batch": 1}
     return Case(NAME, "synthesize", params, dict.fromkeys(("pygpukit", "torch"), setup),
@@ -199,58 +293,63 @@ def _batch_case(ctx: SuiteContext, config: KokoroConfig, shape: str, n: int, bat
     texts = [_phonemes(config, ctx.rng, n) for _ in range(batch)]
 
     def setup(lib: Library, copies: int) -> Timed:
-        if lib.name != "pygpukit":
-            raise Skip(f"{lib.name}: no batched Kokoro call")
-        model = _model(config)
-        seconds: list[float] = []
-        times: list[float] = []
+        clock = _Clock()
+        if lib.name == "pygpukit":
+            model = _model(config)
 
-        def run(i: int) -> Any:
-            out = model.synthesize_batch(phonemes=texts, voice="random")
-            seconds.append(sum(a.seconds for a in out))
-            return out[0].samples
+            def run(i: int) -> Any:
+                out = model.synthesize_batch(phonemes=texts, voice="random")
+                clock.seconds.append(sum(a.seconds for a in out))
+                return out[0].samples
 
-        def measure(i: int) -> float:
-            start = time.perf_counter()
-            run(i)
-            times.append((time.perf_counter() - start) * 1e3)
-            return times[-1]
+        else:  # KModel takes one utterance per call: the batch is a loop, as its servers do
+            _need_torch_gpu(lib)
+            kmodel = _kmodel(lib, config)
+            styles = [_style_row(config, t) for t in texts]
 
-        def metrics() -> dict[str, float | str]:
-            if not times:
-                return {}
-            return {
-                "audio_s_per_s": round(
-                    float(np.median(seconds)) / (float(np.median(times)) / 1e3), 1
-                )
-            }
+            def run(i: int) -> Any:
+                pairs = zip(texts, styles, strict=True)
+                outs = [_torch_synthesize(lib, kmodel, t, s) for t, s in pairs]
+                clock.seconds.append(sum(len(a) for a, _ in outs) / 24000)
+                return outs[0][0]
 
-        return Timed(run=run, check=_check_audio(config), measure=measure, metrics=metrics)
+        return Timed(run=run, check=_check_audio(config), measure=clock.measure(run),
+                     metrics=clock.metrics)  # fmt: skip
 
     params: dict[str, int | float | str] = {"model": shape, "phonemes": n, "batch": batch}
-    return Case(NAME, "synthesize_batch", params, {"pygpukit": setup}, timing="wall")
+    return Case(NAME, "synthesize_batch", params, dict.fromkeys(("pygpukit", "torch"), setup),
+                timing="wall")  # fmt: skip
 
 
 def _stream_case(ctx: SuiteContext, config: KokoroConfig, shape: str, n: int) -> Case:
     text = " ".join(_phonemes(config, ctx.rng, 200) for _ in range(n // 200))
 
     def setup(lib: Library, copies: int) -> Timed:
-        if lib.name != "pygpukit":
-            raise Skip(f"{lib.name}: no streaming Kokoro call")
-        model = _model(config)
+        clock = _Clock()
+        if lib.name == "pygpukit":
+            model = _model(config)
 
-        def run(i: int) -> Any:
-            return next(iter(model.stream(phonemes=text, voice="random"))).samples
+            def run(i: int) -> Any:
+                first = next(iter(model.stream(phonemes=text, voice="random")))
+                clock.extra["first_chunk_phonemes"] = len(first.phonemes)
+                return first.samples
 
-        def measure(i: int) -> float:
-            start = time.perf_counter()
-            run(i)
-            return (time.perf_counter() - start) * 1e3
+        else:  # KModel's pipeline speaks the text in chunks of up to 510 phonemes
+            _need_torch_gpu(lib)
+            kmodel = _kmodel(lib, config)
+            first_chunk = chunk_phonemes(text, config.max_phonemes)[0]
+            style = _style_row(config, first_chunk)
+            clock.extra["first_chunk_phonemes"] = len(first_chunk)
 
-        return Timed(run=run, check=_check_audio(config), measure=measure)
+            def run(i: int) -> Any:
+                return _torch_synthesize(lib, kmodel, first_chunk, style)[0]
+
+        return Timed(run=run, check=_check_audio(config), measure=clock.measure(run),
+                     metrics=clock.metrics)  # fmt: skip
 
     params: dict[str, int | float | str] = {"model": shape, "phonemes": len(text)}
-    return Case(NAME, "stream_first_chunk", params, {"pygpukit": setup}, timing="wall")
+    return Case(NAME, "stream_first_chunk", params, dict.fromkeys(("pygpukit", "torch"), setup),
+                timing="wall")  # fmt: skip
 
 
 def _cases(ctx: SuiteContext) -> Iterator[Case]:

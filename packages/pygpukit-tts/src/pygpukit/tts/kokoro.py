@@ -1,4 +1,4 @@
-"""The Kokoro network (``KModel`` of the ``kokoro`` package) over a float32 state dict.
+"""The Kokoro network (``KModel`` of the ``kokoro`` package), resident on the device.
 
 Layers, in KModel's order: ALBERT (one shared layer group applied ``albert_layers`` times), the
 ``bert_encoder`` projection, the duration encoder (BiLSTMs with AdaLayerNorm conditioned on the
@@ -8,27 +8,60 @@ upsampling), the text encoder (embedding, conv1d + channel LayerNorm + LeakyReLU
 decoder (AdaIN residual blocks) and the iSTFTNet generator (harmonic sine source,
 transposed-conv upsampling, AdaIN residual blocks with Snake, iSTFT).
 
-State-dict names are KModel's with weight norm folded into ``.weight``. The operators come from
-:mod:`pygpukit.tts._ops`.
+The weights are uploaded once (:class:`~pygpukit.tts._weights.DeviceWeights`) and every layer
+runs on GPUArrays through :mod:`pygpukit.ops` and the runtime's array operations; the CPU
+backend runs the same code on its NumPy versions. Per call the host sees two things: the
+integer durations (the hard alignment's shape depends on them) and the finished audio.
+
+Several utterances run as one padded batch: ALBERT masks the padded keys, the LSTMs stop at
+each utterance's length, convolutions see zero padding and AdaIN's statistics cover the valid
+frames only (:mod:`pygpukit.tts._masking`), so each utterance's audio is the one it gets alone,
+up to rounding and the last few milliseconds, where the source's STFT and the iSTFT see the
+next frames instead of the signal's end.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import _ops as F
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.array import GPUArray
+from pygpukit.ops.audio.stft import istft, stft
+from pygpukit.ops.linear import linear
+
+from ._masking import Lengths, ada_in
+from ._source import harmonic_sines
+from ._weights import ALBERT_LAYER, DeviceWeights
 from .config import SAMPLE_RATE, KokoroConfig
 
-__all__ = ["KokoroNetwork", "NetworkOutput"]
+__all__ = ["KokoroNetwork", "NetworkOutput", "resolve_vocoder_dtype"]
 
-_SQRT_HALF = np.float32(1.0 / math.sqrt(2.0))
-_HARMONICS = 9  # the fundamental and 8 overtones of the sine source
-_VOICED_F0_HZ = 10.0
-_SINE_AMP = 0.1
-_NOISE_STD = 0.003
+_SQRT_HALF = 1.0 / math.sqrt(2.0)  # a Python float: 16-bit signals stay 16-bit
+_MASKED_SCORE = np.float32(-1e9)  # an additive attention mask for padded keys
+
+
+_VOCODER_DTYPES = {"float32": gp.float32, "bfloat16": gp.bfloat16, "float16": gp.float16}
+
+
+def resolve_vocoder_dtype(dtype: str | np.dtype) -> np.dtype:
+    """The vocoder's dtype from its name.
+
+    ``"auto"`` is bfloat16 on the GPU (tensor-core convolutions), float32 on the CPU backend;
+    else ``"float32"``, ``"bfloat16"`` or ``"float16"`` (or the dtype itself).
+    """
+    if isinstance(dtype, str) and dtype == "auto":
+        return gp.bfloat16 if gp.backend_name() == "cuda" else gp.float32
+    for name, value in _VOCODER_DTYPES.items():
+        if dtype == name or (not isinstance(dtype, str) and np.dtype(dtype) == value):
+            return value
+    raise ValueError(
+        f"vocoder_dtype must be 'auto', 'float32', 'bfloat16' or 'float16', got {dtype!r}"
+    )
 
 
 @dataclass
@@ -39,313 +72,369 @@ class NetworkOutput:
     durations: np.ndarray
 
 
-def _gelu_tanh(x: np.ndarray) -> np.ndarray:
-    """ALBERT's ``gelu_new`` (tanh approximation)."""
-    c = np.float32(math.sqrt(2.0 / math.pi))
-    return (0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * x**3)))).astype(np.float32)
+@dataclass
+class _Styles:
+    """One batch's style projections: every AdaIN's gamma and beta, as column views."""
 
+    projected: dict[str, GPUArray]
+    columns: dict[str, tuple[int, int]]
 
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _interpolate_linear(x: np.ndarray, scale: float) -> np.ndarray:
-    """``F.interpolate(x, scale_factor=scale, mode="linear")`` on ``[B, C, L]``.
-
-    align_corners False, as KModel's sine source calls it.
-    """
-    length = x.shape[-1]
-    out_len = math.floor(length * scale)
-    src = (np.arange(out_len, dtype=np.float64) + 0.5) / scale - 0.5
-    src = np.maximum(src, 0.0)
-    i0 = np.minimum(np.floor(src).astype(np.int64), length - 1)
-    i1 = np.minimum(i0 + 1, length - 1)
-    w = (src - i0).astype(np.float64)
-    return (x[..., i0] * (1.0 - w) + x[..., i1] * w).astype(x.dtype)
+    def __call__(self, prefix: str) -> tuple[GPUArray, GPUArray]:
+        section = prefix.split(".", 1)[0]
+        offset, channels = self.columns[prefix]
+        h = self.projected[section]
+        return h[:, offset : offset + channels], h[:, offset + channels : offset + 2 * channels]
 
 
 class KokoroNetwork:
-    """Kokoro's forward pass over a KModel state dict (weight norm folded)."""
+    """Kokoro's forward pass over a KModel state dict (weight norm folded), on ``device``."""
 
-    def __init__(self, config: KokoroConfig, state: dict[str, np.ndarray]) -> None:
+    def __init__(
+        self,
+        config: KokoroConfig,
+        state: dict[str, np.ndarray],
+        *,
+        device: int = 0,
+        vocoder_dtype: str | np.dtype = "auto",
+    ) -> None:
         self.config = config
+        #: The host state dict it was built from (float32, KModel names).
         self.state = state
+        self.device = device
+        #: The dtype of the decoder and generator (the prosody half is always float32).
+        self.vocoder_dtype = resolve_vocoder_dtype(vocoder_dtype)
+        with gp.Device(device):
+            self.weights = DeviceWeights(state, self.vocoder_dtype)
 
-    # -- parameter access -------------------------------------------------------------------
-    def _w(self, name: str) -> np.ndarray:
-        return self.state[name]
+    # -- building blocks --------------------------------------------------------------------
+    def _linear(self, x: GPUArray, prefix: str, activation: str | None = None) -> GPUArray:
+        w = self.weights
+        return linear(x, w[prefix + ".weight"], w.get(prefix + ".bias"), activation=activation)
 
-    def _opt(self, name: str) -> np.ndarray | None:
-        return self.state.get(name)
+    def _conv(
+        self, x: GPUArray, prefix: str, *, stride: int = 1, padding: int = 0, dilation: int = 1
+    ) -> GPUArray:
+        w = self.weights
+        return ops.conv1d(
+            x, w[prefix + ".weight"], w.get(prefix + ".bias"), stride=stride, padding=padding,
+            dilation=dilation,
+        )  # fmt: skip
 
-    def _linear(self, x: np.ndarray, prefix: str) -> np.ndarray:
-        y = x @ self._w(prefix + ".weight").T
-        bias = self._opt(prefix + ".bias")
-        return (y + bias if bias is not None else y).astype(np.float32)
+    def _lstm(self, x: GPUArray, prefix: str, lengths: Lengths) -> GPUArray:
+        fw, bw = self.weights.lstm(prefix)
+        y, _ = ops.lstm(
+            x, *fw, w_ih_reverse=bw[0], w_hh_reverse=bw[1], b_ih_reverse=bw[2],
+            b_hh_reverse=bw[3], lengths=lengths.for_lstm(),
+        )  # fmt: skip
+        return y
 
-    def _conv(self, x: np.ndarray, prefix: str, **kw: int) -> np.ndarray:
-        return F.conv1d(x, self._w(prefix + ".weight"), self._opt(prefix + ".bias"), **kw)
+    def _styles(self, ref: GPUArray) -> _Styles:
+        """Every block's gamma/beta for styles ``ref`` ``[B, 2 * style]`` in two matmuls."""
+        s = self.config.style_dim
+        halves = {"decoder": ref[:, :s].contiguous(), "predictor": ref[:, s:].contiguous()}
+        projected, columns = {}, {}
+        for section, pack in self.weights.styles.items():
+            projected[section] = linear(halves[section], pack.weight, pack.bias)
+            columns.update(pack.columns)
+        if self.vocoder_dtype != gp.float32:
+            projected["decoder"] = projected["decoder"].astype(self.vocoder_dtype)
+        return _Styles(projected, columns)
 
-    def _lstm(self, x: np.ndarray, prefix: str) -> np.ndarray:
-        names = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
-        params = {
-            n + suffix: self._w(f"{prefix}.{n}{suffix}")
-            for n in names
-            for suffix in ("", "_reverse")
-        }
-        return F.lstm_bidirectional(x, params)
+    def _adain(
+        self,
+        x: GPUArray,
+        styles: _Styles,
+        prefix: str,
+        lengths: Lengths,
+        activation: str | None = None,
+        alpha: GPUArray | None = None,
+        slope: float = 0.2,
+    ) -> GPUArray:
+        gamma, beta = styles(prefix)
+        w = self.weights
+        return ada_in(
+            x, gamma, beta, lengths, weight=w.get(prefix + ".norm.weight"),
+            bias=w.get(prefix + ".norm.bias"), activation=activation, negative_slope=slope,
+            alpha=alpha,
+        )  # fmt: skip
 
     # -- ALBERT -----------------------------------------------------------------------------
-    def albert(self, ids: np.ndarray) -> np.ndarray:
-        """``[B, T]`` token ids -> ``[B, T, hidden]`` (no padding inside a batch)."""
-        cfg = self.config
+    def albert(self, ids: GPUArray, tokens: Lengths) -> GPUArray:
+        """``[B, T]`` token ids -> ``[B, T, hidden]`` (padded keys masked out)."""
+        cfg, w = self.config, self.weights
+        b, t = ids.shape
         p = "bert.embeddings."
-        t = ids.shape[1]
-        x = (
-            self._w(p + "word_embeddings.weight")[ids]
-            + self._w(p + "position_embeddings.weight")[:t][None]
-            + self._w(p + "token_type_embeddings.weight")[0][None, None]
-        )
-        x = F.layer_norm(x, self._w(p + "LayerNorm.weight"), self._w(p + "LayerNorm.bias"), 1e-12)
+        x = ops.embedding(ids, w[p + "word_embeddings.weight"]) + w.positions[:t]
+        x = ops.layernorm(x, w[p + "LayerNorm.weight"], w[p + "LayerNorm.bias"], 1e-12)
         h = self._linear(x, "bert.encoder.embedding_hidden_mapping_in")
-        layer = "bert.encoder.albert_layer_groups.0.albert_layers.0."
-        heads = cfg.albert_heads
-        head_dim = cfg.albert_hidden // heads
-        b = ids.shape[0]
+        heads, hidden = cfg.albert_heads, cfg.albert_hidden
+        head_dim = hidden // heads
+        mask = None
+        if not tokens.full:
+            padded = np.arange(t)[None, :] >= tokens.lengths[:, None]
+            mask = gp.from_numpy(np.where(padded, _MASKED_SCORE, np.float32(0)).reshape(b, 1, 1, t))
+        scale = np.float32(1.0 / math.sqrt(head_dim))
+        layer = ALBERT_LAYER
         for _ in range(cfg.albert_layers):
-
-            def split(z: np.ndarray) -> np.ndarray:
-                return z.reshape(b, t, heads, head_dim).transpose(0, 2, 1, 3)
-
-            q = split(self._linear(h, layer + "attention.query"))
-            k = split(self._linear(h, layer + "attention.key"))
-            v = split(self._linear(h, layer + "attention.value"))
-            probs = _softmax(q @ k.transpose(0, 1, 3, 2) / np.float32(math.sqrt(head_dim)))
-            ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b, t, cfg.albert_hidden)
+            qkv = linear(h, w.qkv_weight, w.qkv_bias)
+            qkv = qkv.reshape(b, t, 3, heads, head_dim).transpose(2, 0, 3, 1, 4).contiguous()
+            scores = gp.matmul(qkv[0], qkv[1].swapaxes(-1, -2)) * scale  # [B, heads, T, T]
+            if mask is not None:
+                scores = scores + mask
+            ctx = gp.matmul(gp.softmax(scores, axis=-1), qkv[2])
+            ctx = ctx.transpose(0, 2, 1, 3).contiguous().reshape(b, t, hidden)
             attn = self._linear(ctx, layer + "attention.dense")
-            h = F.layer_norm(
-                h + attn,
-                self._w(layer + "attention.LayerNorm.weight"),
-                self._w(layer + "attention.LayerNorm.bias"),
-                1e-12,
-            )
-            ffn = self._linear(_gelu_tanh(self._linear(h, layer + "ffn")), layer + "ffn_output")
-            h = F.layer_norm(
-                h + ffn,
-                self._w(layer + "full_layer_layer_norm.weight"),
-                self._w(layer + "full_layer_layer_norm.bias"),
-                1e-12,
-            )
+            _, h = ops.add_layernorm(
+                attn, h, w[layer + "attention.LayerNorm.weight"],
+                w[layer + "attention.LayerNorm.bias"], 1e-12,
+            )  # fmt: skip
+            ffn = self._linear(self._linear(h, layer + "ffn", "gelu_tanh"), layer + "ffn_output")
+            _, h = ops.add_layernorm(
+                ffn, h, w[layer + "full_layer_layer_norm.weight"],
+                w[layer + "full_layer_layer_norm.bias"], 1e-12,
+            )  # fmt: skip
         return h
 
     # -- prosody ----------------------------------------------------------------------------
-    def _ada_layer_norm(self, x: np.ndarray, s: np.ndarray, prefix: str) -> np.ndarray:
-        """AdaLayerNorm over the last axis of ``[B, T, C]``."""
-        h = self._linear(s, prefix + ".fc")
-        c = h.shape[-1] // 2
-        gamma, beta = h[:, None, :c], h[:, None, c:]
-        return ((1.0 + gamma) * F.layer_norm(x, None, None, 1e-5) + beta).astype(np.float32)
+    def _ada_layer_norm(self, x: GPUArray, styles: _Styles, prefix: str) -> GPUArray:
+        """AdaLayerNorm over the last axis of ``[B, T, C]``: ``(1 + gamma) * LN(x) + beta``."""
+        gamma, beta = styles(prefix)
+        b, _, c = x.shape
+        gain = gamma + np.float32(1.0)
+        if b == 1:  # one style: the gain and shift are LayerNorm's own affine parameters
+            return ops.layernorm(x, gain.reshape(c), beta.contiguous().reshape(c), 1e-5)
+        y = ops.layernorm(x, self.weights.ones(c), None, 1e-5)
+        return y * gain.reshape(b, 1, c) + beta.contiguous().reshape(b, 1, c)
 
-    def duration_encoder(self, d_en: np.ndarray, s: np.ndarray) -> np.ndarray:
+    def duration_encoder(
+        self, d_en: GPUArray, s_pro: GPUArray, styles: _Styles, tokens: Lengths
+    ) -> GPUArray:
         """``[B, T, hidden]`` and style ``[B, style]`` -> ``[B, T, hidden + style]``."""
-        t = d_en.shape[1]
-        style = np.broadcast_to(s[:, None, :], (s.shape[0], t, s.shape[1]))
-        x = np.concatenate([d_en, style], axis=-1)
+        b, t, _ = d_en.shape
+        style = gp.broadcast_to(s_pro.reshape(b, 1, -1), (b, t, s_pro.shape[1]))
+        x = gp.concatenate([d_en, style], axis=-1)
         for i in range(self.config.n_layer):
-            x = self._lstm(x, f"predictor.text_encoder.lstms.{2 * i}")
-            x = self._ada_layer_norm(x, s, f"predictor.text_encoder.lstms.{2 * i + 1}")
-            x = np.concatenate([x, style], axis=-1)
+            x = self._lstm(x, f"predictor.text_encoder.lstms.{2 * i}", tokens)
+            x = self._ada_layer_norm(x, styles, f"predictor.text_encoder.lstms.{2 * i + 1}")
+            x = gp.concatenate([x, style], axis=-1)
         return x
 
-    def _adain(self, x: np.ndarray, s: np.ndarray, prefix: str) -> np.ndarray:
-        h = self._linear(s, prefix + ".fc")
-        c = h.shape[-1] // 2
-        return F.adain(
-            x,
-            h[:, :c],
-            h[:, c:],
-            1e-5,
-            self._opt(prefix + ".norm.weight"),
-            self._opt(prefix + ".norm.bias"),
-        )
+    def _res_block(
+        self, x: GPUArray, styles: _Styles, prefix: str, lengths: Lengths
+    ) -> tuple[GPUArray, Lengths]:
+        """StyleTTS2's ``AdainResBlk1d`` (a 2x upsampling one when it has a ``pool``).
 
-    def _adain_res_block(self, x: np.ndarray, s: np.ndarray, prefix: str) -> np.ndarray:
-        """StyleTTS2's ``AdainResBlk1d`` (upsampling when the block has a ``pool``)."""
-        upsample = (prefix + ".pool.weight") in self.state
-        r = F.leaky_relu(self._adain(x, s, prefix + ".norm1"), 0.2)
+        Returns the output and its lengths (doubled by an upsampling block).
+        """
+        w = self.weights
+        upsample = (prefix + ".pool.weight") in w
+        r = self._adain(x, styles, prefix + ".norm1", lengths, "leaky_relu")
+        out_lengths = lengths.scaled(2) if upsample else lengths
         if upsample:
-            r = F.conv_transpose1d(
-                r,
-                self._w(prefix + ".pool.weight"),
-                self._opt(prefix + ".pool.bias"),
-                stride=2,
-                padding=1,
-                output_padding=1,
-                groups=r.shape[1],
-            )
+            r = ops.conv_transpose1d(
+                r, w[prefix + ".pool.weight"], w.get(prefix + ".pool.bias"), stride=2,
+                padding=1, output_padding=1, groups=r.shape[1],
+            )  # fmt: skip
+            r = out_lengths.zero_padding(r)
         r = self._conv(r, prefix + ".conv1", padding=1)
-        r = F.leaky_relu(self._adain(r, s, prefix + ".norm2"), 0.2)
+        r = self._adain(r, styles, prefix + ".norm2", out_lengths, "leaky_relu")
         r = self._conv(r, prefix + ".conv2", padding=1)
-        sc = np.repeat(x, 2, axis=-1) if upsample else x
-        if (prefix + ".conv1x1.weight") in self.state:
+        sc = gp.repeat(x, 2, axis=-1) if upsample else x
+        if (prefix + ".conv1x1.weight") in w:
             sc = self._conv(sc, prefix + ".conv1x1")
-        return ((r + sc) * _SQRT_HALF).astype(np.float32)
+        return (r + sc) * _SQRT_HALF, out_lengths
 
-    def f0_energy(self, en: np.ndarray, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Aligned features ``[B, frames, hidden + style]`` -> F0, energy ``[B, 2 * frames]``."""
-        x = self._lstm(en, "predictor.shared").transpose(0, 2, 1)
+    def f0_energy(
+        self, en: GPUArray, styles: _Styles, frames: Lengths
+    ) -> tuple[GPUArray, GPUArray, Lengths]:
+        """Aligned features ``[B, frames, hidden + style]`` -> F0, energy ``[B, 2 * frames]``.
+
+        Each curve's padding is zero; the third result is their lengths.
+        """
+        x = self._lstm(en, "predictor.shared", frames).transpose(0, 2, 1).contiguous()
         curves = []
+        lengths = frames
         for branch in ("F0", "N"):
-            y = x
+            y, lengths = x, frames
             for i in range(3):
-                y = self._adain_res_block(y, s, f"predictor.{branch}.{i}")
-            curves.append(self._conv(y, f"predictor.{branch}_proj")[:, 0])
-        return curves[0], curves[1]
+                y, lengths = self._res_block(y, styles, f"predictor.{branch}.{i}", lengths)
+            y = lengths.zero_padding(self._conv(y, f"predictor.{branch}_proj"))
+            curves.append(y.reshape(y.shape[0], y.shape[2]))
+        return curves[0], curves[1], lengths
 
     # -- text encoder -----------------------------------------------------------------------
-    def text_encoder(self, ids: np.ndarray) -> np.ndarray:
-        """``[B, T]`` -> ``[B, hidden, T]``."""
-        x = self._w("text_encoder.embedding.weight")[ids].transpose(0, 2, 1)
+    def text_encoder(self, ids: GPUArray, tokens: Lengths) -> GPUArray:
+        """``[B, T]`` -> ``[B, T, hidden]``."""
+        w = self.weights
+        x = ops.embedding(ids, w["text_encoder.embedding.weight"]).transpose(0, 2, 1).contiguous()
+        x = tokens.zero_padding(x)
         pad = (self.config.text_encoder_kernel_size - 1) // 2
         for i in range(self.config.n_layer):
             p = f"text_encoder.cnn.{i}"
             x = self._conv(x, p + ".0", padding=pad)
-            x = F.channel_layer_norm(x, self._w(p + ".1.gamma"), self._w(p + ".1.beta"))
-            x = F.leaky_relu(x, 0.2)
-        return self._lstm(x.transpose(0, 2, 1), "text_encoder.lstm").transpose(0, 2, 1)
+            x = ops.channel_layernorm(x, w[p + ".1.gamma"], w[p + ".1.beta"], 1e-5)
+            x = tokens.zero_padding(ops.leaky_relu(x, 0.2))
+        return self._lstm(x.transpose(0, 2, 1).contiguous(), "text_encoder.lstm", tokens)
 
     # -- decoder ----------------------------------------------------------------------------
     def decoder(
         self,
-        asr: np.ndarray,
-        f0: np.ndarray,
-        n: np.ndarray,
-        s: np.ndarray,
+        asr: GPUArray,
+        f0: GPUArray,
+        n: GPUArray,
+        styles: _Styles,
+        frames: Lengths,
         rng: np.random.Generator | None,
-    ) -> np.ndarray:
+    ) -> GPUArray:
         """Aligned text features, F0 and energy -> waveform ``[B, samples]``."""
-        f0_down = self._conv(f0[:, None], "decoder.F0_conv", stride=2, padding=1)
-        n_down = self._conv(n[:, None], "decoder.N_conv", stride=2, padding=1)
-        x = self._adain_res_block(
-            np.concatenate([asr, f0_down, n_down], axis=1), s, "decoder.encode"
+        b, dtype = f0.shape[0], self.vocoder_dtype
+        asr = asr.astype(dtype)
+        f0_down = self._conv(
+            f0.reshape(b, 1, -1).astype(dtype), "decoder.F0_conv", stride=2, padding=1
+        )
+        n_down = self._conv(
+            n.reshape(b, 1, -1).astype(dtype), "decoder.N_conv", stride=2, padding=1
+        )
+        x, lengths = self._res_block(
+            gp.concatenate([asr, f0_down, n_down], axis=1), styles, "decoder.encode", frames
         )
         asr_res = self._conv(asr, "decoder.asr_res.0")
         residual = True
         for i in range(4):
             prefix = f"decoder.decode.{i}"
             if residual:
-                x = np.concatenate([x, asr_res, f0_down, n_down], axis=1)
-            x = self._adain_res_block(x, s, prefix)
-            if (prefix + ".pool.weight") in self.state:
+                x = gp.concatenate([x, asr_res, f0_down, n_down], axis=1)
+            x, lengths = self._res_block(x, styles, prefix, lengths)
+            if (prefix + ".pool.weight") in self.weights:
                 residual = False
-        return self.generator(x, s, f0, rng)
+        return self.generator(x, styles, f0, lengths, rng)
 
-    def harmonic_source(self, f0: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
-        """The sine source at the output rate: F0 ``[B, frames]`` -> ``[B, samples]``.
-
-        Without ``rng`` the source is deterministic, as kokoro-onnx exported it; with one, the
-        Gaussian noise of KModel's source (0.003 in voiced samples, 0.033 elsewhere) is added.
-        """
+    def harmonic_source(self, f0: GPUArray, rng: np.random.Generator | None) -> GPUArray:
+        """The merged sine source at the output rate: F0 ``[B, frames]`` -> ``[B, samples]``."""
         cfg = self.config
         up = math.prod(cfg.upsample_rates) * cfg.hop_length
-        f0_up = np.repeat(f0, up, axis=-1)[:, :, None]  # [B, L, 1]
-        fn = f0_up * np.arange(1, _HARMONICS + 1, dtype=np.float32)  # [B, L, 9]
-        rad = (fn / SAMPLE_RATE) % 1.0
-        rad_frames = _interpolate_linear(rad.transpose(0, 2, 1), 1.0 / up)
-        phase = np.cumsum(rad_frames.astype(np.float64), axis=-1) * 2.0 * np.pi
-        phase = _interpolate_linear(phase * up, float(up)).transpose(0, 2, 1)
-        uv = (f0_up > _VOICED_F0_HZ).astype(np.float32)
-        sines = (np.sin(phase) * _SINE_AMP).astype(np.float32) * uv
-        if rng is not None:
-            noise_amp = uv * _NOISE_STD + (1.0 - uv) * _SINE_AMP / 3.0
-            sines = sines + noise_amp * rng.standard_normal(sines.shape).astype(np.float32)
-        merged = np.tanh(self._linear(sines, "decoder.generator.m_source.l_linear"))
-        return merged[:, :, 0]
+        sines = harmonic_sines(f0, up, SAMPLE_RATE, rng)  # [B, 9, L]
+        w = self.weights
+        prefix = "decoder.generator.m_source.l_linear"
+        merged = gp.matmul(w[prefix + ".weight"], sines) + w[prefix + ".bias"].reshape(1, 1, 1)
+        return gp.tanh(merged).reshape(f0.shape[0], -1)
 
-    def _adain_res_block1(
-        self, x: np.ndarray, s: np.ndarray, prefix: str, kernel: int, dilations: tuple[int, ...]
-    ) -> np.ndarray:
+    def _snake_res_block(
+        self,
+        x: GPUArray,
+        styles: _Styles,
+        prefix: str,
+        kernel: int,
+        dilations: tuple[int, ...],
+        lengths: Lengths,
+    ) -> GPUArray:
         """HiFi-GAN's ResBlock1 with AdaIN and Snake (iSTFTNet's ``AdaINResBlock1``)."""
+        w = self.weights
         for j, d in enumerate(dilations):
-            xt = F.snake(self._adain(x, s, f"{prefix}.adain1.{j}"), self._w(f"{prefix}.alpha1.{j}"))
+            xt = self._adain(x, styles, f"{prefix}.adain1.{j}", lengths, "snake",
+                             w[f"{prefix}.alpha1.{j}"])  # fmt: skip
             xt = self._conv(xt, f"{prefix}.convs1.{j}", dilation=d, padding=(kernel * d - d) // 2)
-            xt = F.snake(
-                self._adain(xt, s, f"{prefix}.adain2.{j}"), self._w(f"{prefix}.alpha2.{j}")
-            )
+            xt = self._adain(xt, styles, f"{prefix}.adain2.{j}", lengths, "snake",
+                             w[f"{prefix}.alpha2.{j}"])  # fmt: skip
             xt = self._conv(xt, f"{prefix}.convs2.{j}", padding=(kernel - 1) // 2)
-            x = (xt + x).astype(np.float32)
+            x = xt + x
         return x
 
     def generator(
-        self, x: np.ndarray, s: np.ndarray, f0: np.ndarray, rng: np.random.Generator | None
-    ) -> np.ndarray:
+        self,
+        x: GPUArray,
+        styles: _Styles,
+        f0: GPUArray,
+        lengths: Lengths,
+        rng: np.random.Generator | None,
+    ) -> GPUArray:
         """iSTFTNet: features ``[B, C, 2 frames]`` -> waveform ``[B, samples]``."""
-        cfg = self.config
+        cfg, w = self.config, self.weights
         g = "decoder.generator"
-        source = self.harmonic_source(f0, rng)
-        magnitude, phase = F.stft_polar(source, cfg.n_fft, cfg.hop_length)
-        har = np.concatenate([magnitude, phase], axis=1)
+        magnitude, phase = stft(
+            self.harmonic_source(f0, rng), cfg.n_fft, cfg.hop_length, output="polar"
+        )
+        up = math.prod(cfg.upsample_rates)
+        spectrum = lengths.scaled(up, 1)  # the source's STFT frames
+        har = gp.concatenate([magnitude, phase], axis=1).astype(self.vocoder_dtype)
+        har = spectrum.zero_padding(har)
         kernels = cfg.resblock_kernel_sizes
         n_up = len(cfg.upsample_rates)
         stages = zip(cfg.upsample_rates, cfg.upsample_kernel_sizes, strict=True)
         for i, (u, k) in enumerate(stages):
-            x = F.leaky_relu(x, 0.1)
-            if i + 1 < n_up:
+            x = lengths.zero_padding(ops.leaky_relu(x, 0.1))
+            last = i + 1 == n_up
+            lengths = lengths.scaled(u, 1 if last else 0)
+            if not last:
                 stride = math.prod(cfg.upsample_rates[i + 1 :])
                 x_source = self._conv(
                     har, f"{g}.noise_convs.{i}", stride=stride, padding=(stride + 1) // 2
                 )
-                x_source = self._adain_res_block1(x_source, s, f"{g}.noise_res.{i}", 7, (1, 3, 5))
+                x_source = self._snake_res_block(
+                    x_source, styles, f"{g}.noise_res.{i}", 7, (1, 3, 5), lengths
+                )
             else:
                 x_source = self._conv(har, f"{g}.noise_convs.{i}")
-                x_source = self._adain_res_block1(x_source, s, f"{g}.noise_res.{i}", 11, (1, 3, 5))
-            x = F.conv_transpose1d(
-                x,
-                self._w(f"{g}.ups.{i}.weight"),
-                self._opt(f"{g}.ups.{i}.bias"),
-                stride=u,
+                x_source = self._snake_res_block(
+                    x_source, styles, f"{g}.noise_res.{i}", 11, (1, 3, 5), lengths
+                )
+            x = ops.conv_transpose1d(
+                x, w[f"{g}.ups.{i}.weight"], w.get(f"{g}.ups.{i}.bias"), stride=u,
                 padding=(k - u) // 2,
-            )
-            if i == n_up - 1:
-                x = np.pad(x, ((0, 0), (0, 0), (1, 0)), mode="reflect")
+            )  # fmt: skip
+            if last:  # ReflectionPad1d((1, 0))
+                x = gp.concatenate([x[:, :, 1:2], x], axis=-1)
             x = x + x_source
             acc = None
             for j, (kk, dil) in enumerate(zip(kernels, cfg.resblock_dilation_sizes, strict=False)):
-                y = self._adain_res_block1(
-                    x, s, f"{g}.resblocks.{i * len(kernels) + j}", kk, tuple(dil)
+                y = self._snake_res_block(
+                    x, styles, f"{g}.resblocks.{i * len(kernels) + j}", kk, tuple(dil), lengths
                 )
                 acc = y if acc is None else acc + y
             assert acc is not None
-            x = (acc / np.float32(len(kernels))).astype(np.float32)
-        x = F.leaky_relu(x, 0.01)
-        x = self._conv(x, f"{g}.conv_post", padding=3)
+            x = acc * (1.0 / len(kernels))
+        x = lengths.zero_padding(ops.leaky_relu(x, 0.01))
+        x = self._conv(x, f"{g}.conv_post", padding=3).astype(gp.float32)
         bins = cfg.n_fft // 2 + 1
-        magnitude = np.exp(x[:, :bins]).astype(np.float32)
-        phase = np.sin(x[:, bins:]).astype(np.float32)
-        return F.istft_polar(magnitude, phase, cfg.n_fft, cfg.hop_length)
+        magnitude = lengths.zero_padding(gp.exp(x[:, :bins]))
+        phase = gp.sin(x[:, bins:])
+        return istft(magnitude, cfg.n_fft, cfg.hop_length, phase=phase)
 
     # -- whole model ------------------------------------------------------------------------
+    def _prosody(
+        self, ids: GPUArray, ref: GPUArray, tokens: Lengths, speed: float
+    ) -> tuple[GPUArray, np.ndarray, _Styles]:
+        """The prosody front half of a padded batch, three results.
+
+        Duration features ``[B, T, hidden + style]``, frames per token ``[B, T]`` (on the host;
+        0 on padding) and the batch's style projections.
+        """
+        styles = self._styles(ref)
+        s_pro = ref[:, self.config.style_dim :].contiguous()
+        d_en = self._linear(self.albert(ids, tokens), "bert_encoder")
+        d = self.duration_encoder(d_en, s_pro, styles, tokens)
+        x = self._lstm(d, "predictor.lstm", tokens)
+        logits = self._linear(x, "predictor.duration_proj.linear_layer")
+        # The one download before the audio: the alignment's shape depends on the durations.
+        duration = gp.sum(gp.sigmoid(logits), axis=-1).to_numpy() / np.float32(speed)
+        durations = np.maximum(np.round(duration), 1).astype(np.int64)
+        durations[np.arange(durations.shape[1])[None, :] >= tokens.lengths[:, None]] = 0
+        return d, durations, styles
+
     def predict_durations(
         self, ids: np.ndarray, ref_s: np.ndarray, speed: float
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The prosody front half: ids ``[T]`` and style ``[256]`` to two arrays.
+    ) -> tuple[GPUArray, np.ndarray]:
+        """The prosody front half of one utterance: ids ``[T]`` and style ``[256]``.
 
-        The duration features ``[1, T, hidden + style]`` and the frames per token ``[T]``.
+        Returns the duration features ``[1, T, hidden + style]`` and the frames per token
+        ``[T]``.
         """
-        ids2 = ids[None].astype(np.int64)
-        s_pro = ref_s.reshape(1, -1).astype(np.float32)[:, self.config.style_dim :]
-        d_en = self._linear(self.albert(ids2), "bert_encoder")
-        d = self.duration_encoder(d_en, s_pro)
-        x = self._lstm(d, "predictor.lstm")
-        logits = self._linear(x, "predictor.duration_proj.linear_layer")
-        duration = _sigmoid(logits).sum(axis=-1) / np.float32(speed)
-        durations = np.maximum(np.round(duration), 1).astype(np.int64)[0]
-        return d, durations
+        with gp.Device(self.device):
+            tokens = Lengths(np.array([len(ids)]), len(ids))
+            d, durations, _ = self._prosody(
+                _upload_ids([ids], len(ids)), _upload_styles([ref_s]), tokens, speed
+            )
+        return d, durations[0]
 
     def __call__(
         self,
@@ -360,15 +449,81 @@ class KokoroNetwork:
         ``durations`` (frames per token, padding included) replaces the predicted alignment:
         used to compare the vocoder path against another implementation's timing.
         """
-        ref = ref_s.reshape(1, -1).astype(np.float32)
-        s_pro, s_dec = ref[:, self.config.style_dim :], ref[:, : self.config.style_dim]
-        d, predicted = self.predict_durations(ids, ref, speed)
-        if durations is None:
-            durations = predicted
-        elif durations.shape != predicted.shape or (durations < 1).any():
-            raise ValueError(f"durations must be {predicted.shape} frame counts >= 1")
-        en = np.repeat(d, durations, axis=1)
-        f0, n = self.f0_energy(en, s_pro)
-        asr = np.repeat(self.text_encoder(ids[None].astype(np.int64)), durations, axis=2)
-        audio = self.decoder(asr, f0, n, s_dec, rng)
-        return NetworkOutput(audio=audio[0], durations=durations)
+        forced = None if durations is None else [durations]
+        return self.batch([ids], [ref_s], speed, rng, forced)[0]
+
+    def batch(
+        self,
+        ids: Sequence[np.ndarray],
+        refs: Sequence[np.ndarray],
+        speed: float,
+        rng: np.random.Generator | None = None,
+        durations: Sequence[np.ndarray] | None = None,
+    ) -> list[NetworkOutput]:
+        """Several utterances in one padded batch: token ids ``[T_i]``, styles ``[256]`` each.
+
+        ``durations`` (one array of frames per token each) replaces the predicted alignment.
+        """
+        if len(ids) != len(refs) or not ids:
+            raise ValueError(f"{len(ids)} token arrays for {len(refs)} styles")
+        with gp.Device(self.device):
+            return self._batch(ids, refs, speed, rng, durations)
+
+    def _batch(
+        self,
+        ids: Sequence[np.ndarray],
+        refs: Sequence[np.ndarray],
+        speed: float,
+        rng: np.random.Generator | None,
+        forced: Sequence[np.ndarray] | None,
+    ) -> list[NetworkOutput]:
+        cfg = self.config
+        b = len(ids)
+        width = max(len(i) for i in ids)
+        tokens = Lengths(np.array([len(i) for i in ids]), width)
+        ids_gpu = _upload_ids(ids, width)
+        ref = _upload_styles(refs)
+        d, durations, styles = self._prosody(ids_gpu, ref, tokens, speed)
+        if forced is not None:
+            for i, want in enumerate(forced):
+                if want.shape != (len(ids[i]),) or (want < 1).any():
+                    raise ValueError(f"durations must be {(len(ids[i]),)} frame counts >= 1")
+                durations[i, : len(ids[i])] = want
+        frames = Lengths(durations.sum(axis=1), int(durations.sum(axis=1).max()))
+        # The hard alignment as a gather: frame f of utterance i reads token row i*T + token.
+        rows = np.zeros((b, frames.width), np.int64)
+        for i in range(b):
+            picked = np.repeat(np.arange(width), durations[i])
+            rows[i] = i * width
+            rows[i, : len(picked)] = picked + i * width
+        rows_gpu = gp.from_numpy(rows.reshape(-1))
+        en = gp.take(d.reshape(b * width, d.shape[2]), rows_gpu, axis=0)
+        en = en.reshape(b, frames.width, d.shape[2])
+        f0, n, _ = self.f0_energy(en, styles, frames)
+        t_en = self.text_encoder(ids_gpu, tokens)
+        asr = gp.take(t_en.reshape(b * width, t_en.shape[2]), rows_gpu, axis=0)
+        asr = frames.zero_padding(
+            asr.reshape(b, frames.width, t_en.shape[2]).transpose(0, 2, 1).contiguous()
+        )
+        audio = self.decoder(asr, f0, n, styles, frames, rng).to_numpy()
+        step = cfg.frame_samples
+        return [
+            NetworkOutput(
+                audio=np.ascontiguousarray(audio[i, : frames.lengths[i] * step]),
+                durations=durations[i, : len(ids[i])].copy(),
+            )
+            for i in range(b)
+        ]
+
+
+def _upload_ids(ids: Sequence[np.ndarray], width: int) -> GPUArray:
+    padded = np.zeros((len(ids), width), np.int64)
+    for i, row in enumerate(ids):
+        padded[i, : len(row)] = row
+    return gp.from_numpy(padded)
+
+
+def _upload_styles(refs: Sequence[np.ndarray]) -> GPUArray:
+    return gp.from_numpy(
+        np.ascontiguousarray(np.stack([np.asarray(r, np.float32).reshape(-1) for r in refs]))
+    )

@@ -8,8 +8,6 @@ from pathlib import Path
 
 import numpy as np
 
-import pygpukit as gp
-
 from .audio import Audio
 from .config import KokoroConfig
 from .errors import PhonemeError, VoiceError
@@ -18,7 +16,13 @@ from .loading import read_checkpoint, read_voices
 from .loading.voices import check_voice
 from .text import as_token_array, chunk_phonemes, phonemes_to_ids, text_to_phonemes
 
-__all__ = ["KokoroModel", "load"]
+__all__ = ["FIRST_CHUNK", "MAX_BATCH", "KokoroModel", "load"]
+
+#: Utterance chunks per network call in :meth:`KokoroModel.synthesize_batch`.
+MAX_BATCH = 16
+#: The longest first chunk of :meth:`KokoroModel.stream` (phonemes): a short first chunk is
+#: the first audio sooner.
+FIRST_CHUNK = 64
 
 Voice = str | np.ndarray
 
@@ -45,10 +49,15 @@ class KokoroModel:
 
     @classmethod
     def from_pretrained(
-        cls, path: str | Path, *, voices: str | Path | None = None, device: int = 0
+        cls,
+        path: str | Path,
+        *,
+        voices: str | Path | None = None,
+        device: int = 0,
+        vocoder_dtype: str = "auto",
     ) -> KokoroModel:
         """Same as :func:`load` (the original project's name)."""
-        return load(path, voices=voices, device=device)
+        return load(path, voices=voices, device=device, vocoder_dtype=vocoder_dtype)
 
     def __repr__(self) -> str:
         return f"KokoroModel({self.path}, voices={self.voices})"
@@ -72,7 +81,9 @@ class KokoroModel:
         return check_voice("<array>", voice, 2 * self.config.style_dim)
 
     # -- requests ---------------------------------------------------------------------------
-    def _chunks(self, text: str | None, phonemes: str | None, lang: str) -> list[str]:
+    def _chunks(
+        self, text: str | None, phonemes: str | None, lang: str, first_chunk: int | None = None
+    ) -> list[str]:
         if (text is None) == (phonemes is None):
             raise PhonemeError("pass exactly one of text= or phonemes=")
         if phonemes is None:
@@ -81,7 +92,7 @@ class KokoroModel:
         if not phonemes.strip():
             raise PhonemeError("the phoneme string is empty; pass phonemes to speak")
         phonemes_to_ids(phonemes, self.config.vocab)  # reject unknown symbols up front
-        return chunk_phonemes(phonemes, self.config.max_phonemes)
+        return chunk_phonemes(phonemes, self.config.max_phonemes, first_limit=first_chunk)
 
     @staticmethod
     def _check_speed(speed: float) -> float:
@@ -89,14 +100,28 @@ class KokoroModel:
             raise PhonemeError(f"speed must be a finite number > 0 (1.0 is normal), got {speed!r}")
         return float(speed)
 
-    def _synthesize_chunk(
-        self, chunk: str, table: np.ndarray, speed: float, rng: np.random.Generator | None
-    ) -> Audio:
-        ids = phonemes_to_ids(chunk, self.config.vocab)
-        ref = table[min(len(ids), len(table)) - 1, 0]
-        with gp.Device(self.device):  # the ops package's operators run on this GPU
-            out = self.network(as_token_array(ids), ref, speed, rng)
-        return Audio(out.audio, chunk, out.durations[1:-1], chunks=[chunk])
+    def _synthesize_chunks(
+        self,
+        chunks: Sequence[str],
+        tables: Sequence[np.ndarray],
+        speed: float,
+        rng: np.random.Generator | None,
+    ) -> list[Audio]:
+        """Chunks (each with its voice table) through the network in padded batches.
+
+        Chunks of similar length share a batch (sorted by length), at most
+        :data:`MAX_BATCH` at a time; the results come back in the given order.
+        """
+        ids = [phonemes_to_ids(c, self.config.vocab) for c in chunks]
+        order = sorted(range(len(chunks)), key=lambda i: len(ids[i]))
+        results: list[Audio | None] = [None] * len(chunks)
+        for start in range(0, len(order), MAX_BATCH):
+            group = order[start : start + MAX_BATCH]
+            refs = [tables[i][min(len(ids[i]), len(tables[i])) - 1, 0] for i in group]
+            outs = self.network.batch([as_token_array(ids[i]) for i in group], refs, speed, rng)
+            for i, out in zip(group, outs, strict=True):
+                results[i] = Audio(out.audio, chunks[i], out.durations[1:-1], chunks=[chunks[i]])
+        return [r for r in results if r is not None]
 
     def stream(
         self,
@@ -107,20 +132,23 @@ class KokoroModel:
         speed: float = 1.0,
         seed: int | None = None,
         lang: str = "en-us",
+        first_chunk: int | None = FIRST_CHUNK,
     ) -> Iterator[Audio]:
         """Yield one :class:`Audio` per chunk (≤ 510 phonemes, cut at punctuation) as it is made.
 
+        The first chunk is cut shorter (at most ``first_chunk`` phonemes, at a punctuation mark
+        or between words; None: no special first chunk) so the first audio comes quickly.
         Errors in the request (empty text, unknown symbols or voice, bad speed) are raised at
         the call, before the first chunk.
         """
         table = self._style_table(voice)
         speed = self._check_speed(speed)
-        chunks = self._chunks(text, phonemes, lang)
+        chunks = self._chunks(text, phonemes, lang, first_chunk)
         rng = np.random.default_rng(seed) if seed is not None else None
 
         def generate() -> Iterator[Audio]:
             for chunk in chunks:
-                yield self._synthesize_chunk(chunk, table, speed, rng)
+                yield self._synthesize_chunks([chunk], [table], speed, rng)[0]
 
         return generate()
 
@@ -141,10 +169,11 @@ class KokoroModel:
         kokoro-onnx exports it); with one, KModel's source noise is drawn from that seed. Text
         longer than 510 phonemes is synthesized in chunks and concatenated.
         """
-        parts = list(
-            self.stream(text, phonemes=phonemes, voice=voice, speed=speed, seed=seed, lang=lang)
-        )
-        return _join(parts)
+        parts = self.stream(
+            text, phonemes=phonemes, voice=voice, speed=speed, seed=seed, lang=lang,
+            first_chunk=None,
+        )  # fmt: skip
+        return _join(list(parts))
 
     def synthesize_batch(
         self,
@@ -158,7 +187,10 @@ class KokoroModel:
     ) -> list[Audio]:
         """Several utterances in one call (one voice for all, or one per utterance).
 
-        Every request is validated before any is synthesized.
+        Every request is validated before any is synthesized. The utterances (their chunks)
+        run through the network as padded batches of up to :data:`MAX_BATCH`; each one's audio
+        is what it gets alone up to float rounding, except in its last few milliseconds (the
+        vocoder's STFT edges see the batch's padding instead of the signal's end).
         """
         items = list(texts) if texts is not None else list(phonemes or [])
         if not items:
@@ -175,10 +207,10 @@ class KokoroModel:
             for item in items
         ]
         rng = np.random.default_rng(seed) if seed is not None else None
-        results = []
-        for chunks, table in zip(plans, tables, strict=False):
-            results.append(_join([self._synthesize_chunk(c, table, speed, rng) for c in chunks]))
-        return results
+        flat = [c for chunks in plans for c in chunks]
+        flat_tables = [t for chunks, t in zip(plans, tables, strict=True) for _ in chunks]
+        audio = iter(self._synthesize_chunks(flat, flat_tables, speed, rng))
+        return [_join([next(audio) for _ in chunks]) for chunks in plans]
 
 
 def _join(parts: list[Audio]) -> Audio:
@@ -196,7 +228,13 @@ def _join(parts: list[Audio]) -> Audio:
     )
 
 
-def load(path: str | Path, *, voices: str | Path | None = None, device: int = 0) -> KokoroModel:
+def load(
+    path: str | Path,
+    *,
+    voices: str | Path | None = None,
+    device: int = 0,
+    vocoder_dtype: str = "auto",
+) -> KokoroModel:
     """Load a Kokoro model and its voices.
 
     ``path``: an HF ``hexgrad/Kokoro-82M``-style folder (``config.json`` + safetensors with
@@ -204,6 +242,9 @@ def load(path: str | Path, *, voices: str | Path | None = None, device: int = 0)
     with the ``onnx`` package). ``voices``: a voice-pack file or folder (``.safetensors``,
     ``.npy``, ``.npz``, kokoro-onnx ``voices-*.bin``); by default the packs found beside the
     model (a ``voices/`` folder or ``voices*.bin``/``.npz``/``.safetensors`` files).
+    ``vocoder_dtype``: the decoder's and generator's dtype, ``"auto"`` (bfloat16 on the GPU, where
+    their convolutions run on tensor cores; float32 on the CPU backend), ``"float32"``,
+    ``"bfloat16"`` or ``"float16"``; the prosody half (durations) is always float32.
     """
     if not isinstance(device, int) or device < 0:
         raise ValueError(f"device must be a GPU ordinal >= 0, got {device!r}")
@@ -215,5 +256,7 @@ def load(path: str | Path, *, voices: str | Path | None = None, device: int = 0)
     else:
         for source in checkpoint.voice_sources:
             tables.update(read_voices(source, style))
-    network = KokoroNetwork(checkpoint.config, checkpoint.state)
+    network = KokoroNetwork(
+        checkpoint.config, checkpoint.state, device=device, vocoder_dtype=vocoder_dtype
+    )
     return KokoroModel(network, tables, path=checkpoint.path, device=device)

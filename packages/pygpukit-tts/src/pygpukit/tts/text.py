@@ -146,12 +146,25 @@ def _hard_split(piece: str, limit: int) -> list[str]:
     return out
 
 
-def chunk_phonemes(phonemes: str, limit: int = 510) -> list[str]:
+def chunk_phonemes(phonemes: str, limit: int = 510, *, first_limit: int | None = None) -> list[str]:
     """Split a phoneme string into chunks of at most ``limit`` symbols.
 
     Cuts at sentence ends first, then at clause punctuation, then between words; pieces are
-    packed greedily so chunks stay as long as the limit allows.
+    packed greedily so chunks stay as long as the limit allows. ``first_limit`` caps the first
+    chunk lower (a stream's first audio comes sooner), cut the same way.
     """
+    if first_limit is not None and first_limit < limit:
+        text = phonemes.strip()
+        if len(text) <= first_limit:
+            return [text] if text else []
+        first = chunk_phonemes(text, first_limit)[0]
+        # The first chunk is a prefix of the text up to spaces: skip its symbols.
+        seen, cut = 0, 0
+        want = len(first.replace(" ", ""))
+        while seen < want:
+            seen += text[cut] != " "
+            cut += 1
+        return [first, *chunk_phonemes(text[cut:], limit)]
     if limit < 1:
         raise ValueError(f"limit must be positive, got {limit}")
     text = phonemes.strip()

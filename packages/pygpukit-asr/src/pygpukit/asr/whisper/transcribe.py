@@ -25,6 +25,7 @@ from pygpukit.array import GPUArray
 
 from .config import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, SECONDS_PER_TOKEN
 from .decoding import DecodeResult, DecodingOptions, WindowDecoder
+from .word_bounds import Loudness, tighten_words
 
 __all__ = ["Segment", "TranscribeOptions", "Transcription", "run_transcription"]
 
@@ -160,11 +161,16 @@ def _segments(
 
 def _with_words(
     dec: WindowDecoder, features: object, o: TranscribeOptions, segments: list[Segment],
-    offset: float, size: int,
+    offset: float, size: int, wave: np.ndarray,
 ) -> list[Segment]:  # fmt: skip
-    """``segments`` of one window with their words (start and end clipped into the segment)."""
+    """``segments`` of one window with their words.
+
+    Each word's start and end are clipped into its segment, then narrowed to the voice in
+    ``wave`` (:mod:`.word_bounds`).
+    """
     tokens = [t for s in segments for t in s.tokens if t < dec.tok.eot]
     words = dec.align(features, o.sot, tokens, size, offset, o.language)  # type: ignore[arg-type]
+    loudness = Loudness(wave, offset, offset + size * FRAME_SECONDS)
     out, first = [], 0
     for seg in segments:
         n = sum(1 for t in seg.tokens if t < dec.tok.eot)
@@ -174,7 +180,7 @@ def _with_words(
                 start = min(max(float(w["start"]), seg.start), seg.end)
                 end = min(max(float(w["end"]), start), seg.end)
                 mine.append({"word": w["word"], "start": round(start, 3), "end": round(end, 3)})
-        out.append(replace(seg, words=mine))
+        out.append(replace(seg, words=tighten_words(mine, loudness)))
         first += n
     return out
 
@@ -218,7 +224,7 @@ def run_transcription(
         else:
             new, advance = _segments(r, dec, offset, size, duration)
             if o.word_timestamps and new:
-                new = _with_words(dec, features, o, new, offset, size)
+                new = _with_words(dec, features, o, new, offset, size, wave)
             segments.extend(new)
             seek += advance
             history.extend(t for s in new for t in s.tokens)
@@ -272,7 +278,7 @@ def run_batched(
                 offset = seek * FRAME_SECONDS
                 new = _segments(r, dec, offset, size, wave.size / SAMPLE_RATE)[0]
                 if o.word_timestamps and new:
-                    new = _with_words(dec, one, o, new, offset, size)
+                    new = _with_words(dec, one, o, new, offset, size, wave)
                 out[f].extend(new)
             done += size * FRAME_SECONDS
         if progress is not None:

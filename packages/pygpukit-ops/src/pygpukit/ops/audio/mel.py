@@ -37,6 +37,7 @@ from .stft import (
     BASES,
     Bases,
     CudaStftFft,
+    CudaStftPow2,
     Framing,
     frames_launch,
     frames_to_planar,
@@ -161,7 +162,7 @@ class CudaLogMel:
 class CudaLogMelFft:
     """Whisper's frontend on the GPU with the fused FFT kernel writing the power spectrum."""
 
-    power: CudaStftFft
+    power: CudaStftFft | CudaStftPow2
     bank: MelBank
     finish: Launch
 

@@ -9,9 +9,10 @@ Spectra are float32 GPUArrays (GPUArray has no complex dtype):
 - ``"polar"``: a tuple ``(magnitude, phase)`` of two such arrays (phase in radians,
   ``atan2(imag, real)``), the form vocoders such as Kokoro's produce for :func:`istft`.
 
-On the GPU, for ``n_fft`` up to 2048 whose prime factors are at most 64 (400, 512, 20, ...),
-one fused kernel cuts, windows and FFTs the frames in shared memory and writes the requested
-form (:mod:`._fft`); other sizes take the DFT as a matrix product: a framing kernel, one fp32
+On the GPU, for ``n_fft`` up to 2048 whose prime factors are at most 64 (400, 512, 20, ...)
+and for powers of two up to 4096, one fused kernel cuts, windows and FFTs the frames in shared
+memory and writes the requested form (:mod:`._fft`; powers of two from 64 on have a kernel
+unrolled for their size); other sizes take the DFT as a matrix product: a framing kernel, one fp32
 matmul with a precomputed basis (window folded in, angles reduced exactly), one output kernel.
 :func:`istft` inverts either way and overlap-adds, dividing by the summed squared window, so it
 inverts :func:`stft` to float32
@@ -193,10 +194,58 @@ class CudaStftFft:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class CudaStftPow2:
+    """The fused GPU STFT of a power-of-two ``n_fft``: one kernel unrolled for that size."""
+
+    fr: Framing
+    count: int
+    window: GPUArray
+    twiddles: GPUArray
+    launch: Launch
+    frame_args: tuple[int, ...]  # batch, length, n_fft, hop, n_frames, pad, reflect
+    mode: int
+
+    def __call__(self, x: GPUArray, a: GPUArray, b: GPUArray | None) -> None:
+        batch, length, _, hop, n_frames, pad, reflect = self.frame_args
+        self.launch(
+            x,
+            self.window,
+            self.twiddles,
+            a,
+            b if b is not None else a,
+            batch,
+            length,
+            hop,
+            n_frames,
+            pad,
+            reflect,
+            self.mode,
+        )
+
+
 def fused_stft(
     fr: Framing, batch: int, length: int, count: int, mode: int, device: int
-) -> CudaStftFft | None:
+) -> CudaStftFft | CudaStftPow2 | None:
     """The fused-kernel plan of ``count`` frames, or None when ``n_fft`` needs the matmul path."""
+    if _fft.pow2_size(fr.n_fft):
+        _, args = frames_launch(fr, batch, length, count)
+        return CudaStftPow2(
+            fr,
+            count,
+            WINDOWS.get(fr.window, device),
+            _fft.POW2_TWIDDLES.get(fr.n_fft, device),
+            _fft.pow2_launch(fr.n_fft, batch * count),
+            args,
+            mode,
+        )
+    return mixed_radix_stft(fr, batch, length, count, mode, device)
+
+
+def mixed_radix_stft(
+    fr: Framing, batch: int, length: int, count: int, mode: int, device: int
+) -> CudaStftFft | None:
+    """The generic fused kernel's plan (any ``n_fft`` with small prime factors), or None."""
     if _fft.radices(fr.n_fft) is None:
         return None
     _, args = frames_launch(fr, batch, length, count)
@@ -230,7 +279,7 @@ class ReferenceStft:
 
 def _plan_stft_cuda(
     fr: Framing, batch: int, length: int, mode: int, device: int
-) -> CudaStft | CudaStftFft:
+) -> CudaStft | CudaStftFft | CudaStftPow2:
     count = fr.n_frames(length, "stft")
     fused = fused_stft(fr, batch, length, count, mode, device)
     if fused is not None:
@@ -246,7 +295,7 @@ def _plan_stft_numpy(fr: Framing, batch: int, length: int, mode: int, device: in
 
 
 #: STFT plans by (framing, batch, length, output mode, device).
-STFT_PLANS: PlanCache[CudaStft | CudaStftFft | ReferenceStft] = PlanCache(
+STFT_PLANS: PlanCache[CudaStft | CudaStftFft | CudaStftPow2 | ReferenceStft] = PlanCache(
     "stft", per_backend(cpu=_plan_stft_numpy, cuda=_plan_stft_cuda)
 )
 

@@ -9,6 +9,11 @@ knob of ``pygpukit.ops.config`` at ``auto`` (``PYGPUKIT_GEMV_VARIANT`` unset), P
 timed once per vector kernel variant (``kernel=simt`` and ``kernel=mma``, see
 ``pygpukit.ops.linear.GEMV_VARIANTS``; PyTorch once per shape); with it pinned, only that
 variant runs. Unpinned, ``ops.gemv`` uses simt for M = 1 and mma above.
+
+``linear`` rows: ``ops.linear`` of x [M, 4096] and W [4096, 4096] without a bias for M = 16,
+128 (prefill chunks, batched decode) and 1024 (a prompt), the GEMM path (cuBLASLt), against
+``F.linear``; derived rate TFLOP/s against the ``gemm_<dtype>`` ceiling. GPU time of
+back-to-back calls, so at the small M the host's cost per call is what is measured.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from pygpukit.benchmark.registry import Suite, SuiteContext
 NAME = "ops_linear"
 SUPPORTED = ("float16", "bfloat16")
 ROWS = (1, 4, 8)
+#: Rows of the ``linear`` (GEMM path) cases.
+LINEAR_ROWS = (16, 128, 1024)
 #: fp32 accumulation over K = 4096 products, rounded once to the storage dtype.
 ACCUMULATION_FACTOR = 1.0
 
@@ -86,6 +93,46 @@ def gemv_case(
     )
 
 
+def _linear(lib: Library) -> Any:
+    if lib.name == "pygpukit":
+        try:
+            from pygpukit import ops
+        except ImportError as exc:  # pragma: no cover - the suite ships inside pygpukit-ops
+            raise Skip(f"pygpukit.ops is not importable: {exc}") from exc
+        return ops.linear
+    return _product(lib)
+
+
+def linear_case(ctx: SuiteContext, m: int, n: int, k: int, dtype: str) -> Case:
+    """``ops.linear`` of x [m, k] and W [n, k] (no bias) in ``dtype``: the GEMM path."""
+    params: dict[str, int | float | str] = {"m": m, "n": n, "k": k, "dtype": dtype}
+    item = storage_dtype(dtype).itemsize
+    working_set = (n * k + m * k + m * n) * item
+
+    def setup(lib: Library, copies: int) -> Timed:
+        product = _linear(lib)
+        xs = [ctx.data.get((m, k), dtype, 2 * i) for i in range(copies)]
+        ws = [ctx.data.get((n, k), dtype, 2 * i + 1) for i in range(copies)]
+        sets = [(lib.upload(x, dtype), lib.upload(w, dtype)) for x, w in zip(xs, ws, strict=True)]
+        ref = xs[0].astype(np.float64) @ ws[0].astype(np.float64).T
+
+        def check(out: Any) -> float:
+            got = lib.download(out).astype(np.float64).reshape(m, n)
+            return check_close(got, ref, dtype, f"linear ({lib.name})", ACCUMULATION_FACTOR)
+
+        return Timed(run=lambda i: product(*sets[i % copies]), check=check)
+
+    return Case(
+        NAME,
+        "linear",
+        params,
+        dict.fromkeys(("pygpukit", "torch"), setup),
+        flops=2 * m * n * k,
+        working_set=working_set,
+        ceiling=f"gemm_{dtype}",
+    )
+
+
 def _kernels(ctx: SuiteContext) -> list[str | None]:
     """Every variant on the GPU unless the configuration pins one; None: whatever is set."""
     from pygpukit.ops import config
@@ -98,7 +145,11 @@ def _kernels(ctx: SuiteContext) -> list[str | None]:
 
 
 def cases(ctx: SuiteContext) -> Iterator[Case]:
-    """GEMV for M in 1, 4, 8 at the default (or ``--sizes``) N, per kernel variant on the GPU."""
+    """GEMV and linear rows.
+
+    GEMV for M in 1, 4, 8 at the default (or ``--sizes``) N, per kernel variant on the GPU;
+    then ``linear`` for M in 16, 128, 1024 at N = K (16 and 128 on the CPU).
+    """
     k = 4096 if ctx.on_gpu else 256
     sizes = ctx.pick_sizes(gpu=[14336], gpu_quick=[14336], cpu=[1024], cpu_quick=[256])
     from pygpukit.ops import config
@@ -113,6 +164,9 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
                         yield gemv_case(ctx, m, n, k, dtype, kernel)
     finally:
         config.set(**dataclasses.asdict(saved))
+    for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["bfloat16"]):
+        for m in LINEAR_ROWS if ctx.on_gpu else LINEAR_ROWS[:2]:
+            yield linear_case(ctx, m, k, k, dtype)
 
 
-SUITE = Suite(NAME, "GEMV (decode-time linear layers) vs torch.nn.functional.linear", cases)
+SUITE = Suite(NAME, "GEMV and small-M linear layers vs torch.nn.functional.linear", cases)

@@ -11,8 +11,8 @@
 // vector load), so a warp keeps 32 / kLanes rows in flight per step and kUnroll steps are
 // loaded before any is used. Each group keeps its own running max / sum / output (base-2
 // online softmax); the groups are merged through shared memory at the end.
-// Dynamic shared memory of attn_decode_mma_*: (16 + 2 * 64) * (D + 8) * 2 bytes; of
-// attn_decode_mma2_* (two K/V stages): (16 + 4 * 64) * (D + 8) * 2 bytes.
+// Dynamic shared memory of attn_decode_mma<S>_* (S K/V stages; attn_decode_mma_*: one):
+// (16 + 2 * S * 64) * (D + 8) * 2 bytes.
 #include "attention_common.cuh"
 #include "pygpukit/kernel.cuh"
 
@@ -233,10 +233,54 @@ __device__ __forceinline__ void attn_decode_combine(const float* __restrict__ o_
 // limit it below the memory bandwidth.
 constexpr int kTcHeads = 16, kTcTile = 64;
 
-// kStages = 2 (attn_decode_mma2_*, PYGPUKIT_DECODE_KERNEL=mma2): tile i + 1 streams in while
-// tile i is used, so each CTA keeps the memory busy on its own (at the price of fewer CTAs per
-// SM: twice the K/V shared memory).
-template <typename T, int D, int kStages = 1>
+// kStages = S > 1 (attn_decode_mma<S>_*, PYGPUKIT_DECODE_KERNEL=mma<S>): tiles i + 1 .. i + S - 1
+// stream in while tile i is used, so each CTA keeps the memory busy on its own (at the price of
+// fewer CTAs per SM: S times the K/V shared memory).
+// kBulk (attn_decode_bulk<S>_*, PYGPUKIT_DECODE_KERNEL=bulk<S>): the same S-stage ring, loaded
+// by the Tensor Memory Accelerator instead of 16-byte cp.async: each thread copies one whole K or
+// V row (cp.async.bulk, D * 2 bytes) into its padded shared row, and the stage's mbarrier counts
+// the bytes; the copy engine then keeps the bytes in flight, not each SM's load queue. Rows past
+// the end are zeroed by the thread that owns them (a bulk copy has no zero fill). SM 9.0 and
+// later only (the host launches them nowhere else; elsewhere they trap).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define PGK_DECODE_BULK(...) __VA_ARGS__
+#else
+#define PGK_DECODE_BULK(...) __trap()
+#endif
+__device__ __forceinline__ void bulk_row(unsigned dst, const void* src, unsigned bytes,
+                                         unsigned bar) {
+    PGK_DECODE_BULK(
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+                     "[%1], %2, [%3];\n" ::"r"(dst),
+                     "l"(src), "r"(bytes), "r"(bar) : "memory"));
+}
+__device__ __forceinline__ void bar_init(unsigned bar, unsigned count) {
+    PGK_DECODE_BULK(
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;\n" :: : "memory"));
+}
+__device__ __forceinline__ void bar_expect_tx(unsigned bar, unsigned bytes) {
+    PGK_DECODE_BULK(
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+                     "r"(bytes) : "memory"));
+}
+__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
+    PGK_DECODE_BULK(unsigned done; do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done));
+}
+// Orders this thread's earlier generic shared-memory writes before later bulk copies.
+__device__ __forceinline__ void fence_to_bulk() {
+    PGK_DECODE_BULK(asm volatile("fence.proxy.async.shared::cta;\n" :: : "memory"));
+}
+
+template <typename T, int D, int kStages = 1, bool kBulk = false>
 __device__ __forceinline__ void attn_decode_mma(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
@@ -247,6 +291,7 @@ __device__ __forceinline__ void attn_decode_mma(
     T* sQ = reinterpret_cast<T*>(smem_raw);
     T* const sK0 = sQ + kTcHeads * kS;  // kStages x [K tile, V tile]
     __shared__ float sm_m[4][kTcHeads], sm_l[4][kTcHeads];
+    __shared__ __align__(8) unsigned long long full[kStages];  // kBulk: stage s has landed
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane >> 2, t = lane & 3;
@@ -274,41 +319,86 @@ __device__ __forceinline__ void attn_decode_mma(
     unsigned qf[D / 16][4];
     const float scale2 = scale * kLog2e;
 
+    if constexpr (kBulk) {
+        static_assert(2 * kTcTile == kThreads, "one K or V row per thread");
+        if (tid == 0) {
+            for (int st = 0; st < kStages; ++st) bar_init(smem_addr(&full[st]), 1);
+        }
+        __syncthreads();
+    }
     // K and V rows [base, base + 64) into stage st.
     auto load_tile = [&](int base, int st) {
         T* sK = sK0 + st * 2 * kTcTile * kS;
         T* sV = sK + kTcTile * kS;
-        for (int i = tid; i < kTcTile * kChunks; i += kThreads) {
-            const int r = i / kChunks, c = i % kChunks, tk = base + r;
-            const bool valid = tk < t_end;
-            size_t row = 0;
-            if (valid) {
+        if constexpr (kBulk) {
+            constexpr unsigned kRowBytes = D * sizeof(T);
+            const unsigned bar = smem_addr(&full[st]);
+            if (tid == 0) bar_expect_tx(bar, 2 * min(kTcTile, t_end - base) * kRowBytes);
+            const int r = tid % kTcTile, tk = base + r;
+            const bool is_v = tid >= kTcTile;
+            T* dst = (is_v ? sV : sK) + r * kS;
+            if (tk < t_end) {
+                size_t row;
                 if (block_table != nullptr) {
                     const int blk = block_table[(size_t)b * max_blocks + tk / cache_len];
                     row = ((size_t)blk * hkv + hk) * cache_len + tk % cache_len;
                 } else {
                     row = ((size_t)b * hkv + hk) * cache_len + tk;
                 }
+                bulk_row(smem_addr(dst), (is_v ? vc : kc) + row * D, kRowBytes, bar);
+            } else {
+#pragma unroll
+                for (int c = 0; c < kChunks; ++c)
+                    *reinterpret_cast<uint4*>(dst + c * 8) = make_uint4(0, 0, 0, 0);
+                fence_to_bulk();  // a later bulk copy may write this row again
             }
-            cp_async16(sK + r * kS + c * 8, valid ? kc + row * D + c * 8 : kc, valid);
-            cp_async16(sV + r * kS + c * 8, valid ? vc + row * D + c * 8 : vc, valid);
+        } else {
+            for (int i = tid; i < kTcTile * kChunks; i += kThreads) {
+                const int r = i / kChunks, c = i % kChunks, tk = base + r;
+                const bool valid = tk < t_end;
+                size_t row = 0;
+                if (valid) {
+                    if (block_table != nullptr) {
+                        const int blk = block_table[(size_t)b * max_blocks + tk / cache_len];
+                        row = ((size_t)blk * hkv + hk) * cache_len + tk % cache_len;
+                    } else {
+                        row = ((size_t)b * hkv + hk) * cache_len + tk;
+                    }
+                }
+                cp_async16(sK + r * kS + c * 8, valid ? kc + row * D + c * 8 : kc, valid);
+                cp_async16(sV + r * kS + c * 8, valid ? vc + row * D + c * 8 : vc, valid);
+            }
+            cp_async_commit();
         }
-        cp_async_commit();
     };
 
-    if (kStages > 1 && t_begin < t_end) load_tile(t_begin, 0);
+    // Tiles 0 .. kStages - 2 in flight before the loop; one commit group per tile, empty past
+    // the end, so "all but the newest kStages - 1 groups done" always means "this tile landed".
+#pragma unroll
+    for (int st = 0; st + 1 < kStages; ++st) {
+        if (t_begin + st * kTcTile < t_end)
+            load_tile(t_begin + st * kTcTile, st);
+        else if (!kBulk)
+            cp_async_commit();
+    }
+    if constexpr (kBulk) cp_async_wait_all();  // Q (the only cp.async group)
     for (int base = t_begin, it = 0; base < t_end; base += kTcTile, ++it) {
-        const int st = kStages > 1 ? it & 1 : 0;
+        const int st = it % kStages;
         if (kStages == 1) {
             load_tile(base, 0);
             cp_async_wait_all();
         } else {
-            // The other stage was last read in iteration it - 1, which ended with a barrier.
-            if (base + kTcTile < t_end) {
-                load_tile(base + kTcTile, st ^ 1);
-                asm volatile("cp.async.wait_group 1;\n" ::);  // this tile (and Q) landed
+            // Tile it + kStages - 1 goes to the stage tile it - 1 used: every thread is done
+            // with it (iteration it - 1 ended with a barrier).
+            const int ahead = base + (kStages - 1) * kTcTile;
+            if (ahead < t_end)
+                load_tile(ahead, (it + kStages - 1) % kStages);
+            else if (!kBulk)
+                cp_async_commit();
+            if constexpr (kBulk) {
+                bar_wait(smem_addr(&full[st]), (it / kStages) & 1);  // tile it
             } else {
-                cp_async_wait_all();
+                asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // tile it (and Q)
             }
         }
         __syncthreads();
@@ -426,8 +516,8 @@ __device__ __forceinline__ void attn_decode_mma(
 }  // namespace
 
 // Entry points per dtype and head dim: attn_decode_d<D>_<dtype> (SIMT),
-// attn_decode_mma_d<D>_<dtype> and attn_decode_mma2_d<D>_<dtype> (tensor cores, one and two K/V
-// stages); and the split combiner attn_decode_combine_<dtype>.
+// attn_decode_mma_d<D>_<dtype> and attn_decode_mma<S>_d<D>_<dtype> (tensor cores, one and S = 2,
+// 3, 4 K/V stages); and the split combiner attn_decode_combine_<dtype>.
 #define PGK_DECODE_CALL                                                                           \
     q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, hq, hkv, cache_len, max_blocks, \
         capacity, chunk, scale
@@ -435,15 +525,30 @@ __device__ __forceinline__ void attn_decode_mma(
     (const T* q, const T* k_cache, const T* v_cache, const int* seq_lens, const int* block_table, \
      T* out, float* o_part, float* lse, int hq, int hkv, int cache_len, int max_blocks,           \
      int capacity, int chunk, float scale)
-#define PGK_DECODE(sfx, T, D)                                                          \
-    PGK_KERNEL_BOUNDS(attn_decode_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {      \
-        attn_decode<T, D>(PGK_DECODE_CALL);                                            \
-    }                                                                                  \
-    PGK_KERNEL_BOUNDS(attn_decode_mma_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {  \
-        attn_decode_mma<T, D>(PGK_DECODE_CALL);                                        \
-    }                                                                                  \
-    PGK_KERNEL_BOUNDS(attn_decode_mma2_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
-        attn_decode_mma<T, D, 2>(PGK_DECODE_CALL);                                     \
+#define PGK_DECODE(sfx, T, D)                                                           \
+    PGK_KERNEL_BOUNDS(attn_decode_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {       \
+        attn_decode<T, D>(PGK_DECODE_CALL);                                             \
+    }                                                                                   \
+    PGK_KERNEL_BOUNDS(attn_decode_mma_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {   \
+        attn_decode_mma<T, D>(PGK_DECODE_CALL);                                         \
+    }                                                                                   \
+    PGK_KERNEL_BOUNDS(attn_decode_mma2_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {  \
+        attn_decode_mma<T, D, 2>(PGK_DECODE_CALL);                                      \
+    }                                                                                   \
+    PGK_KERNEL_BOUNDS(attn_decode_mma3_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {  \
+        attn_decode_mma<T, D, 3>(PGK_DECODE_CALL);                                      \
+    }                                                                                   \
+    PGK_KERNEL_BOUNDS(attn_decode_mma4_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {  \
+        attn_decode_mma<T, D, 4>(PGK_DECODE_CALL);                                      \
+    }                                                                                   \
+    PGK_KERNEL_BOUNDS(attn_decode_bulk2_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
+        attn_decode_mma<T, D, 2, true>(PGK_DECODE_CALL);                                \
+    }                                                                                   \
+    PGK_KERNEL_BOUNDS(attn_decode_bulk3_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
+        attn_decode_mma<T, D, 3, true>(PGK_DECODE_CALL);                                \
+    }                                                                                   \
+    PGK_KERNEL_BOUNDS(attn_decode_bulk4_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
+        attn_decode_mma<T, D, 4, true>(PGK_DECODE_CALL);                                \
     }
 #define PGK_DECODE_FAMILY(sfx, T)                                                                \
     PGK_ATTN_HEAD_DIMS(PGK_DECODE, sfx, T)                                                       \

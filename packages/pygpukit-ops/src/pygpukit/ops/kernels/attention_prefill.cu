@@ -306,6 +306,12 @@ constexpr int kWgmmaPipeThreads = 256, kWgmmaTmaThreads = 384;
 // 128 x 64 with a 128-byte swizzle (attention.py _tma_maps).
 #include "attention_prefill_sm90_tma.cuh"
 
+// attn_prefill_wgmma_persist_* (attention_prefill_sm90_persist.cuh): the same warp-specialized
+// kernel made persistent, at most one CTA per SM, each running the list of query tiles that
+// `sched` gives it (attention.py _prefill_schedule); the producer loads the next tile's Q and
+// K/V while the consumers finish the current one.
+#include "attention_prefill_sm90_persist.cuh"
+
 #define PGK_PREFILL_WGMMA(sfx, T, D)                                                         \
     PGK_KERNEL_BOUNDS(attn_prefill_wgmma_pipe_d##D##_##sfx, PGK_PREFILL_PARAMS(T),           \
                       kWgmmaPipeThreads, 1) {                                                \
@@ -318,6 +324,16 @@ constexpr int kWgmmaPipeThreads = 256, kWgmmaTmaThreads = 384;
                       kWgmmaTmaThreads, 1) {                                                 \
         PGK_WGMMA_ONLY(const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};                     \
                        pgk_attn_sm90::attn_prefill_wgmma_tma<T, D>(PGK_PREFILL_CALL, maps)); \
+    }                                                                                        \
+    PGK_KERNEL_BOUNDS(                                                                       \
+        attn_prefill_wgmma_persist_d##D##_##sfx,                                             \
+        PGK_PREFILL_PARAMS(T, , const __grid_constant__ CUtensorMap tq,                      \
+                           const __grid_constant__ CUtensorMap tk,                           \
+                           const __grid_constant__ CUtensorMap tv, const int* sched),        \
+        kWgmmaTmaThreads, 1) {                                                               \
+        PGK_WGMMA_ONLY(                                                                      \
+            const pgk_attn_sm90::TmaMaps maps{&tq, &tk, &tv};                                \
+            pgk_attn_sm90::attn_prefill_wgmma_persist<T, D>(PGK_PREFILL_CALL, maps, sched)); \
     }
 #define PGK_PREFILL_WGMMA_FAMILY(sfx, T) \
     PGK_PREFILL_WGMMA(sfx, T, 64) PGK_PREFILL_WGMMA(sfx, T, 128)
@@ -329,6 +345,7 @@ PGK_HALF_TYPES(PGK_PREFILL_WGMMA_FAMILY)
 PGK_CONSTANT(PREFILL_THREADS, kThreads);
 PGK_CONSTANT(PREFILL_WGMMA_PIPE_THREADS, kWgmmaPipeThreads);
 PGK_CONSTANT(PREFILL_WGMMA_TMA_THREADS, kWgmmaTmaThreads);
+PGK_CONSTANT(PREFILL_WGMMA_PERSIST_THREADS, kWgmmaTmaThreads);
 #define PGK_PREFILL_CONFIG(D)                        \
     PGK_CONSTANT(PREFILL_ROWS_D##D, Config<D>::kBM); \
     PGK_CONSTANT(PREFILL_KEYS_D##D, Config<D>::kBN); \

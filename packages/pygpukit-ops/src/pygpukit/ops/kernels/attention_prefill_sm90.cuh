@@ -55,18 +55,22 @@ __device__ __forceinline__ void load_tile(unsigned dst, const T* src, int valid_
     }
 }
 
-template <typename T>
-__device__ __forceinline__ void mma_qk(float (&d)[64], unsigned long long da,
-                                       unsigned long long db);
-template <>
-__device__ __forceinline__ void mma_qk<__nv_bfloat16>(float (&d)[64], unsigned long long da,
-                                                      unsigned long long db) {
-    PGK_WGMMA_SS_BF16(d, da, db);
+// S += Q K^T over one k-step; kFirst: S = Q K^T (S's old values ignored: it needs no zeroing).
+template <bool kFirst>
+__device__ __forceinline__ void mma_qk(float (&d)[64], unsigned long long da, unsigned long long db,
+                                       __nv_bfloat16) {
+    if constexpr (kFirst)
+        PGK_WGMMA_SS_BF16_ZERO(d, da, db);
+    else
+        PGK_WGMMA_SS_BF16(d, da, db);
 }
-template <>
-__device__ __forceinline__ void mma_qk<__half>(float (&d)[64], unsigned long long da,
-                                               unsigned long long db) {
-    PGK_WGMMA_SS_F16(d, da, db);
+template <bool kFirst>
+__device__ __forceinline__ void mma_qk(float (&d)[64], unsigned long long da, unsigned long long db,
+                                       __half) {
+    if constexpr (kFirst)
+        PGK_WGMMA_SS_F16_ZERO(d, da, db);
+    else
+        PGK_WGMMA_SS_F16(d, da, db);
 }
 __device__ __forceinline__ void mma_pv(float (&d)[64], const unsigned (&a)[4],
                                        unsigned long long db, __nv_bfloat16) {
@@ -245,14 +249,18 @@ __device__ __forceinline__ void store_out(T* op, const float (&acc)[kD / 2],
     }
 }
 
-// S = Q K^T for one warpgroup's 64 rows (accumulating into s; zero it first).
+// S = Q K^T for one warpgroup's 64 rows (the first k-step overwrites s: no zeroing needed).
 template <typename T, int kD>
 __device__ __forceinline__ void issue_qk(float (&s)[64], unsigned sQ, unsigned sK, int wg) {
 #pragma unroll
     for (int ks = 0; ks < kD / 16; ++ks) {
         const unsigned blk = (ks >> 2) * kBlockBytes, kofs = (ks & 3) * 32;
-        mma_qk<T>(s, desc(sQ + blk + wg * 64 * 128 + kofs, 16, 1024),
-                  desc(sK + blk + kofs, 16, 1024));
+        const unsigned long long da = desc(sQ + blk + wg * 64 * 128 + kofs, 16, 1024);
+        const unsigned long long db = desc(sK + blk + kofs, 16, 1024);
+        if (ks == 0)
+            mma_qk<true>(s, da, db, T());
+        else
+            mma_qk<false>(s, da, db, T());
     }
 }
 
@@ -275,7 +283,18 @@ struct PrefillTile {
     __device__ __forceinline__ PrefillTile(const T* q, const T* k, const T* v, T* o, int hq,
                                            int hkv, int sq, int sk, int causal) {
         const PrefillOrder order(sq, kBM, hq);
-        m0 = order.m0, h = order.h, b = order.b;
+        init(q, k, v, o, order.m0, order.h, order.b, hq, hkv, sq, sk, causal);
+    }
+    // Work item `item` of the persistent kernel: row tile item % tiles of (batch, head)
+    // item / tiles.
+    __device__ __forceinline__ PrefillTile(int item, const T* q, const T* k, const T* v, T* o,
+                                           int hq, int hkv, int sq, int sk, int causal) {
+        const int tiles = (sq + kBM - 1) / kBM, bh = item / tiles;
+        init(q, k, v, o, (item - bh * tiles) * kBM, bh % hq, bh / hq, hq, hkv, sq, sk, causal);
+    }
+    __device__ __forceinline__ void init(const T* q, const T* k, const T* v, T* o, int m0_, int h_,
+                                         int b_, int hq, int hkv, int sq, int sk, int causal) {
+        m0 = m0_, h = h_, b = b_;
         const int hk = h / (hq / hkv);
         diag = sk - sq;
         qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
@@ -297,34 +316,32 @@ struct PrefillTile {
 //   acquire(j)     tile j's K and V are in shared memory and visible to wgmma;
 //   turn_wait()    right before this warpgroup issues wgmma, turn_pass() right after;
 //   last_pass()    after the last issue (in place of turn_pass);
-//   release(j)     the last wgmma reading tile j (its P V) has completed.
+//   release(j)     the last wgmma reading tile j (its P V) has completed;
+//   q_done()       the last wgmma reading Q (the last S) has completed.
 template <typename T, int kD, typename Stage, typename Softmax, typename Acquire, typename TurnWait,
-          typename TurnPass, typename LastPass, typename Release>
+          typename TurnPass, typename LastPass, typename Release, typename QDone>
 __device__ __forceinline__ void pipe_tiles(float (&acc)[kD / 2], unsigned (&pa)[kBN / 16][4],
                                            float (&alpha)[2], int n_tiles, unsigned sQ, int wg,
                                            Stage stage, Softmax softmax_tile, Acquire acquire,
                                            TurnWait turn_wait, TurnPass turn_pass,
-                                           LastPass last_pass, Release release) {
+                                           LastPass last_pass, Release release, QDone q_done) {
     constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
     {  // tile 0: S_0 and its softmax, nothing to overlap with yet
         acquire(0);
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        float s[64];  // written by the first k-step of S = Q K^T
         turn_wait();
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         issue_qk<T, kD>(s, sQ, stage(0), wg);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         turn_pass();
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if (n_tiles == 1) q_done();
         softmax_tile(s, 0);
         pack_p<T>(pa, s);
     }
     for (int j = 1; j < n_tiles; ++j) {
         acquire(j);
-        float s[64];
-#pragma unroll
-        for (int i = 0; i < 64; ++i) s[i] = 0.f;
+        float s[64];          // written by the first k-step of S = Q K^T
         rescale(acc, alpha);  // for tile j - 1, before its P V is issued
         // Every register the wgmma below use is written before the fence (not sunk past it).
         fence_regs(s);
@@ -339,6 +356,7 @@ __device__ __forceinline__ void pipe_tiles(float (&acc)[kD / 2], unsigned (&pa)[
         turn_pass();
         asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // S_j
         fence_regs(s);
+        if (j == n_tiles - 1) q_done();
         softmax_tile(s, j);  // overlaps P_{j-1} V_{j-1}
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         fence_regs(acc);
@@ -414,8 +432,9 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     asm volatile("cp.async.commit_group;\n" ::);
     // The CTA-wide barrier in next_tile paces both warpgroups: no turns, and a stage is free
     // once every warp has passed the barrier after its last reader.
-    pipe_tiles<T, kD>(st.acc, st.pa, st.alpha, n_tiles, sQ, wg, stage, softmax_tile, next_tile,
-                      nothing, nothing, nothing, [](int) {});
+    pipe_tiles<T, kD>(
+        st.acc, st.pa, st.alpha, n_tiles, sQ, wg, stage, softmax_tile, next_tile, nothing, nothing,
+        nothing, [](int) {}, nothing);
     asm volatile("cp.async.wait_group 0;\n" ::);
     store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
 }

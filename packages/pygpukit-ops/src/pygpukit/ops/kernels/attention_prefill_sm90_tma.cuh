@@ -180,7 +180,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_tma(
         [&] {
             if (c == 0) turn_pass(c);
         },
-        release);  // the last release: nobody waits for it; one arrival per tile per warp
+        release, [] {});  // the last release: nobody waits for it; one arrival per tile per warp
     store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
 }
 

@@ -27,6 +27,9 @@
 //                           FFT in shared memory (two real frames as one complex one) and written
 //                           in the caller's form; no frame buffer, no matmul.
 //   audio_istft_fft_f32     its inverse: spectra to windowed frames [b, f, n] for the overlap-add.
+//   audio_stft_pow2_<N>_f32 the fused STFT for a power-of-two n_fft = N in [64, 4096]: the same
+//                           contract as audio_stft_fft_f32, with the radix-16 passes of the FFT
+//                           held in registers (see its section).
 #include "pygpukit/kernel.cuh"
 
 namespace {
@@ -492,3 +495,264 @@ PGK_KERNEL_BOUNDS(audio_istft_fft_f32,
         if (g + 1 < total) frames[(g + 1) * N + n] = -v.y * w;
     }
 }
+
+// ---------------------------------------------------------------- power-of-two STFT (N = 2^L)
+//
+// For N a power of two in [64, 4096] the transform is unrolled at compile time. A block has 256
+// threads in G = 4096 / N groups of T = N / 16; group g transforms frames 2g and 2g + 1 of the
+// block's 2G consecutive frames as one complex sequence (as above). The FFT is Stockham's
+// radix-R form (Govindaraju et al., 2008): pass p with stride Ns (the product of the earlier
+// radices) takes, for each butterfly j < N / R, the R values a_r = src[j + r N / R], multiplies
+// them by w_N^{r (j mod Ns) N / (Ns R)}, transforms them in registers and writes the r-th output
+// to dst[(j / Ns) Ns R + (j mod Ns) + r Ns]; the result is in natural order. Radix 16 first (its
+// inputs come straight from the signal, coalesced: thread t holds samples t + r T), then 16s,
+// then one radix 2, 4 or 8 pass for what is left. Each thread holds 16 values; a group's buffer
+// in shared memory is padded by one value every 16 (pow2_slot), so the radix-16 pass's strided
+// writes fall in distinct banks. Twiddles: the float64-made table of w_N^k in global memory.
+
+namespace {
+
+// Compile-time loops: every register index below is a constant, so the arrays stay in registers
+// (a loop the compiler declined to unroll would index them at run time, through local memory).
+template <int V>
+struct IntConstant {
+    static constexpr int value = V;
+};
+
+template <int I, int END, typename F>
+__device__ __forceinline__ void unrolled(F&& f) {
+    if constexpr (I < END) {
+        f(IntConstant<I>{});
+        unrolled<I + 1, END>(f);
+    }
+}
+
+// cos(2 pi k / 16).
+__host__ __device__ constexpr float cos16(int k) {
+    const float c[16] = {1.0f,  0.92387953251128674f,  0.70710678118654752f,  0.38268343236508977f,
+                         0.0f,  -0.38268343236508977f, -0.70710678118654752f, -0.92387953251128674f,
+                         -1.0f, -0.92387953251128674f, -0.70710678118654752f, -0.38268343236508977f,
+                         0.0f,  0.38268343236508977f,  0.70710678118654752f,  0.92387953251128674f};
+    return c[k & 15];
+}
+
+__host__ __device__ constexpr int bit_reverse(int i, int bits) {
+    int r = 0;
+    for (int b = 0; b < bits; ++b) r = (r << 1) | ((i >> b) & 1);
+    return r;
+}
+
+// The radix-2 decimation-in-frequency stages of an R-point DFT, butterflies HALF apart first:
+// (p, q) -> (p + q, (p - q) w_{2 HALF}^k); the result is in bit-reversed order.
+template <int R, int HALF>
+__device__ __forceinline__ void dif_stages(float2 (&v)[R]) {
+    if constexpr (HALF >= 1) {
+        unrolled<0, R / 2>([&](auto ic) {
+            constexpr int i = decltype(ic)::value;
+            constexpr int k = i % HALF;
+            constexpr int lo = (i / HALF) * 2 * HALF + k;
+            constexpr int hi = lo + HALF;
+            const float2 p = v[lo];
+            const float2 q = v[hi];
+            v[lo] = make_float2(p.x + q.x, p.y + q.y);
+            const float2 d = make_float2(p.x - q.x, p.y - q.y);
+            if constexpr (k == 0) {
+                v[hi] = d;
+            } else {
+                // w_{2 HALF}^k = exp(-2 pi i e / 16) with e = 8 k / HALF.
+                constexpr float wr = cos16(k * (8 / HALF));
+                constexpr float wi = -cos16(k * (8 / HALF) + 12);
+                v[hi] = cmul(d, make_float2(wr, wi));
+            }
+        });
+        dif_stages<R, HALF / 2>(v);
+    }
+}
+
+// The R-point DFT (R a power of two <= 16) of the registers, in natural order.
+template <int R, int LOG2R>
+__device__ __forceinline__ void dft_registers(float2 (&v)[R]) {
+    dif_stages<R, R / 2>(v);
+    float2 t[R];
+    unrolled<0, R>([&](auto ic) { t[decltype(ic)::value] = v[decltype(ic)::value]; });
+    unrolled<0, R>([&](auto ic) {
+        constexpr int i = decltype(ic)::value;
+        constexpr int j = bit_reverse(i, LOG2R);
+        v[j] = t[i];
+    });
+}
+
+__device__ __forceinline__ int pow2_slot(int i) { return i + (i >> 4); }
+
+// The Stockham passes after the first, from stride 2^LOG2NS on.
+template <int LOG2N, int LOG2NS>
+__device__ __forceinline__ void pow2_passes(float2* buf, const float2* __restrict__ tw, int t) {
+    if constexpr (LOG2NS < LOG2N) {
+        constexpr int N = 1 << LOG2N;
+        constexpr int NS = 1 << LOG2NS;
+        constexpr int LOG2R = LOG2N - LOG2NS < 4 ? LOG2N - LOG2NS : 4;
+        constexpr int R = 1 << LOG2R;
+        constexpr int T = N / 16;
+        constexpr int PER = 16 / R;  // butterflies per thread
+        float2 v[PER][R];
+        unrolled<0, PER>([&](auto ic) {
+            constexpr int i = decltype(ic)::value;
+            unrolled<0, R>([&](auto rc) {
+                constexpr int r = decltype(rc)::value;
+                v[i][r] = buf[pow2_slot(t + i * T + r * (N / R))];
+            });
+        });
+        __syncthreads();
+        unrolled<0, PER>([&](auto ic) {
+            constexpr int i = decltype(ic)::value;
+            const int j = t + i * T;
+            const int jm = j & (NS - 1);
+            unrolled<1, R>([&](auto rc) {
+                constexpr int r = decltype(rc)::value;
+                v[i][r] = cmul(v[i][r], tw[r * jm * (N / (NS * R))]);
+            });
+            dft_registers<R, LOG2R>(v[i]);
+            const int d = ((j >> LOG2NS) << (LOG2NS + LOG2R)) + jm;
+            unrolled<0, R>([&](auto rc) {
+                constexpr int r = decltype(rc)::value;
+                buf[pow2_slot(d + r * NS)] = v[i][r];
+            });
+        });
+        __syncthreads();
+        pow2_passes<LOG2N, LOG2NS + LOG2R>(buf, tw, t);
+    }
+}
+
+// Where frame g (of the flattened [batch * n_frames]) starts in x, and whether all its samples
+// are inside the signal (no padding to apply).
+struct FrameOrigin {
+    const float* row;
+    long long start;
+    bool valid;
+    bool inside;
+};
+
+__device__ __forceinline__ FrameOrigin frame_origin(const float* x, long long g, long long total,
+                                                    long long length, int n_fft, int hop,
+                                                    long long n_frames, long long pad) {
+    FrameOrigin o{x, 0, g < total, false};
+    if (!o.valid) return o;
+    const long long b = g / n_frames;
+    o.row = x + b * length;
+    o.start = (g - b * n_frames) * hop - pad;
+    o.inside = o.start >= 0 && o.start + n_fft <= length;
+    return o;
+}
+
+__device__ __forceinline__ float origin_sample(const FrameOrigin& o, int n, long long length,
+                                               int reflect) {
+    if (!o.valid) return 0.0f;
+    long long s = o.start + n;
+    if (!o.inside) {
+        if (reflect) {
+            if (s < 0) s = -s;
+            if (s >= length) s = 2 * (length - 1) - s;
+        } else if (s < 0 || s >= length) {
+            return 0.0f;
+        }
+    }
+    return o.row[s];
+}
+
+template <int LOG2N>
+__device__ __forceinline__ void stft_pow2(const float* __restrict__ x,
+                                          const float* __restrict__ window,
+                                          const float2* __restrict__ tw, float* a, float* b_out,
+                                          long long batch, long long length, int hop,
+                                          long long n_frames, long long pad, int reflect,
+                                          int mode) {
+    constexpr int N = 1 << LOG2N;
+    constexpr int T = N / 16;
+    constexpr int G = 256 / T;
+    constexpr int F = 2 * G;  // frames per block
+    constexpr int STRIDE = N + N / 16 + 1;
+    extern __shared__ float2 pow2_shared[];
+    const int g = threadIdx.x / T;
+    const int t = threadIdx.x - g * T;
+    float2* buf = pow2_shared + g * STRIDE;
+    const long long total = batch * n_frames;
+    const long long g0 = static_cast<long long>(blockIdx.x) * F;
+
+    // First pass (stride 1, radix 16) straight from the signal.
+    const FrameOrigin fa = frame_origin(x, g0 + 2 * g, total, length, N, hop, n_frames, pad);
+    const FrameOrigin fb = frame_origin(x, g0 + 2 * g + 1, total, length, N, hop, n_frames, pad);
+    float2 v[16];
+    unrolled<0, 16>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        const int n = t + r * T;
+        const float w = window[n];
+        v[r] = make_float2(origin_sample(fa, n, length, reflect) * w,
+                           origin_sample(fb, n, length, reflect) * w);
+    });
+    dft_registers<16, 4>(v);
+    unrolled<0, 16>([&](auto rc) {
+        constexpr int r = decltype(rc)::value;
+        buf[pow2_slot(t * 16 + r)] = v[r];
+    });
+    __syncthreads();
+    pow2_passes<LOG2N, 4>(buf, tw, t);
+
+    // Thread i writes bins i / F, i / F + 256 / F, ... of frame i % F: neighbouring threads write
+    // neighbouring frames of one bin, the contiguous direction of the output.
+    constexpr int NB = N / 2 + 1;
+    const int j = threadIdx.x % F;
+    const long long gj = g0 + j;
+    if (gj >= total) return;
+    const long long bj = gj / n_frames;
+    const long long o0 = bj * NB * n_frames + (gj - bj * n_frames);
+    const float2* z = pow2_shared + (j >> 1) * STRIDE;
+    for (int k = threadIdx.x / F; k < NB; k += 256 / F) {
+        const float2 p = z[pow2_slot(k)];
+        const float2 q = z[pow2_slot((N - k) & (N - 1))];  // conj taken below
+        float re, im;
+        if ((j & 1) == 0) {
+            re = 0.5f * (p.x + q.x);
+            im = 0.5f * (p.y - q.y);
+        } else {
+            re = 0.5f * (p.y + q.y);
+            im = -0.5f * (p.x - q.x);
+        }
+        const long long o = o0 + k * n_frames;
+        if (mode == 0) {
+            reinterpret_cast<float2*>(a)[o] = make_float2(re, im);
+        } else if (mode == 1) {
+            a[o] = sqrtf(re * re + im * im);
+        } else if (mode == 2) {
+            a[o] = re * re + im * im;
+        } else {
+            a[o] = sqrtf(re * re + im * im);
+            b_out[o] = atan2f(im, re);
+        }
+    }
+}
+
+}  // namespace
+
+// The shared memory of audio_stft_pow2_<N>_f32, in complex values, is
+// (4096 / N) * (N + N / 16 + 1): at most 4352 + 64 (35 KiB), under the 48 KiB default.
+PGK_CONSTANT(AUDIO_POW2_THREADS, 256);
+PGK_CONSTANT(AUDIO_POW2_MIN_LOG2, 6);
+PGK_CONSTANT(AUDIO_POW2_MAX_LOG2, 12);
+
+#define PGK_STFT_POW2(N, LOG2N)                                                               \
+    PGK_KERNEL_BOUNDS(audio_stft_pow2_##N##_f32,                                              \
+                      (const float* x, const float* window, const float2* twiddles, float* a, \
+                       float* b_out, long long batch, long long length, int hop,              \
+                       long long n_frames, long long pad, int reflect, int mode),             \
+                      256, 4) {                                                               \
+        stft_pow2<LOG2N>(x, window, twiddles, a, b_out, batch, length, hop, n_frames, pad,    \
+                         reflect, mode);                                                      \
+    }
+PGK_STFT_POW2(64, 6)
+PGK_STFT_POW2(128, 7)
+PGK_STFT_POW2(256, 8)
+PGK_STFT_POW2(512, 9)
+PGK_STFT_POW2(1024, 10)
+PGK_STFT_POW2(2048, 11)
+PGK_STFT_POW2(4096, 12)
+#undef PGK_STFT_POW2

@@ -24,26 +24,23 @@
         "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 
-#define PGK_WGMMA_SS_BF16(d, da, db)                                                               \
+// scale_d "1": D += A B; "0": D = A B (the accumulators' old values are ignored, so they need
+// no zeroing first).
+#define PGK_WGMMA_SS_(d, da, db, type, scale_d)                                                    \
     asm volatile(                                                                                  \
         "{\n"                                                                                      \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "                                   \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type                               \
+        " "                                                                                        \
         "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%" \
         "24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%" \
         "46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "                \
-        "%64, %65, 1, 1, 1, 0, 0;\n}\n"                                                            \
+        "%64, %65, " scale_d ", 1, 1, 0, 0;\n}\n"                                                  \
         : PGK_WGMMA_OUTS64(d)                                                                      \
         : "l"(da), "l"(db))
-#define PGK_WGMMA_SS_F16(d, da, db)                                                                \
-    asm volatile(                                                                                  \
-        "{\n"                                                                                      \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "                                     \
-        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%" \
-        "24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%" \
-        "46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "                \
-        "%64, %65, 1, 1, 1, 0, 0;\n}\n"                                                            \
-        : PGK_WGMMA_OUTS64(d)                                                                      \
-        : "l"(da), "l"(db))
+#define PGK_WGMMA_SS_BF16(d, da, db) PGK_WGMMA_SS_(d, da, db, "bf16", "1")
+#define PGK_WGMMA_SS_F16(d, da, db) PGK_WGMMA_SS_(d, da, db, "f16", "1")
+#define PGK_WGMMA_SS_BF16_ZERO(d, da, db) PGK_WGMMA_SS_(d, da, db, "bf16", "0")
+#define PGK_WGMMA_SS_F16_ZERO(d, da, db) PGK_WGMMA_SS_(d, da, db, "f16", "0")
 #define PGK_WGMMA_RS_BF16(d, a, db)                                                                \
     asm volatile(                                                                                  \
         "{\n"                                                                                      \

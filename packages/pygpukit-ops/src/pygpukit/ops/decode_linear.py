@@ -1,0 +1,415 @@
+"""The GEMVs of a one-token decode layer with their neighbours fused in: one launch each.
+
+At batch 1 a small model's layer is bound by kernel launches, not by its weight bytes, so
+:func:`decode_linear` folds the small ops around each GEMV into it:
+
+- a **prologue**: ``norm_weight`` given, ``x`` is the residual stream and is RMS-normalised
+  first (every block recomputes the row's sum of squares: the row is a few KB);
+- an **epilogue**: ``epilogue=None`` stores ``x @ weight.T + bias`` (optionally float32,
+  unrounded: logits), ``"residual"`` adds it into ``residual`` in place, ``"swiglu"`` returns
+  ``silu(gate) * up`` of a fused gate/up weight (gate rows first), ``"rope_kv"`` treats the result
+  as a fused q/k/v projection: q rotated into the result, k rotated and v appended to the cache
+  at ``position % capacity`` (:class:`RopeKV`).
+
+A decoder layer is then four launches plus the attention (docs/llm-performance.md). The values
+are those of the unfused composition (:func:`rmsnorm`, :func:`gemv` / :func:`linear`, the add,
+:func:`silu_mul`, :func:`rope_kv_append`): each stage rounds to the storage dtype where the
+unfused kernels store; only the norm's float32 sum of squares is accumulated in another order.
+
+On the CUDA backend with float16/bfloat16, ``K % 8 == 0`` and 16-byte aligned arrays, one kernel
+(``kernels/decode_linear.cu``) runs; it is launched with programmatic dependent launch (its
+weight loads start while the previous kernel drains) unless ``PYGPUKIT_DEPENDENT_LAUNCH=off``.
+Otherwise, and on the CPU backend, the composition of those ops runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit.array import GPUArray
+
+from . import _common as c
+from . import _kernel_loader as kl
+from . import config
+from ._constants import constant
+from ._plan import Launch, PlanCache, per_backend
+from .activations import silu_mul
+from .linear import check_no_overlap, gemv, linear
+from .normalization import rmsnorm
+from .reference import activations as ref_act
+from .reference import linear as ref_linear
+from .reference import normalization as ref_norm
+from .reference import rope as ref_rope
+from .rope import rope_kv_append
+
+__all__ = ["EPILOGUES", "BoundDecodeLinear", "RopeKV", "bind_decode_linear", "decode_linear"]
+
+#: Epilogue names and their codes in the kernel.
+EPILOGUES: dict[str | None, int] = {None: 0, "residual": 1, "swiglu": 2, "rope_kv": 3}
+_TABLE_KIND = {np.dtype(np.float32): 0, np.dtype(gp.float16): 1, np.dtype(gp.bfloat16): 2}
+#: Largest shared-memory row the norm prologue stages (the default 48 KiB per block).
+_MAX_STAGED_BYTES = 48 * 1024
+
+
+@dataclass(frozen=True)
+class RopeKV:
+    """What the ``"rope_kv"`` epilogue needs besides the projection.
+
+    ``cos``/``sin``: :func:`rope_cos_sin` tables ``[P, D / 2]`` (the whole head rotates, NeoX);
+    ``position``: int32 ``[1]`` on the device (the token's position: the RoPE angle, and the
+    cache slot ``position % capacity``); ``k_cache``/``v_cache``: ``[1, kv_heads, capacity,
+    D]``; ``q_heads``: query heads (the projection is ``(q_heads + 2 kv_heads) * D`` rows).
+    """
+
+    cos: GPUArray
+    sin: GPUArray
+    position: GPUArray
+    k_cache: GPUArray
+    v_cache: GPUArray
+    q_heads: int
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """``(q_heads, kv_heads, head_dim, capacity)``."""
+        _, hkv, cap, d = self.k_cache.shape
+        return self.q_heads, hkv, d, cap
+
+
+def _check(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None,
+    norm_weight: GPUArray | None,
+    epilogue: str | None,
+    residual: GPUArray | None,
+    rope_kv: RopeKV | None,
+) -> tuple[int, int]:
+    c.check_array(x, "x", dtypes=c.FLOAT_DTYPES, ndim=(1, 2))
+    if x.ndim == 2 and x.shape[0] != 1:
+        raise ValueError(f"decode_linear takes one row of x ([K] or [1, K]), got {x.shape}")
+    c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=2)
+    c.check_same_dtype(x, ("weight", weight), ("bias", bias), ("norm_weight", norm_weight))
+    n, k = weight.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features but weight is {tuple(weight.shape)}")
+    if bias is not None:
+        c.check_array(bias, "bias", ndim=1)
+        c.check_shape(bias, "bias", (n,))
+    if norm_weight is not None:
+        c.check_array(norm_weight, "norm_weight", ndim=1)
+        c.check_shape(norm_weight, "norm_weight", (k,))
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {list(EPILOGUES)}, got {epilogue!r}")
+    if (epilogue == "residual") != (residual is not None):
+        raise ValueError("epilogue='residual' needs residual= (and only it takes one)")
+    if (epilogue == "rope_kv") != (rope_kv is not None):
+        raise ValueError("epilogue='rope_kv' needs rope_kv= (and only it takes one)")
+    if residual is not None:
+        c.check_array(residual, "residual", dtypes=[x.dtype])
+        if residual.size != n:
+            raise ValueError(f"residual must hold the N = {n} outputs, got {residual.shape}")
+        c.check_writeable(residual, "residual")
+        check_no_overlap(residual, ("x", x), ("weight", weight))
+    if epilogue == "swiglu" and n % 2:
+        raise ValueError(f"epilogue='swiglu' needs gate and up rows: an even N, got {n}")
+    if rope_kv is not None:
+        hq, hkv, d, _ = rope_kv.shape
+        c.check_same_dtype(x, ("k_cache", rope_kv.k_cache), ("v_cache", rope_kv.v_cache))
+        c.check_array(rope_kv.position, "position", dtypes=[np.int32])
+        if rope_kv.position.size != 1 or rope_kv.k_cache.shape[0] != 1 or d % 2:
+            raise ValueError("rope_kv takes one int32 position and [1, Hkv, capacity, D] caches")
+        if n != (hq + 2 * hkv) * d or rope_kv.cos.shape[1] != d // 2:
+            raise ValueError(
+                f"weight has {n} rows; a q/k/v projection of {hq} + 2 x {hkv} heads of {d} "
+                f"needs {(hq + 2 * hkv) * d}, and cos/sin of width {d // 2}"
+            )
+    return n, k
+
+
+def _out_shape(x: GPUArray, n: int, epilogue: str | None, rope_kv: RopeKV | None) -> tuple:
+    width = n // 2 if epilogue == "swiglu" else n
+    if rope_kv is not None:
+        width = rope_kv.q_heads * rope_kv.shape[2]
+    return (width,) if x.ndim == 1 else (1, width)
+
+
+@dataclass(frozen=True, slots=True)
+class FusedPlan:
+    """The one-kernel launch: ``plan(*args)`` enqueues it."""
+
+    launch: Launch
+    dependent: bool  # programmatic dependent launch
+
+    def __call__(self, *args: Any) -> None:
+        launch = self.launch
+        launch.kernel.launch(launch.grid, launch.block, args, shared_mem=launch.shared_mem,
+                             dependent=self.dependent)  # fmt: skip
+
+
+def _plan(n: int, k: int, dtype: np.dtype, norm: bool, pair: int, device: int) -> FusedPlan:
+    warps = constant("decode_linear", "DECODE_LINEAR_WARPS")
+    rows = constant("decode_linear", "DECODE_LINEAR_ROWS_PER_WARP")
+    c.check_int32("decode_linear", N=n, K=k)
+    kernel = kl.kernel("decode_linear", f"decode_linear_{c.kernel_suffix(dtype)}")
+    grid = max(1, -(-n // (warps * rows)))
+    shared = k * dtype.itemsize if norm else 0
+    dependent = config.get().dependent_launch == "on"
+    return FusedPlan(Launch(kernel, grid, warps * 32, shared), dependent)
+
+
+#: Fused launches by (N, K, dtype, norm prologue, pair offset, device).
+PLANS: PlanCache[FusedPlan] = PlanCache("decode_linear", _plan)
+
+
+def _fusable(
+    x: GPUArray, weight: GPUArray, k: int, norm_weight: GPUArray | None, pair: int
+) -> bool:
+    """Whether the fused kernel takes this call (on the GPU)."""
+    if x.dtype not in c.HALF_DTYPES or k % 8 or k == 0 or pair % 2:
+        return False
+    if norm_weight is not None and (
+        norm_weight.data_ptr % 16 or k * x.dtype.itemsize > _MAX_STAGED_BYTES
+    ):
+        return False
+    return x.data_ptr % 16 == 0 and weight.data_ptr % 16 == 0
+
+
+def _composed(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None,
+    norm_weight: GPUArray | None,
+    eps: float,
+    epilogue: str | None,
+    residual: GPUArray | None,
+    rope_kv: RopeKV | None,
+    y: GPUArray,
+    f32: bool,
+) -> None:
+    """The unfused ops, one after the other: shapes the kernel does not take, on the GPU."""
+    row = x.reshape(1, -1)
+    if norm_weight is not None:
+        row = rmsnorm(row, norm_weight, eps)
+    if f32:
+        gemv(row, weight, out=y.reshape(1, -1), out_dtype=gp.float32)
+        return
+    if epilogue is None:
+        linear(row, weight, bias, out=y.reshape(1, -1))
+        return
+    proj = linear(row, weight, bias)
+    if epilogue == "residual":
+        assert residual is not None
+        flat = residual.reshape(1, -1)
+        gp.add(proj, flat, out=flat)
+    elif epilogue == "swiglu":
+        silu_mul(proj, out=y.reshape(1, -1))
+    else:
+        assert rope_kv is not None
+        hq, _, d, cap = rope_kv.shape
+        slot = gp.remainder(rope_kv.position.reshape(1, 1), cap)
+        rope_kv_append(
+            proj.reshape(1, 1, -1), rope_kv.cos, rope_kv.sin, rope_kv.position.reshape(1, 1),
+            rope_kv.k_cache, rope_kv.v_cache, slot, q_heads=hq, out=y.reshape(1, 1, hq, d),
+        )  # fmt: skip
+
+
+def _numpy(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None,
+    norm_weight: GPUArray | None,
+    eps: float,
+    epilogue: str | None,
+    residual: GPUArray | None,
+    rope_kv: RopeKV | None,
+    y: GPUArray,
+    f32: bool,
+) -> None:
+    """The CPU backend: the references of the unfused ops, rounding where they store."""
+    dtype = x.dtype
+    row = c.f32(x).reshape(1, -1)
+    if norm_weight is not None:
+        row = ref_norm.norm(row, c.f32(norm_weight), None, eps, False, dtype).astype(np.float32)
+    b = None if bias is None else c.host(bias)
+    prod = ref_linear.linear(row, c.host(weight), b, None).reshape(-1)
+    if f32 or epilogue is None:
+        c.write_into(y, prod.reshape(y.shape))
+        return
+    stored = prod.astype(dtype).astype(np.float32)  # the unfused GEMV's output
+    if epilogue == "residual":
+        assert residual is not None
+        res = c.host(residual)
+        res[...] = (stored.reshape(res.shape) + res.astype(np.float32)).astype(dtype)
+    elif epilogue == "swiglu":
+        c.write_into(y, ref_act.gated(stored, "silu").reshape(y.shape))
+    else:
+        assert rope_kv is not None
+        hq, hkv, d, cap = rope_kv.shape
+        pos = int(c.host(rope_kv.position).reshape(-1)[0])
+        max_pos = rope_kv.cos.shape[0]
+        inside = 0 <= pos < max_pos  # outside: angle 0, as the kernel
+        cs = c.f32(rope_kv.cos)[pos][None] if inside else np.ones((1, d // 2), np.float32)
+        sn = c.f32(rope_kv.sin)[pos][None] if inside else np.zeros((1, d // 2), np.float32)
+        heads = stored.reshape(1, hq + 2 * hkv, d)
+        c.write_into(y, ref_rope.rotate(heads[:, :hq], cs, sn, d, False).reshape(y.shape))
+        k = ref_rope.rotate(heads[:, hq : hq + hkv], cs, sn, d, False)[0]
+        slot = pos % cap
+        c.host(rope_kv.k_cache)[0, :, slot] = k.astype(dtype)
+        c.host(rope_kv.v_cache)[0, :, slot] = heads[0, hq + hkv :].astype(dtype)
+
+
+class BoundDecodeLinear:
+    """A :func:`decode_linear` call with its arrays bound: ``bound()`` enqueues it again.
+
+    Validated and planned once (:func:`bind_decode_linear`); a call enqueues the fused kernel
+    with the same arguments, so a decode loop re-running it pays no checks or lookups. The
+    arrays are read at each call (their contents may change; they must stay alive).
+    """
+
+    __slots__ = ("_args", "_plan", "_run", "result")
+
+    def __init__(self, result: GPUArray, plan: FusedPlan | None, args: tuple[Any, ...],
+                 run: Any) -> None:  # fmt: skip
+        self.result = result
+        self._plan, self._args, self._run = plan, args, run
+
+    @property
+    def fused(self) -> bool:
+        """Whether the call is the one fused kernel (else the unfused ops run, or NumPy)."""
+        return self._plan is not None
+
+    def __call__(self) -> GPUArray:
+        """Enqueue the call; returns its result array (the residual for ``"residual"``)."""
+        if self._plan is not None:
+            self._plan(*self._args)
+        else:
+            self._run(*self._args)
+        return self.result
+
+
+def bind_decode_linear(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None = None,
+    *,
+    norm_weight: GPUArray | None = None,
+    eps: float = 1e-6,
+    epilogue: str | None = None,
+    residual: GPUArray | None = None,
+    rope_kv: RopeKV | None = None,
+    out: GPUArray | None = None,
+    out_dtype: Any = None,
+) -> BoundDecodeLinear:
+    """:func:`decode_linear`'s call validated and planned once: ``bound()`` enqueues it.
+
+    For a decode loop that runs the same call on the same arrays every step (the arrays' values
+    change, not the arrays). Arguments as :func:`decode_linear`.
+    """
+    return _bind(x, weight, bias, norm_weight, eps, epilogue, residual, rope_kv, out, out_dtype)
+
+
+def decode_linear(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None = None,
+    *,
+    norm_weight: GPUArray | None = None,
+    eps: float = 1e-6,
+    epilogue: str | None = None,
+    residual: GPUArray | None = None,
+    rope_kv: RopeKV | None = None,
+    out: GPUArray | None = None,
+    out_dtype: Any = None,
+) -> GPUArray:
+    """One token's ``x @ weight.T (+ bias)`` with a fused RMSNorm prologue and epilogue.
+
+    ``x``: ``[K]`` or ``[1, K]``; ``weight`` ``[N, K]`` (``nn.Linear`` layout), ``bias`` ``[N]``,
+    ``norm_weight`` ``[K]``, all one float dtype, C-contiguous. ``norm_weight`` given: ``x`` is
+    RMS-normalised (``eps``) first, as :func:`rmsnorm`. ``epilogue`` (see the module docstring):
+
+    - ``None``: returns the ``[N]`` product (``out_dtype=float32``: the float32 sums, as
+      :func:`gemv`'s; no bias then);
+    - ``"residual"``: ``residual`` (``N`` elements) becomes ``residual + product`` (the product
+      rounded first); returns ``residual``;
+    - ``"swiglu"``: returns ``silu(gate) * up`` ``[N / 2]``, gate the first ``N / 2`` rows;
+    - ``"rope_kv"``: ``rope_kv`` (:class:`RopeKV`); returns the rotated queries
+      ``[q_heads * D]``, and stores k (rotated) and v in the cache.
+
+    ``out`` (the result's shape and dtype) receives the result for the epilogues that make one.
+    Returns without waiting on the GPU.
+    """
+    return _bind(x, weight, bias, norm_weight, eps, epilogue, residual, rope_kv, out, out_dtype)()
+
+
+def _bind(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None,
+    norm_weight: GPUArray | None,
+    eps: float,
+    epilogue: str | None,
+    residual: GPUArray | None,
+    rope_kv: RopeKV | None,
+    out: GPUArray | None,
+    out_dtype: Any,
+) -> BoundDecodeLinear:
+    n, k = _check(x, weight, bias, norm_weight, epilogue, residual, rope_kv)
+    dtype = x.dtype
+    f32 = out_dtype is not None and np.dtype(out_dtype) != dtype
+    if f32 and (
+        np.dtype(out_dtype) != np.dtype(np.float32) or epilogue is not None or bias is not None
+    ):
+        raise ValueError("out_dtype=float32 is for the plain product of half inputs, no bias")
+    if f32 and dtype not in c.HALF_DTYPES:
+        raise TypeError(f"out_dtype=float32 needs float16/bfloat16 inputs, got {dtype}")
+    if epilogue == "residual":
+        assert residual is not None
+        y = residual
+    else:
+        shape = _out_shape(x, n, epilogue, rope_kv)
+        y_dtype = np.dtype(np.float32) if f32 else dtype
+        c.check_out(out, shape, y_dtype)
+        check_no_overlap(out, ("x", x), ("weight", weight))
+        y = c.result(out, shape, y_dtype)
+    if n == 0:
+        return BoundDecodeLinear(y, None, (), lambda: None)
+    pair = 0
+    if epilogue == "swiglu":
+        pair = n // 2
+    elif rope_kv is not None:
+        pair = rope_kv.shape[2] // 2
+    args = (x, weight, bias, norm_weight, eps, epilogue, residual, rope_kv, y, f32)
+    return _bind_backend(n, k, pair, args)
+
+
+def _bind_numpy(n: int, k: int, pair: int, args: tuple[Any, ...]) -> BoundDecodeLinear:
+    return BoundDecodeLinear(args[8], None, args, _numpy)
+
+
+def _bind_cuda(n: int, k: int, pair: int, args: tuple[Any, ...]) -> BoundDecodeLinear:
+    x, weight, bias, norm_weight, eps, epilogue, _residual, rope_kv, y, f32 = args
+    if not _fusable(x, weight, k, norm_weight, pair):
+        return BoundDecodeLinear(y, None, args, _composed)
+    plan = PLANS.get(n, k, x.dtype, norm_weight is not None, pair, gp.get_device())
+    if rope_kv is not None:
+        hq, hkv, d, cap = rope_kv.shape
+        table = rope_kv.cos
+        rope_args: tuple[Any, ...] = (rope_kv.k_cache, rope_kv.v_cache, table, rope_kv.sin,
+                                      rope_kv.position)  # fmt: skip
+        sizes = (hq, hkv, d, cap, table.shape[0], _TABLE_KIND[table.dtype])
+    else:
+        rope_args, sizes = (0, 0, 0, 0, 0), (0, 0, 0, 1, 0, 0)
+    kernel_args = (
+        x, norm_weight if norm_weight is not None else 0, float(eps), weight,
+        bias if bias is not None else 0, y, *rope_args, n, k, pair, EPILOGUES[epilogue],
+        int(f32), *sizes,
+    )  # fmt: skip
+    return BoundDecodeLinear(y, plan, kernel_args, None)
+
+
+#: The fused kernel (or the unfused ops) on the GPU, the NumPy references on the CPU.
+_bind_backend = per_backend(cpu=_bind_numpy, cuda=_bind_cuda)

@@ -1,0 +1,119 @@
+"""Padded batches of utterances: each one's valid length at one time resolution, and its mask.
+
+A batch of utterances of different lengths is padded to the longest. Two things would let the
+padding change an utterance's result, and both are handled here:
+
+- a convolution reads its neighbours: the padding must be zeros, as the zero padding one
+  utterance alone would see (:meth:`Lengths.zero_padding` before each convolution);
+- an instance norm (AdaIN) averages over time: its statistics must cover the valid frames
+  only (:func:`ada_in`, composed from reductions where the lengths differ; the fused
+  :func:`pygpukit.ops.ada_in` where they do not).
+
+A batch whose utterances have equal lengths (batch 1 included) skips all of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.array import GPUArray
+
+__all__ = ["Lengths", "ada_in"]
+
+
+class Lengths:
+    """Valid lengths ``[B]`` of a batch padded to ``width`` steps, with its mask (made lazily)."""
+
+    def __init__(self, lengths: np.ndarray, width: int) -> None:
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        self.width = int(width)
+        #: True when no utterance is padded: nothing to mask.
+        self.full = bool((self.lengths == self.width).all())
+        self._mask: GPUArray | None = None
+        self._typed: dict[np.dtype, GPUArray] = {}
+        self._counts: GPUArray | None = None
+
+    def scaled(self, factor: int, extra: int = 0) -> Lengths:
+        """The lengths after an ``factor``-times upsampling (plus ``extra`` steps each)."""
+        return Lengths(self.lengths * factor + extra, self.width * factor + extra)
+
+    @property
+    def mask(self) -> GPUArray:
+        """``[B, 1, width]`` float32: 1 on valid steps, 0 on padding."""
+        if self._mask is None:
+            valid = np.arange(self.width)[None, :] < self.lengths[:, None]
+            self._mask = gp.from_numpy(valid.astype(np.float32).reshape(-1, 1, self.width))
+        return self._mask
+
+    def mask_like(self, x: GPUArray) -> GPUArray:
+        """:attr:`mask` in ``x``'s dtype (a 16-bit signal stays 16-bit when masked)."""
+        if x.dtype not in self._typed:
+            self._typed[x.dtype] = self.mask.astype(x.dtype)
+        return self._typed[x.dtype]
+
+    @property
+    def counts(self) -> GPUArray:
+        """``[B, 1]`` float32 valid lengths (at least 1, so an empty row divides safely)."""
+        if self._counts is None:
+            values = np.maximum(self.lengths, 1).astype(np.float32).reshape(-1, 1)
+            self._counts = gp.from_numpy(values)
+        return self._counts
+
+    def for_lstm(self) -> np.ndarray | None:
+        """The lengths :func:`pygpukit.ops.lstm` takes, or None where nothing is padded."""
+        return None if self.full else self.lengths
+
+    def zero_padding(self, x: GPUArray) -> GPUArray:
+        """``x`` ``[B, C, width]`` with its padded steps set to zero."""
+        return x if self.full else x * self.mask_like(x)
+
+
+def ada_in(
+    x: GPUArray,
+    gamma: GPUArray,
+    beta: GPUArray,
+    lengths: Lengths,
+    *,
+    weight: GPUArray | None = None,
+    bias: GPUArray | None = None,
+    activation: str | None = None,
+    negative_slope: float = 0.2,
+    alpha: GPUArray | None = None,
+    eps: float = 1e-5,
+) -> GPUArray:
+    """:func:`pygpukit.ops.ada_in` over the valid steps of each utterance of a padded batch.
+
+    Where the batch is padded, the statistics come from the valid steps only and the result's
+    padding is zero (ready for a convolution).
+    """
+    if lengths.full:
+        return ops.ada_in(
+            x, gamma, beta, weight=weight, bias=bias, eps=eps, activation=activation,
+            negative_slope=negative_slope, alpha=alpha,
+        )  # fmt: skip
+    mask = lengths.mask
+    xf = x if x.dtype == gp.float32 else x.astype(gp.float32)  # statistics in float32
+    mean = gp.sum(xf * mask, axis=2) / lengths.counts  # [B, C]
+    b, c = mean.shape
+    # Two passes (centred values), as the fused kernel: E[x^2] - mean^2 cancels badly in
+    # float32 where the mean is large against the spread (the generator's residual stream).
+    centred = (xf - mean.reshape(b, c, 1)) * mask
+    var = gp.sum(centred * centred, axis=2) / lengths.counts
+    rstd = gp.rsqrt(var + np.float32(eps))
+    if weight is not None:
+        rstd = rstd * weight.astype(gp.float32).reshape(1, -1)
+    gain = gamma.astype(gp.float32) + np.float32(1.0)
+    scale = gain * rstd
+    shift = beta.astype(gp.float32) - gain * mean * rstd
+    if bias is not None:
+        shift = shift + gain * bias.astype(gp.float32).reshape(1, -1)
+    y = xf * scale.reshape(b, c, 1) + shift.reshape(b, c, 1)
+    if activation == "leaky_relu":
+        y = ops.leaky_relu(y, negative_slope)
+    elif activation == "snake":
+        assert alpha is not None
+        y = ops.snake(y, alpha.astype(gp.float32))
+    y = y * mask
+    return y if y.dtype == x.dtype else y.astype(x.dtype)

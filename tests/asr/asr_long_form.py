@@ -1,0 +1,62 @@
+"""What a long-form transcription of ``asr_clips.long_recording`` audio must satisfy."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from asr_clips import Placed
+
+#: Word timestamps must fall within this many seconds of the synthesizer's voice bounds.
+WORD_TOLERANCE = 0.3
+#: openai-whisper's threshold above which a window's text counts as a repetition loop.
+MAX_COMPRESSION = 2.4
+
+
+def words(text: str) -> list[str]:
+    """Lower-case words of ``text``."""
+    return re.findall(r"[a-z']+", text.lower())
+
+
+def check_long_form(result: Any, duration: float, placed: list[Placed], share: float = 0.8) -> None:
+    """Assert the long-form properties of ``result`` (a ``Transcription``) of audio of
+    ``duration`` seconds holding the sentences ``placed``:
+
+    - no repetition loop: every segment's compression ratio at most 2.4, and no more words
+      than 1.5 times those spoken;
+    - segment timestamps increasing, each segment inside the audio and overlapping a sentence;
+    - at least ``share`` of the sentences heard at their place (half of their words in the
+      segments over them: tiny.en mishears some synthetic words), and for as many, the first
+      and last word heard inside a sentence's span within 0.3 s of where the voice starts and
+      stops.
+    """
+    segs = result.segments
+    assert segs, "nothing transcribed"
+    starts = [s.start for s in segs]
+    assert starts == sorted(starts)
+    for s in segs:
+        assert 0 <= s.start < s.end <= duration + 1e-6, (s.start, s.end, duration)
+        assert s.compression_ratio <= MAX_COMPRESSION, (s.compression_ratio, s.text)
+        assert any(s.start < p.end + 1.0 and s.end > p.start - 1.0 for p in placed), (
+            s.start,
+            s.end,
+            s.text,
+        )
+    spoken = sum(len(words(p.text)) for p in placed)
+    assert len(words(result.text)) <= 1.5 * spoken, result.text
+    all_words = [w for s in segs for w in s.words]
+    heard = close = 0
+    for p in placed:
+        over = " ".join(s.text for s in segs if s.start < p.end + 1.0 and s.end > p.start - 1.0)
+        said = words(p.text)
+        heard += sum(w in set(words(over)) for w in said) >= 0.5 * len(said)
+        inside = [w for w in all_words if p.start - 0.5 <= w["start"] <= p.end + 0.5]
+        if inside:
+            close += (
+                abs(inside[0]["start"] - p.onset) <= WORD_TOLERANCE
+                and abs(inside[-1]["end"] - p.offset) <= WORD_TOLERANCE
+            )
+    seen = [(round(s.start, 2), round(s.end, 2), s.text) for s in segs]
+    said_where = [(round(p.onset, 2), round(p.offset, 2), p.text) for p in placed]
+    assert heard >= share * len(placed), (heard, said_where, seen)
+    assert close >= share * len(placed), (close, said_where, seen)
