@@ -4,7 +4,7 @@ Runs one product per requested shape (square ``n x n x n`` for ``--sizes``, and
 ``ops.linear``-style ``x [M, K] @ W[N, K].T`` for ``--linear M,N,K`` triples), then prints every
 cuBLASLt plan the process made: the problem, each candidate the heuristic returned (cuBLASLt's
 algorithm, tile, stages, split-K, reduction and swizzle ids) with the GPU and host
-microseconds per call the timed pass measured (``-1``: not timed; shapes below 256^3
+microseconds per call the timed pass measured (``-1``: not timed; shapes below 64^3
 multiply-adds run the heuristic's first choice untimed), and ``*`` on the one that runs.
 
     python tools/cublaslt_plans.py [--sizes 256,1024] [--dtypes bfloat16,float16]

@@ -199,11 +199,12 @@ struct PlanKeyHash {
 // first choice ran 1.2-1.5x slower than what PyTorch's cuBLAS picked, so a plan keeps this many
 // candidates and times them once.
 constexpr int kCandidates = 16;
-// Problems of at least this many multiply-adds (256^3) get one timed pass over the candidates (a
+// Problems of at least this many multiply-adds (64^3) get one timed pass over the candidates (a
 // host wait of a few milliseconds, once per shape); smaller ones take the heuristic's first
-// choice (their cost is the host's launch, the same for every candidate that enqueues one
-// kernel).
-constexpr double kTuneMacs = 1ull << 24;
+// choice. Host-bound sizes are timed too: cublasLtMatmul's host cost differs by candidate
+// (8-13 us per call on an H200 host, more for a split-K one that enqueues a reduction), and at
+// 64^3 the heuristic's first ran 0.8-0.9x PyTorch.
+constexpr double kTuneMacs = 1ull << 18;
 // Timed runs per candidate: fewer for large problems, whose runs are long and steady.
 constexpr double kLargeMacs = 1ull << 33;
 // A candidate within this fraction of the fastest is as good: the heuristic's order breaks ties.

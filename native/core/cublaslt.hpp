@@ -2,7 +2,7 @@
 // nvidia-cublas wheel, CUDA_PATH, the system); never linked. Optional: without it matmul runs on
 // the runtime's own kernels. One handle per device; matmul descriptors, layouts and the
 // heuristic's candidate algorithms cached per problem key (immutable once made, so threads share
-// them), the one to run chosen by a timed pass over them on first use (problems of 256^3
+// them), the one to run chosen by a timed pass over them on first use (problems of 64^3
 // multiply-adds and more; smaller ones run the heuristic's first; a plan whose M falls in the
 // power-of-two bucket of a timed plan of the same other dimensions reuses its choice); a
 // 32 MiB workspace per stream from the Rust pool, one call at a time on it (see LtWorkspace);

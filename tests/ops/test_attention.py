@@ -268,26 +268,23 @@ def test_decode_split_of_the_benchmark_shape(monkeypatch):
     from pygpukit.ops import attention
 
     monkeypatch.setattr(attention, "_sm_count", lambda device: 132)
-    assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["mma2"]) == (4, 2048)
+    assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["bulk2"]) == (4, 2048)
     assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["simt"]) == (16, 512)
 
 
-@pytest.mark.parametrize("kernel", ["bulk2", "bulk3", "bulk4"])
-def test_bulk_decode_needs_sm90(kernel):
-    """Before SM 9.0 (no bulk copies) a bulk kernel runs as the cp.async kernel of its stages."""
+def test_bulk_decode_needs_sm90():
+    """Before SM 9.0 (no bulk copies) the bulk kernel runs as the cp.async kernel of its stages."""
     from pygpukit.ops import attention
 
-    assert attention._decode_stages(kernel, 128, 227 * 1024, bulk_ok=False)[0] == "mma" + kernel[4:]
-    assert attention._decode_stages(kernel, 128, 227 * 1024, bulk_ok=True)[0] == kernel
+    assert attention._decode_stages("bulk2", 128, 227 * 1024, bulk_ok=False)[0] == "mma2"
+    assert attention._decode_stages("bulk2", 128, 227 * 1024, bulk_ok=True)[0] == "bulk2"
 
 
 @pytest.mark.parametrize(
     ("kernel", "d", "optin", "expect"),
-    [("mma4", 128, 227 * 1024, "mma4"), ("mma4", 256, 227 * 1024, "mma3"),
-     ("mma3", 128, 99 * 1024, "mma2"), ("mma2", 256, 99 * 1024, "mma"),
+    [("mma2", 256, 99 * 1024, "mma"), ("mma2", 128, 99 * 1024, "mma2"),
      ("mma", 256, 48 * 1024, "mma"), ("mma2", 64, 227 * 1024, "mma2"),
-     ("bulk4", 128, 227 * 1024, "bulk4"), ("bulk4", 256, 227 * 1024, "bulk3"),
-     ("bulk2", 256, 99 * 1024, "mma")],
+     ("bulk2", 256, 227 * 1024, "bulk2"), ("bulk2", 256, 99 * 1024, "mma")],
 )  # fmt: skip
 def test_decode_stages_fall_back_to_what_fits(kernel, d, optin, expect):
     """A decode kernel whose K/V stages do not fit the GPU's shared memory gives way to the one
@@ -303,9 +300,9 @@ def test_decode_stages_fall_back_to_what_fits(kernel, d, optin, expect):
 
 @pytest.mark.parametrize(
     ("env", "arch", "expect"),
-    [(None, "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
-     ("auto", "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
-     ("", "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
+    [(None, "sm_90a", ["wgmma_persist", "mma", "wgmma_persist", "mma"]),
+     ("auto", "sm_90a", ["wgmma_persist", "mma", "wgmma_persist", "mma"]),
+     ("", "sm_90a", ["wgmma_persist", "mma", "wgmma_persist", "mma"]),
      ("mma", "sm_90a", ["mma"] * 4),
      ("wgmma_pipe", "sm_90a", ["wgmma_pipe", "mma", "wgmma_pipe", "mma"]),
      ("wgmma_tma", "sm_90a", ["wgmma_tma", "mma", "wgmma_tma", "mma"]),
@@ -318,7 +315,7 @@ def test_decode_stages_fall_back_to_what_fits(kernel, d, optin, expect):
      ("wgmma_tma", "sm_80", ["mma"] * 4)],
 )  # fmt: skip
 def test_prefill_kernel_choice(monkeypatch, env, arch, expect):
-    """wgmma_tma is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
+    """wgmma_persist is the default on SM 9.0 for head dims 64 and 128; mma everywhere else."""
     from pygpukit.ops import attention, config
 
     monkeypatch.setattr(attention, "_arch", lambda device: arch)

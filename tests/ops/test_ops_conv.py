@@ -195,8 +195,11 @@ def test_tensor_core_plans_fit_shared_memory(monkeypatch: pytest.MonkeyPatch) ->
     from pygpukit.ops.conv import Conv1dShape
 
     limit = 227 * 1024
-    monkeypatch.setattr(mm, "_launch", lambda name, grid, smem: (name, grid, smem))
+    monkeypatch.setattr(mm, "_launch", lambda name, grid, smem, device: (name, grid, smem))
     monkeypatch.setattr(mm, "_smem_limit", lambda device: limit)
+    monkeypatch.setattr(
+        gp, "get_device_info", lambda device: {"sm_count": 132, "shared_mem_per_sm": 233472}
+    )
     monkeypatch.setattr(mm, "_const", {"CONV_MMA_TRANS_ROWS": 80, "CONV_MMA_TRANS_COLS": 64}.get)
     dtypes = [np.dtype(gp.bfloat16), np.dtype(np.float32)]
     # batch, c_in, length, c_out, kernel, stride, pad_left, pad_right, dilation, groups, L_out
@@ -209,7 +212,7 @@ def test_tensor_core_plans_fit_shared_memory(monkeypatch: pytest.MonkeyPatch) ->
     ]:
         s = Conv1dShape(*shape)
         for dtype in dtypes:
-            plan = mm.plan_conv(s, dtype, 0, "auto")
+            plan = mm.plan_conv(s, dtype, 0, "mma_64x64")
             assert plan is not None
             _name, grid, smem = plan.launch
             dims = dict(zip(("cg", "og", "groups", "length", "out_length", "kernel", "stride",
@@ -219,14 +222,23 @@ def test_tensor_core_plans_fit_shared_memory(monkeypatch: pytest.MonkeyPatch) ->
             assert dims["win"] == (64 - 1) * s.stride + (s.kernel - 1) * s.dilation + 1
             assert dims["pitch"] >= dims["win"] and dims["pitch"] % 8 == 0
             assert grid[0] * 64 >= s.out_length and grid[1] * 64 >= s.c_out // s.groups
+    # auto: 16-bit only, and only where the estimated cost is low (the Whisper stem yes; the
+    # batch-8 512-channel convolution, 16 chunks over 3 waves of CTAs, no).
+    stem = Conv1dShape(1, 80, 3000, 384, 3, 1, 1, 1, 1, 1, 3000)
+    assert mm.plan_conv(stem, dtypes[0], 0, "auto") is not None
+    assert mm.plan_conv(stem, dtypes[1], 0, "auto") is None
+    big = Conv1dShape(8, 512, 2000, 512, 3, 1, 1, 1, 1, 1, 2000)
+    assert mm.plan_conv(big, dtypes[0], 0, "auto") is None
+    up = Conv1dShape(1, 512, 200, 256, 20, 10, 5, 0, 1, 1, 2000)
+    assert mm.plan_transpose(up, dtypes[0], 0, "auto") is not None
     wide = Conv1dShape(1, 8, 100, 8, 60, 1, 0, 0, 1, 1, 41)
-    assert mm.plan_conv(wide, dtypes[0], 0, "auto") is None  # the im2col path takes it
+    assert mm.plan_conv(wide, dtypes[0], 0, "mma_64x64") is None  # the im2col path takes it
     assert (
         mm.plan_conv(Conv1dShape(1, 8, 50, 8, 3, 1, 1, 1, 1, 8, 50), dtypes[0], 0, "auto") is None
     )
     up = Conv1dShape(1, 512, 200, 256, 20, 10, 5, 0, 1, 1, 2000)
     for dtype in dtypes:
-        plan = mm.plan_transpose(up, dtype, 0)
+        plan = mm.plan_transpose(up, dtype, 0, "mma_64x64")
         assert plan is not None
         _name, grid, smem = plan.launch
         assert smem <= limit and grid == (4, 64, 1)  # 4 tiles of 62 new positions, 4 outputs a CTA

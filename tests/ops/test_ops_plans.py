@@ -185,7 +185,18 @@ def test_persistent_prefill_plan(launches, monkeypatch, causal: bool) -> None:
     assert moved.launch.kernel.name == "attn_prefill_wgmma_pipe_d64_bf16" and moved.sched is None
 
 
-@pytest.mark.parametrize("kernel", ["mma2", "mma", "mma3", "mma4", "bulk3", "simt"])
+@pytest.mark.parametrize("knob", ["on", "off"])
+def test_decode_combine_is_a_dependent_launch(launches, knob: str) -> None:
+    """The split combine starts by programmatic dependent launch unless the knob turns it off
+    (the kernel waits for the split kernel's results itself)."""
+    dt = np.dtype(gp.bfloat16)
+    with config.override(dependent_launch=knob):
+        plan = attention._plan_decode_cuda(8, 32, 8, 128, dt, 8192, 0, 8192, 0)
+    assert plan.combine is not None
+    assert plan.dependent is (knob == "on")
+
+
+@pytest.mark.parametrize("kernel", ["bulk2", "mma2", "mma", "simt"])
 @pytest.mark.parametrize(("b", "n", "paged"), [(1, 4096, False), (8, 8192, True), (3, 100, False)])
 def test_decode_plans(
     launches, monkeypatch, rand: Rand, kernel: str, b: int, n: int, paged: bool
@@ -256,3 +267,13 @@ def test_decode_attention_single_plans(launches, request, rand: Rand, d: int) ->
     plan = single._plan_cuda(2, 6, 3, d, dt, 50, 0)
     plan(q, kc, kc, up(np.array([4, 9], np.int32)), gp.empty((2, 6, d), dt), 0.1)
     assert launches == [(f"attn_decode_single_d{d}_f16", (6, 2), 256, 0)]
+
+
+def test_decode_linear_dependent_launch_only_for_small_weights(launches) -> None:
+    """Dependent launch for a small model's GEMVs; plain launches from 24 MiB of weights on."""
+    dl = importlib.import_module("pygpukit.ops.decode_linear")
+    dt = np.dtype(gp.bfloat16)
+    assert dl._plan(9728, 896, dt, True, 4864, 0).dependent  # Qwen2.5-0.5B gate/up, 17 MB
+    assert not dl._plan(4096, 4096, dt, False, 0, 0).dependent  # Llama-8B o_proj, 34 MB
+    with config.override(dependent_launch="off"):
+        assert not dl._plan(576, 576, dt, False, 0, 0).dependent

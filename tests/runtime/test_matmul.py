@@ -404,7 +404,7 @@ def test_cublaslt_timed_choice(
     monkeypatch: pytest.MonkeyPatch, rand: Callable[..., np.ndarray], dtype: str
 ) -> None:
     """A 1024^3 product times every cuBLASLt candidate once and runs the fastest (within 2%,
-    the heuristic's order breaking ties); a 128^3 one runs the heuristic's first untimed.
+    the heuristic's order breaking ties); a 32^3 one runs the heuristic's first untimed.
     ``cublaslt_plans`` reports both, and the results stay right."""
     if gp.backend_name() != "cuda":
         pytest.skip("needs the CUDA backend")
@@ -413,7 +413,7 @@ def test_cublaslt_timed_choice(
     if not cuda_linalg.cublaslt_status()["loaded"]:
         pytest.skip("cuBLASLt is not installed")
     monkeypatch.setenv("PYGPUKIT_GEMM_BACKEND", "cublaslt")
-    for n in (128, 1024):
+    for n in (32, 1024):
         a, b = rand((n, n), dtype), rand((n, n), dtype)
         _check(gp.from_numpy(a) @ gp.from_numpy(b), _ref(a, b), dtype)
     plans = {
@@ -421,7 +421,7 @@ def test_cublaslt_timed_choice(
         for p in cuda_linalg._native.cublaslt_plans(gp.get_device())
         if p["dtype"] == dtype and p["m"] == p["n"] == p["k"] and p["batch"] == 1
     }
-    small, large = plans[128], plans[1024]
+    small, large = plans[32], plans[1024]
     assert not small["tuned"] and small["chosen"] == 0 and small["candidates"]
     assert large["tuned"] and len(large["candidates"]) >= 1
     costs = [max(c["gpu_us"], c["host_us"]) for c in large["candidates"] if c["gpu_us"] >= 0]

@@ -71,9 +71,11 @@ def test_gpu_smollm2_fused_decode_keeps_the_greedy_tokens(smollm2_bf16):
     dec.use_fused = False
     unfused = model.generate(ids, max_new_tokens=40).token_ids
     dec.use_fused = True
+    default = dec.fused.single_pass
+    dec.fused.single_pass = False
     fused = model.generate(ids, max_new_tokens=40).token_ids
     dec.fused.single_pass = True
     single = model.generate(ids, max_new_tokens=40).token_ids
-    dec.fused.single_pass = False
+    dec.fused.single_pass = default
     assert fused == unfused
     assert single == unfused

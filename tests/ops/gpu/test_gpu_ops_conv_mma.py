@@ -27,8 +27,12 @@ from pygpukit.ops.reference import conv as numpy_conv
 pytestmark = pytest.mark.gpu
 
 TOL = {"float32": 1e-5, "float16": 3e-3, "bfloat16": 1e-2}
+#: float32 through the pinned tensor-core kernel is 3xTF32: about 1e-5 relative error over
+#: reductions of a thousand terms and more (the tensor cores' fp32 accumulation), so its limit
+#: sits between float32's and TF32's (5e-4). ``auto`` sends float32 to the matmul path.
+TOL_3XTF32 = 5e-5
 DTYPES = list(TOL)
-KERNELS = ["auto", "mma_64x128", "mma_128x64"]
+KERNELS = ["mma_64x64", "mma_64x128", "mma_128x64"]
 Rand = Callable[..., np.ndarray]
 
 #: (batch, c_in, length, c_out, kernel, stride, padding, dilation, groups)
@@ -103,7 +107,8 @@ def test_conv1d_mma(rand: Rand, dtype: str, kernel: str, case: tuple[int, ...]) 
         plan, _ = conv_module.conv1d_plan(*args, **options)
         assert isinstance(plan, MmaConvPlan)
         y = ops.conv1d(*args, **options).to_numpy()
-    assert rel_err(y, _conv_ref(x, w, b, case)) < TOL[dtype]
+    tol = TOL_3XTF32 if dtype == "float32" else TOL[dtype]
+    assert rel_err(y, _conv_ref(x, w, b, case)) < tol
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -116,10 +121,12 @@ def test_conv_transpose1d_mma(rand: Rand, dtype: str, case: tuple[int, ...]) -> 
         "stride": stride, "padding": pad, "output_padding": opad, "dilation": dil,
         "groups": groups,
     }  # fmt: skip
-    plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
-    assert isinstance(plan, MmaConvPlan)
-    y = ops.conv_transpose1d(*args, **options).to_numpy()
-    assert rel_err(y, _transpose_ref(x, w, b, case)) < TOL[dtype]
+    with config.override(conv_kernel="mma_64x64"):
+        plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
+        assert isinstance(plan, MmaConvPlan)
+        y = ops.conv_transpose1d(*args, **options).to_numpy()
+    tol = TOL_3XTF32 if dtype == "float32" else TOL[dtype]
+    assert rel_err(y, _transpose_ref(x, w, b, case)) < tol
 
 
 @pytest.mark.parametrize("transposed", [False, True])
@@ -133,20 +140,27 @@ def test_conv_mma_without_bias_and_misaligned_weight(rand: Rand, transposed: boo
     w_view = gp.from_numpy(flat)[1:].reshape(shape)
     assert w_view.data_ptr % 16 != 0
     xg = gp.from_numpy(x)
+    with config.override(conv_kernel="mma_64x64"):
+        y, ref = _misaligned_run(xg, x, w, w_view, transposed)
+    assert rel_err(y, ref) < TOL["bfloat16"]
+
+
+def _misaligned_run(
+    xg: Any, x: np.ndarray, w: np.ndarray, w_view: Any, transposed: bool
+) -> tuple[np.ndarray, np.ndarray]:
     if transposed:
         y = ops.conv_transpose1d(xg, w_view, stride=2, padding=1).to_numpy()
-        ref = conv_transpose1d_ref(x, w, None, 2, 1)
-    else:
-        y = ops.conv1d(xg, w_view, padding=1).to_numpy()
-        ref = conv1d_ref(x, w, None, 1, (1, 1))
-    assert rel_err(y, ref) < TOL["bfloat16"]
+        return y, conv_transpose1d_ref(x, w, None, 2, 1)
+    y = ops.conv1d(xg, w_view, padding=1).to_numpy()
+    return y, conv1d_ref(x, w, None, 1, (1, 1))
 
 
 def test_conv_mma_matches_gemm_path(rand: Rand) -> None:
     """The implicit GEMM and the im2col + matmul path agree (both fp32-accumulated)."""
     x, w, b = _inputs(rand, "float16", (2, 96, 257), (64, 96, 5), (64,))
     args = [gp.from_numpy(a) for a in (x, w, b)]
-    got = ops.conv1d(*args, padding=2, dilation=2).to_numpy().astype(np.float64)
+    with config.override(conv_kernel="mma_64x64"):
+        got = ops.conv1d(*args, padding=2, dilation=2).to_numpy().astype(np.float64)
     with config.override(conv_kernel="gemm"):
         plan, _ = conv_module.conv1d_plan(*args, padding=2, dilation=2)
         assert not isinstance(plan, MmaConvPlan)
@@ -158,7 +172,8 @@ def test_conv_mma_nan_propagates(rand: Rand) -> None:
     """A NaN input position reaches exactly the outputs whose window covers it."""
     x, w, b = _inputs(rand, "bfloat16", (1, 32, 100), (16, 32, 3), (16,))
     x[0, 5, 40] = np.nan
-    y = ops.conv1d(*[gp.from_numpy(a) for a in (x, w, b)], padding=1).to_numpy()
+    with config.override(conv_kernel="mma_64x64"):
+        y = ops.conv1d(*[gp.from_numpy(a) for a in (x, w, b)], padding=1).to_numpy()
     bad = np.isnan(y.astype(np.float32)).any(axis=1)[0]
     assert np.flatnonzero(bad).tolist() == [39, 40, 41]
 
@@ -175,10 +190,11 @@ def test_conv1d_mma_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
     torch = _torch()
     batch, c_in, length, c_out, k, stride, pad, dil, groups = case
     x, w, b = _inputs(rand, "bfloat16", (batch, c_in, length), (c_out, c_in // groups, k), (c_out,))
-    y = ops.conv1d(
-        *[gp.from_numpy(a) for a in (x, w, b)], stride=stride, padding=pad, dilation=dil,
-        groups=groups,
-    ).to_numpy()  # fmt: skip
+    with config.override(conv_kernel="mma_64x128"):
+        y = ops.conv1d(
+            *[gp.from_numpy(a) for a in (x, w, b)], stride=stride, padding=pad, dilation=dil,
+            groups=groups,
+        ).to_numpy()  # fmt: skip
     tx, tw, tb = (torch.from_numpy(a.astype(np.float32)).cuda() for a in (x, w, b))
     want = torch.nn.functional.conv1d(
         tx.double(), tw.double(), tb.double(), stride=stride, padding=pad, dilation=dil,
@@ -191,12 +207,12 @@ def test_conv1d_mma_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
 @pytest.mark.parametrize(
     "case",
     [
-        (2, 96, 2403, 96, 7, 1, 3, 1, 96),  # depthwise k7 over several tiles of outputs
+        (2, 96, 2403, 96, 7, 1, 3, 1, 96),  # depthwise k7 over a long signal
         (1, 32, 1500, 64, 3, 1, 2, 2, 32),  # channel multiplier 2, dilation
-        (1, 8, 30000, 8, 3, 12, 1, 1, 8),  # stride 12: the segment outgrows shared memory
+        (1, 8, 30000, 8, 3, 12, 1, 1, 8),  # stride 12
     ],
 )
-def test_conv1d_depthwise_tiled(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
+def test_conv1d_depthwise_long(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
     batch, c_in, length, c_out, k, stride, pad, dil, groups = case
     x, w, b = _inputs(rand, dtype, (batch, c_in, length), (c_out, c_in // groups, k), (c_out,))
     y = ops.conv1d(

@@ -3,8 +3,8 @@
 ``kernels/conv_mma.cu`` runs both as an implicit GEMM on mma.sync: the weights and a window of
 the input are staged in shared memory per chunk of input channels, with no im2col or column
 buffer in global memory, the bias in the epilogue and one launch per call; float16/bfloat16 on
-mma.sync m16n8k16, float32 split into TF32 halves (3xTF32: float32-accurate, so it needs no
-``allow_tf32``). This module sizes
+mma.sync m16n8k16; float32, only where the ``conv_kernel`` knob pins a tile, split into TF32
+halves (3xTF32: about 1e-5 relative error). This module sizes
 the launch (tile, window, shared memory, grid) from a :class:`~pygpukit.ops.conv.Conv1dShape`
 and says when the kernels do not apply (then :mod:`.conv` keeps its matmul path).
 """
@@ -32,7 +32,8 @@ TILES: dict[str, tuple[int, int]] = {
 }
 
 _FILE = "conv_mma"
-#: float16/bfloat16 on mma.sync m16n8k16; float32 as 3xTF32 (float32-accurate).
+#: float16/bfloat16 on mma.sync m16n8k16; float32 as 3xTF32 (only where a tile is pinned:
+#: about 1e-5 relative error over long reductions, and no faster than the matmul path).
 _DTYPES = (np.dtype(np.float16), np.dtype(gp.bfloat16), np.dtype(np.float32))
 
 
@@ -75,11 +76,29 @@ class MmaConvPlan:
         self.launch(x, weight, bias if bias is not None else 0, y, *self.dims)
 
 
-def _launch(name: str, grid: tuple[int, int, int], smem: int) -> Launch:
+def _launch(name: str, grid: tuple[int, int, int], smem: int, device: int) -> Launch:
     kern = kl.kernel(_FILE, name)
     if smem > 48 * 1024:
-        kern.set_max_dynamic_shared_memory(smem)
+        # The device's ceiling, not this plan's size: plans of other shapes share the kernel,
+        # and a later, smaller setting would make their launches invalid.
+        kern.set_max_dynamic_shared_memory(_smem_limit(device))
     return Launch(kern, grid, _const("CONV_MMA_THREADS"), smem)
+
+
+#: Under ``auto``, the largest estimated cost (channel chunks a CTA steps through, times the
+#: waves of CTAs the GPU runs) at which the implicit GEMM is chosen over the im2col + matmul
+#: path. Measured on an H200: a chunk step costs about 7 us (conv) or 20 us (transposed) per
+#: wave, the matmul path about 110-120 us a call at the Kokoro / Whisper shapes.
+AUTO_MAX_CONV_COST = 16
+AUTO_MAX_TRANSPOSE_COST = 8
+
+
+def _waves(ctas: int, smem: int, device: int) -> int:
+    """Waves of ``ctas`` CTAs: up to 3 resident per SM (registers), fewer when ``smem`` says."""
+    info = gp.get_device_info(device)
+    per_sm_smem = int(info.get("shared_mem_per_sm") or 228 * 1024)
+    per_sm = max(1, min(3, per_sm_smem // max(smem, 1)))
+    return -(-ctas // (per_sm * int(info.get("sm_count") or 1)))
 
 
 #: Channel chunks (input channels per pipeline stage) the planner picks from, largest first:
@@ -99,15 +118,24 @@ def _pick_chunk(channels: int, choices: tuple[int, ...]) -> int:
 
 
 def _pick_tile(s: Any, choice: str) -> tuple[int, int]:
-    """The conv tile: the configured one, else by shape (fill the GPU before growing tiles)."""
+    """The conv tile: the configured one, else by stride (measured on an H200).
+
+    128 positions a CTA for stride 1, 64 for longer strides (whose windows grow with them).
+    """
     if choice in TILES:
         return TILES[choice]
-    return TILES["mma_64x64"]
+    return TILES["mma_64x128"] if s.stride == 1 else TILES["mma_64x64"]
 
 
 def plan_conv(s: Any, dtype: np.dtype[Any], device: int, choice: str) -> MmaConvPlan | None:
-    """The tensor-core plan of ``conv1d`` at shape ``s``, or None where it does not apply."""
-    if dtype not in _DTYPES or s.groups == s.c_in:
+    """The tensor-core plan of ``conv1d`` at shape ``s``, or None where the matmul path runs.
+
+    ``choice`` is the ``conv_kernel`` knob: a tile name pins the tile (float32 included);
+    ``auto`` takes the implicit GEMM for float16/bfloat16 where its estimated cost is at most
+    :data:`AUTO_MAX_CONV_COST`.
+    """
+    pinned = choice in TILES
+    if dtype not in _DTYPES or s.groups == s.c_in or (dtype == np.float32 and not pinned):
         return None
     bm, bn = _pick_tile(s, choice)
     c_group, o_group = s.c_in // s.groups, s.c_out // s.groups
@@ -134,12 +162,15 @@ def plan_conv(s: Any, dtype: np.dtype[Any], device: int, choice: str) -> MmaConv
     grid = (-(-s.out_length // bn), -(-o_group // bm), s.batch * s.groups)
     if grid[1] > 65535 or grid[2] > 65535:
         return None
+    cost = -(-c_group // chunk) * _waves(grid[0] * grid[1] * grid[2], smem, device)
+    if not pinned and cost > AUTO_MAX_CONV_COST:
+        return None
     dims = (
         c_group, o_group, s.groups, s.length, s.out_length, s.kernel, s.stride, s.pad_left,
         s.dilation, pitch, win, wpitch, bm, 0, 0, chunk,
     )  # fmt: skip
     name = f"conv_mma_{bm}x{bn}_{c.kernel_suffix(dtype)}"
-    return MmaConvPlan(_launch(name, grid, smem), dims)
+    return MmaConvPlan(_launch(name, grid, smem, device), dims)
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,9 +216,16 @@ def transpose_tiles(
     return TransposeTiles(cols, halo, step, count)
 
 
-def plan_transpose(s: Any, dtype: np.dtype[Any], device: int) -> MmaConvPlan | None:
-    """The tensor-core plan of ``conv_transpose1d`` at ``s``, or None where it does not apply."""
-    if dtype not in _DTYPES or s.groups == s.c_in:
+def plan_transpose(
+    s: Any, dtype: np.dtype[Any], device: int, choice: str = "auto"
+) -> MmaConvPlan | None:
+    """The tensor-core plan of ``conv_transpose1d`` at ``s``, or None where the matmul path runs.
+
+    As :func:`plan_conv`: a pinned ``conv_kernel`` tile forces it (float32 included), ``auto``
+    takes it for float16/bfloat16 up to :data:`AUTO_MAX_TRANSPOSE_COST`.
+    """
+    pinned = choice in TILES
+    if dtype not in _DTYPES or s.groups == s.c_in or (dtype == np.float32 and not pinned):
         return None
     size = dtype.itemsize
     rows_max, cols = _const("CONV_MMA_TRANS_ROWS"), _const("CONV_MMA_TRANS_COLS")
@@ -207,9 +245,12 @@ def plan_transpose(s: Any, dtype: np.dtype[Any], device: int) -> MmaConvPlan | N
     grid = (tiles.count, -(-o_group // outs), s.batch * s.groups)
     if grid[1] > 65535 or grid[2] > 65535:
         return None
+    cost = -(-c_group // chunk) * _waves(grid[0] * grid[1] * grid[2], smem, device)
+    if not pinned and cost > AUTO_MAX_TRANSPOSE_COST:
+        return None
     dims = (
         c_group, o_group, s.groups, s.length, s.out_length, s.kernel, s.stride, s.pad_left,
         s.dilation, pitch, cols, wpitch, outs * s.kernel, outs, tiles.halo, chunk,
     )  # fmt: skip
     name = f"conv_transpose_mma_{c.kernel_suffix(dtype)}"
-    return MmaConvPlan(_launch(name, grid, smem), dims)
+    return MmaConvPlan(_launch(name, grid, smem, device), dims)

@@ -58,9 +58,11 @@ __all__ = ["decode_attention", "scaled_dot_product_attention"]
 #: Head dimensions with a built-in kernel.
 HEAD_DIMS = (64, 80, 96, 128, 256)
 
-#: The ``decode_kernel`` knob of :mod:`.config` picks the decode kernel: ``mma2`` (tensor
-#: cores, two K/V stages per CTA: the default, 72% of the copy bandwidth for 8K cached tokens on
-#: an H200), ``mma`` (one stage, 69%) or ``simt`` (CUDA cores, 70%).
+#: The ``decode_kernel`` knob of :mod:`.config` picks the decode kernel: ``bulk2`` (tensor
+#: cores, two K/V stages per CTA filled by bulk copies, one per cached row: the default, 82% of
+#: the copy bandwidth for 8K cached tokens on an H200, 78% paged; ``mma2`` before SM 9.0),
+#: ``mma2`` (the same stages filled by 16-byte cp.async: 79%, 63% paged), ``mma`` (one stage,
+#: 71%) or ``simt`` (CUDA cores, 69%).
 DECODE_KERNEL_ENV = config.ENV["decode_kernel"][0]
 
 
@@ -71,15 +73,16 @@ def _allow_dynamic_smem(kern: Kernel, smem: int) -> None:
 
 
 #: The ``attention_kernel`` knob of :mod:`.config` picks the prefill kernel. ``auto``: the
-#: Hopper kernel ``wgmma_tma`` on SM 9.0 for the head dims it has (64 and 128), else ``mma``
-#: (mma.sync, every SM 80+ GPU). ``mma`` forces the mma.sync kernel everywhere; ``wgmma_tma``
-#: and ``wgmma_pipe`` apply where ``auto`` would pick a Hopper kernel and fall back to ``mma``
-#: elsewhere. ``wgmma_tma`` is warp-specialized: one producer thread loads Q, K and V by TMA for
-#: two consumer warpgroups that take turns issuing their matrix multiplies (FlashAttention-3's
-#: ping-pong). ``wgmma_pipe`` has no producer: each of its two warpgroups overlaps its softmax
-#: with its own matrix multiplies, and all threads load with cp.async. ``wgmma_tma`` is the
-#: fastest on an H200; docs/ops-attention.md (Performance notes) has the measurements and the
-#: variants that lost.
+#: Hopper kernel ``wgmma_persist`` on SM 9.0 for the head dims it has (64 and 128), else ``mma``
+#: (mma.sync, every SM 80+ GPU). ``mma`` forces the mma.sync kernel everywhere; the Hopper
+#: kernels apply where ``auto`` would pick one and fall back to ``mma`` elsewhere. ``wgmma_tma``
+#: is warp-specialized: one producer thread loads Q, K and V by TMA for two consumer warpgroups
+#: that take turns issuing their matrix multiplies (FlashAttention-3's ping-pong), one CTA per
+#: query tile; ``wgmma_persist`` is the same kernel made persistent (one CTA per SM running a
+#: list of query tiles, :func:`_prefill_schedule`). ``wgmma_pipe`` has no producer: each of its
+#: two warpgroups overlaps its softmax with its own matrix multiplies, and all threads load with
+#: cp.async. docs/ops-attention.md (Performance notes) has the measurements and the variants
+#: that lost.
 KERNEL_ENV = config.ENV["attention_kernel"][0]
 _KERNEL_CHOICES = config.ENV["attention_kernel"][1]
 _WGMMA_HEAD_DIMS = (64, 128)
@@ -97,7 +100,7 @@ def _prefill_kernel(d: int) -> str:
     choice = config.get().attention_kernel
     if choice == "mma" or d not in _WGMMA_HEAD_DIMS or _arch(gp.get_device()) != "sm_90a":
         return "mma"
-    return "wgmma_tma" if choice == "auto" else choice
+    return "wgmma_persist" if choice == "auto" else choice
 
 
 #: Prefill kernels that take q, k, v tensor maps.
@@ -395,17 +398,16 @@ def _sm_count(device: int) -> int:
 
 
 #: CTAs per SM the flash-decoding split aims for, per decode kernel. The tensor-core kernels'
-#: CTAs hold 72 KiB of shared memory (3 fit on an SM): two per SM keeps every CTA resident at
-#: once, so no partial last wave runs alone, and makes each CTA's key range long. The SIMT kernel
+#: CTAs hold 72 KiB of shared memory (3 fit on an SM; the two-stage ones): two per SM keeps every
+#: CTA resident at once, so no partial last wave runs alone, and makes each CTA's key range long
+#: (one or three per SM, and three or four stages, all lost on an H200). The SIMT kernel
 #: (no shared memory, many CTAs per SM) does best at eight per SM. docs/ops-attention.md
 #: (Performance notes) has the split sweep these come from.
-_DECODE_CTAS_PER_SM = {
-    "mma": 2, "mma2": 2, "mma3": 2, "mma4": 1, "bulk2": 2, "bulk3": 2, "bulk4": 1, "simt": 8
-}  # fmt: skip
+_DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "bulk2": 2, "simt": 8}
 
 
 def _decode_split(
-    batch: int, ctas: int, capacity: int, per_sm: int = _DECODE_CTAS_PER_SM["mma2"]
+    batch: int, ctas: int, capacity: int, per_sm: int = _DECODE_CTAS_PER_SM["bulk2"]
 ) -> tuple[int, int]:
     """(splits, chunk): about ``per_sm`` CTAs per SM at most, chunks of at least 256 keys.
 
@@ -431,12 +433,11 @@ def _decode_smem(kernel: str, d: int, stages: int) -> int:
 
 
 def _decode_stages(kernel: str, d: int, optin: int, bulk_ok: bool = True) -> tuple[str, int]:
-    """The decode kernel to launch for ``kernel`` (mma, mma<S>, bulk<S>), and its shared memory.
+    """The decode kernel to launch for ``kernel`` (mma, mma2, bulk2), and its shared memory.
 
-    ``kernel`` itself, or where its stages do not fit in ``optin`` bytes (large head dims, GPUs
-    with less shared memory) the one with the most stages that does; ``bulk<S>`` becomes
-    ``mma<S>`` where bulk copies are missing (``bulk_ok`` false: before SM 9.0) and below two
-    stages.
+    ``kernel`` itself, or where its two stages do not fit in ``optin`` bytes (large head dims,
+    GPUs with less shared memory) the one-stage ``mma``; ``bulk2`` becomes ``mma2`` where bulk
+    copies are missing (``bulk_ok`` false: before SM 9.0).
     """
     family = kernel.rstrip("0123456789")
     stages = int(kernel[len(family) :] or 1)
@@ -475,6 +476,7 @@ class DecodePlan:
     combine: Launch | None
     tail: tuple[int, ...]  # hq, hkv, cache_len, max_blocks, capacity, chunk
     partials: tuple[int, int, int]  # float32 elements of o_part and lse, and the splits
+    dependent: bool = False  # the combine by programmatic dependent launch
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
         """New ``(o_part, lse)`` float32 arrays for a split plan; ``(0, 0)`` (none) unsplit."""
@@ -500,9 +502,11 @@ class DecodePlan:
         if self.combine is not None:
             hq, _, _, _, capacity, chunk = self.tail
             # One split writes the output itself; several write fp32 partials that this merges.
-            self.combine(
-                o_part, lse, seq_lens, out, hq, q.shape[2], self.partials[2], chunk, capacity
-            )
+            # Launched dependent, it starts as the split CTAs finish their key loops and waits
+            # for their results in the kernel.
+            c = self.combine
+            args = (o_part, lse, seq_lens, out, hq, q.shape[2], self.partials[2], chunk, capacity)
+            c.kernel.launch(c.grid, c.block, args, dependent=self.dependent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -585,7 +589,9 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
         name = f"attn_decode_combine_{suffix}"
         combine = Launch(_kernel_loader.kernel("attention_decode", name), b * hq, threads)
     tail = (hq, hkv, cache_len, max_blocks, capacity, chunk)
-    return DecodePlan(launch, combine, tail, (b * hq * splits * d, b * hq * splits, splits))
+    partials = (b * hq * splits * d, b * hq * splits, splits)
+    dependent = config.get().dependent_launch == "on"
+    return DecodePlan(launch, combine, tail, partials, dependent)
 
 
 def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:

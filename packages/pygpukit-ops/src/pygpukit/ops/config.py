@@ -13,13 +13,14 @@ variable                       values                                        def
 =============================  ===========================================  =========
 ``PYGPUKIT_GEMV_VARIANT``      ``auto`` (simt for one row, mma for more),    ``auto``
                                ``simt``, ``mma``
-``PYGPUKIT_ATTENTION_KERNEL``  ``auto`` (wgmma_tma on SM 9.0 for head dims   ``auto``
-                               64 and 128, else mma), ``mma``,
+``PYGPUKIT_ATTENTION_KERNEL``  ``auto`` (wgmma_persist on SM 9.0 for head  ``auto``
+                               dims 64 and 128, else mma), ``mma``,
                                ``wgmma_pipe``, ``wgmma_tma``,
                                ``wgmma_persist``
-``PYGPUKIT_DECODE_KERNEL``     ``mma2``, ``mma``, ``mma3``, ``mma4``,        ``mma2``
-                               ``bulk2``, ``bulk3``, ``bulk4``, ``simt``
-``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM),         ``auto``
+``PYGPUKIT_DECODE_KERNEL``     ``bulk2`` (mma2 before SM 9.0), ``mma2``,     ``bulk2``
+                               ``mma``, ``simt``
+``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM where     ``auto``
+                               its estimated cost is low, 16-bit),
                                ``mma_64x64``, ``mma_64x128``,
                                ``mma_128x64``, ``gemm`` (im2col + matmul)
 ``PYGPUKIT_DEPENDENT_LAUNCH``  ``on`` (programmatic dependent launch of the  ``on``
@@ -52,7 +53,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "decode_kernel": (
         "PYGPUKIT_DECODE_KERNEL",
-        ("mma2", "mma", "mma3", "mma4", "bulk2", "bulk3", "bulk4", "simt"),
+        ("bulk2", "mma2", "mma", "simt"),
     ),
     "conv_kernel": (
         "PYGPUKIT_CONV_KERNEL",
@@ -65,15 +66,17 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
 _DESCRIPTIONS = {
     "gemv_variant": "Which GEMV vector kernel ops.gemv / ops.linear run for up to 8 rows: simt "
     "(one row) or mma (more) under auto, or one of them pinned for every M.",
-    "attention_kernel": "Which prefill attention kernel runs: auto (wgmma_tma on SM 9.0 for head "
-    "dims 64 and 128, else mma), mma everywhere, or one Hopper kernel (wgmma_pipe, wgmma_tma, "
-    "wgmma_persist) where auto would pick one.",
-    "decode_kernel": "Which decode attention kernel runs: mma2 (tensor cores, two K/V stages), "
-    "mma (one stage), mma3 or mma4 (three or four stages), bulk2/3/4 (the same stages loaded by "
-    "bulk copies, SM 9.0+) or simt (CUDA cores).",
+    "attention_kernel": "Which prefill attention kernel runs: auto (wgmma_persist on SM 9.0 for "
+    "head dims 64 and 128, else mma), mma everywhere, or one Hopper kernel (wgmma_pipe, "
+    "wgmma_tma, wgmma_persist) where auto would pick one.",
+    "decode_kernel": "Which decode attention kernel runs: bulk2 (tensor cores, two K/V stages "
+    "filled by bulk copies; mma2 before SM 9.0), mma2 (the same stages filled by cp.async), mma "
+    "(one stage) or simt (CUDA cores).",
     "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
-    "GEMM, tile by shape), one of its tiles pinned, or gemm (an im2col gather and a matmul).",
-    "dependent_launch": "Whether the kernels written for it (ops.decode_linear) are launched "
+    "GEMM for 16-bit types where its estimated cost is low, else an im2col gather and a matmul), "
+    "one of its tiles pinned (float32 too, as 3xTF32), or gemm (the matmul path).",
+    "dependent_launch": "Whether the kernels written for it (ops.decode_linear, the decode "
+    "attention split combine) are launched "
     "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "
     "kernel drains (on), or plain launches (off).",
 }
@@ -96,7 +99,7 @@ class OpsConfig:
 
     gemv_variant: str = "auto"
     attention_kernel: str = "auto"
-    decode_kernel: str = "mma2"
+    decode_kernel: str = "bulk2"
     conv_kernel: str = "auto"
     dependent_launch: str = "on"
 

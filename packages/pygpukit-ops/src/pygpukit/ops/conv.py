@@ -8,17 +8,18 @@ Layouts and semantics are PyTorch's (``torch.nn.functional.conv1d`` / ``conv_tra
   ``L_out = (L-1)*stride - 2*padding + dilation*(K-1) + output_padding + 1``.
 
 float32, float16 and bfloat16; products summed in float32 and rounded once. On the GPU a
-dense or grouped convolution runs a tensor-core implicit GEMM (``kernels/conv_mma.cu``, planned
-by :mod:`._conv_mma`): one launch per call, the input windows and weights staged in shared
-memory with no im2col buffer, the bias added in the epilogue; float32 is split into TF32 halves
-(3xTF32), as accurate as float32 arithmetic. The transposed convolution is the GEMM ``W^T @ x``
-over tiles of input positions with the overlap-add done in shared memory. The ``conv_kernel``
-knob (``PYGPUKIT_CONV_KERNEL``) pins a tile or picks the older path: a gather of the input
-windows (``im2col``) and one batched matmul (float32 follows ``PYGPUKIT_ALLOW_TF32`` as
-:func:`pygpukit.matmul` does; a kernel of width 1 is the matmul alone), and for the transposed
-convolution the matmul ``W^T @ x`` followed by a gather of the taps (``col2im``); shapes whose
-staged tiles outgrow shared memory take that path too. Groups of one input channel (depthwise
-convolutions) run a direct kernel. See ``kernels/conv.cu``.
+dense or grouped float16/bfloat16 convolution runs a tensor-core implicit GEMM
+(``kernels/conv_mma.cu``, planned by :mod:`._conv_mma`) where its estimated cost is low: one
+launch per call, the input windows and weights staged in shared memory with no im2col buffer,
+the bias added in the epilogue; the transposed convolution is the GEMM ``W^T @ x`` over tiles of
+input positions with the overlap-add done in shared memory. Elsewhere (float32, large batches,
+many channel chunks) it takes the older path: a gather of the input windows (``im2col``) and one
+batched matmul (float32 follows ``PYGPUKIT_ALLOW_TF32`` as :func:`pygpukit.matmul` does; a
+kernel of width 1 is the matmul alone), and for the transposed convolution the matmul ``W^T @
+x`` followed by a gather of the taps (``col2im``). The ``conv_kernel`` knob
+(``PYGPUKIT_CONV_KERNEL``) pins an implicit-GEMM tile (float32 then runs it as 3xTF32, about
+1e-5 relative error) or the matmul path. Groups of one input channel (depthwise convolutions)
+run a direct kernel. See ``kernels/conv.cu``.
 
 A repeated call with the same shapes, dtypes and options skips the argument checks: the
 checked shape is cached by that signature.
@@ -189,9 +190,7 @@ def _launch(name: str, dtype: np.dtype[Any], total: int) -> Launch:
 class ConvPlan:
     """A forward convolution on the GPU: ``plan(x, weight, bias, y)`` enqueues it.
 
-    ``kind``: ``"depthwise_tiled"`` (one kernel, a block per run of outputs of a row, the input
-    staged in shared memory), ``"depthwise"`` (one direct kernel, a thread per output, when the
-    staged segment would not fit), ``"pointwise"`` (the matmul alone, K = 1
+    ``kind``: ``"depthwise"`` (one direct kernel), ``"pointwise"`` (the matmul alone, K = 1
     with no stride or padding) or ``"im2col"`` (window gather, then the matmul).
     """
 
@@ -203,13 +202,6 @@ class ConvPlan:
     def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
         s = self.s
         total = s.batch * s.c_out * s.out_length
-        if self.kind == "depthwise_tiled":
-            assert self.main is not None
-            self.main(
-                x, weight, bias if bias is not None else 0, y, s.c_in, s.c_out, s.length,
-                s.kernel, s.out_length, s.stride, s.pad_left, s.dilation,
-            )  # fmt: skip
-            return
         if self.kind == "depthwise":
             assert self.main is not None
             self.main(
@@ -322,24 +314,12 @@ def _plan_conv_cuda(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ConvPl
         if mma is not None:
             return mma
     if s.c_in == s.groups:
-        return _plan_depthwise(s, dtype, total)
+        return ConvPlan(s, "depthwise", _launch("conv_depthwise", dtype, total), None)
     bias = _launch("conv_bias", dtype, total)
     if s.kernel == 1 and s.stride == 1 and s.pad_left == 0 and s.pad_right == 0:
         return ConvPlan(s, "pointwise", None, bias)
     cols = s.batch * s.c_in * s.kernel * s.out_length
     return ConvPlan(s, "im2col", _launch("conv_im2col", dtype, cols), bias)
-
-
-def _plan_depthwise(s: Conv1dShape, dtype: np.dtype[Any], total: int) -> ConvPlan:
-    tile = kl.constant("conv", "CONV_DEPTH_TILE")
-    span = (tile - 1) * s.stride + (s.kernel - 1) * s.dilation + 1
-    smem = 4 * (span + s.kernel)
-    rows = s.batch * s.c_out
-    if smem <= 48 * 1024 and rows <= 65535:
-        kern = kl.kernel("conv", f"conv_depthwise_tiled_{c.kernel_suffix(dtype)}")
-        grid = (-(-s.out_length // tile), rows)
-        return ConvPlan(s, "depthwise_tiled", Launch(kern, grid, 256, smem), None)
-    return ConvPlan(s, "depthwise", _launch("conv_depthwise", dtype, total), None)
 
 
 def _plan_conv_numpy(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ReferenceConv:
@@ -353,8 +333,9 @@ def _plan_transpose_cuda(
     c.check_int32(
         "conv_transpose1d", length=s.length, out_length=s.out_length, rows=s.c_out * s.kernel
     )
-    if config.get().conv_kernel != "gemm":
-        mma = _conv_mma.plan_transpose(s, dtype, device)
+    choice = config.get().conv_kernel
+    if choice != "gemm":
+        mma = _conv_mma.plan_transpose(s, dtype, device, choice)
         if mma is not None:
             return mma
     if s.c_in == s.groups:

@@ -18,7 +18,8 @@ unfused kernels store; only the norm's float32 sum of squares is accumulated in 
 
 On the CUDA backend with float16/bfloat16, ``K % 8 == 0`` and 16-byte aligned arrays, one kernel
 (``kernels/decode_linear.cu``) runs; it is launched with programmatic dependent launch (its
-weight loads start while the previous kernel drains) unless ``PYGPUKIT_DEPENDENT_LAUNCH=off``.
+weight loads start while the previous kernel drains) for weights up to 24 MiB, unless
+``PYGPUKIT_DEPENDENT_LAUNCH=off``.
 Otherwise, and on the CPU backend, the composition of those ops runs.
 """
 
@@ -51,6 +52,8 @@ __all__ = ["EPILOGUES", "BoundDecodeLinear", "RopeKV", "bind_decode_linear", "de
 #: Epilogue names and their codes in the kernel.
 EPILOGUES: dict[str | None, int] = {None: 0, "residual": 1, "swiglu": 2, "rope_kv": 3}
 _TABLE_KIND = {np.dtype(np.float32): 0, np.dtype(gp.float16): 1, np.dtype(gp.bfloat16): 2}
+#: Largest weight (bytes) launched with programmatic dependent launch (see ``_plan``).
+_PDL_MAX_BYTES = 24 << 20
 #: Largest shared-memory row the norm prologue stages (the default 48 KiB per block).
 _MAX_STAGED_BYTES = 48 * 1024
 
@@ -157,7 +160,10 @@ def _plan(n: int, k: int, dtype: np.dtype, norm: bool, pair: int, device: int) -
     kernel = kl.kernel("decode_linear", f"decode_linear_{c.kernel_suffix(dtype)}")
     grid = max(1, -(-n // (warps * rows)))
     shared = k * dtype.itemsize if norm else 0
-    dependent = config.get().dependent_launch == "on"
+    # Dependent launch pays off where a GEMV is short (its launch and ramp are a large part of
+    # it); on an H200 a 50 MB q/k/v GEMV (Llama-8B) ran 25% slower with it, back to back, while
+    # every GEMV of SmolLM2-135M and Qwen2.5-0.5B (up to 17 MB) ran faster.
+    dependent = config.get().dependent_launch == "on" and n * k * dtype.itemsize <= _PDL_MAX_BYTES
     return FusedPlan(Launch(kernel, grid, warps * 32, shared), dependent)
 
 

@@ -43,7 +43,7 @@ from . import _common as c
 from . import _kernel_loader as kl
 from . import config
 from ._constants import constant, gemv_rows_per_block
-from ._plan import Launch, PlanCache, on_gpu, per_backend
+from ._plan import Launch, PlanCache, per_backend
 from .reference import linear as reference
 
 __all__ = ["ACTIVATIONS", "GEMV_MAX_ROWS", "GEMV_VARIANTS", "gemv", "gemv_variant", "linear"]
@@ -302,7 +302,7 @@ def gemv(
 _F32 = np.dtype(gp.float32)
 
 
-def _product_only(x: Any, weight: Any) -> GPUArray | None:
+def _product_only_cuda(x: Any, weight: Any) -> GPUArray | None:
     """``x @ weight.T`` on the GEMM path in one runtime call, or None to take the general path.
 
     A prompt's projections are this case (no bias, no activation, no ``out``), and at a few
@@ -326,6 +326,14 @@ def _product_only(x: Any, weight: Any) -> GPUArray | None:
         return None
 
 
+def _product_only_numpy(x: Any, weight: Any) -> GPUArray | None:
+    """The CPU backend keeps the general path (its float64 reference rounds once)."""
+    return None
+
+
+_product_only = per_backend(cpu=_product_only_numpy, cuda=_product_only_cuda)
+
+
 def linear(
     x: GPUArray,
     weight: GPUArray,
@@ -344,7 +352,7 @@ def linear(
     docstring). ``out`` ([..., N], same dtype, C-contiguous, not overlapping an input)
     receives the result.
     """
-    if bias is None and activation is None and out is None and on_gpu():
+    if bias is None and activation is None and out is None:
         y = _product_only(x, weight)
         if y is not None:
             return y

@@ -112,9 +112,12 @@ def _import_kmodel() -> Any:
         package.__spec__ = spec
         sys.modules["kokoro"] = package
     try:
-        return importlib.import_module("kokoro.model").KModel
+        kmodel = importlib.import_module("kokoro.model").KModel
+        from loguru import logger
     except ImportError as exc:
         raise Skip(f"kokoro.model is not importable (transformers, loguru?): {exc}") from exc
+    logger.disable("kokoro")  # as the skipped __init__ does: no per-call debug lines
+    return kmodel
 
 
 def _torch_state(kmodel: Any, state: dict[str, np.ndarray], torch: Any) -> dict[str, Any]:

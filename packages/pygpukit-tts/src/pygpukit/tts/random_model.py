@@ -117,11 +117,12 @@ def random_state(config: KokoroConfig, seed: int = 0) -> dict[str, np.ndarray]:
         b.linear(f"predictor.text_encoder.lstms.{2 * i + 1}.fc", 2 * h, s)
     b.lstm("predictor.lstm", h + s, h // 2)
     b.linear("predictor.duration_proj.linear_layer", config.max_dur, h)
-    # Speech-like durations (about 2-3 frames per phoneme, as trained Kokoro speaks): the
-    # sigmoid of each of the max_dur logits near 0.05, not the 0.5 of zero-mean weights.
+    # Speech-like durations (about 2.7 frames per phoneme, as trained Kokoro speaks: 150
+    # phonemes ~ 10 s): the sigmoid of each of the max_dur logits near 0.05, not the 0.5 of
+    # zero-mean weights.
     proj = "predictor.duration_proj.linear_layer"
-    b.state[proj + ".weight"] *= 0.1
-    b.state[proj + ".bias"] += np.float32(-3.0)
+    b.state[proj + ".weight"] *= 0.5
+    b.state[proj + ".bias"] += np.float32(-2.8)
     b.lstm("predictor.shared", h + s, h // 2)
     for branch in ("F0", "N"):
         b.adain_res_block(f"predictor.{branch}.0", s, h, h)

@@ -1,24 +1,23 @@
 """ops_attention: flash-attention prefill vs PyTorch SDPA, decode attention vs a PyTorch decode.
 
 - ``sdpa_prefill``: ``q, k, v [B, H, S, D]``, causal, once per PyGPUkit kernel on the GPU
-  (``kernel=mma``: mma.sync; ``kernel=wgmma_tma``: the default on SM 9.0, warp-specialized,
-  one TMA producer thread feeding two consumer warpgroups that take turns at the tensor cores
-  (ping-pong); ``kernel=wgmma_persist``: the same, persistent, one CTA per SM running a list
-  of query tiles; ``kernel=wgmma_pipe``: each warpgroup overlaps its softmax with its own P V;
-  the Hopper rows skipped elsewhere), vs
+  (``kernel=mma``: mma.sync; ``kernel=wgmma_tma``: warp-specialized, one TMA producer thread
+  feeding two consumer warpgroups that take turns at the tensor cores (ping-pong);
+  ``kernel=wgmma_persist``: the same, persistent, one CTA per SM running a list of query tiles,
+  the default on SM 9.0; ``kernel=wgmma_pipe``: each warpgroup overlaps its softmax with its
+  own P V; the Hopper rows skipped elsewhere), vs
   ``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``. Default B=4, H=32,
   S=4096, D=128 bfloat16 (``--seq-lens`` sets S). TFLOP/s count ``4 B H S^2 D`` multiply-adds
   as flops, halved for causal; the ceiling is the card's bfloat16/float16 GEMM rate.
 - ``decode`` (contiguous cache) and ``decode_paged`` (16-token blocks in shuffled order):
   one query token per sequence, B=8, 32 query / 8 KV heads, D=128, 8192 cached tokens
   (``--seq-lens`` sets the context), once per PyGPUkit decode kernel on the GPU
-  (``kernel=mma``: tensor cores, one K/V stage per CTA; ``kernel=mma2``, ``mma3``, ``mma4``:
-  the same with two (the default), three or four stages; ``kernel=bulk2``, ``bulk3``, ``bulk4``:
-  those stages filled by bulk copies, SM 9.0+; ``kernel=simt``). Bytes moved are the
-  K and V cache read once; the ceiling is the copy bandwidth. PyTorch has no fused (paged) decode:
-  its row is SDPA with ``enable_gqa`` on ``q [B, Hq, 1, D]`` (on older PyTorch, KV heads
-  repeated first), the paged row gathers the blocks first, as a framework without a paged
-  kernel would.
+  (``kernel=mma``: tensor cores, one K/V stage per CTA; ``kernel=mma2``: two stages;
+  ``kernel=bulk2``: two stages filled by bulk copies, the default on SM 9.0; ``kernel=simt``).
+  Bytes moved are the K and V cache read once; the ceiling is the copy bandwidth. PyTorch has
+  no fused (paged) decode: its row is SDPA with ``enable_gqa`` on ``q [B, Hq, 1, D]`` (on older
+  PyTorch, KV heads repeated first), the paged row gathers the blocks first, as a framework
+  without a paged kernel would.
 
 Checks: prefill on 64 sampled rows of two (batch, head) pairs, decode on two sequences,
 against float64 NumPy.
@@ -147,7 +146,7 @@ def decode_case(
 ) -> Case:
     """One decode step over ``n`` cached tokens per sequence; ``block`` > 0: paged cache.
 
-    ``kernel`` sets PyGPUkit's decode kernel (``mma``, ``mma<S>``, ``bulk<S>`` or ``simt``).
+    ``kernel`` sets PyGPUkit's decode kernel (``mma``, ``mma2``, ``bulk2`` or ``simt``).
     """
     op = "decode_paged" if block else "decode"
     params: dict[str, int | float | str] = {
@@ -251,9 +250,7 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
     kernels: list[str | None] = (
         ["mma", "wgmma_pipe", "wgmma_tma", "wgmma_persist"] if ctx.on_gpu else [None]
     )
-    decoders: list[str | None] = (
-        ["mma", "mma2", "mma3", "mma4", "bulk2", "bulk3", "bulk4", "simt"] if ctx.on_gpu else [None]
-    )
+    decoders: list[str | None] = ["mma", "mma2", "bulk2", "simt"] if ctx.on_gpu else [None]
     from pygpukit.ops import config
 
     saved = config.get()

@@ -11,8 +11,8 @@
 // vector load), so a warp keeps 32 / kLanes rows in flight per step and kUnroll steps are
 // loaded before any is used. Each group keeps its own running max / sum / output (base-2
 // online softmax); the groups are merged through shared memory at the end.
-// Dynamic shared memory of attn_decode_mma<S>_* (S K/V stages; attn_decode_mma_*: one):
-// (16 + 2 * S * 64) * (D + 8) * 2 bytes.
+// Dynamic shared memory of attn_decode_mma2_* and attn_decode_bulk2_* (S = 2 K/V stages) and
+// attn_decode_mma_* (S = 1): (16 + 2 * S * 64) * (D + 8) * 2 bytes.
 #include "attention_common.cuh"
 #include "pygpukit/kernel.cuh"
 
@@ -24,6 +24,21 @@ constexpr int kThreads = 128;
 constexpr int kG = 4;       // query heads per CTA
 constexpr int kUnroll = 4;  // key rows per group per step
 constexpr int kMaxSplits = 64;
+
+// Programmatic dependent launch of the combine kernel (SM 9.0+; no-ops elsewhere and when the
+// combine is launched plainly): each split CTA lets it launch once its key loop is done, so its
+// launch overlaps the last CTAs' merges; the combine waits for the split kernel (its results
+// complete and visible) before reading them.
+__device__ __forceinline__ void allow_combine() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void wait_for_splits() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 template <int D>
 struct DecodeConfig {
@@ -157,6 +172,7 @@ __device__ __forceinline__ void attn_decode(const T* __restrict__ q, const T* __
         }
     }
 
+    allow_combine();
     // Merge the groups of this CTA.
 #pragma unroll
     for (int h = 0; h < kG; ++h) {
@@ -201,6 +217,7 @@ __device__ __forceinline__ void attn_decode_combine(const float* __restrict__ o_
                                                     int splits, int chunk, int capacity) {
     __shared__ float w[kMaxSplits];
     __shared__ float total;
+    wait_for_splits();
     const int row = blockIdx.x, b = row / hq;
     const int len = min(seq_lens[b], capacity);
     const int n = min(splits, (len + chunk - 1) / chunk);  // splits that saw any key
@@ -233,10 +250,11 @@ __device__ __forceinline__ void attn_decode_combine(const float* __restrict__ o_
 // limit it below the memory bandwidth.
 constexpr int kTcHeads = 16, kTcTile = 64;
 
-// kStages = S > 1 (attn_decode_mma<S>_*, PYGPUKIT_DECODE_KERNEL=mma<S>): tiles i + 1 .. i + S - 1
+// kStages = S > 1 (attn_decode_mma2_*, PYGPUKIT_DECODE_KERNEL=mma2): tiles i + 1 .. i + S - 1
 // stream in while tile i is used, so each CTA keeps the memory busy on its own (at the price of
-// fewer CTAs per SM: S times the K/V shared memory).
-// kBulk (attn_decode_bulk<S>_*, PYGPUKIT_DECODE_KERNEL=bulk<S>): the same S-stage ring, loaded
+// fewer CTAs per SM: S times the K/V shared memory). Only S = 2 is instantiated: three and four
+// stages (fewer CTAs per SM) were slower on an H200 (docs/ops-attention.md).
+// kBulk (attn_decode_bulk2_*, PYGPUKIT_DECODE_KERNEL=bulk2, the default): the same ring, loaded
 // by the Tensor Memory Accelerator instead of 16-byte cp.async: each thread copies one whole K or
 // V row (cp.async.bulk, D * 2 bytes) into its padded shared row, and the stage's mbarrier counts
 // the bytes; the copy engine then keeps the bytes in flight, not each SM's load queue. Rows past
@@ -466,6 +484,7 @@ __device__ __forceinline__ void attn_decode_mma(
         __syncthreads();  // the next tile overwrites sK / sV
     }
 
+    allow_combine();
     // Merge the 4 warps through shared memory (the tiles' space, free now).
     cp_async_wait_all();  // the Q copy, when no tile ran
     __syncthreads();
@@ -516,8 +535,9 @@ __device__ __forceinline__ void attn_decode_mma(
 }  // namespace
 
 // Entry points per dtype and head dim: attn_decode_d<D>_<dtype> (SIMT),
-// attn_decode_mma_d<D>_<dtype> and attn_decode_mma<S>_d<D>_<dtype> (tensor cores, one and S = 2,
-// 3, 4 K/V stages); and the split combiner attn_decode_combine_<dtype>.
+// attn_decode_mma_d<D>_<dtype> and attn_decode_mma2_d<D>_<dtype> (tensor cores, one and two K/V
+// stages), attn_decode_bulk2_d<D>_<dtype> (two stages filled by bulk copies, SM 9.0+); and the
+// split combiner attn_decode_combine_<dtype>.
 #define PGK_DECODE_CALL                                                                           \
     q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, hq, hkv, cache_len, max_blocks, \
         capacity, chunk, scale
@@ -535,20 +555,8 @@ __device__ __forceinline__ void attn_decode_mma(
     PGK_KERNEL_BOUNDS(attn_decode_mma2_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {  \
         attn_decode_mma<T, D, 2>(PGK_DECODE_CALL);                                      \
     }                                                                                   \
-    PGK_KERNEL_BOUNDS(attn_decode_mma3_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {  \
-        attn_decode_mma<T, D, 3>(PGK_DECODE_CALL);                                      \
-    }                                                                                   \
-    PGK_KERNEL_BOUNDS(attn_decode_mma4_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {  \
-        attn_decode_mma<T, D, 4>(PGK_DECODE_CALL);                                      \
-    }                                                                                   \
     PGK_KERNEL_BOUNDS(attn_decode_bulk2_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
         attn_decode_mma<T, D, 2, true>(PGK_DECODE_CALL);                                \
-    }                                                                                   \
-    PGK_KERNEL_BOUNDS(attn_decode_bulk3_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
-        attn_decode_mma<T, D, 3, true>(PGK_DECODE_CALL);                                \
-    }                                                                                   \
-    PGK_KERNEL_BOUNDS(attn_decode_bulk4_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
-        attn_decode_mma<T, D, 4, true>(PGK_DECODE_CALL);                                \
     }
 #define PGK_DECODE_FAMILY(sfx, T)                                                                \
     PGK_ATTN_HEAD_DIMS(PGK_DECODE, sfx, T)                                                       \

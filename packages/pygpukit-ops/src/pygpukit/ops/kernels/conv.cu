@@ -7,8 +7,6 @@
 //                           grouped convolution is one batched GEMM W[g] @ cols[b, g];
 //   conv_depthwise_<dtype>  groups with one input channel each (depthwise and its channel
 //                           multipliers): a direct kernel, one thread per output, fp32 sums;
-//   conv_depthwise_tiled_<dtype>  the same, a block per run of outputs of one row with the
-//                           input segment and weights staged in shared memory;
 //   conv_col2im_<dtype>     the transposed convolution's gather: out[b, o, t] = bias[o] +
 //                           sum over k of cols[b, o*K + k, l] where l*stride = t + pad - k*dil;
 //   conv_transpose_direct_<dtype>  the transposed convolution of groups of one input channel;
@@ -59,53 +57,6 @@ __device__ __forceinline__ void depthwise(const T* __restrict__ x, const T* __re
             if (pos >= 0 && pos < length) acc += widen(w[k]) * widen(row[pos]);
         }
         y[i] = narrow<T>(acc);
-    }
-}
-
-// Depthwise (groups of one input channel), tiled: a block computes kDepthTile consecutive outputs
-// of one (batch, output channel) row. The input segment those outputs read and the row's K
-// weights are staged in shared memory as fp32 once, then each thread sums kDepthPerThread
-// outputs (consecutive threads on consecutive positions: coalesced stores, conflict-free reads
-// for stride 1). Dynamic shared memory: (kDepthTile-1)*stride + (K-1)*dilation + 1 + K floats.
-constexpr int kDepthPerThread = 4;
-constexpr int kDepthTile = 256 * kDepthPerThread;
-
-template <typename T>
-__device__ __forceinline__ void depthwise_tiled(const T* __restrict__ x,
-                                                const T* __restrict__ weight,
-                                                const T* __restrict__ bias, T* __restrict__ y,
-                                                int in_channels, int out_channels, int length,
-                                                int kernel, int out_length, int stride, int pad,
-                                                int dilation) {
-    extern __shared__ float depth_smem[];
-    const int multiplier = out_channels / in_channels;
-    const long long row = blockIdx.y;  // b * out_channels + o
-    const int o = static_cast<int>(row % out_channels);
-    const long long b = row / out_channels;
-    const int t0 = blockIdx.x * kDepthTile;
-    const int span = (kDepthTile - 1) * stride + (kernel - 1) * dilation + 1;
-    float* w = depth_smem;
-    float* seg = depth_smem + kernel;
-    const T* xrow = x + (b * in_channels + o / multiplier) * static_cast<long long>(length);
-    const long long start = static_cast<long long>(t0) * stride - pad;
-    for (int k = threadIdx.x; k < kernel; k += blockDim.x)
-        w[k] = widen(weight[static_cast<long long>(o) * kernel + k]);
-    for (int i = threadIdx.x; i < span; i += blockDim.x) {
-        const long long pos = start + i;
-        seg[i] = (pos >= 0 && pos < length) ? widen(xrow[pos]) : 0.0f;
-    }
-    __syncthreads();
-    const float b0 = bias != nullptr ? widen(bias[o]) : 0.0f;
-    T* yrow = y + row * out_length;
-#pragma unroll
-    for (int j = 0; j < kDepthPerThread; ++j) {
-        const int n = threadIdx.x + j * 256;
-        const int t = t0 + n;
-        if (t >= out_length) break;
-        const float* s = seg + n * stride;
-        float acc = b0;
-        for (int k = 0; k < kernel; ++k) acc += w[k] * s[k * dilation];
-        yrow[t] = narrow<T>(acc);
     }
 }
 
@@ -185,14 +136,6 @@ __device__ __forceinline__ void bias_add(T* __restrict__ y, const T* __restrict_
         depthwise<T>(x, weight, bias, y, total, in_channels, out_channels, length, kernel,        \
                      out_length, stride, pad, dilation);                                          \
     }                                                                                             \
-    PGK_KERNEL_BOUNDS(                                                                            \
-        conv_depthwise_tiled_##sfx,                                                               \
-        (const T* x, const T* weight, const T* bias, T* y, int in_channels, int out_channels,     \
-         int length, int kernel, int out_length, int stride, int pad, int dilation),              \
-        256) {                                                                                    \
-        depthwise_tiled<T>(x, weight, bias, y, in_channels, out_channels, length, kernel,         \
-                           out_length, stride, pad, dilation);                                    \
-    }                                                                                             \
     PGK_KERNEL(conv_col2im_##sfx,                                                                 \
                (const T* cols, const T* bias, T* y, long long total, int out_channels,            \
                 int in_length, int kernel, int out_length, int stride, int pad, int dilation)) {  \
@@ -214,5 +157,3 @@ PGK_FLOAT_TYPES(PGK_CONV)
 
 // Threads per block of every conv kernel.
 PGK_CONSTANT(CONV_BLOCK, 256);
-// Outputs per block of conv_depthwise_tiled (256 threads).
-PGK_CONSTANT(CONV_DEPTH_TILE, kDepthTile);

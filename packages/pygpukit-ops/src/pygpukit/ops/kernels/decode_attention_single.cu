@@ -9,9 +9,10 @@
 // threads. The keys [0, min(seq_lens[b], cache_len)) are read in tiles of 256: thread i scores key
 // t0 + i against the query (fp32 dot product over its row, 16-byte loads), the block takes the
 // tile's max, rescales its running sum and outputs (online softmax, base 2) and stores the tile's
-// probabilities in shared memory; then thread (g, j) accumulates dims 2j, 2j + 1 of the value
-// rows g, g + G, ... of the tile (G = 256 / (D / 2) row groups, coalesced across a row). The row
-// groups are summed through shared memory at the end. A length of 0 gives zeros.
+// probabilities in shared memory; then thread (g, j) accumulates dims 8j .. 8j + 7 of the value
+// rows g, g + G, ... of the tile (G = 256 / (D / 8) row groups; a thread issues all its 16-byte
+// loads of the tile before using them). The row groups are summed through shared memory at the
+// end. A length of 0 gives zeros.
 //
 // Launched with programmatic dependent launch: it prefetches the first tile's key and value rows
 // into L2 and lets the next kernel (the o_proj GEMV, whose weight loads depend on nothing) launch,
@@ -39,11 +40,6 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
-template <typename T>
-__device__ __forceinline__ float2 pair_at(const T* p) {
-    return make_float2(widen(p[0]), widen(p[1]));
-}
-
 // Block-wide reduction of one float per thread (max or sum); every thread gets the result.
 template <bool kMax>
 __device__ __forceinline__ float block_reduce(float v, float* slots) {
@@ -68,12 +64,13 @@ __device__ __forceinline__ void decode_single(const T* __restrict__ q,
                                               const T* __restrict__ v_cache,
                                               const int* __restrict__ seq_lens, T* __restrict__ out,
                                               int hq, int hkv, int cache_len, float scale) {
-    constexpr int kPairs = D / 2;               // dim pairs of a row
-    constexpr int kGroups = kThreads / kPairs;  // value rows accumulated at once
+    constexpr int kRowThreads = D / 8;               // threads of one value row, 8 dims each
+    constexpr int kGroups = kThreads / kRowThreads;  // value rows accumulated at once
+    constexpr int kSteps = kThreads / kGroups;       // value rows a thread takes per tile
     __shared__ float qs[D];
     __shared__ float probs[kThreads];
     __shared__ float slots[kThreads / 32];
-    __shared__ float2 partial[kGroups][kPairs];
+    __shared__ float partial[kGroups][D];
 
     const int h = blockIdx.x, b = blockIdx.y;
     const int hk = h / (hq / hkv);
@@ -99,8 +96,8 @@ __device__ __forceinline__ void decode_single(const T* __restrict__ q,
     for (int d = threadIdx.x; d < D; d += kThreads) qs[d] = widen(q[qrow + d]) * scale * kLog2e;
     __syncthreads();
 
-    const int g = threadIdx.x / kPairs, j = threadIdx.x % kPairs;
-    float2 acc = make_float2(0.0f, 0.0f);
+    const int g = threadIdx.x / kRowThreads, j = threadIdx.x % kRowThreads;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     float run_max = neg_inf(), run_sum = 0.0f;
     for (int t0 = 0; t0 < len; t0 += kThreads) {
         const int t = t0 + threadIdx.x;
@@ -125,26 +122,39 @@ __device__ __forceinline__ void decode_single(const T* __restrict__ q,
         run_max = new_max;
         probs[threadIdx.x] = p;
         __syncthreads();
-        acc.x *= rescale;
-        acc.y *= rescale;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] *= rescale;
+        // All of this tile's value loads are issued before they are used (independent 16-byte
+        // loads; rows past the length are not read).
         const int rows = min(kThreads, len - t0);
-        for (int r = g; r < rows; r += kGroups) {
-            const float pr = probs[r];
-            const float2 v = pair_at(vals + (long long)(t0 + r) * D + 2 * j);
-            acc.x = fmaf(pr, v.x, acc.x);
-            acc.y = fmaf(pr, v.y, acc.y);
+        uint4 vv[kSteps];
+#pragma unroll
+        for (int i = 0; i < kSteps; ++i) {
+            const int r = g + i * kGroups;
+            if (r < rows)
+                vv[i] = __ldg(reinterpret_cast<const uint4*>(vals + (long long)(t0 + r) * D) + j);
+        }
+#pragma unroll
+        for (int i = 0; i < kSteps; ++i) {
+            const int r = g + i * kGroups;
+            if (r < rows) {
+                const float pr = probs[r];
+                const T* e = reinterpret_cast<const T*>(&vv[i]);
+#pragma unroll
+                for (int k = 0; k < 8; ++k) acc[k] = fmaf(pr, widen(e[k]), acc[k]);
+            }
         }
         __syncthreads();  // probs is rewritten by the next tile
     }
-    partial[g][j] = acc;
-    __syncthreads();
-    if (threadIdx.x < kPairs) {
-        float2 o = partial[0][j];
 #pragma unroll
-        for (int i = 1; i < kGroups; ++i) o.x += partial[i][j].x, o.y += partial[i][j].y;
+    for (int e = 0; e < 8; ++e) partial[g][j * 8 + e] = acc[e];
+    __syncthreads();
+    if (threadIdx.x < D) {
+        float o = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < kGroups; ++i) o += partial[i][threadIdx.x];
         const float inv = run_sum > 0.0f ? 1.0f / run_sum : 0.0f;
-        out[qrow + 2 * j] = narrow<T>(o.x * inv);
-        out[qrow + 2 * j + 1] = narrow<T>(o.y * inv);
+        out[qrow + threadIdx.x] = narrow<T>(o * inv);
     }
 }
 

@@ -93,6 +93,18 @@ __device__ __forceinline__ float table_at(const void* __restrict__ t, long long 
     return static_cast<const float*>(t)[i];
 }
 
+// Eight elements of x normalised by inv and scaled by the norm weight, rounded to T.
+template <typename T>
+__device__ __forceinline__ uint4 normalized(const uint4& xc, const uint4& wc, float inv) {
+    float f[8], g[8];
+    unpack8<T>(xc, f);
+    unpack8<T>(wc, g);
+    T r[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) r[e] = narrow<T>(f[e] * inv * g[e]);
+    return *reinterpret_cast<uint4*>(r);
+}
+
 // The rounded output of the unfused GEMV, widened again.
 template <typename T>
 __device__ __forceinline__ float rounded(float v) {
@@ -100,18 +112,39 @@ __device__ __forceinline__ float rounded(float v) {
 }
 
 // RMSNorm of x [K] into xs (shared, rounded to T): xs = x * rsqrt(mean(x^2) + eps) * w.
+// A thread loads its first kHeld chunks of x and w together and keeps them in registers, so the
+// prologue costs one round trip to L2 (K up to kHeld * 8 * 128 = 4096); chunks past those are
+// read again from global memory for the second pass.
 template <typename T>
 __device__ __forceinline__ void norm_into_shared(const T* __restrict__ x, const T* __restrict__ w,
                                                  float eps, T* xs, int K) {
+    constexpr int kHeld = 4;
     __shared__ float warp_sums[kWarps];
     const int chunks = K >> 3;
     const uint4* xv = reinterpret_cast<const uint4*>(x);
+    const uint4* wv = reinterpret_cast<const uint4*>(w);
+    uint4* out = reinterpret_cast<uint4*>(xs);
+    uint4 xh[kHeld], wh[kHeld];
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+        const int c = threadIdx.x + i * blockDim.x;
+        if (c < chunks) xh[i] = xv[c], wh[i] = wv[c];
+    }
     float acc = 0.0f;
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
+#pragma unroll
+    for (int i = 0; i < kHeld; ++i) {
+        if (threadIdx.x + i * blockDim.x < chunks) {
+            float f[8];
+            unpack8<T>(xh[i], f);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc += f[e] * f[e];
+        }
+    }
+    for (int c = threadIdx.x + kHeld * blockDim.x; c < chunks; c += blockDim.x) {
         float f[8];
         unpack8<T>(xv[c], f);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc += f[i] * f[i];
+        for (int e = 0; e < 8; ++e) acc += f[e] * f[e];
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
@@ -121,17 +154,13 @@ __device__ __forceinline__ void norm_into_shared(const T* __restrict__ x, const 
 #pragma unroll
     for (int i = 0; i < kWarps; ++i) total += warp_sums[i];
     const float inv = rsqrtf(total * (1.0f / static_cast<float>(K)) + eps);  // as the norm kernel
-    const uint4* wv = reinterpret_cast<const uint4*>(w);
-    uint4* out = reinterpret_cast<uint4*>(xs);
-    for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
-        float f[8], g[8];
-        unpack8<T>(xv[c], f);
-        unpack8<T>(wv[c], g);
-        T r[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) r[i] = narrow<T>(f[i] * inv * g[i]);
-        out[c] = *reinterpret_cast<uint4*>(r);
+    for (int i = 0; i < kHeld; ++i) {
+        const int c = threadIdx.x + i * blockDim.x;
+        if (c < chunks) out[c] = normalized<T>(xh[i], wh[i], inv);
     }
+    for (int c = threadIdx.x + kHeld * blockDim.x; c < chunks; c += blockDim.x)
+        out[c] = normalized<T>(xv[c], wv[c], inv);
     __syncthreads();
 }
 
@@ -187,6 +216,28 @@ __device__ __forceinline__ void decode_linear(
     if (!live) return;  // after the block-wide prologue: every warp took part in its barriers
     const uint4* xv = reinterpret_cast<const uint4*>(xs);
 
+    // The epilogue's other inputs, loaded now so that their latency hides under the weight
+    // stream: lane r < 4 the residual of its row (kResidual); lane t < 2 the position and its
+    // pair's cos/sin (kRopeKV).
+    int my_row = rows[0];
+#pragma unroll
+    for (int r = 1; r < kRows; ++r)
+        if (lane == r) my_row = rows[r];
+    float res_in = 0.0f;
+    if (mode == kResidual && lane < kRows && my_row < N)
+        res_in = widen(static_cast<const T*>(y)[my_row]);
+    long long ps = 0;
+    float rc = 1.0f, rs = 0.0f;
+    if (mode == kRopeKV && lane < 2) {
+        ps = pos[0];
+        const int pp = p0 + lane, hh = pp / pair;
+        if (ps >= 0 && ps < max_pos && hh < q_heads + kv_heads && pp < N / 2) {
+            const long long at = ps * pair + (pp - hh * pair);
+            rc = table_at(cos_table, at, table_kind);
+            rs = table_at(sin_table, at, table_kind);
+        }
+    }
+
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
@@ -235,11 +286,10 @@ __device__ __forceinline__ void decode_linear(
 #pragma unroll
         for (int r = 1; r < kRows; ++r)
             if (lane == r) v = acc[r];
-        const int row = rows[lane];
+        const int row = my_row;
         if (row >= N) return;
         if (mode == kResidual) {
-            T* res = static_cast<T*>(y);
-            res[row] = narrow<T>(rounded<T>(v) + widen(res[row]));
+            static_cast<T*>(y)[row] = narrow<T>(rounded<T>(v) + res_in);
         } else if (f32out) {
             static_cast<float*>(y)[row] = v;
         } else {
@@ -260,7 +310,6 @@ __device__ __forceinline__ void decode_linear(
     // kRopeKV: segment = head, j = the pair's index in the head.
     const int half = pair;
     const int h = p / half, j = p - h * half;
-    const long long ps = pos[0];
     const long long slot = ps % capacity;
     if (h >= q_heads && slot < 0) return;  // no cache row for a negative position
     if (h >= q_heads + kv_heads) {         // v: stored as is
@@ -269,11 +318,7 @@ __device__ __forceinline__ void decode_linear(
         dst[j + half] = narrow<T>(x1);
         return;
     }
-    float c = 1.0f, s = 0.0f;
-    if (ps >= 0 && ps < max_pos) {
-        c = table_at(cos_table, ps * half + j, table_kind);
-        s = table_at(sin_table, ps * half + j, table_kind);
-    }
+    const float c = rc, s = rs;  // angle 0 outside [0, max_pos), as rope_<dtype>
     T* dst = h < q_heads ? static_cast<T*>(y) + (long long)h * head_dim
                          : k_cache + ((long long)(h - q_heads) * capacity + slot) * head_dim;
     dst[j] = narrow<T>(x0 * c - x1 * s);

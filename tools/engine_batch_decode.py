@@ -1,0 +1,130 @@
+"""Batched decode through the serving engine vs the PyTorch anchor, random weights in memory.
+
+usage: python tools/engine_batch_decode.py SHAPE [SHAPE ...]  (pygpukit.llm.benchmarks.SHAPES)
+
+Needs a GPU and torch. Weights are drawn by torch on the GPU and shared with PyGPUkit through
+DLPack (no checkpoint on disk, so the 8B shape is ready in a second). For each batch of 1, 4,
+16 and 64 sequences (32-token prompts, 64 new tokens): the engine's milliseconds per decode
+step with the sampled ids read back every step (as a server steps), the CUDA graph of its
+step replayed alone (the GPU's time, no host work), and the PyTorch anchor's graph replays.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+import pygpukit as gp
+from pygpukit.llm import CausalLM
+from pygpukit.llm.benchmarks import SHAPES
+from pygpukit.llm.config import ModelConfig
+from pygpukit.llm.engine import Engine, RequestParams
+from pygpukit.llm.engine.paged_cache import BLOCK_SIZE, block_bytes
+from pygpukit.llm.models.llama import checkpoint_tensors
+from pygpukit.llm.torch_anchor import TorchAnchor
+
+PROMPT, NEW = 32, 64
+BATCHES = (1, 4, 16, 64)
+
+
+def random_weights(cfg: ModelConfig) -> dict[str, Any]:
+    """bfloat16 torch tensors on the GPU under their Hugging Face names (norms are ones)."""
+    out = {}
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for name, shape, kind in checkpoint_tensors(cfg):
+        if kind == "norm":
+            out[name] = torch.ones(shape, dtype=torch.bfloat16, device="cuda")
+        else:
+            t = torch.randn(shape, generator=g, dtype=torch.float32, device="cuda") * 0.02
+            out[name] = t.to(torch.bfloat16)
+    torch.cuda.synchronize()
+    return out
+
+
+def engine_decode(model: CausalLM, b: int, rng: np.random.Generator) -> tuple[float, float, Any]:
+    """``(ms per decode step, ms per graph replay alone, the engine's shapes)`` at batch b."""
+    ids = rng.integers(3, model.config.vocab_size, (b, PROMPT)).tolist()
+    blocks = b * -(-(PROMPT + NEW) // BLOCK_SIZE)
+    engine = Engine(
+        model, max_batch=b, max_batched_tokens=b * PROMPT, prefix_caching=False,
+        kv_memory=blocks * block_bytes(model.config, model.decoder.model.dtype),
+    )  # fmt: skip
+    params = RequestParams(max_tokens=NEW, ignore_eos=True)
+
+    def decode_steps() -> int:
+        return engine.decode.replays + engine.decode.eager_steps
+
+    def once() -> float:
+        toks: list[list[int]] = [[] for _ in range(b)]
+        for row, t in zip(ids, toks, strict=True):
+            engine.submit(row, params, lambda o, t=t: t.extend(o.token_ids))
+        while min(len(t) for t in toks) < 1:
+            engine.step()
+        gp.synchronize()
+        before, start = decode_steps(), time.perf_counter()
+        while engine.step() or engine.has_work():
+            pass
+        return (time.perf_counter() - start) * 1e3 / (decode_steps() - before)
+
+    once()  # captures the graphs
+    ms = once()
+    captured = [s for s in engine.decode._shapes.values() if s.graph is not None]
+    gpu_ms = float("nan")
+    if captured:
+        shape = max(captured, key=lambda s: s.bucket)
+        for _ in range(3):
+            shape.graph.replay()
+        gp.synchronize()
+        start = time.perf_counter()
+        for _ in range(20):
+            shape.graph.replay()
+        gp.synchronize()
+        gpu_ms = (time.perf_counter() - start) * 1e3 / 20
+    return ms, gpu_ms, engine.decode.shapes()
+
+
+def anchor_decode(anchor: TorchAnchor, b: int, rng: np.random.Generator, vocab: int) -> float:
+    """The anchor's milliseconds per graph-replayed decode step at batch b."""
+    ids = rng.integers(3, vocab, (b, PROMPT))
+    anchor.generate(ids, NEW)
+    anchor.prefill(ids)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    anchor.decode(b, NEW - 1)
+    anchor.tokens(b, PROMPT, NEW)
+    return (time.perf_counter() - start) * 1e3 / (NEW - 1)
+
+
+def main() -> None:
+    """Print one line per library and batch for every shape named on the command line."""
+    logging.basicConfig(level=logging.WARNING, stream=sys.stdout)  # capture failures show
+    print(f"device: {torch.cuda.get_device_name()}")
+    rng = np.random.default_rng(0)
+    for name in sys.argv[1:] or ["qwen2.5-0.5b"]:
+        cfg = ModelConfig.from_dict(SHAPES[name])
+        start = time.perf_counter()
+        tw = random_weights(cfg)
+        arrays = {k: gp.from_dlpack(v) for k, v in tw.items()}
+        model = CausalLM(cfg, arrays, max_seq_len=PROMPT + NEW + 16)
+        print(f"== {name}: weights ready in {time.perf_counter() - start:.1f} s")
+        for b in BATCHES:
+            ms, gpu_ms, shapes = engine_decode(model, b, rng)
+            print(f"pygpukit engine b={b}: {ms:.3f} ms/step = {b * 1e3 / ms:.0f} tok/s; "
+                  f"graph alone {gpu_ms:.3f} ms; shapes {shapes}", flush=True)  # fmt: skip
+        anchor = TorchAnchor(cfg, tw, max_batch=max(BATCHES), max_seq_len=PROMPT + NEW + 8)
+        for b in BATCHES:
+            ms = anchor_decode(anchor, b, rng, cfg.vocab_size)
+            print(f"torch anchor b={b}: {ms:.3f} ms/step = {b * 1e3 / ms:.0f} tok/s", flush=True)
+        del anchor, model, arrays, tw
+        torch.cuda.empty_cache()
+        gp.synchronize()
+        gp.memory.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
