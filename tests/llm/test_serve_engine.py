@@ -243,6 +243,7 @@ def test_a_lone_request_that_outgrows_the_cache_ends_with_length(tiny):
     assert engine.blocks.used == 0
 
 
+@BATCH_VARIANT_ON_GPU
 def test_engine_thread_and_partition(tiny):
     from pygpukit.scheduler import PartitionLimits, Scheduler
 
