@@ -11,6 +11,7 @@ step replayed alone (the GPU's time, no host work), and the PyTorch anchor's gra
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
@@ -46,6 +47,11 @@ def random_weights(cfg: ModelConfig) -> dict[str, Any]:
     return out
 
 
+def _collect(into: list[int], output: Any) -> None:
+    """Engine sink: append a step's new token ids of one request to ``into``."""
+    into.extend(output.token_ids)
+
+
 def engine_decode(model: CausalLM, b: int, rng: np.random.Generator) -> tuple[float, float, Any]:
     """``(ms per decode step, ms per graph replay alone, the engine's shapes)`` at batch b."""
     ids = rng.integers(3, model.config.vocab_size, (b, PROMPT)).tolist()
@@ -62,7 +68,7 @@ def engine_decode(model: CausalLM, b: int, rng: np.random.Generator) -> tuple[fl
     def once() -> float:
         toks: list[list[int]] = [[] for _ in range(b)]
         for row, t in zip(ids, toks, strict=True):
-            engine.submit(row, params, lambda o, t=t: t.extend(o.token_ids))
+            engine.submit(row, params, functools.partial(_collect, t))
         while min(len(t) for t in toks) < 1:
             engine.step()
         gp.synchronize()

@@ -150,12 +150,14 @@ class ModelRunner:
             )
             q3 = q.reshape(n, hq, d)
             if split == n:
+                assert seq_lens is not None  # made above whenever some rows decode
                 o = ops.decode_attention(
                     q3, k_cache[layer], v_cache[layer], seq_lens, scale=scale, block_table=table
                 )
                 return o.reshape(1, n, cfg.q_size)
             o = gp.empty((n, hq, d), q.dtype)
             if split:
+                assert seq_lens is not None
                 ops.decode_attention(
                     q3[:split], k_cache[layer], v_cache[layer], seq_lens,
                     scale=scale, block_table=table, out=o[:split],
