@@ -178,7 +178,9 @@ class Decoder:
         #: The fused step (four GEMVs and the attention a layer), where the model allows it.
         self.fused: llama_decode.FusedDecodeStep | None = None
         if llama_decode.supports(model):
-            self.fused = llama_decode.FusedDecodeStep(model, cache, self.token, self.pos, self.lens)
+            self.fused = llama_decode.FusedDecodeStep(
+                model, cache, self.token, self.pos, self.lens, self.next_token, self.history
+            )
         self.use_fused = self.fused is not None
 
     # --- the device-side steps --------------------------------------------------------------
@@ -260,8 +262,11 @@ class Decoder:
         offset, then a small graph that advances the state). No host wait, no allocation.
         """
         if not self.use_graphs:
-            self._sample(self._step_logits(), p, gen)
-            self._advance()
+            if p.greedy:
+                self._greedy_step()
+            else:
+                self._sample(self._step_logits(), p, gen)
+                self._advance()
             return
         if p.greedy:
             self._graph("greedy", self._capture_greedy).replay()
@@ -273,9 +278,19 @@ class Decoder:
         self._sample(self._graph_logits, p, gen)
         advance.replay()
 
-    def _capture_greedy(self) -> None:
+    def _greedy_step(self) -> None:
+        """The step, its argmax and the state's advance.
+
+        The fused step picks the token and advances the state in the head's launch.
+        """
+        if self.use_fused and self.fused is not None and self.fused.has_greedy:
+            self.fused.greedy()
+            return
         ops.argmax(self._step_logits(), out=self.next_token)
         self._advance()
+
+    def _capture_greedy(self) -> None:
+        self._greedy_step()
 
     def _capture_logits(self) -> None:
         self._graph_logits = self._step_logits()
