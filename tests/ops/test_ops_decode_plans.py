@@ -75,6 +75,19 @@ def test_decode_linear_plans(launches, monkeypatch, rand: Rand, plain: int, pair
     assert grids[0] == -(-n // (4 * plain)) and grids[3] == -(-2 * n // (4 * paired))
 
 
+@pytest.mark.parametrize("k", [64, 1024, 1032])
+def test_one_pass_kernel_takes_rows_up_to_1024(launches, monkeypatch, rand: Rand, k: int) -> None:
+    monkeypatch.setattr(_linear, "ONE_PASS", True)
+    monkeypatch.setitem(_linear.ROWS_PER_WARP, "plain", 4)
+    monkeypatch.setitem(_linear.ROWS_PER_WARP, "paired", 4)
+    dt, n = "float16", 24
+    x, nw, res = up(rand((k,), dt)), up(rand((k,), dt)), up(rand((n,), dt))
+    ops.decode_linear(x, up(rand((n, k), dt)), epilogue="residual", residual=res)
+    ops.decode_linear(x, up(rand((2 * n, k), dt)), norm_weight=nw, epilogue="swiglu")
+    want = "decode_linear_short_f16" if k <= 1024 else "decode_linear_f16"
+    assert [name for name, *_ in launches] == [want, want]
+
+
 def test_rows_per_warp_refuses_a_layout_without_whole_pairs(monkeypatch) -> None:
     monkeypatch.setitem(_linear.ROWS_PER_WARP, "paired", 1)
     with pytest.raises(ValueError, match="rows per warp"):

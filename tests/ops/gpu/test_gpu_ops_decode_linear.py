@@ -2,9 +2,10 @@
 picks argmax of the logits it stores.
 
 ``decode_linear`` has entry points with 4, 2 and 1 output rows per warp (more warps, the same
-loads in flight each). A row's sum is defined by its lanes' chunks and order, not by how many
-rows a warp holds, so every epilogue must give bit-identical results under each of them; a
-batched twin of the kernel relies on that too. The greedy head (``decode_argmax``) walks rows
+loads in flight each), and a one-pass one for rows of up to 1024 elements. A row's sum is
+defined by its lanes' chunks and order, not by how many rows a warp holds, so every epilogue
+must give bit-identical results under each of them; a batched twin of the kernel relies on
+that too. The greedy head (``decode_argmax``) walks rows
 in a grid-stride loop with the same per-row arithmetic: its float32 logits must equal the
 plain head's bit for bit, at vocabulary and model sizes of real models.
 """
@@ -31,10 +32,11 @@ def up(a: np.ndarray) -> gp.GPUArray:
 
 
 @pytest.fixture
-def rows_per_warp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int, int], None]]:
-    def choose(plain: int, paired: int) -> None:
+def rows_per_warp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]]:
+    def choose(plain: int, paired: int, one_pass: bool = False) -> None:
         monkeypatch.setitem(_decode_linear.ROWS_PER_WARP, "plain", plain)
         monkeypatch.setitem(_decode_linear.ROWS_PER_WARP, "paired", paired)
+        monkeypatch.setattr(_decode_linear, "ONE_PASS", one_pass)
         _decode_linear.PLANS.clear()
 
     yield choose
@@ -75,13 +77,13 @@ def test_every_rows_per_warp_gives_the_same_bits(rows_per_warp, dtype, n, k, hq,
     seed = int(np.random.default_rng().integers(1 << 31))
     rows_per_warp(4, 4)
     want = _run_all(dtype, n, k, hq, hkv, d, seed)
-    for plain, paired in ((2, 2), (1, 4), (1, 2)):
+    for plain, paired, one_pass in ((2, 2, False), (1, 4, False), (1, 2, False), (4, 4, True)):
         if d // 2 % (paired // 2):
             continue
-        rows_per_warp(plain, paired)
+        rows_per_warp(plain, paired, one_pass)
         got = _run_all(dtype, n, k, hq, hkv, d, seed)
         for g, w in zip(got, want, strict=True):
-            np.testing.assert_array_equal(g, w, err_msg=f"plain r{plain} paired r{paired}")
+            np.testing.assert_array_equal(g, w, err_msg=f"r{plain} r{paired} one pass {one_pass}")
 
 
 @pytest.mark.parametrize(("n", "k"), [(151936, 896), (49152, 576), (128256, 4096), (1001, 64)])

@@ -203,6 +203,10 @@ _ENTRY_BY_ROWS = {4: "decode_linear", 2: "decode_linear_r2", 1: "decode_linear_r
 #: None lets the shape decide (:func:`rows_per_warp`). A row's sum is the same bits for every
 #: choice; only how many warps stream the weight changes. Read when a call is planned.
 ROWS_PER_WARP: dict[str, int | None] = {"paired": None, "plain": None}
+#: Whether rows of ``K <= DECODE_LINEAR_SHORT_MAX_K`` (1024) run ``decode_linear_short``: 4 rows a
+#: warp, every chunk loaded before waiting for the previous kernel, one pass, fewer registers.
+#: None lets the shape decide. Read when a call is planned; the bits are the same either way.
+ONE_PASS: bool | None = None
 
 
 def rows_per_warp(n: int, k: int, pair: int) -> int:
@@ -218,12 +222,19 @@ def rows_per_warp(n: int, k: int, pair: int) -> int:
     return 4
 
 
+def _one_pass(k: int, rows: int) -> bool:
+    """Whether the call runs the one-pass kernel (4 rows a warp, short rows)."""
+    fits = rows == 4 and k <= constant("decode_linear", "DECODE_LINEAR_SHORT_MAX_K")
+    return fits and (ONE_PASS if ONE_PASS is not None else False)
+
+
 def _plan(
-    n: int, k: int, dtype: np.dtype, norm: bool, pair: int, rows: int, device: int
+    n: int, k: int, dtype: np.dtype, norm: bool, pair: int, rows: int, one_pass: bool, device: int
 ) -> FusedPlan:
     warps = constant("decode_linear", "DECODE_LINEAR_WARPS")
     c.check_int32("decode_linear", N=n, K=k)
-    kernel = kl.kernel("decode_linear", f"{_ENTRY_BY_ROWS[rows]}_{c.kernel_suffix(dtype)}")
+    entry = "decode_linear_short" if one_pass else _ENTRY_BY_ROWS[rows]
+    kernel = kl.kernel("decode_linear", f"{entry}_{c.kernel_suffix(dtype)}")
     grid = max(1, -(-n // (warps * rows)))
     shared = k * dtype.itemsize if norm else 0
     # Dependent launch pays off where a GEMV is short (its launch and ramp are a large part of
@@ -233,7 +244,7 @@ def _plan(
     return FusedPlan(Launch(kernel, grid, warps * 32, shared), dependent)
 
 
-#: Fused launches by (N, K, dtype, norm prologue, pair offset, rows per warp, device).
+#: Fused launches by (N, K, dtype, norm prologue, pair offset, rows per warp, one pass, device).
 PLANS: PlanCache[FusedPlan] = PlanCache("decode_linear", _plan)
 
 
@@ -507,7 +518,9 @@ def _bind_cuda(n: int, k: int, pair: int, args: tuple[Any, ...]) -> BoundDecodeL
     if not _fusable(x, weight, k, norm_weight, pair, gather):
         return BoundDecodeLinear(y, None, args, _composed)
     rows = rows_per_warp(n, k, pair)
-    plan = PLANS.get(n, k, x.dtype, norm_weight is not None, pair, rows, gp.get_device())
+    one_pass = _one_pass(k, rows)
+    norm = norm_weight is not None
+    plan = PLANS.get(n, k, x.dtype, norm, pair, rows, one_pass, gp.get_device())
     if rope_kv is not None:
         hq, hkv, d, cap = rope_kv.shape
         table = rope_kv.cos

@@ -51,7 +51,8 @@ using namespace pygpukit_linear;
 
 namespace {
 
-constexpr int kWarps = 4;  // warps per block
+constexpr int kWarps = 4;        // warps per block
+constexpr int kShortChunks = 4;  // decode_linear_short: rows of up to 32 * 4 chunks (K <= 1024)
 
 enum Mode : int { kStore = 0, kResidual = 1, kSwiGLU = 2, kRopeKV = 3 };
 
@@ -164,13 +165,32 @@ __device__ __forceinline__ void first_weight_loads(const uint4* const (&wrow)[R]
 // in element order into one fp32 sum per row, then an xor-shuffle butterfly (16, 8, 4, 2, 1), so
 // every lane ends with all R sums. R and U only say how many rows and chunks are in flight; a
 // row's sum is the same for every (R, U). wv holds the first U chunks (first_weight_loads).
-template <typename T, int R, int U>
+// kOnePass: the rows have at most 32 U chunks, all of them already in wv (no loop, and no
+// registers for a next batch of loads).
+template <typename T, int R, int U, bool kOnePass = false>
 __device__ __forceinline__ void warp_row_sums(const uint4* const (&wrow)[R],
                                               const uint4* __restrict__ xv, int chunks, int lane,
                                               uint4 (&wv)[U][R], float (&acc)[R]) {
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    for (int c0 = lane; c0 < chunks; c0 += 32 * U) {
+    if constexpr (kOnePass) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = lane + 32 * u;
+            if (c < chunks) {
+                float xf[8];
+                unpack8<T>(xv[c], xf);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float wf[8];
+                    unpack8<T>(wv[u][r], wf);
+#pragma unroll
+                    for (int i = 0; i < 8; ++i) acc[r] = fmaf(xf[i], wf[i], acc[r]);
+                }
+            }
+        }
+    }
+    for (int c0 = lane; !kOnePass && c0 < chunks; c0 += 32 * U) {
         // Next iteration's loads first, so they fly while this one's math runs.
         uint4 nx[U][R];
 #pragma unroll
@@ -224,9 +244,10 @@ __device__ __forceinline__ const T* gathered_row(const T* __restrict__ x, const 
     return row;
 }
 
-// R rows per warp, U chunks per row in flight per lane. Paired epilogues need an even R: the
-// warp owns pairs p0 .. p0 + R/2 - 1 of one segment, rows lo + q and lo + S + q (q < R / 2).
-template <typename T, int R, int U>
+// R rows per warp, U chunks per row in flight per lane (kOnePass: K <= 256 U, the whole rows).
+// Paired epilogues need an even R: the warp owns pairs p0 .. p0 + R/2 - 1 of one segment, rows
+// lo + q and lo + S + q (q < R / 2).
+template <typename T, int R, int U, bool kOnePass = false>
 __device__ __forceinline__ void decode_linear(
     const T* __restrict__ x, const T* __restrict__ norm_w, float eps, const T* __restrict__ w,
     const T* __restrict__ bias, void* y, T* __restrict__ k_cache, T* __restrict__ v_cache,
@@ -299,7 +320,7 @@ __device__ __forceinline__ void decode_linear(
     }
 
     float acc[R];
-    warp_row_sums<T, R, U>(wrow, xv, chunks, lane, wv, acc);
+    warp_row_sums<T, R, U, kOnePass>(wrow, xv, chunks, lane, wv, acc);
     // Every lane now holds the R sums.
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -457,7 +478,8 @@ __device__ __forceinline__ void decode_head_argmax(
 // Entry points. decode_linear_<dtype>: 4 rows per warp, 2 chunks per row in flight (any
 // epilogue); decode_linear_r2_<dtype>: 2 rows, 4 chunks; decode_linear_r1_<dtype>: 1 row, 8
 // chunks (unpaired epilogues only) -- more warps, as many loads in flight each, for GEMVs of few
-// rows. The parameter list is declared once, here.
+// rows; decode_linear_short_<dtype>: 4 rows of K <= 1024, every chunk loaded before the wait, in
+// one pass. The parameter list is declared once, here.
 #define PGK_DECODE_LINEAR_PARAMS(T)                                                          \
     (const T* x, const T* norm_w, float eps, const T* w, const T* bias, void* y, T* k_cache, \
      T* v_cache, const void* cos_table, const void* sin_table, const int* pos, int N, int K, \
@@ -476,6 +498,9 @@ __device__ __forceinline__ void decode_head_argmax(
     }                                                                                             \
     PGK_KERNEL_BOUNDS(decode_linear_r1_##sfx, PGK_DECODE_LINEAR_PARAMS(T), kWarps * 32) {         \
         decode_linear<T, 1, 8>(PGK_DECODE_LINEAR_ARGS);                                           \
+    }                                                                                             \
+    PGK_KERNEL_BOUNDS(decode_linear_short_##sfx, PGK_DECODE_LINEAR_PARAMS(T), kWarps * 32) {      \
+        decode_linear<T, 4, kShortChunks, true>(PGK_DECODE_LINEAR_ARGS);                          \
     }                                                                                             \
     PGK_KERNEL_BOUNDS(decode_head_argmax_##sfx,                                                   \
                       (const T* x, const T* norm_w, float eps, const T* w, int N, int K,          \
@@ -498,3 +523,4 @@ PGK_KERNEL(decode_advance, (const int* next_token, int* token, int* pos, int* le
 PGK_CONSTANT(DECODE_LINEAR_WARPS, kWarps);
 PGK_CONSTANT(DECODE_LINEAR_ROWS_PER_WARP, 4);  // decode_linear_<dtype>; _r2: 2, _r1: 1
 PGK_CONSTANT(DECODE_HEAD_ROWS_PER_WARP, 4);
+PGK_CONSTANT(DECODE_LINEAR_SHORT_MAX_K, kShortChunks * 32 * 8);  // decode_linear_short: 4 rows
