@@ -86,15 +86,15 @@ def test_every_rows_per_warp_gives_the_same_bits(rows_per_warp, dtype, n, k, hq,
             np.testing.assert_array_equal(g, w, err_msg=f"r{plain} r{paired} one pass {one_pass}")
 
 
-@pytest.mark.parametrize(("n", "k"), [(151936, 896), (49152, 576), (128256, 4096), (1001, 64)])
+@pytest.mark.parametrize(("n", "k"), [(151936, 896), (49152, 576), (32000, 4096), (1001, 64)])
 @pytest.mark.parametrize("blocks_per_sm", [1, 8])
 def test_greedy_head_logits_are_the_plain_heads_bits(monkeypatch, rng, n, k, blocks_per_sm):
     monkeypatch.setattr(_decode_head, "HEAD_BLOCKS_PER_SM", blocks_per_sm)
     _decode_head.PLANS.clear()
     dt = "bfloat16"
-    x = up(rng.standard_normal((1, k)).astype(dt))
-    nw = up((1 + 0.1 * rng.standard_normal(k)).astype(dt))
-    w = up((rng.standard_normal((n, k)) * 0.02).astype(dt))
+    x = up(rng.standard_normal((1, k), np.float32).astype(dt))
+    nw = up((1 + 0.1 * rng.standard_normal(k, np.float32)).astype(dt))
+    w = up((rng.standard_normal((n, k), np.float32) * 0.02).astype(dt))
     want = ops.decode_linear(x, w, norm_weight=nw, out_dtype=gp.float32).to_numpy().reshape(-1)
     logits, out = gp.zeros((n,), gp.float32), gp.zeros((1,), gp.int32)
     bound = ops.bind_decode_argmax(x, w, out=out, norm_weight=nw, logits=logits)
