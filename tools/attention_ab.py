@@ -19,13 +19,14 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 import pygpukit as gp
 from pygpukit import ops
-from pygpukit.ops import config
+from pygpukit.ops import attention, config
 
 
 def _gp_us(fn: Callable[[], object], calls: int) -> float:
@@ -48,8 +49,11 @@ def _torch_us(fn: Callable[[], object], calls: int) -> float:
     return float(start.elapsed_time(end)) * 1e3 / calls
 
 
-#: A case: the ops.config knobs to set first (None for PyTorch), and the call to time.
-Case = tuple[dict[str, str] | None, Callable[[], object]]
+#: A case: the ops.config knobs to set first (None for PyTorch), and the call to time. The key
+#: "schedule" sets the persistent prefill kernel's (item overhead, heads per group) instead.
+Case = tuple[dict[str, Any] | None, Callable[[], object]]
+#: The persistent prefill schedule's defaults (attention._prefill_schedule).
+_SCHEDULE = (attention._ITEM_OVERHEAD, attention._HEAD_GROUP)
 
 
 def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
@@ -62,11 +66,16 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
     for _ in range(rounds):
         for name, (knobs, fn) in cases.items():
             if knobs is not None:
+                knobs = dict(knobs)
+                overhead, group = knobs.pop("schedule", _SCHEDULE)
+                attention._ITEM_OVERHEAD, attention._HEAD_GROUP = float(overhead), int(group)
                 config.reload()
                 config.set(**knobs)
+                attention.PREFILL_PLANS.clear()  # the warm-up call below plans again
             fn()
             timer = _torch_us if knobs is None else _gp_us
             times[name].append(timer(fn, calls))
+    attention._ITEM_OVERHEAD, attention._HEAD_GROUP = _SCHEDULE
     config.reload()
     base = statistics.median(times["torch"])
     for name, ts in times.items():
@@ -95,6 +104,10 @@ def prefill(rounds: int, calls: int) -> None:
         cases: dict[str, Case] = {"torch": (None, theirs)}
         for kernel in ("wgmma_tma", "wgmma_persist"):
             cases[kernel] = ({"attention_kernel": kernel}, ours)
+        if causal:  # schedules of the persistent kernel: (item overhead, heads per group)
+            for sched in ((0.25, 8), (1.0, 8), (0.5, 6), (0.5, 12)):
+                knobs = {"attention_kernel": "wgmma_persist", "schedule": sched}
+                cases[f"persist ovh={sched[0]} grp={sched[1]}"] = (knobs, ours)
         _interleave(cases, rounds, calls)
 
 

@@ -512,7 +512,9 @@ class DecodePlan:
     fused: int = 0  # the fused combine's counters per stream (0: no fused combine)
     #: The fused combine's counters (int32, counted as unsigned), one zeroed array per stream
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
-    #: and launches of the plan in two streams at once do not share them.
+    #: and launches of the plan in two streams at once do not share them. Made by the first call
+    #: on a stream; when that call is captured in a CUDA graph, the zeroing is a node of the
+    #: graph (it runs at each replay).
     counters: dict[Any, GPUArray] = dataclasses.field(default_factory=dict)
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:

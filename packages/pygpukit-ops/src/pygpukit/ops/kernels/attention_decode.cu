@@ -399,8 +399,11 @@ __device__ __forceinline__ void attn_decode_mma(
         // Launched dependent: the keys and values cached before this step do not depend on the
         // previous kernel, so the first tiles of a contiguous cache head for L2 before waiting
         // for it (a prefetch only warms L2, which the previous kernel's writes also reach).
-        // Everything else (q, the lengths, the block table, the workspace) is read after.
-        const int rows = min(kStages * kTcTile, capacity - split * chunk);
+        // The length bounding it may be one the previous kernel is still updating: a stale
+        // value only moves the prefetch's end by a token. Everything else (q, the lengths
+        // that bound the keys, the block table, the workspace) is read after the wait.
+        const int hint = min(__ldcg(seq_lens + b), capacity);
+        const int rows = min(kStages * kTcTile, hint - split * chunk);
         if (block_table == nullptr && tid < 2 && rows > 0) {
             const T* first = (tid == 0 ? kc : vc) +
                              (((size_t)b * hkv + hk) * cache_len + (size_t)split * chunk) * D;
