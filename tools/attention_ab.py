@@ -52,8 +52,10 @@ def _torch_us(fn: Callable[[], object], calls: int) -> float:
 #: A case: the ops.config knobs to set first (None for PyTorch), and the call to time. The key
 #: "schedule" sets the persistent prefill kernel's (item overhead, heads per group) instead.
 Case = tuple[dict[str, Any] | None, Callable[[], object]]
-#: The persistent prefill schedule's defaults (attention._prefill_schedule).
+#: The persistent prefill schedule's defaults (attention._prefill_schedule); "per_sm" sets the
+#: bulk2 decode split's CTAs per SM.
 _SCHEDULE = (attention._ITEM_OVERHEAD, attention._HEAD_GROUP)
+_PER_SM = attention._DECODE_CTAS_PER_SM["bulk2"]
 
 
 def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
@@ -69,13 +71,16 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
                 knobs = dict(knobs)
                 overhead, group = knobs.pop("schedule", _SCHEDULE)
                 attention._ITEM_OVERHEAD, attention._HEAD_GROUP = float(overhead), int(group)
+                attention._DECODE_CTAS_PER_SM["bulk2"] = int(knobs.pop("per_sm", _PER_SM))
                 config.reload()
                 config.set(**knobs)
                 attention.PREFILL_PLANS.clear()  # the warm-up call below plans again
+                attention.DECODE_PLANS.clear()
             fn()
             timer = _torch_us if knobs is None else _gp_us
             times[name].append(timer(fn, calls))
     attention._ITEM_OVERHEAD, attention._HEAD_GROUP = _SCHEDULE
+    attention._DECODE_CTAS_PER_SM["bulk2"] = _PER_SM
     config.reload()
     base = statistics.median(times["torch"])
     for name, ts in times.items():
@@ -177,6 +182,11 @@ def decode(rounds: int, calls: int) -> None:
         for kernel, combine, dep in DECODE_VARIANTS:
             knobs = {"decode_kernel": kernel, "decode_combine": combine, "dependent_launch": dep}
             cases[f"{kernel} {combine} pdl={dep}"] = (knobs, fn)
+        for per_sm in (1, 3):  # bulk2's split: CTAs per SM (2 by default)
+            cases[f"bulk2 fused per_sm={per_sm}"] = (
+                {"decode_kernel": "bulk2", "per_sm": per_sm},
+                fn,
+            )
         _interleave(cases, rounds, calls)
 
 
