@@ -19,6 +19,8 @@ variable                       values                                        def
                                ``wgmma_persist``
 ``PYGPUKIT_DECODE_KERNEL``     ``bulk2`` (mma2 before SM 9.0), ``mma2``,     ``bulk2``
                                ``mma``, ``simt``
+``PYGPUKIT_DECODE_COMBINE``    ``fused`` (the last split CTA merges the      ``fused``
+                               partials), ``kernel`` (a second kernel)
 ``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM where     ``auto``
                                its estimated cost is low, 16-bit),
                                ``mma_64x64``, ``mma_64x128``,
@@ -55,6 +57,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
         "PYGPUKIT_DECODE_KERNEL",
         ("bulk2", "mma2", "mma", "simt"),
     ),
+    "decode_combine": ("PYGPUKIT_DECODE_COMBINE", ("fused", "kernel")),
     "conv_kernel": (
         "PYGPUKIT_CONV_KERNEL",
         ("auto", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
@@ -72,11 +75,14 @@ _DESCRIPTIONS = {
     "decode_kernel": "Which decode attention kernel runs: bulk2 (tensor cores, two K/V stages "
     "filled by bulk copies; mma2 before SM 9.0), mma2 (the same stages filled by cp.async), mma "
     "(one stage) or simt (CUDA cores).",
+    "decode_combine": "How split decode attention merges its per-split partial results: fused "
+    "(the last CTA of each sequence and head group to finish merges them, one launch) or kernel "
+    "(a second, combine kernel).",
     "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
     "GEMM for 16-bit types where its estimated cost is low, else an im2col gather and a matmul), "
     "one of its tiles pinned (float32 too, as 3xTF32), or gemm (the matmul path).",
-    "dependent_launch": "Whether the kernels written for it (ops.decode_linear, the decode "
-    "attention split combine) are launched "
+    "dependent_launch": "Whether the kernels written for it (ops.decode_linear, the split "
+    "decode attention and its combine) are launched "
     "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "
     "kernel drains (on), or plain launches (off).",
 }
@@ -100,6 +106,7 @@ class OpsConfig:
     gemv_variant: str = "auto"
     attention_kernel: str = "auto"
     decode_kernel: str = "bulk2"
+    decode_combine: str = "fused"
     conv_kernel: str = "auto"
     dependent_launch: str = "on"
 
