@@ -21,6 +21,9 @@ from pygpukit.ops import config, recurrent
 pytestmark = pytest.mark.gpu
 
 TOL = {"float32": 1e-5, "float16": 3e-3, "bfloat16": 1e-2}
+#: Against cuDNN: in 16-bit types its own rounding (state kept in the dtype between steps) adds
+#: to ours, so the two may sit on opposite sides of the float64 answer.
+TORCH_TOL = {"float32": 1e-5, "float16": 6e-3, "bfloat16": 2e-2}
 DTYPES = list(TOL)
 Rand = Callable[..., np.ndarray]
 NAMES = ("w_ih", "w_hh", "b_ih", "b_hh")
@@ -159,7 +162,7 @@ def test_lstm_gpu(
     check(got, run_numpy(x, fw, bw), TOL[dtype], "float64 NumPy")
     torch = torch_or_none()
     if torch is not None:
-        check(got, run_torch(torch, x, fw, bw, dtype), TOL[dtype], "torch.nn.LSTM")
+        check(got, run_torch(torch, x, fw, bw, dtype), TORCH_TOL[dtype], "torch.nn.LSTM")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -178,7 +181,8 @@ def test_lstm_gpu_kokoro_shapes(
     check(got, run_numpy(x, fw, bw, lengths=lengths), TOL[dtype], "float64 NumPy")
     torch = torch_or_none()
     if torch is not None:
-        check(got, run_torch(torch, x, fw, bw, dtype, lengths=lengths), TOL[dtype], "torch")
+        want = run_torch(torch, x, fw, bw, dtype, lengths=lengths)
+        check(got, want, TORCH_TOL[dtype], "torch.nn.LSTM")
     if lengths is not None:
         for b, n in enumerate(lengths):
             assert not got[0][b, n:].any()  # past each row's end: zeros
