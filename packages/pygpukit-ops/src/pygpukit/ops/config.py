@@ -27,6 +27,9 @@ variable                       values                                        def
                                ``mma_128x64``, ``gemm`` (im2col + matmul)
 ``PYGPUKIT_DEPENDENT_LAUNCH``  ``on`` (programmatic dependent launch of the  ``on``
                                kernels written for it, SM 9.0+), ``off``
+``PYGPUKIT_LSTM_KERNEL``       ``auto`` (one launch per sequence on SM 9.0+  ``auto``
+                               for hidden sizes 8 to 256, else one per
+                               step), ``step``
 =============================  ===========================================  =========
 
 An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
@@ -63,6 +66,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
         ("auto", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
     ),
     "dependent_launch": ("PYGPUKIT_DEPENDENT_LAUNCH", ("on", "off")),
+    "lstm_kernel": ("PYGPUKIT_LSTM_KERNEL", ("auto", "step")),
 }
 
 
@@ -85,6 +89,9 @@ _DESCRIPTIONS = {
     "decode attention and its combine) are launched "
     "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "
     "kernel drains (on), or plain launches (off).",
+    "lstm_kernel": "Which kernel runs ops.lstm's recurrence: auto (the sequence kernel, one "
+    "launch per call with the recurrent weights held on chip, on SM 9.0+ for hidden sizes 8 to "
+    "256; the step kernel elsewhere) or step (one launch per time step everywhere).",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
@@ -109,6 +116,7 @@ class OpsConfig:
     decode_combine: str = "fused"
     conv_kernel: str = "auto"
     dependent_launch: str = "on"
+    lstm_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         for name, (variable, choices) in ENV.items():

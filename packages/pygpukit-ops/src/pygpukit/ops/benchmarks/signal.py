@@ -5,6 +5,8 @@ the prosody predictor's bidirectional LSTM 640 -> 2 x 256, AdaIN + LeakyReLU) an
 stem convolution over 30 s of mel frames; ``--sizes`` sets the signal length L (the LSTM's T is
 L / 10). dtype bfloat16 on the GPU unless ``--dtypes`` says otherwise (PyTorch's float32
 convolutions run on TF32 tensor cores by default, ours in full float32: compare 16-bit types).
+Two more LSTM rows have Kokoro's shape as it runs it, whatever ``--sizes`` says: float32 (cuDNN
+with TF32 off), T = 150 phonemes, 640 -> 2 x 256, batch 1 and 16.
 PyTorch runs ``torch.nn.functional.conv1d`` / ``conv_transpose1d``, ``torch.nn.LSTM`` (cuDNN)
 and ``instance_norm`` + the affine + ``leaky_relu`` on the same data. Every output is checked
 against the float64 NumPy path.
@@ -102,6 +104,9 @@ def _lstm(b: int, steps: int, inputs: int, hidden: int) -> SignalOp:
 
     def theirs(t: Any, x: Any, *w: Any) -> Any:
         model = _torch_lstm(t, x, w, inputs, hidden)
+        if x.dtype == t.float32:  # cuDNN's default TF32 would miss float32's accuracy
+            with t.backends.cudnn.flags(enabled=True, allow_tf32=False):
+                return model(x)[0]
         return model(x)[0]
 
     def ref(x: np.ndarray, *w: np.ndarray) -> np.ndarray:
@@ -228,6 +233,12 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
         for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["float32"]):
             for op in ops:
                 yield signal_case(ctx, op, dtype)
+    # Kokoro's BiLSTMs as it runs them (float32, 150 phonemes, 640 -> 2 x 256), one utterance
+    # and a batch of 16; T is fixed, not derived from --sizes.
+    steps, inputs, hidden = (150, 640, 256) if ctx.on_gpu else (15, 24, 8)
+    for dtype in ctx.pick_dtypes(gpu=["float32"], cpu=["float32"]):
+        for batch in (1, 16):
+            yield signal_case(ctx, _lstm(batch, steps, inputs, hidden), dtype)
 
 
 SUITE = Suite(
