@@ -128,6 +128,16 @@ class IgemmPlan:
         self.main(x, wp, bias if bias is not None else 0, y, *self.dims)
 
 
+def _tile_cost(cols: int, bn: int, others: int, sms: int) -> int:
+    """Columns the busiest SM computes with ``bn``-wide tiles (two CTAs an SM at a time).
+
+    The planner takes the tile of least cost, the wider of equals (it reads the weights fewer
+    times): a short signal gets the narrow tile when that fills SMs the wide one leaves idle.
+    """
+    ctas = -(-cols // bn) * others
+    return -(-ctas // (2 * sms)) * bn
+
+
 def _pick_chunk(cg: int) -> tuple[int, ...]:
     """Stage widths to try, the one that pads ``cg`` least first (the widest of equals)."""
     return tuple(sorted(CHUNKS, key=lambda ch: (_round_up(cg, ch), -ch)))
@@ -153,11 +163,8 @@ def plan(s: Any, dtype: np.dtype[Any], device: int, transposed: bool) -> IgemmPl
         fits = [bn for bn in TILES_N if _smem(g, bn, bm, stages, pad, size) <= budget]
         if not fits:
             continue
-        # The wide tile unless it leaves SMs idle (fewer CTAs than two a SM) and the narrow fits.
-        bn = fits[0]
-        ctas = -(-g.cols // bn) * m_tiles * s.batch * s.groups
-        if bn == 128 and 64 in fits and ctas < 2 * sms:
-            bn = 64
+        others = m_tiles * s.batch * s.groups
+        bn = min(fits, key=lambda n: (_tile_cost(g.cols, n, others, sms), -n))
         chosen = (g, bn, mrows, m_tiles)
         break
     if chosen is None:
