@@ -129,3 +129,11 @@ def test_a_cta_holds_whole_output_channels() -> None:
     assert g is not None
     assert g.mrows(128) == 120 and g.mrows(128) % g.up == 0
     assert igemm.geometry(s, False, 64) is not None
+
+
+@pytest.mark.parametrize(
+    ("channels", "first"), [(1090, 64), (514, 64), (512, 64), (96, 32), (80, 16), (22, 32)]
+)
+def test_stage_width_prefers_wide_stages_with_little_padding(channels: int, first: int) -> None:
+    order = igemm._pick_chunk(channels)
+    assert order[0] == first and sorted(order) == sorted(igemm.CHUNKS)

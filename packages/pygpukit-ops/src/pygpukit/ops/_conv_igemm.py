@@ -138,9 +138,21 @@ def _tile_cost(cols: int, bn: int, others: int, sms: int) -> int:
     return -(-ctas // (2 * sms)) * bn
 
 
+#: A wider stage may pad the channels by up to this fraction: more tensor-core work per barrier
+#: is worth a little zero padding (1090 channels take 64-wide stages, 1152 with the padding).
+_PAD_ALLOWANCE = 0.125
+
+
 def _pick_chunk(cg: int) -> tuple[int, ...]:
-    """Stage widths to try, the one that pads ``cg`` least first (the widest of equals)."""
-    return tuple(sorted(CHUNKS, key=lambda ch: (_round_up(cg, ch), -ch)))
+    """Stage widths to try, best first.
+
+    The widest that pads ``cg`` by at most :data:`_PAD_ALLOWANCE`, else the one that pads
+    least (the widest of equals); the rest follow, for shapes whose window does not fit.
+    """
+    cg = max(cg, 1)
+    wide = [ch for ch in CHUNKS if _round_up(cg, ch) <= cg * (1 + _PAD_ALLOWANCE)]
+    first = wide[0] if wide else min(CHUNKS, key=lambda ch: (_round_up(cg, ch), -ch))
+    return (first, *(ch for ch in CHUNKS if ch != first))
 
 
 def plan(s: Any, dtype: np.dtype[Any], device: int, transposed: bool) -> IgemmPlan | None:
