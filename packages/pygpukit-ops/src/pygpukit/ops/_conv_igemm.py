@@ -175,8 +175,8 @@ def plan(s: Any, dtype: np.dtype[Any], device: int, transposed: bool) -> IgemmPl
         fits = [bn for bn in TILES_N if _smem(g, bn, bm, stages, pad, size) <= budget]
         if not fits:
             continue
-        others = m_tiles * s.batch * s.groups
-        bn = min(fits, key=lambda n: (_tile_cost(g.cols, n, others, sms), -n))
+        cols, others = g.cols, m_tiles * s.batch * s.groups
+        bn = min(fits, key=lambda n: (_tile_cost(cols, n, others, sms), -n))
         chosen = (g, bn, mrows, m_tiles)
         break
     if chosen is None:
