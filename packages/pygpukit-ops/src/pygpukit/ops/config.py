@@ -21,10 +21,11 @@ variable                       values                                        def
                                ``mma``, ``simt``
 ``PYGPUKIT_DECODE_COMBINE``    ``fused`` (the last split CTA merges the      ``fused``
                                partials), ``kernel`` (a second kernel)
-``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM where     ``auto``
-                               its estimated cost is low, 16-bit),
+``PYGPUKIT_CONV_KERNEL``       ``auto`` (the tap-major implicit GEMM for     ``auto``
+                               16-bit types), ``igemm`` (the same),
                                ``mma_64x64``, ``mma_64x128``,
-                               ``mma_128x64``, ``gemm`` (im2col + matmul)
+                               ``mma_128x64`` (the channel-major one),
+                               ``gemm`` (im2col + matmul)
 ``PYGPUKIT_DEPENDENT_LAUNCH``  ``on`` (programmatic dependent launch of the  ``on``
                                kernels written for it, SM 9.0+), ``off``
 ``PYGPUKIT_LSTM_KERNEL``       ``auto`` (one launch per sequence on SM 9.0+  ``auto``
@@ -63,7 +64,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     "decode_combine": ("PYGPUKIT_DECODE_COMBINE", ("fused", "kernel")),
     "conv_kernel": (
         "PYGPUKIT_CONV_KERNEL",
-        ("auto", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
+        ("auto", "igemm", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
     ),
     "dependent_launch": ("PYGPUKIT_DEPENDENT_LAUNCH", ("on", "off")),
     "lstm_kernel": ("PYGPUKIT_LSTM_KERNEL", ("auto", "step")),
@@ -82,9 +83,10 @@ _DESCRIPTIONS = {
     "decode_combine": "How split decode attention merges its per-split partial results: fused "
     "(the last CTA of each sequence and head group to finish merges them, one launch) or kernel "
     "(a second, combine kernel).",
-    "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
-    "GEMM for 16-bit types where its estimated cost is low, else an im2col gather and a matmul), "
-    "one of its tiles pinned (float32 too, as 3xTF32), or gemm (the matmul path).",
+    "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto or igemm (the tap-major "
+    "tensor-core implicit GEMM for 16-bit types, the transposed convolution as interleaved "
+    "ordinary ones; float32 and what it cannot take on the matmul path), a tile of the older "
+    "channel-major implicit GEMM pinned (float32 too, as 3xTF32), or gemm (im2col + matmul).",
     "dependent_launch": "Whether the kernels written for it (ops.decode_linear, the split "
     "decode attention and its combine) are launched "
     "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "

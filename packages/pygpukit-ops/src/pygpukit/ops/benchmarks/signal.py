@@ -60,18 +60,34 @@ class SignalOp:
 
 
 def _conv(
-    b: int, cin: int, cout: int, k: int, length: int, groups: int = 1, pad: int = 1
+    b: int,
+    cin: int,
+    cout: int,
+    k: int,
+    length: int,
+    groups: int = 1,
+    pad: int = 1,
+    dilation: int = 1,
+    stride: int = 1,
 ) -> SignalOp:
     def ref(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
-        return _reference()[0].conv1d(x, w, bias, 1, pad, pad, 1, groups)
+        return _reference()[0].conv1d(x, w, bias, stride, pad, pad, dilation, groups)
 
-    out_length = length + 2 * pad - k + 1
+    options = {"padding": pad, "groups": groups, "dilation": dilation, "stride": stride}
+    out_length = (length + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    params: dict[str, int | float | str] = {
+        "shape": f"{b}x{cin}x{length}", "c_out": cout, "k": k, "groups": groups,
+    }  # fmt: skip
+    if dilation != 1:
+        params["dilation"] = dilation
+    if stride != 1:
+        params["stride"] = stride
     return SignalOp(
         "conv1d" if groups == 1 else "conv1d_depthwise",
-        {"shape": f"{b}x{cin}x{length}", "c_out": cout, "k": k, "groups": groups},
+        params,
         ((b, cin, length), (cout, cin // groups, k), (cout,)),
-        lambda x, w, bias: _ops().conv1d(x, w, bias, padding=pad, groups=groups),
-        lambda t, x, w, bias: t.nn.functional.conv1d(x, w, bias, padding=pad, groups=groups),
+        lambda x, w, bias: _ops().conv1d(x, w, bias, **options),
+        lambda t, x, w, bias: t.nn.functional.conv1d(x, w, bias, **options),
         ref,
         2 * b * cout * out_length * (cin // groups) * k,
     )
@@ -239,6 +255,28 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
     for dtype in ctx.pick_dtypes(gpu=["float32"], cpu=["float32"]):
         for batch in (1, 16):
             yield signal_case(ctx, _lstm(batch, steps, inputs, hidden), dtype)
+    yield from _generator_cases(ctx)
+
+
+def _generator_cases(ctx: SuiteContext) -> Iterator[Case]:
+    """The iSTFTNet generator's convolutions at batch 1 (the largest items of a Kokoro profile).
+
+    ``length`` is the first stage's (x10 upsampled frames: 9120 for an 11 s utterance); the
+    second runs at 6x that length with half the channels.
+    """
+    for length in ctx.pick_sizes(gpu=[9120], gpu_quick=[1824], cpu=[60], cpu_quick=[30]):
+        wide = 256 if ctx.on_gpu else 16
+        half = wide // 2
+        ops = (
+            _conv(1, wide, wide, 11, length, pad=25, dilation=5),  # resblock k11, dilation 5
+            _conv(1, wide, wide, 3, length),  # resblock k3
+            _conv(1, half, half, 7, 6 * length, pad=9, dilation=3),  # stage 2, k7 dilation 3
+            _conv(1, 22, wide, 12, 6 * length, pad=3, stride=6),  # the source's noise conv
+            _upsample(1, wide, half, length, 6),  # the x6 upsampling
+        )
+        for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["float32"]):
+            for op in ops:
+                yield signal_case(ctx, op, dtype)
 
 
 SUITE = Suite(
