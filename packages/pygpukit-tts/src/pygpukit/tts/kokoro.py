@@ -35,7 +35,7 @@ from pygpukit.ops.audio.stft import istft, stft
 from pygpukit.ops.linear import linear
 
 from ._masking import Lengths, ada_in
-from ._source import harmonic_sines
+from ._source import harmonic_sines, merged_source
 from ._weights import ALBERT_LAYER, DeviceWeights
 from .config import SAMPLE_RATE, KokoroConfig
 
@@ -313,9 +313,11 @@ class KokoroNetwork:
         """The merged sine source at the output rate: F0 ``[B, frames]`` -> ``[B, samples]``."""
         cfg = self.config
         up = math.prod(cfg.upsample_rates) * cfg.hop_length
-        sines = harmonic_sines(f0, up, SAMPLE_RATE, rng)  # [B, 9, L]
         w = self.weights
         prefix = "decoder.generator.m_source.l_linear"
+        if rng is None:  # deterministic: the sines are expanded, merged and squashed in one pass
+            return merged_source(f0, up, SAMPLE_RATE, w[prefix + ".weight"], w[prefix + ".bias"])
+        sines = harmonic_sines(f0, up, SAMPLE_RATE, rng)  # [B, 9, L]
         merged = gp.matmul(w[prefix + ".weight"], sines) + w[prefix + ".bias"].reshape(1, 1, 1)
         return gp.tanh(merged).reshape(f0.shape[0], -1)
 
