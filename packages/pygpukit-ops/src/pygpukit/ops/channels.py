@@ -320,9 +320,11 @@ def _plan_channel_cuda(
 ) -> ArgsPlan:
     c.check_int32("channel_layernorm", channels=channels, length=length)
     positions = batch * length
+    tiles = -(-positions // kl.constant("channels", "CHANNEL_NORM_POSITIONS"))
     launch = Launch(
-        _kernel("channel_norm", dtype), _grid(positions), kl.constant("channels", "CHANNELS_BLOCK")
-    )
+        _kernel("channel_norm", dtype), max(1, min(_MAX_BLOCKS, tiles)),
+        kl.constant("channels", "CHANNELS_BLOCK"),
+    )  # fmt: skip
     return ArgsPlan(launch, (positions, channels, length))
 
 

@@ -11,8 +11,9 @@
 //                          cancellation) and normalises its chunk. Two launches, but a row of
 //                          50,000 samples no longer runs on one block (a batch-1 vocoder has
 //                          64 rows: 64 busy SMs out of 132 and a serial row each);
-//   channel_norm_<dtype>   LayerNorm over C at each (b, l): one thread per position, consecutive
-//                          threads on consecutive l so each channel's loads are coalesced;
+//   channel_norm_<dtype>   LayerNorm over C at each (b, l): a block per 32 positions, each of its
+//                          8 warps on every 8th channel (a warp's lanes on consecutive l, so its
+//                          loads are coalesced), partial sums met in shared memory;
 //   snake_<dtype>          y = x + sin(alpha[c] * x)^2 / alpha[c];
 //   leaky_relu_<dtype>     y = x >= 0 ? x : slope * x, any shape.
 //
@@ -192,30 +193,54 @@ __device__ __forceinline__ void instance_apply(
               slope);
 }
 
+// Warps of a channel_norm block: each takes every kNormWarps-th channel of the block's 32
+// positions, and the warps' partial sums meet in shared memory.
+constexpr int kNormWarps = 8;
+
 template <typename T>
 __device__ __forceinline__ void channel_norm(const T* x, T* y, const T* __restrict__ weight,
                                              const T* __restrict__ bias, long long positions,
                                              int channels, int length, float eps) {
-    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < positions;
-         i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const long long b = i / length;
-        const long long base = b * channels * length + i % length;
+    __shared__ float partial[kNormWarps][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long tiles = (positions + 31) / 32;
+    const float inv_channels = 1.0f / static_cast<float>(channels);
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long i = tile * 32 + lane;
+        const bool active = i < positions;
+        const long long b = active ? i / length : 0;
+        const long long base = b * channels * length + (active ? i % length : 0);
         float acc = 0.0f;
-        for (int ch = 0; ch < channels; ++ch)
-            acc += widen(x[base + ch * static_cast<long long>(length)]);
-        const float mean = acc / static_cast<float>(channels);
+        if (active)
+            for (int ch = warp; ch < channels; ch += kNormWarps)
+                acc += widen(x[base + ch * static_cast<long long>(length)]);
+        partial[warp][lane] = acc;
+        __syncthreads();
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kNormWarps; ++w) sum += partial[w][lane];
+        const float mean = sum * inv_channels;
+        __syncthreads();  // every warp has read its sums before they are overwritten
         float sq = 0.0f;
-        for (int ch = 0; ch < channels; ++ch) {
-            const float d = widen(x[base + ch * static_cast<long long>(length)]) - mean;
-            sq += d * d;
-        }
-        const float inv = rsqrtf(sq / static_cast<float>(channels) + eps);
-        for (int ch = 0; ch < channels; ++ch) {
-            const long long at = base + ch * static_cast<long long>(length);
-            float v = (widen(x[at]) - mean) * inv * widen(weight[ch]);
-            if (bias != nullptr) v += widen(bias[ch]);
-            y[at] = narrow<T>(v);
-        }
+        if (active)
+            for (int ch = warp; ch < channels; ch += kNormWarps) {
+                const float d = widen(x[base + ch * static_cast<long long>(length)]) - mean;
+                sq += d * d;
+            }
+        partial[warp][lane] = sq;
+        __syncthreads();
+        float total = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kNormWarps; ++w) total += partial[w][lane];
+        const float inv = rsqrtf(total * inv_channels + eps);
+        __syncthreads();
+        if (active)
+            for (int ch = warp; ch < channels; ch += kNormWarps) {
+                const long long at = base + ch * static_cast<long long>(length);
+                float v = (widen(x[at]) - mean) * inv * widen(weight[ch]);
+                if (bias != nullptr) v += widen(bias[ch]);
+                y[at] = narrow<T>(v);
+            }
     }
 }
 
@@ -270,8 +295,12 @@ __device__ __forceinline__ void leaky_relu(const T* x, T* y, long long total, fl
     }
 PGK_FLOAT_TYPES(PGK_CHANNELS)
 
-// Threads per block of every kernel of this file (instance_norm reduces over a whole block).
+// Threads per block of every kernel of this file (instance_norm reduces over a whole block;
+// channel_norm needs exactly kNormWarps warps).
 PGK_CONSTANT(CHANNELS_BLOCK, 256);
+static_assert(kNormWarps * 32 == 256, "channel_norm's warps fill one CHANNELS_BLOCK block");
+// Positions per channel_norm block.
+PGK_CONSTANT(CHANNEL_NORM_POSITIONS, 32);
 // Samples per block of the split instance norm (a row longer than this is split), and the most
 // blocks one row is split over.
 PGK_CONSTANT(INSTANCE_CHUNK, 2048);
