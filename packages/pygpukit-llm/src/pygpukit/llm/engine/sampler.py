@@ -66,6 +66,11 @@ class SampledTokens:
         self._ids = ids
         self._future = ids.to_numpy(blocking=False, out=host)
 
+    @property
+    def ids(self) -> GPUArray:
+        """The sampled ids on the device (int32 ``[R]``), ready in stream order."""
+        return self._ids
+
     def result(self) -> tuple[list[int], list[TokenLogprob | None]]:
         """Token ids and, per request, its :class:`TokenLogprob` (None unless asked)."""
         tokens = [int(t) for t in self._future.result().tolist()]
