@@ -120,7 +120,10 @@ class DecodeGraphs:
         )  # fmt: skip
 
     def pack(self, chunks: Sequence[ScheduledChunk], bucket: int, width: int) -> np.ndarray:
-        """The host image of a shape's ``packed`` inputs for these chunks (padding included)."""
+        """The host image of a shape's ``packed`` inputs for these chunks (padding included).
+
+        A token not known on the host yet (its id still on the device) packs as id 0.
+        """
         bs = self.cache.block_size
         n = len(chunks)
         host = np.zeros(bucket * (4 + width), np.int32)
@@ -128,7 +131,7 @@ class DecodeGraphs:
         table = host[4 * bucket :].reshape(bucket, width)
         for i, c in enumerate(chunks):
             r, p = c.request, c.start
-            ids[i] = r.tokens[p]
+            ids[i] = r.tokens[p] if p < len(r.tokens) else 0
             pos[i] = p
             slots[i] = r.blocks[p // bs] * bs + p % bs
             table[i, : len(r.blocks)] = r.blocks
@@ -138,10 +141,15 @@ class DecodeGraphs:
         table[n:, 0] = self.scratch
         return host
 
-    def logits(self, chunks: Sequence[ScheduledChunk]) -> GPUArray:
+    def logits(
+        self, chunks: Sequence[ScheduledChunk], *, token_ids: GPUArray | None = None
+    ) -> GPUArray:
         """float32 logits ``[len(chunks), vocab]`` of a decode-only step (row i: chunk i).
 
-        Writes each token's key and value into the cache on the way.
+        Writes each token's key and value into the cache on the way. ``token_ids`` (int32
+        ``[len(chunks)]`` on the device): the rows' token ids, copied into the inputs on the
+        stream after the upload, so a step can run on the ids the previous step sampled before
+        the host has read them.
         """
         n = len(chunks)
         bucket = batch_bucket(n)
@@ -154,6 +162,8 @@ class DecodeGraphs:
             packed = gp.empty((bucket * (4 + width),), gp.int32)
             shape = self._shapes[key] = _Shape(bucket, width, packed)
         shape.packed[...] = self.pack(chunks, bucket, width)
+        if token_ids is not None:
+            shape.packed[0:n] = token_ids
         if shape.graph is not None:
             shape.graph.replay()
             self.replays += 1

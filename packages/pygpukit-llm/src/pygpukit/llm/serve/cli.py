@@ -58,6 +58,9 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "chat=8GiB,0.5,guaranteed (repeatable)")  # fmt: skip
     parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_const",
                         const=False, help="do not share prompt prefixes")  # fmt: skip
+    parser.add_argument("--no-lookahead", dest="lookahead", action="store_const", const=False,
+                        help="plan every decode step from the host's tokens (no step queued "
+                        "on the device-side ids of the previous one)")  # fmt: skip
     parser.add_argument("--grace", type=float,
                         help=f"seconds running requests get to finish on SIGTERM "
                         f"{default('grace')}")  # fmt: skip
@@ -128,7 +131,7 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
         engines[name] = Engine(
             model, name=name, max_batch=args.max_batch, max_queue=args.max_queue,
             max_batched_tokens=args.max_batched_tokens, kv_memory=kv, partition=part,
-            prefix_caching=args.prefix_caching,
+            prefix_caching=args.prefix_caching, lookahead=args.lookahead,
         )  # fmt: skip
         e = engines[name]
         err.write(
@@ -145,6 +148,10 @@ def _warm_up(engines: dict[str, Any]) -> None:
 
     for engine in engines.values():
         engine.generate([engine.model.config.bos_token_id or 0], RequestParams(max_tokens=2))
+
+
+#: The server's GIL switch interval (Python's default is 5 ms).
+_SWITCH_INTERVAL_S = 0.001
 
 
 def _exit_cleanly(signum: int, frame: Any) -> None:
@@ -172,6 +179,10 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     engines, scheduler = build_engines(args, err)
     _warm_up(engines)
+    # The engine threads and the event loop share the GIL. An engine thread whose step's
+    # tokens have arrived must not wait the default 5 ms for the loop thread (busy writing a
+    # step's events to 64 clients) to let go: the next step would start that much later.
+    sys.setswitchinterval(_SWITCH_INTERVAL_S)
     app = create_app(engines, grace_s=args.grace)
 
     class _Server(uvicorn.Server):
