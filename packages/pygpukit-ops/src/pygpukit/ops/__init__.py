@@ -43,6 +43,7 @@ from . import (
     conv,
     decode_attention_single,
     decode_linear,
+    decode_rows,
     decode_state,
     kv_cache,
     layers,
@@ -68,6 +69,7 @@ __all__ = [
     *conv.__all__,
     *decode_attention_single.__all__,
     *decode_linear.__all__,
+    *decode_rows.__all__,
     *decode_state.__all__,
     *kv_cache.__all__,
     *linear.__all__,
@@ -86,6 +88,7 @@ from .channels import *  # noqa: F403
 from .conv import *  # noqa: F403
 from .decode_attention_single import *  # type: ignore[no-redef]  # noqa: F403
 from .decode_linear import *  # type: ignore[no-redef]  # noqa: F403
+from .decode_rows import *  # noqa: F403
 from .decode_state import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403

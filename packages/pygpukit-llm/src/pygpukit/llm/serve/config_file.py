@@ -49,6 +49,7 @@ DEFAULTS: dict[str, tuple[Any, tuple[type, ...]]] = {
     "dtype": ("bfloat16", (str,)),
     "device": (0, (int,)),
     "prefix_caching": (True, (bool,)),
+    "batch_invariant": (False, (bool,)),
     "grace": (30.0, (int, float)),
     "log_level": ("info", (str,)),
 }
