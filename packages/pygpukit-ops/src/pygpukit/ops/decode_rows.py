@@ -309,11 +309,12 @@ def _bind_cuda(m: int, n: int, k: int, args: tuple[Any, ...]) -> list[tuple[Any,
     elif rope_kv is not None:
         pair = rope_kv.shape[2] // 2
     rows = constant("decode_linear_batched", "DECODE_ROWS_PER_WARP")
-    batch = constant("decode_linear_batched", "DECODE_ROWS_BATCH")
-    # A warp owns 4 output rows (2 pairs of 2 rows each when paired: the same 4 rows).
+    # A warp owns 4 output rows (2 pairs of 2 rows each when paired: the same 4 rows) of
+    # `batch` tokens; one token has a kernel of its own (no multiply-adds for absent rows).
+    batch = 1 if m == 1 else constant("decode_linear_batched", "DECODE_ROWS_BATCH")
     row_blocks = max(1, -(-n // (warps * rows)))
     grid = (-(-m // batch), row_blocks)
-    kernel = kl.kernel("decode_linear_batched", f"decode_linear_rows_{sfx}")
+    kernel = kl.kernel("decode_linear_batched", f"decode_linear_rows_b{batch}_{sfx}")
     if rope_kv is not None:
         hq, hkv, d, bs = rope_kv.shape
         table = rope_kv.cos

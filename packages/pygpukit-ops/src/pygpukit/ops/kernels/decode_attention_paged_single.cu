@@ -1,5 +1,5 @@
 // The batch-invariant paged twin of decode_attention_single.cu (host side:
-// ops/decode_attention_paged_single.py): one query token per sequence over a paged cache, with the
+// ops/decode_rows.py): one query token per sequence over a paged cache, with the
 // arithmetic decode_attention_single performs over a contiguous one, so a sequence's output is
 // bitwise the same whatever else is in the batch and equal to the single-sequence kernel's. The
 // split kernel (ops.decode_attention) sizes its split count by the batch, which changes each

@@ -1,10 +1,10 @@
-// The batch-invariant twin of decode_linear.cu (host side: ops/decode_linear_batched.py): the
+// The batch-invariant twin of decode_linear.cu (host side: ops/decode_rows.py): the
 // GEMVs of M decode tokens, each row computed with exactly the arithmetic decode_linear performs
 // for that token alone, so a token's result does not depend on which other tokens share the
 // batch (a cuBLASLt GEMM picks its tiling and split-K by M, which changes every row's rounding).
 //
 //   rms_norm_rows_<dtype>(x, w, eps, out, K)               grid M, 128 threads
-//   decode_linear_rows_<dtype>(x, w, bias, y, k_cache, v_cache, cos, sin, pos, slots,
+//   decode_linear_rows_b<1|8>_<dtype>(x, w, bias, y, k_cache, v_cache, cos, sin, pos, slots,
 //                              M, N, K, pair, mode, f32out, q_heads, kv_heads, head_dim,
 //                              block_size, max_pos, table_kind)
 //
@@ -13,12 +13,12 @@
 // where decode_linear reads its one row from shared memory; the values are the same.
 //
 // decode_linear_rows: y[m] = x[m] @ w^T (+ bias) for m < M, w [N, K]. A warp owns decode_linear's
-// four output rows (the same pairing for the paired epilogues) for kBatch token rows at once: each
-// weight chunk it loads serves kBatch tokens. For every (token, output row) lane l accumulates the
-// chunks l, l + 32, ... in ascending order with eight fmaf each, then the xor butterfly 16..1, then
-// the bias; the epilogues round where decode_linear rounds. Grid (ceil(M / kBatch), row blocks):
-// the blocks that read the same weight rows are consecutive, so the weights come from DRAM once
-// and from L2 for the other token groups.
+// four output rows (the same pairing for the paired epilogues) for kBatch token rows at once (one
+// for a single token: decode_linear_rows_b1): each weight chunk it loads serves kBatch tokens. For
+// every (token, output row) lane l accumulates the chunks l, l + 32, ... in ascending order with
+// eight fmaf each, then the xor butterfly 16..1, then the bias; the epilogues round where
+// decode_linear rounds. Grid (ceil(M / kBatch), row blocks): the blocks that read the same weight
+// rows are consecutive, so the weights come from DRAM once and from L2 for the other token groups.
 //
 // Epilogues (mode), per token m:
 //   kStore    y[m, row] = sum (+ bias), T, or float32 unrounded when f32out (logits);
@@ -37,7 +37,7 @@ namespace {
 
 constexpr int kWarps = kNormWarps;  // warps per block
 constexpr int kRows = 4;            // output rows per warp (decode_linear's)
-constexpr int kBatch = 8;           // token rows per warp
+constexpr int kBatch = 8;           // token rows per warp (a one-row kernel for M = 1)
 
 enum Mode : int { kStore = 0, kResidual = 1, kSwiGLU = 2, kRopeKV = 3 };
 
@@ -49,17 +49,19 @@ __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __re
 }
 
 // The value acc[r][m] for a lane-dependent (r, m), without dynamic register indexing.
-__device__ __forceinline__ float pick(const float (&acc)[kRows][kBatch], int r, int m) {
+template <int B>
+__device__ __forceinline__ float pick(const float (&acc)[kRows][B], int r, int m) {
     float v = 0.0f;
 #pragma unroll
     for (int i = 0; i < kRows; ++i)
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j)
+        for (int j = 0; j < B; ++j)
             if (i == r && j == m) v = acc[i][j];
     return v;
 }
 
-template <typename T>
+// B token rows per warp: kBatch, or 1 for a single token (no multiply-adds for absent rows).
+template <typename T, int B>
 __device__ __forceinline__ void linear_rows(
     const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias, void* y,
     T* __restrict__ k_cache, T* __restrict__ v_cache, const void* __restrict__ cos_table,
@@ -68,7 +70,7 @@ __device__ __forceinline__ void linear_rows(
     int block_size, long long max_pos, int table_kind) {
     const int lane = threadIdx.x & 31;
     const int warp = blockIdx.y * kWarps + (threadIdx.x >> 5);
-    const int m0 = blockIdx.x * kBatch;
+    const int m0 = blockIdx.x * B;
     // This warp's output rows, as decode_linear assigns them.
     int rows[kRows];
     int p0 = 0;
@@ -90,16 +92,16 @@ __device__ __forceinline__ void linear_rows(
 #pragma unroll
     for (int r = 0; r < kRows; ++r)  // rows past N re-read the last row; their sums are dropped
         wrow[r] = reinterpret_cast<const uint4*>(w + (size_t)min(rows[r], N - 1) * K);
-    const uint4* xrow[kBatch];
+    const uint4* xrow[B];
 #pragma unroll
-    for (int m = 0; m < kBatch; ++m)  // tokens past M re-read the last one; dropped likewise
+    for (int m = 0; m < B; ++m)  // tokens past M re-read the last one; dropped likewise
         xrow[m] = reinterpret_cast<const uint4*>(x + (size_t)min(m0 + m, M - 1) * K);
 
-    float acc[kRows][kBatch];
+    float acc[kRows][B];
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
-        for (int m = 0; m < kBatch; ++m) acc[r][m] = 0.0f;
+        for (int m = 0; m < B; ++m) acc[r][m] = 0.0f;
     uint4 wv[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
@@ -113,7 +115,7 @@ __device__ __forceinline__ void linear_rows(
 #pragma unroll
         for (int r = 0; r < kRows; ++r) unpack8<T>(wv[r], wf[r]);
 #pragma unroll
-        for (int m = 0; m < kBatch; ++m) {
+        for (int m = 0; m < B; ++m) {
             float xf[8];
             unpack8<T>(__ldg(xrow[m] + c), xf);
 #pragma unroll
@@ -127,19 +129,20 @@ __device__ __forceinline__ void linear_rows(
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
 #pragma unroll
-        for (int m = 0; m < kBatch; ++m) acc[r][m] = butterfly_sum(acc[r][m]);
+        for (int m = 0; m < B; ++m) acc[r][m] = butterfly_sum(acc[r][m]);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         if (bias != nullptr && rows[r] < N) {
             const float b = widen(bias[rows[r]]);
 #pragma unroll
-            for (int m = 0; m < kBatch; ++m) acc[r][m] += b;
+            for (int m = 0; m < B; ++m) acc[r][m] += b;
         }
     }
 
     if (mode == kStore || mode == kResidual) {
-        // Lane (r, m) = (lane / kBatch, lane % kBatch) stores one output.
-        const int r = lane / kBatch, m = lane % kBatch;
+        // Lane (r, m) = (lane / B, lane % B) stores one output.
+        const int r = lane / B, m = lane % B;
+        if (r >= kRows) return;  // B < 8: fewer outputs than lanes
         int row = rows[0];
 #pragma unroll
         for (int i = 1; i < kRows; ++i)
@@ -160,8 +163,8 @@ __device__ __forceinline__ void linear_rows(
     }
     // Paired epilogues: lane (t, m), t < 2, finishes pair p0 + t of token m from rows lo + t and
     // lo + S + t.
-    if (lane >= 2 * kBatch) return;
-    const int t = lane / kBatch, m = lane % kBatch;
+    if (lane >= 2 * B) return;
+    const int t = lane / B, m = lane % B;
     const int gm = m0 + m;
     const int p = p0 + t;
     if (p >= N / 2 || gm >= M) return;
@@ -208,18 +211,20 @@ __device__ __forceinline__ void linear_rows(
     }
 PGK_HALF_TYPES(PGK_NORM_ROWS)
 
-#define PGK_DECODE_LINEAR_ROWS(sfx, T)                                                             \
+#define PGK_DECODE_LINEAR_ROWS_B(B, sfx, T)                                                        \
     PGK_KERNEL_BOUNDS(                                                                             \
-        decode_linear_rows_##sfx,                                                                  \
+        decode_linear_rows_b##B##_##sfx,                                                           \
         (const T* x, const T* w, const T* bias, void* y, T* k_cache, T* v_cache,                   \
          const void* cos_table, const void* sin_table, const int* pos, const int* slots, int M,    \
          int N, int K, int pair, int mode, int f32out, int q_heads, int kv_heads, int head_dim,    \
          int block_size, long long max_pos, int table_kind),                                       \
         kWarps * 32) {                                                                             \
-        linear_rows<T>(x, w, bias, y, k_cache, v_cache, cos_table, sin_table, pos, slots, M, N, K, \
-                       pair, mode, f32out, q_heads, kv_heads, head_dim, block_size, max_pos,       \
-                       table_kind);                                                                \
+        linear_rows<T, B>(x, w, bias, y, k_cache, v_cache, cos_table, sin_table, pos, slots, M, N, \
+                          K, pair, mode, f32out, q_heads, kv_heads, head_dim, block_size, max_pos, \
+                          table_kind);                                                             \
     }
+#define PGK_DECODE_LINEAR_ROWS(sfx, T) \
+    PGK_DECODE_LINEAR_ROWS_B(1, sfx, T) PGK_DECODE_LINEAR_ROWS_B(8, sfx, T)
 PGK_HALF_TYPES(PGK_DECODE_LINEAR_ROWS)
 
 // Launch geometry the host side plans with.
