@@ -120,6 +120,7 @@ def test_concurrent_greedy_equals_generate_with_chunks_and_preemption(tiny, tiny
         tiny = tiny_bf16
     rng = np.random.default_rng()
     prompts = _prompts(rng, 12, 3, 60)
+    prompts[0] = _prompts(rng, 1, 55, 56)[0]  # over the budget of 40 tokens
     max_tokens = [int(rng.integers(20, 40)) for _ in prompts]
     refs = [
         tiny.generate(p, max_new_tokens=m).token_ids
@@ -130,6 +131,15 @@ def test_concurrent_greedy_equals_generate_with_chunks_and_preemption(tiny, tiny
     # prefill comes in chunks of at most 40 tokens.
     engine = Engine(tiny, kv_memory=_kv(tiny, 14), max_batch=8, max_batched_tokens=40,
                     batch_invariant=invariant)  # fmt: skip
+    steps: list[list[tuple[int, int, int, bool]]] = []  # (prompt length, start, count, sample)
+    logits = engine._logits
+
+    def recorded(plan):
+        steps.append([(len(c.request.prompt_ids), c.start, c.count, c.sample)
+                      for c in plan.chunks])  # fmt: skip
+        return logits(plan)
+
+    engine._logits = recorded
     got = _run_all(
         engine,
         [(p, RequestParams(max_tokens=m)) for p, m in zip(prompts, max_tokens, strict=False)],
@@ -137,6 +147,15 @@ def test_concurrent_greedy_equals_generate_with_chunks_and_preemption(tiny, tiny
     assert got == refs
     assert engine.metrics.preemptions > 0
     assert engine.metrics.steps > max(max_tokens)  # interleaved, not one request at a time
+    chunks = [c for step in steps for c in step]
+    if invariant:  # whole prompts (some over the budget of 40), then one token a step
+        assert all(c[1:3] == (0, c[0]) or (c[1] >= c[0] and c[2] == 1) for c in chunks)
+        assert any(c[1] == 0 and c[2] > 40 for c in chunks)
+        assert any(c[1] > 0 and not c[3] for c in chunks)  # a preempted request's known tokens
+        assert all(sum(c[1] == 0 for c in step) <= 1 or sum(c[2] for c in step) <= 40
+                   for step in steps)  # fmt: skip
+    else:
+        assert any(c[2] > 1 and c[1] > 0 for c in chunks)  # a prompt continued in a chunk
     assert engine.blocks.used == 0 and engine.stats()["running"] == 0
 
 
