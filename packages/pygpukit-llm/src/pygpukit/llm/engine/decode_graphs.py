@@ -118,26 +118,52 @@ def invariant_support(model: LlamaModel) -> str | None:
     return None
 
 
+@dataclass
+class _InvariantBuffers:
+    """The intermediates of a batch-invariant step of ``bucket`` rows.
+
+    Shared by every table width of the bucket: steps run one after the other on the engine's
+    stream, and a step's logits are consumed (sampled) before the next step is enqueued.
+    """
+
+    residual: GPUArray
+    normed: GPUArray  # each norm prologue's output
+    q: GPUArray
+    attn: GPUArray
+    act: GPUArray
+    logits: GPUArray
+
+    @classmethod
+    def make(cls, model: LlamaModel, b: int) -> _InvariantBuffers:
+        """Zeroed buffers for ``b`` rows of ``model``."""
+        cfg, dtype = model.config, model.dtype
+        hidden = cfg.hidden_size
+        return cls(
+            gp.zeros((b, hidden), dtype), gp.zeros((b, hidden), dtype),
+            gp.zeros((b, cfg.num_heads * cfg.head_dim), dtype),
+            gp.zeros((b, cfg.num_heads, cfg.head_dim), dtype),
+            gp.zeros((b, cfg.intermediate_size), dtype), gp.zeros((b, cfg.vocab_size), gp.float32),
+        )  # fmt: skip
+
+
 class _InvariantStep:
     """The bound calls of one batch-invariant step over a shape's inputs (see the module doc).
 
-    Every intermediate is allocated here, once per shape, so the step allocates nothing and is
+    Bound once per shape over the bucket's buffers, so the step allocates nothing and is
     captured in a CUDA graph like the other steps.
     """
 
-    def __init__(self, model: LlamaModel, cache: PagedKVCache, shape: _Shape) -> None:
+    def __init__(
+        self, model: LlamaModel, cache: PagedKVCache, shape: _Shape, bufs: _InvariantBuffers
+    ) -> None:
         cfg = model.config
-        b, dtype = shape.bucket, model.dtype
+        b = shape.bucket
         hq, d = cfg.num_heads, cfg.head_dim
         ids, positions, slots, lens, table = shape.views()
         self.model, self.cache = model, cache
         self.ids, self.lens, self.table = ids.reshape(b), lens, table
-        self.residual = gp.zeros((b, cfg.hidden_size), dtype)
-        hidden_normed = gp.zeros((b, cfg.hidden_size), dtype)  # each norm prologue's output
-        self.q = gp.zeros((b, hq * d), dtype)
-        self.attn = gp.zeros((b, hq, d), dtype)
-        self.act = gp.zeros((b, cfg.intermediate_size), dtype)
-        self.logits = gp.zeros((b, cfg.vocab_size), gp.float32)
+        self.residual, hidden_normed, self.q = bufs.residual, bufs.normed, bufs.q
+        self.attn, self.act, self.logits = bufs.attn, bufs.act, bufs.logits
         resid, rotary = self.residual, model.rotary
         attn_rows = self.attn.reshape(b, hq * d)
         pos = positions.reshape(b)
@@ -209,6 +235,7 @@ class DecodeGraphs:
         self.model, self.cache, self.scratch = model, cache, scratch_block
         self.use_graphs = gp.backend_name() == "cuda" if use_graphs is None else use_graphs
         self._shapes: dict[tuple[int, int], _Shape] = {}
+        self._invariant_buffers: dict[int, _InvariantBuffers] = {}
         #: Steps run by graph replay, and eagerly (first use of a shape, or no graphs).
         self.replays = 0
         self.eager_steps = 0
@@ -285,7 +312,11 @@ class DecodeGraphs:
         """Enqueue the padded step over ``shape``'s inputs; float32 ``[bucket, vocab]``."""
         if self.batch_invariant:
             if shape.invariant is None:
-                shape.invariant = _InvariantStep(self.model, self.cache, shape)
+                bufs = self._invariant_buffers.get(shape.bucket)
+                if bufs is None:
+                    bufs = _InvariantBuffers.make(self.model, shape.bucket)
+                    self._invariant_buffers[shape.bucket] = bufs
+                shape.invariant = _InvariantStep(self.model, self.cache, shape, bufs)
             return shape.invariant()
         cfg, m = self.model.config, self.model
         b = shape.bucket
