@@ -46,6 +46,7 @@ from ..errors import LLMError
 from ..model import CausalLM, _kv_budget
 from .block_manager import BlockManager
 from .decode_graphs import DecodeGraphs, batch_bucket, table_width
+from .invariant import invariant_step_logits
 from .metrics import EngineMetrics
 from .paged_cache import BLOCK_SIZE, PagedKVCache, block_bytes
 from .params import RequestParams
@@ -98,6 +99,11 @@ class Engine:
     ``lookahead``: queue the next decode step on the device-side sampled ids before the host
     reads them (the module's docstring says when); off, every step is planned from the
     host's tokens.
+    ``batch_invariant``: a request's tokens do not depend on what else is batched, and greedy
+    answers equal ``CausalLM.generate``'s bit for bit on the GPU (:mod:`.invariant`): decode
+    rows run the batched twins of ``generate``'s one-token kernels, prompts are prefilled whole
+    and alone, and prefix caching is off (``prefix_caching`` then defaults to False and may not
+    be True). Slower decode at large batches (docs/serve.md).
     """
 
     def __init__(
@@ -110,10 +116,18 @@ class Engine:
         max_batched_tokens: int = 512,
         kv_memory: int | float | str | None = None,
         partition: Any = None,
-        prefix_caching: bool = True,
+        prefix_caching: bool | None = None,
         cuda_graphs: bool | None = None,
         lookahead: bool = True,
+        batch_invariant: bool = False,
     ) -> None:
+        if batch_invariant and prefix_caching:
+            raise ValueError(
+                "batch_invariant=True computes every prompt whole: it cannot share cached "
+                "prefixes (leave prefix_caching unset or False)"
+            )
+        if prefix_caching is None:
+            prefix_caching = not batch_invariant
         for label, value in (("max_batch", max_batch), ("max_queue", max_queue),
                              ("max_batched_tokens", max_batched_tokens)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -141,10 +155,15 @@ class Engine:
             self.cache = PagedKVCache(cfg, num_blocks + 1, network.dtype)
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE, prefix_caching=prefix_caching)
         self.planner = StepPlanner(
-            self.blocks, max_batch=max_batch, max_batched_tokens=max_batched_tokens
-        )
+            self.blocks, max_batch=max_batch, max_batched_tokens=max_batched_tokens,
+            whole_prompts=batch_invariant,
+        )  # fmt: skip
         self.runner = ModelRunner(network, self.cache)
-        self.decode = DecodeGraphs(network, self.cache, num_blocks, use_graphs=cuda_graphs)
+        self.batch_invariant = batch_invariant
+        self.decode = DecodeGraphs(
+            network, self.cache, num_blocks, use_graphs=cuda_graphs,
+            batch_invariant=batch_invariant,
+        )  # fmt: skip
         self.lookahead = lookahead
         #: Steps queued ahead on device-side ids (see the module's docstring).
         self.lookahead_steps = 0
@@ -360,7 +379,8 @@ class Engine:
         """
         chunks = current.plan.chunks
         if (
-            current.plan.preempted or current.plan.out_of_room
+            self.batch_invariant  # its steps run the invariant kernels, planned from the host
+            or current.plan.preempted or current.plan.out_of_room
             or self.planner.waiting or self._incoming or self._aborts
             or not self.decode.accepts(chunks) or not all(c.sample for c in chunks)
         ):  # fmt: skip
@@ -427,6 +447,8 @@ class Engine:
         prefill chunk through the flattened one.
         """
         chunks = plan.chunks
+        if self.batch_invariant:
+            return invariant_step_logits(chunks, self.decode, self.runner, BLOCK_SIZE)
         if not self.decode.accepts(chunks):
             return self.runner.logits(build_inputs(chunks, BLOCK_SIZE))
         logits = self.decode.logits(chunks)
