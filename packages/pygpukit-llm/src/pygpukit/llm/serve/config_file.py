@@ -50,6 +50,7 @@ DEFAULTS: dict[str, tuple[Any, tuple[type, ...]]] = {
     "device": (0, (int,)),
     "prefix_caching": (True, (bool,)),
     "grace": (30.0, (int, float)),
+    "switch_interval": (None, (int, float)),
     "log_level": ("info", (str,)),
 }
 
