@@ -19,7 +19,6 @@ seconds of audio per second of wall time (``batch * 30 / time``).
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from pygpukit.benchmark.case import Case, CorrectnessError, Skip, Timed
-from pygpukit.benchmark.peers import Library
+from pygpukit.benchmark.peers import Library, release_device_memory
 from pygpukit.benchmark.registry import Suite, SuiteContext
 
 from .whisper.config import NAMED_CONFIGS, WhisperConfig
@@ -54,22 +53,6 @@ def _weights(shape: str) -> dict[str, np.ndarray]:
         _WEIGHTS.clear()
         _WEIGHTS[shape] = random_weights(_config(shape), 0, np.float16)
     return _WEIGHTS[shape]
-
-
-def _free() -> None:
-    import pygpukit as gp
-
-    gc.collect()
-    if gp.backend_name() == "cuda":
-        gp.synchronize()
-        gp.memory.empty_cache()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:
-        pass
 
 
 def _ours(shape: str, mel: np.ndarray, new: int) -> Any:
@@ -128,7 +111,7 @@ def _case(ctx: SuiteContext, shape: str, batch: int, new: int) -> Case:
     mel = ctx.rng.uniform(-1.0, 1.5, (batch, cfg.n_mels, 3000)).astype(np.float32)
 
     def setup(lib: Library, copies: int) -> Timed:
-        _free()
+        release_device_memory()
         if lib.name == "pygpukit":
             run = _ours(shape, mel, new)
         elif lib.name == "torch":

@@ -36,7 +36,6 @@ The CPU backend runs a tiny shape (the same code paths, seconds instead of minut
 
 from __future__ import annotations
 
-import gc
 import json
 import struct
 import tempfile
@@ -49,7 +48,7 @@ import numpy as np
 
 from pygpukit import env
 from pygpukit.benchmark.case import Case, CorrectnessError, Skip, Timed
-from pygpukit.benchmark.peers import Library
+from pygpukit.benchmark.peers import Library, release_device_memory
 from pygpukit.benchmark.registry import Suite, SuiteContext
 
 from .config import ModelConfig
@@ -167,23 +166,6 @@ def _checkpoint(shape: str) -> Path:
     return write_random_checkpoint(root / shape, SHAPES[shape])
 
 
-def _free() -> None:
-    """Return the memory of a dropped model to the device (the other library needs it)."""
-    import pygpukit as gp
-
-    gc.collect()
-    if gp.backend_name() == "cuda":
-        gp.synchronize()
-        gp.memory.empty_cache()
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except ImportError:
-        pass
-
-
 def _hf_model(lib: Library, folder: Path) -> Any:
     try:
         import transformers
@@ -245,17 +227,17 @@ def _load_case(shape: str) -> Case:
             raise Skip(f"{lib.name}: no checkpoint loader")
 
         def measure(i: int) -> float:
-            _free()
+            release_device_memory()
             start = time.perf_counter()
             result = run(i)
             ms = (time.perf_counter() - start) * 1e3
             del result
-            _free()
+            release_device_memory()
             return ms
 
         def run_once(i: int) -> bool:
             loaded = run(i) is not None
-            _free()
+            release_device_memory()
             return loaded
 
         return Timed(run=run_once, check=lambda loaded: None, measure=measure)
@@ -401,7 +383,7 @@ def _anchor(shape: str, max_batch: int, max_seq_len: int, device: str) -> Any:
     ):
         return held
     _ANCHOR.clear()
-    _free()
+    release_device_memory()
     cfg = ModelConfig.from_dict(SHAPES[shape])
     anchor = TorchAnchor.from_checkpoint(
         _checkpoint(shape), cfg, max_batch=max_batch, max_seq_len=max_seq_len, device=device
@@ -448,7 +430,7 @@ def _hf_generation(
 ) -> tuple[Callable[[int], Any], Callable[[int], float]]:
     """``run`` and ``measure`` of transformers' eager ``generate``."""
     _ANCHOR.clear()
-    _free()
+    release_device_memory()
     model = _hf_model(lib, _checkpoint(shape))
 
     def run(i: int) -> Any:

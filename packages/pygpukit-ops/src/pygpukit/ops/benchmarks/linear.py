@@ -51,6 +51,31 @@ def _product(lib: Library) -> Any:
     raise Skip(f"{lib.name} has no linear layer")
 
 
+def _timed_product(
+    ctx: SuiteContext,
+    lib: Library,
+    copies: int,
+    product: Any,
+    shape: tuple[int, int, int, str],
+    label: str,
+) -> Timed:
+    """Time ``product(x, w)`` of x [m, k] and W [n, k] over ``copies`` input sets.
+
+    The result is checked against the float64 ``x @ W.T`` of the first set.
+    """
+    m, n, k, dtype = shape
+    xs = [ctx.data.get((m, k), dtype, 2 * i) for i in range(copies)]
+    ws = [ctx.data.get((n, k), dtype, 2 * i + 1) for i in range(copies)]
+    sets = [(lib.upload(x, dtype), lib.upload(w, dtype)) for x, w in zip(xs, ws, strict=True)]
+    ref = xs[0].astype(np.float64) @ ws[0].astype(np.float64).T
+
+    def check(out: Any) -> float:
+        got = lib.download(out).astype(np.float64).reshape(m, n)
+        return check_close(got, ref, dtype, f"{label} ({lib.name})", ACCUMULATION_FACTOR)
+
+    return Timed(run=lambda i: product(*sets[i % copies]), check=check)
+
+
 def gemv_case(
     ctx: SuiteContext, m: int, n: int, k: int, dtype: str, kernel: str | None = None
 ) -> Case:
@@ -70,16 +95,7 @@ def gemv_case(
             from pygpukit.ops import config
 
             config.set(gemv_variant=kernel)  # in force while the case runs; cases() restores it
-        xs = [ctx.data.get((m, k), dtype, 2 * i) for i in range(copies)]
-        ws = [ctx.data.get((n, k), dtype, 2 * i + 1) for i in range(copies)]
-        sets = [(lib.upload(x, dtype), lib.upload(w, dtype)) for x, w in zip(xs, ws, strict=True)]
-        ref = xs[0].astype(np.float64) @ ws[0].astype(np.float64).T
-
-        def check(out: Any) -> float:
-            got = lib.download(out).astype(np.float64).reshape(m, n)
-            return check_close(got, ref, dtype, f"gemv ({lib.name})", ACCUMULATION_FACTOR)
-
-        return Timed(run=lambda i: product(*sets[i % copies]), check=check)
+        return _timed_product(ctx, lib, copies, product, (m, n, k, dtype), "gemv")
 
     return Case(
         NAME,
@@ -111,16 +127,7 @@ def linear_case(ctx: SuiteContext, m: int, n: int, k: int, dtype: str) -> Case:
 
     def setup(lib: Library, copies: int) -> Timed:
         product = _linear(lib)
-        xs = [ctx.data.get((m, k), dtype, 2 * i) for i in range(copies)]
-        ws = [ctx.data.get((n, k), dtype, 2 * i + 1) for i in range(copies)]
-        sets = [(lib.upload(x, dtype), lib.upload(w, dtype)) for x, w in zip(xs, ws, strict=True)]
-        ref = xs[0].astype(np.float64) @ ws[0].astype(np.float64).T
-
-        def check(out: Any) -> float:
-            got = lib.download(out).astype(np.float64).reshape(m, n)
-            return check_close(got, ref, dtype, f"linear ({lib.name})", ACCUMULATION_FACTOR)
-
-        return Timed(run=lambda i: product(*sets[i % copies]), check=check)
+        return _timed_product(ctx, lib, copies, product, (m, n, k, dtype), "linear")
 
     return Case(
         NAME,

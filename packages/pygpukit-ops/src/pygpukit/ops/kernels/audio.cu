@@ -42,6 +42,38 @@ __device__ __forceinline__ long long first_index() {
     return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
+// Bin k of one of two real frames packed into one complex FFT (even j: the real part's frame,
+// odd j: the imaginary part's), from Z[k] and Z[N - k] of their joint transform.
+__device__ __forceinline__ float2 unpack_real_pair(float2 zk, float2 zn_k, int j) {
+    if ((j & 1) == 0) return make_float2(0.5f * (zk.x + zn_k.x), 0.5f * (zk.y - zn_k.y));
+    return make_float2(0.5f * (zk.y + zn_k.y), -0.5f * (zk.x - zn_k.x));
+}
+
+// One spectrum value written in the output form `mode` selects: 0 complex (float2), 1 magnitude,
+// 2 power, 3 magnitude into a and phase into b_out.
+__device__ __forceinline__ void store_spectrum(float* a, float* b_out, long long o, float re,
+                                               float im, int mode) {
+    if (mode == 0) {
+        reinterpret_cast<float2*>(a)[o] = make_float2(re, im);
+    } else if (mode == 1) {
+        a[o] = sqrtf(re * re + im * im);
+    } else if (mode == 2) {
+        a[o] = re * re + im * im;
+    } else {
+        a[o] = sqrtf(re * re + im * im);
+        b_out[o] = atan2f(im, re);
+    }
+}
+
+// The complex value at o of a spectrum given as complex (mode 0) or magnitude a and phase b_in.
+__device__ __forceinline__ float2 load_spectrum(const float* a, const float* b_in, long long o,
+                                                int mode) {
+    if (mode == 0) return reinterpret_cast<const float2*>(a)[o];
+    float s, c;
+    sincosf(b_in[o], &s, &c);
+    return make_float2(a[o] * c, a[o] * s);
+}
+
 }  // namespace
 
 PGK_CONSTANT(AUDIO_THREADS, 256);
@@ -79,16 +111,7 @@ PGK_KERNEL(audio_spec_out_f32, (const float* planar, float* a, float* b_out, lon
         const long long r = i - b * plane;
         const float re = planar[b * 2 * plane + r];
         const float im = planar[b * 2 * plane + plane + r];
-        if (mode == 0) {
-            reinterpret_cast<float2*>(a)[i] = make_float2(re, im);
-        } else if (mode == 1) {
-            a[i] = sqrtf(re * re + im * im);
-        } else if (mode == 2) {
-            a[i] = re * re + im * im;
-        } else {
-            a[i] = sqrtf(re * re + im * im);
-            b_out[i] = atan2f(im, re);
-        }
+        store_spectrum(a, b_out, i, re, im, mode);
     }
 }
 
@@ -99,19 +122,9 @@ PGK_KERNEL(audio_spec_in_f32, (const float* a, const float* b_in, float* planar,
     for (long long i = first_index(); i < total; i += grid_stride()) {
         const long long b = i / plane;
         const long long r = i - b * plane;
-        float re, im;
-        if (mode == 0) {
-            const float2 v = reinterpret_cast<const float2*>(a)[i];
-            re = v.x;
-            im = v.y;
-        } else {
-            float s, c;
-            sincosf(b_in[i], &s, &c);
-            re = a[i] * c;
-            im = a[i] * s;
-        }
-        planar[b * 2 * plane + r] = re;
-        planar[b * 2 * plane + plane + r] = im;
+        const float2 v = load_spectrum(a, b_in, i, mode);
+        planar[b * 2 * plane + r] = v.x;
+        planar[b * 2 * plane + plane + r] = v.y;
     }
 }
 
@@ -408,25 +421,10 @@ PGK_KERNEL_BOUNDS(audio_stft_fft_f32,
         const float2* zp = z + (j >> 1) * N;
         const float2 v = zp[k];
         const float2 w = zp[k == 0 ? 0 : N - k];  // conj taken below
-        float re, im;
-        if ((j & 1) == 0) {
-            re = 0.5f * (v.x + w.x);
-            im = 0.5f * (v.y - w.y);
-        } else {
-            re = 0.5f * (v.y + w.y);
-            im = -0.5f * (v.x - w.x);
-        }
+        const float2 bin = unpack_real_pair(v, w, j);
+        const float re = bin.x, im = bin.y;
         const long long o = frame_out[j] + k * n_frames;
-        if (mode == 0) {
-            reinterpret_cast<float2*>(a)[o] = make_float2(re, im);
-        } else if (mode == 1) {
-            a[o] = sqrtf(re * re + im * im);
-        } else if (mode == 2) {
-            a[o] = re * re + im * im;
-        } else {
-            a[o] = sqrtf(re * re + im * im);
-            b_out[o] = atan2f(im, re);
-        }
+        store_spectrum(a, b_out, o, re, im, mode);
     }
 }
 
@@ -456,13 +454,7 @@ PGK_KERNEL_BOUNDS(audio_istft_fft_f32,
             const long long b = g / n_frames;
             const long long f = g - b * n_frames;
             const long long o = (b * nb + k) * n_frames + f;
-            if (mode == 0) {
-                X = reinterpret_cast<const float2*>(a)[o];
-            } else {
-                float sn, cs;
-                sincosf(b_in[o], &sn, &cs);
-                X = make_float2(a[o] * cs, a[o] * sn);
-            }
+            X = load_spectrum(a, b_in, o, mode);
         }
         if (k == 0 || 2 * k == N) X.y = 0.0f;
         ((j & 1) ? buf1 : buf0)[(j >> 1) * N + k] = X;
@@ -725,25 +717,10 @@ __device__ __forceinline__ void stft_pow2(const float* __restrict__ x,
     for (int k = threadIdx.x / F; k < NB; k += 256 / F) {
         const float2 p = z[pow2_slot(k)];
         const float2 q = z[pow2_slot((N - k) & (N - 1))];  // conj taken below
-        float re, im;
-        if ((j & 1) == 0) {
-            re = 0.5f * (p.x + q.x);
-            im = 0.5f * (p.y - q.y);
-        } else {
-            re = 0.5f * (p.y + q.y);
-            im = -0.5f * (p.x - q.x);
-        }
+        const float2 bin = unpack_real_pair(p, q, j);
+        const float re = bin.x, im = bin.y;
         const long long o = o0 + k * n_frames;
-        if (mode == 0) {
-            reinterpret_cast<float2*>(a)[o] = make_float2(re, im);
-        } else if (mode == 1) {
-            a[o] = sqrtf(re * re + im * im);
-        } else if (mode == 2) {
-            a[o] = re * re + im * im;
-        } else {
-            a[o] = sqrtf(re * re + im * im);
-            b_out[o] = atan2f(im, re);
-        }
+        store_spectrum(a, b_out, o, re, im, mode);
     }
 }
 
