@@ -36,10 +36,10 @@ def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
 
 
 class SampledTokens:
-    """The tokens of a step, sampled on the device and on their way to the host.
+    """The tokens of a step, sampled on the device.
 
-    :meth:`result` waits for them (the step's one host wait) and computes the asked-for
-    log-probabilities.
+    :meth:`result` brings them to the host (the step's one host wait) and computes the
+    asked-for log-probabilities.
     """
 
     def __init__(self, logits: GPUArray, requests: Sequence[Request]) -> None:
@@ -62,13 +62,18 @@ class SampledTokens:
                 generator=r.generator,
                 out=ids[i : i + 1],  # one download for every row
             )
-        host = gp.memory.pinned_empty(tuple(ids.shape), ids.dtype)
         self._ids = ids
-        self._future = ids.to_numpy(blocking=False, out=host)
+        self._host = gp.memory.pinned_empty(tuple(ids.shape), ids.dtype)
 
     def result(self) -> tuple[list[int], list[TokenLogprob | None]]:
-        """Token ids and, per request, its :class:`TokenLogprob` (None unless asked)."""
-        tokens = [int(t) for t in self._future.result().tolist()]
+        """Token ids and, per request, its :class:`TokenLogprob` (None unless asked).
+
+        Called on the stream the step ran on. The ids (a few hundred bytes) are copied into
+        page-locked memory on that stream and the stream is waited for: not through the
+        transfer engine's copy stream, which every engine of the process shares, so one
+        model's download never waits behind another model's unfinished step.
+        """
+        tokens = [int(t) for t in self._ids.to_numpy(out=self._host).tolist()]
         requests = self.requests
         wanted = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
         logprobs: list[TokenLogprob | None] = [None] * len(requests)
