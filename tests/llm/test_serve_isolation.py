@@ -132,3 +132,24 @@ def test_the_step_observer_sees_each_forward_step_in_order(tmp_path, rng):
         assert t.host_s >= 0 and t.wait_s >= 0
         assert t.host_s + t.wait_s == pytest.approx(t.end - t.start)
     assert all(a.end <= b.start for a, b in itertools.pairwise(seen))
+
+
+def test_the_switch_interval_comes_from_the_file_or_the_command_line(tmp_path):
+    import argparse
+
+    from pygpukit.llm.serve.cli import serve_arguments
+    from pygpukit.llm.serve.config_file import ServeConfigError, resolve_options
+
+    def args(*argv: str) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        serve_arguments(parser)
+        return resolve_options(parser.parse_args(list(argv)))
+
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text('switch_interval = 0.001\n\n[models.a]\npath = "a"\n')
+    assert args("--config", str(cfg)).switch_interval == 0.001
+    assert args("--config", str(cfg), "--switch-interval", "0.0005").switch_interval == 0.0005
+    assert args("m").switch_interval is None  # unset: serve picks (see qos)
+    cfg.write_text('switch_interval = "fast"\n\n[models.a]\npath = "a"\n')
+    with pytest.raises(ServeConfigError, match="switch_interval must be int or float"):
+        args("--config", str(cfg))
