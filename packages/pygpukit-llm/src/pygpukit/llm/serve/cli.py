@@ -64,7 +64,7 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--switch-interval", type=float, metavar="SECONDS",
                         help="the interpreter's switch interval (default: 0.0002 when a "
                         "guaranteed or burstable model shares the server with another model, "
-                        "else Python's 0.005; see docs/serve.md)")  # fmt: skip
+                        "else 0.001; see docs/serve.md)")  # fmt: skip
     parser.add_argument("--log-level", help=default("log_level"))
 
 
@@ -151,7 +151,7 @@ def _warm_up(engines: dict[str, Any]) -> None:
         engine.generate([engine.model.config.bos_token_id or 0], RequestParams(max_tokens=2))
 
 
-def _switch_interval(args: argparse.Namespace) -> float | None:
+def _switch_interval(args: argparse.Namespace) -> float:
     """The switch interval to serve with (:mod:`.qos`), checked before any model loads."""
     from .partitions import parse_partition
     from .qos import host_switch_interval
@@ -189,10 +189,10 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     interval = _switch_interval(args)
     engines, scheduler = build_engines(args, err)
-    if interval is not None:
-        apply_switch_interval(interval)
-        err.write(f"pygpukit serve: interpreter switch interval {interval * 1e3:g} ms\n")
     _warm_up(engines)
+    # The engine threads and the event loop share the interpreter lock (see .qos).
+    apply_switch_interval(interval)
+    err.write(f"pygpukit serve: interpreter switch interval {interval * 1e3:g} ms\n")
     app = create_app(engines, grace_s=args.grace)
 
     class _Server(uvicorn.Server):

@@ -13,7 +13,8 @@ whole interval, so a 2.5 ms inter-token latency can grow several times.
 A server whose Guaranteed or Burstable model shares the process with another model therefore
 runs with a short switch interval (:data:`SHARED_SWITCH_INTERVAL_S`): the lock changes hands
 more often (a little more overhead for the BestEffort model's throughput), and the model with
-the latency promise waits at most that long each time it wants the lock back.
+the latency promise waits at most that long each time it wants the lock back. Any other
+server runs with :data:`SERVER_SWITCH_INTERVAL_S`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 from collections.abc import Sequence
 
 __all__ = [
+    "SERVER_SWITCH_INTERVAL_S",
     "SHARED_SWITCH_INTERVAL_S",
     "apply_switch_interval",
     "host_switch_interval",
@@ -35,19 +37,22 @@ log = logging.getLogger("pygpukit.llm.serve")
 #: long enough that the forced hand-overs (a few microseconds each) cost a few percent.
 SHARED_SWITCH_INTERVAL_S = 2e-4
 
+#: The switch interval of any other server: the engine thread whose step's tokens arrived must
+#: not wait Python's 5 ms for the event-loop thread (busy writing a step's events to many
+#: clients) to let go, or the next step starts that much later.
+SERVER_SWITCH_INTERVAL_S = 1e-3
+
 #: Classes that promise something to the model's clients (the scheduler's names).
 _PROTECTED = ("guaranteed", "burstable")
 
 
-def host_switch_interval(
-    models: int, classes: Sequence[str], asked: float | None = None
-) -> float | None:
+def host_switch_interval(models: int, classes: Sequence[str], asked: float | None = None) -> float:
     """The switch interval (seconds) a server of ``models`` models should run with.
 
     ``classes``: the QoS classes of the models given partitions (``"guaranteed"``,
     ``"burstable"``, ``"besteffort"``); ``asked``: the ``--switch-interval`` the user gave
-    (wins when given). None: keep the interpreter's own (one model alone has nobody to wait
-    for, and models without a promise share the lock as Python shares it).
+    (wins when given). :data:`SHARED_SWITCH_INTERVAL_S` when a model with a promise shares
+    the process with another model, else :data:`SERVER_SWITCH_INTERVAL_S`.
     Raises ``ValueError`` for an ``asked`` that is not a positive number of seconds.
     """
     if asked is not None:
@@ -58,7 +63,7 @@ def host_switch_interval(
         return float(asked)
     if models > 1 and any(c in _PROTECTED for c in classes):
         return SHARED_SWITCH_INTERVAL_S
-    return None
+    return SERVER_SWITCH_INTERVAL_S
 
 
 def apply_switch_interval(seconds: float | None) -> float:
