@@ -35,7 +35,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,7 @@ from .planner import StepPlan, StepPlanner
 from .request import Request, RequestOutput, RequestStatus, Sink, TokenLogprob
 from .runner import ModelRunner, ScheduledChunk, build_inputs
 from .sampler import SampledTokens
+from .step_times import StepTimes
 
 __all__ = ["Engine", "EngineClosedError", "QueueFullError"]
 
@@ -179,6 +180,9 @@ class Engine:
         self._closed = False
         #: Sampled tokens whose text is not made yet: (request, token, logprob, finish reason).
         self._pending: list[tuple[Request, int, TokenLogprob | None, str | None]] = []
+        #: Called on the engine thread with the :class:`StepTimes` of every step that ran a
+        #: forward pass (for profiling where a step's time goes); None: nothing is timed.
+        self.step_observer: Callable[[StepTimes], None] | None = None
 
     # --- submission (any thread) ----------------------------------------------------------------
 
@@ -326,6 +330,7 @@ class Engine:
         The step is the one queued ahead by the previous call (lookahead), else one planned
         now; before waiting for its tokens, the next decode step may be queued behind it.
         """
+        start = time.perf_counter()
         self._take_commands()
         current, self._inflight = self._inflight, None
         m = self.metrics
@@ -352,14 +357,17 @@ class Engine:
         except Exception as exc:  # its requests are this step's: fail them with it
             self._fail(plan, exc)
             return True
+        enqueued = time.perf_counter()
         self._flush()  # the previous step's text, while the GPU runs this one
         self._finish_out_of_room(plan)
+        flushed = time.perf_counter()
         try:
             with self._context():
                 tokens, logprobs = current.pending.result()
         except Exception as exc:
             self._fail(plan, exc)
             return True
+        sampled_at = time.perf_counter()
         self.planner.after_step(plan)
         now = time.perf_counter()
         for request, token, lp in zip(sampled, tokens, logprobs, strict=True):
@@ -367,6 +375,11 @@ class Engine:
                 self._accept(request, token, lp, now)
         m.record_step(len(sampled), now)
         self._update_gauges(plan)
+        if self.step_observer is not None:
+            decode_only = self.decode.accepts(plan.chunks)
+            end = time.perf_counter()
+            times = StepTimes(start, enqueued, flushed, sampled_at, end, len(sampled), decode_only)
+            self.step_observer(times)
         self._inflight = following
         return True
 

@@ -68,6 +68,10 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace", type=float,
                         help=f"seconds running requests get to finish on SIGTERM "
                         f"{default('grace')}")  # fmt: skip
+    parser.add_argument("--switch-interval", type=float, metavar="SECONDS",
+                        help="the interpreter's switch interval (default: 0.0002 when a "
+                        "guaranteed or burstable model shares the server with another model, "
+                        "else 0.001; see docs/serve.md)")  # fmt: skip
     parser.add_argument("--log-level", help=default("log_level"))
 
 
@@ -155,8 +159,16 @@ def _warm_up(engines: dict[str, Any]) -> None:
         engine.generate([engine.model.config.bos_token_id or 0], RequestParams(max_tokens=2))
 
 
-#: The server's GIL switch interval (Python's default is 5 ms).
-_SWITCH_INTERVAL_S = 0.001
+def _switch_interval(args: argparse.Namespace) -> float:
+    """The switch interval to serve with (:mod:`.qos`), checked before any model loads."""
+    from .partitions import parse_partition
+    from .qos import host_switch_interval
+
+    try:
+        classes = [parse_partition(p).qos for p in args.partition]
+        return host_switch_interval(len(args.models), classes, args.switch_interval)
+    except ValueError as exc:
+        raise SystemExit(f"pygpukit serve: {exc}") from None
 
 
 def _exit_cleanly(signum: int, frame: Any) -> None:
@@ -175,6 +187,7 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
         ) from None
 
     from .config_file import ServeConfigError, resolve_options
+    from .qos import apply_switch_interval
 
     start = time.perf_counter()
     try:
@@ -182,12 +195,12 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
     except ServeConfigError as exc:
         raise SystemExit(f"pygpukit serve: {exc}") from None
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    interval = _switch_interval(args)
     engines, scheduler = build_engines(args, err)
     _warm_up(engines)
-    # The engine threads and the event loop share the GIL. An engine thread whose step's
-    # tokens have arrived must not wait the default 5 ms for the loop thread (busy writing a
-    # step's events to 64 clients) to let go: the next step would start that much later.
-    sys.setswitchinterval(_SWITCH_INTERVAL_S)
+    # The engine threads and the event loop share the interpreter lock (see .qos).
+    apply_switch_interval(interval)
+    err.write(f"pygpukit serve: interpreter switch interval {interval * 1e3:g} ms\n")
     app = create_app(engines, grace_s=args.grace)
 
     class _Server(uvicorn.Server):

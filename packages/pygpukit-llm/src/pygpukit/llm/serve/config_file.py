@@ -52,6 +52,7 @@ DEFAULTS: dict[str, tuple[Any, tuple[type, ...]]] = {
     "lookahead": (True, (bool,)),
     "batch_invariant": (False, (bool,)),
     "grace": (30.0, (int, float)),
+    "switch_interval": (None, (int, float)),
     "log_level": ("info", (str,)),
 }
 
