@@ -428,12 +428,14 @@ def _sm_count(device: int) -> int:
 
 
 #: CTAs per SM the flash-decoding split aims for, per decode kernel. The tensor-core kernels'
-#: CTAs hold 72 KiB of shared memory (3 fit on an SM; the two-stage ones): two per SM keeps every
-#: CTA resident at once, so no partial last wave runs alone, and makes each CTA's key range long
-#: (one or three per SM, and three or four stages, all lost on an H200). The SIMT kernel
-#: (no shared memory, many CTAs per SM) does best at eight per SM. docs/ops-attention.md
-#: (Performance notes) has the split sweep these come from.
-_DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "bulk2": 2, "simt": 8}
+#: CTAs hold 72 KiB of shared memory (3 fit on an SM; the two-stage ones): at most three per SM
+#: keeps every CTA resident at once, so no partial last wave runs alone. With a combine kernel
+#: two per SM did best (fewer partials to merge; one per SM, and three or four stages, lost on an
+#: H200); ``bulk2``, whose last CTA merges the partials itself, streams best at three
+#: (8K cached tokens, batch 8, on an H200: 74.0 us against 74.5, paged 76.5 against 78.2).
+#: The SIMT kernel (no shared memory, many CTAs per SM) does best at eight per SM.
+#: docs/ops-attention.md (Performance notes) has the split sweeps these come from.
+_DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "bulk2": 3, "simt": 8}
 
 
 def _decode_split(
