@@ -290,7 +290,10 @@ class DecodeGraphs:
         if shape is None:
             packed = gp.empty((bucket * (4 + width),), gp.int32)
             shape = self._shapes[key] = _Shape(bucket, width, packed)
-        shape.packed[...] = self.pack(chunks, bucket, width)
+        # Uploaded on the stream, not with a blocking copy: that synchronizes the stream, and
+        # with a step queued ahead (the engine's lookahead) it would wait for that step too.
+        upload = gp.from_numpy(self.pack(chunks, bucket, width), stream=gp.current_stream())
+        shape.packed[...] = upload
         if token_ids is not None:
             shape.packed[0:n] = token_ids
         if shape.graph is not None:

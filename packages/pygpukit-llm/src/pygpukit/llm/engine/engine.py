@@ -432,7 +432,9 @@ class Engine:
         ids = current.pending.ids
         with self._context():
             if len(rows) != len(chunks):
-                ids = gp.take(ids, gp.from_numpy(np.asarray(rows, np.int32)), axis=0)
+                # On the stream: a blocking upload would wait for the step queued before.
+                index = gp.from_numpy(np.asarray(rows, np.int32), stream=gp.current_stream())
+                ids = gp.take(ids, index, axis=0)
             logits = self.decode.logits(ahead, token_ids=ids)
             sampled = [c.request for c in ahead]
             launched = _Launched(StepPlan(chunks=ahead), sampled, SampledTokens(logits, sampled))
