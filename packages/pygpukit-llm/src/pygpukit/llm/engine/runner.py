@@ -29,6 +29,7 @@ from pygpukit.array import GPUArray
 from ..models.llama import LlamaModel
 from .paged_cache import PagedKVCache
 from .request import Request
+from .side_stream import upload
 
 __all__ = ["BatchInputs", "ModelRunner", "ScheduledChunk"]
 
@@ -157,13 +158,8 @@ class ModelRunner:
         n = int(inputs.ids.shape[0])
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         split = inputs.fresh_from if self.flash_prefill else n
-        # Uploads on the stream: a blocking one synchronizes it, which would hold the host
-        # (that has the rest of the step to launch) until the GPU is idle.
-        stream = gp.current_stream()
-
-        def upload(a: np.ndarray) -> GPUArray:
-            return gp.from_numpy(np.ascontiguousarray(a), stream=stream)
-
+        # Uploads on the side stream: a blocking one on this stream would hold the host (that
+        # has the rest of the step to launch) until the GPU is idle.
         slots = upload(inputs.slots)
         seq_lens = upload(inputs.seq_lens[:split]) if split else None
         table = upload(inputs.block_table[:split]) if split else None
