@@ -44,6 +44,14 @@ __device__ __forceinline__ uint4 normalized(const uint4& xc, const uint4& wc, fl
     return *reinterpret_cast<uint4*>(r);
 }
 
+// RoPE of one NeoX pair (x0, x1) by angle (c, s): (x0 c - x1 s, x1 c + x0 s), with its roundings
+// written out (one fmaf each, the other product rounded first). Left as plain expressions, the
+// compiler picks which product to fuse per kernel, and two kernels of the same source could
+// round a pair differently.
+__device__ __forceinline__ float2 rope_pair(float x0, float x1, float c, float s) {
+    return make_float2(fmaf(x0, c, -__fmul_rn(x1, s)), fmaf(x0, s, __fmul_rn(x1, c)));
+}
+
 // The rounded output of the unfused GEMV, widened again.
 template <typename T>
 __device__ __forceinline__ float rounded(float v) {
