@@ -15,6 +15,7 @@ from llm_reference_numpy import CONFIGS, rel_err
 
 import pygpukit as gp
 from pygpukit import llm
+from pygpukit.llm.models import llama_decode
 from pygpukit.llm.random_model import random_weights
 
 FUSED = ["llama3_tied", "qwen2_bias", "mistral_window", "qwen2_yarn"]
@@ -100,3 +101,23 @@ def test_sampling_and_stats_use_the_fused_step(seed, rng):
     np.testing.assert_array_equal(hist[:5], prompt)
     np.testing.assert_array_equal(hist[5:13], a)
     assert int(model.decoder.lens.to_numpy()[0]) == min(13, model.max_seq_len)
+
+
+@pytest.mark.parametrize("name", ["llama3_tied", "qwen2_bias"])
+def test_greedy_head_and_folded_embedding_keep_the_tokens(name, seed, rng, monkeypatch):
+    """The step whose head also picks the token and advances the state, and whose first GEMV
+    gathers the embedding row, gives the tokens of the step with an embedding kernel, float32
+    logits, argmax and decode_advance: exactly (the logits are the same bits)."""
+    model = _model(name, seed, "bfloat16")
+    dec = model.decoder
+    assert dec.fused is not None and dec.fused.has_greedy and dec.fused.folds_embedding
+    prompt = rng.integers(3, 256, 7).tolist()
+    fused = model.generate(prompt, max_new_tokens=12).token_ids
+    monkeypatch.setattr(llama_decode, "FOLD_EMBEDDING", False)
+    dec.fused = llama_decode.FusedDecodeStep(dec.model, dec.cache, dec.token, dec.pos, dec.lens)
+    dec._graphs.clear()
+    assert not dec.fused.has_greedy and not dec.fused.folds_embedding
+    plain = model.generate(prompt, max_new_tokens=12).token_ids
+    assert fused == plain
+    with pytest.raises(RuntimeError, match="next_token"):
+        dec.fused.greedy()

@@ -190,3 +190,43 @@ def test_decode_advance(rng):
     assert int(pos.to_numpy()[0]) == 6 and int(lens.to_numpy()[0]) == 7
     with pytest.raises(ValueError, match="capacity"):
         ops.decode_advance(nxt, tok, pos, lens, history, 0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("rows2d", [False, True])
+def test_gather_folds_the_embedding_lookup(rng, rand: Rand, dtype: str, rows2d: bool):
+    """gather_ids: the table's row is copied out and used as x, as embedding then decode_linear."""
+    vocab, k, n = 53, 72, 40
+    table, w, nw = up(rand((vocab, k), dtype)), weight(rand, n, k, dtype), up(rand((k,), dtype))
+    token = int(rng.integers(0, vocab))
+    ids = up(np.array([token], np.int32))
+    row_out = gp.zeros((1, k) if rows2d else (k,), dtype)
+    got = ops.decode_linear(table, w, norm_weight=nw, gather_ids=ids, gather_out=row_out)
+    picked = ops.embedding(ids, table)
+    want = ops.decode_linear(picked.reshape(-1), w, norm_weight=nw)
+    np.testing.assert_array_equal(row_out.to_numpy().reshape(-1), table.to_numpy()[token])
+    assert got.shape == ((1, n) if rows2d else (n,))
+    np.testing.assert_array_equal(got.to_numpy().reshape(-1), want.to_numpy())
+
+
+def test_gather_of_an_id_outside_the_table_is_a_row_of_zeros(rand: Rand):
+    dt = "bfloat16"
+    table, w, nw = up(rand((20, 64), dt)), weight(rand, 40, 64, dt), up(rand((64,), dt))
+    row_out = up(rand((64,), dt))
+    got = ops.decode_linear(table, w, norm_weight=nw, gather_ids=up(np.array([20], np.int32)),
+                            gather_out=row_out)  # fmt: skip
+    assert not row_out.to_numpy().any() and not got.to_numpy().any()
+
+
+def test_gather_argument_errors(rand: Rand):
+    dt = "bfloat16"
+    table, w, nw = up(rand((20, 64), dt)), weight(rand, 40, 64, dt), up(rand((64,), dt))
+    ids, row = up(np.array([3], np.int32)), gp.zeros((64,), dt)
+    with pytest.raises(ValueError, match="needs norm_weight"):
+        ops.decode_linear(table, w, gather_ids=ids, gather_out=row)
+    with pytest.raises(ValueError, match="come together"):
+        ops.decode_linear(table, w, norm_weight=nw, gather_ids=ids)
+    with pytest.raises(ValueError, match="row of 64"):
+        ops.decode_linear(table, w, norm_weight=nw, gather_ids=ids, gather_out=gp.zeros((8,), dt))
+    with pytest.raises(TypeError, match="unknown decode_linear option"):
+        ops.decode_linear(table[0], w, gather=ids)  # type: ignore[call-arg]

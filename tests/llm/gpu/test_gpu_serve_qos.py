@@ -1,5 +1,5 @@
-"""Isolation between the engines of one process on the GPU: a step's sampled ids come back on
-the step's own stream, never behind another engine's download that waits for its unfinished
+"""Isolation between the engines of one process on the GPU: a step's sampled ids come back
+once that step is done, never behind another engine's download that waits for its unfinished
 work (the transfer engine's copy stream is shared by the whole process)."""
 
 from __future__ import annotations

@@ -178,7 +178,9 @@ class Decoder:
         #: The fused step (four GEMVs and the attention a layer), where the model allows it.
         self.fused: llama_decode.FusedDecodeStep | None = None
         if llama_decode.supports(model):
-            self.fused = llama_decode.FusedDecodeStep(model, cache, self.token, self.pos, self.lens)
+            self.fused = llama_decode.FusedDecodeStep(
+                model, cache, self.token, self.pos, self.lens, self.next_token, self.history
+            )
         self.use_fused = self.fused is not None
 
     # --- the device-side steps --------------------------------------------------------------
@@ -248,7 +250,11 @@ class Decoder:
         def store(i: int, k: GPUArray, v: GPUArray) -> None:
             self.cache.write(i, k, v, slots)
 
-        x = self.model.hidden_states(ids, positions, self.model.attend_uncached(store))
+        if s <= self.cache.capacity:  # keys and values go straight into slots 0 .. s - 1
+            attend = self.model.attend_uncached(cache=(self.cache.k, self.cache.v))
+        else:  # a sliding window keeps the last tokens only: written through the slot map
+            attend = self.model.attend_uncached(store)
+        x = self.model.hidden_states(ids, positions, attend)
         self._sample(self.model.logits(x[:, s - 1]), p, gen)
         self._advance()
 
@@ -260,8 +266,11 @@ class Decoder:
         offset, then a small graph that advances the state). No host wait, no allocation.
         """
         if not self.use_graphs:
-            self._sample(self._step_logits(), p, gen)
-            self._advance()
+            if p.greedy:
+                self._greedy_step()
+            else:
+                self._sample(self._step_logits(), p, gen)
+                self._advance()
             return
         if p.greedy:
             self._graph("greedy", self._capture_greedy).replay()
@@ -273,9 +282,19 @@ class Decoder:
         self._sample(self._graph_logits, p, gen)
         advance.replay()
 
-    def _capture_greedy(self) -> None:
+    def _greedy_step(self) -> None:
+        """The step, its argmax and the state's advance.
+
+        The fused step picks the token and advances the state in the head's launch.
+        """
+        if self.use_fused and self.fused is not None and self.fused.has_greedy:
+            self.fused.greedy()
+            return
         ops.argmax(self._step_logits(), out=self.next_token)
         self._advance()
+
+    def _capture_greedy(self) -> None:
+        self._greedy_step()
 
     def _capture_logits(self) -> None:
         self._graph_logits = self._step_logits()

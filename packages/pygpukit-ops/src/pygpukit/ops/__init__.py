@@ -17,6 +17,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
 - :mod:`.decode_linear`: a one-token decode layer's GEMVs with RMSNorm, residual, SwiGLU and
   RoPE + KV-cache writes fused in; :mod:`.decode_state`: a decode step's bookkeeping;
+  :mod:`.decode_head`: a greedy step's head GEMV, argmax and bookkeeping in one launch;
   :mod:`.decode_attention_single`: one-launch decode attention over short caches;
 - :mod:`.sampling`: token sampling on the GPU;
 - :mod:`.quantization`: GGUF tensor types (Q8_0, Q4_0, Q4_1, ...) dequantized on the device;
@@ -42,7 +43,9 @@ from . import (
     config,
     conv,
     decode_attention_single,
+    decode_head,
     decode_linear,
+    decode_rows,
     decode_state,
     kv_cache,
     layers,
@@ -67,7 +70,9 @@ __all__ = [
     *channels.__all__,
     *conv.__all__,
     *decode_attention_single.__all__,
+    *decode_head.__all__,
     *decode_linear.__all__,
+    *decode_rows.__all__,
     *decode_state.__all__,
     *kv_cache.__all__,
     *linear.__all__,
@@ -85,7 +90,9 @@ from .audio import *  # noqa: F403
 from .channels import *  # noqa: F403
 from .conv import *  # noqa: F403
 from .decode_attention_single import *  # type: ignore[no-redef]  # noqa: F403
+from .decode_head import *  # noqa: F403
 from .decode_linear import *  # type: ignore[no-redef]  # noqa: F403
+from .decode_rows import *  # noqa: F403
 from .decode_state import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403

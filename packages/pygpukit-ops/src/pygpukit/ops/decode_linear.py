@@ -5,6 +5,9 @@ At batch 1 a small model's layer is bound by kernel launches, not by its weight 
 
 - a **prologue**: ``norm_weight`` given, ``x`` is the residual stream and is RMS-normalised
   first (every block recomputes the row's sum of squares: the row is a few KB);
+- a **gather**: ``gather_ids`` given, ``x`` is an embedding table ``[V, K]`` and the row is
+  ``x[gather_ids[0]]``, also stored into ``gather_out`` (the step's embedding lookup, which
+  starts the residual stream, folded into the layer's first GEMV; needs the norm prologue);
 - an **epilogue**: ``epilogue=None`` stores ``x @ weight.T + bias`` (optionally float32,
   unrounded: logits), ``"residual"`` adds it into ``residual`` in place, ``"swiglu"`` returns
   ``silu(gate) * up`` of a fused gate/up weight (gate rows first), ``"rope_kv"`` treats the result
@@ -26,7 +29,7 @@ Otherwise, and on the CPU backend, the composition of those ops runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
@@ -38,7 +41,7 @@ from . import _kernel_loader as kl
 from . import config
 from ._constants import constant
 from ._plan import Launch, PlanCache, per_backend
-from .activations import silu_mul
+from .activations import embedding, silu_mul
 from .linear import check_no_overlap, gemv, linear
 from .normalization import rmsnorm
 from .reference import activations as ref_act
@@ -47,7 +50,17 @@ from .reference import normalization as ref_norm
 from .reference import rope as ref_rope
 from .rope import rope_kv_append
 
-__all__ = ["EPILOGUES", "BoundDecodeLinear", "RopeKV", "bind_decode_linear", "decode_linear"]
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11+; annotations are not evaluated at run time
+    from typing_extensions import Unpack
+
+__all__ = [
+    "EPILOGUES",
+    "BoundDecodeLinear",
+    "DecodeLinearOptions",
+    "RopeKV",
+    "bind_decode_linear",
+    "decode_linear",
+]
 
 #: Epilogue names and their codes in the kernel.
 EPILOGUES: dict[str | None, int] = {None: 0, "residual": 1, "swiglu": 2, "rope_kv": 3}
@@ -82,6 +95,28 @@ class RopeKV:
         return self.q_heads, hkv, d, cap
 
 
+@dataclass(frozen=True)
+class Gather:
+    """The ``gather_ids`` / ``gather_out`` pair: ``x`` is a table, its row ``ids[0]`` is used."""
+
+    ids: GPUArray
+    out: GPUArray
+
+
+def _check_gather(x: GPUArray, gather: Gather, norm_weight: GPUArray | None) -> None:
+    c.check_array(x, "x (the table)", dtypes=c.FLOAT_DTYPES, ndim=2)
+    c.check_array(gather.ids, "gather_ids", dtypes=[np.int32])
+    if gather.ids.size != 1:
+        raise ValueError(f"gather_ids must hold one int32 id, got shape {gather.ids.shape}")
+    c.check_array(gather.out, "gather_out", dtypes=[x.dtype])
+    if gather.out.size != x.shape[1]:
+        raise ValueError(f"gather_out must hold a row of {x.shape[1]}, got {gather.out.shape}")
+    c.check_writeable(gather.out, "gather_out")
+    check_no_overlap(gather.out, ("x", x))
+    if norm_weight is None:
+        raise ValueError("gather_ids needs norm_weight= (the gathered row is normalised)")
+
+
 def _check(
     x: GPUArray,
     weight: GPUArray,
@@ -90,10 +125,14 @@ def _check(
     epilogue: str | None,
     residual: GPUArray | None,
     rope_kv: RopeKV | None,
+    gather: Gather | None,
 ) -> tuple[int, int]:
-    c.check_array(x, "x", dtypes=c.FLOAT_DTYPES, ndim=(1, 2))
-    if x.ndim == 2 and x.shape[0] != 1:
-        raise ValueError(f"decode_linear takes one row of x ([K] or [1, K]), got {x.shape}")
+    if gather is not None:
+        _check_gather(x, gather, norm_weight)
+    else:
+        c.check_array(x, "x", dtypes=c.FLOAT_DTYPES, ndim=(1, 2))
+        if x.ndim == 2 and x.shape[0] != 1:
+            raise ValueError(f"decode_linear takes one row of x ([K] or [1, K]), got {x.shape}")
     c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=2)
     c.check_same_dtype(x, ("weight", weight), ("bias", bias), ("norm_weight", norm_weight))
     n, k = weight.shape
@@ -117,6 +156,8 @@ def _check(
             raise ValueError(f"residual must hold the N = {n} outputs, got {residual.shape}")
         c.check_writeable(residual, "residual")
         check_no_overlap(residual, ("x", x), ("weight", weight))
+        if gather is not None:
+            check_no_overlap(gather.out, ("residual", residual))
     if epilogue == "swiglu" and n % 2:
         raise ValueError(f"epilogue='swiglu' needs gate and up rows: an even N, got {n}")
     if rope_kv is not None:
@@ -133,11 +174,14 @@ def _check(
     return n, k
 
 
-def _out_shape(x: GPUArray, n: int, epilogue: str | None, rope_kv: RopeKV | None) -> tuple:
+def _out_shape(
+    x: GPUArray, n: int, epilogue: str | None, rope_kv: RopeKV | None, gather: Gather | None
+) -> tuple:
     width = n // 2 if epilogue == "swiglu" else n
     if rope_kv is not None:
         width = rope_kv.q_heads * rope_kv.shape[2]
-    return (width,) if x.ndim == 1 else (1, width)
+    row = gather.out if gather is not None else x  # a gathered row has gather_out's shape
+    return (width,) if row.ndim == 1 else (1, width)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +197,44 @@ class FusedPlan:
                              dependent=self.dependent)  # fmt: skip
 
 
-def _plan(n: int, k: int, dtype: np.dtype, norm: bool, pair: int, device: int) -> FusedPlan:
+#: The kernel entry point by output rows per warp (each with as many loads in flight per lane).
+_ENTRY_BY_ROWS = {4: "decode_linear", 2: "decode_linear_r2", 1: "decode_linear_r1"}
+#: Rows per warp by GEMV kind ("paired": the RoPE and SwiGLU epilogues, "plain": the others);
+#: None lets the shape decide (:func:`rows_per_warp`). A row's sum is the same bits for every
+#: choice; only how many warps stream the weight changes. Read when a call is planned.
+ROWS_PER_WARP: dict[str, int | None] = {"paired": None, "plain": None}
+#: Whether rows of ``K <= DECODE_LINEAR_SHORT_MAX_K`` (1024) run ``decode_linear_short``: 4 rows a
+#: warp, every chunk loaded before waiting for the previous kernel, one pass, fewer registers.
+#: None lets the shape decide. Read when a call is planned; the bits are the same either way.
+ONE_PASS: bool | None = None
+
+
+def rows_per_warp(n: int, k: int, pair: int) -> int:
+    """Output rows per warp of the fused kernel for an ``[n, k]`` weight (4, 2 or 1).
+
+    Paired epilogues take 4 or 2 (a warp finishes whole pairs); 1 needs an unpaired one.
+    """
+    chosen = ROWS_PER_WARP["paired" if pair else "plain"]
+    if chosen is not None:
+        if chosen not in _ENTRY_BY_ROWS or (pair and (chosen == 1 or pair % (chosen // 2))):
+            raise ValueError(f"no fused decode GEMV with {chosen} rows per warp for pair={pair}")
+        return chosen
+    return 4
+
+
+def _one_pass(k: int, rows: int) -> bool:
+    """Whether the call runs the one-pass kernel (4 rows a warp, short rows)."""
+    fits = rows == 4 and k <= constant("decode_linear", "DECODE_LINEAR_SHORT_MAX_K")
+    return fits and (ONE_PASS if ONE_PASS is not None else False)
+
+
+def _plan(
+    n: int, k: int, dtype: np.dtype, norm: bool, pair: int, rows: int, one_pass: bool, device: int
+) -> FusedPlan:
     warps = constant("decode_linear", "DECODE_LINEAR_WARPS")
-    rows = constant("decode_linear", "DECODE_LINEAR_ROWS_PER_WARP")
     c.check_int32("decode_linear", N=n, K=k)
-    kernel = kl.kernel("decode_linear", f"decode_linear_{c.kernel_suffix(dtype)}")
+    entry = "decode_linear_short" if one_pass else _ENTRY_BY_ROWS[rows]
+    kernel = kl.kernel("decode_linear", f"{entry}_{c.kernel_suffix(dtype)}")
     grid = max(1, -(-n // (warps * rows)))
     shared = k * dtype.itemsize if norm else 0
     # Dependent launch pays off where a GEMV is short (its launch and ramp are a large part of
@@ -167,15 +244,22 @@ def _plan(n: int, k: int, dtype: np.dtype, norm: bool, pair: int, device: int) -
     return FusedPlan(Launch(kernel, grid, warps * 32, shared), dependent)
 
 
-#: Fused launches by (N, K, dtype, norm prologue, pair offset, device).
+#: Fused launches by (N, K, dtype, norm prologue, pair offset, rows per warp, one pass, device).
 PLANS: PlanCache[FusedPlan] = PlanCache("decode_linear", _plan)
 
 
 def _fusable(
-    x: GPUArray, weight: GPUArray, k: int, norm_weight: GPUArray | None, pair: int
+    x: GPUArray,
+    weight: GPUArray,
+    k: int,
+    norm_weight: GPUArray | None,
+    pair: int,
+    gather: Gather | None,
 ) -> bool:
     """Whether the fused kernel takes this call (on the GPU)."""
     if x.dtype not in c.HALF_DTYPES or k % 8 or k == 0 or pair % 2:
+        return False
+    if gather is not None and gather.out.data_ptr % 16:
         return False
     if norm_weight is not None and (
         norm_weight.data_ptr % 16 or k * x.dtype.itemsize > _MAX_STAGED_BYTES
@@ -195,8 +279,11 @@ def _composed(
     rope_kv: RopeKV | None,
     y: GPUArray,
     f32: bool,
+    gather: Gather | None,
 ) -> None:
     """The unfused ops, one after the other: shapes the kernel does not take, on the GPU."""
+    if gather is not None:
+        x = embedding(gather.ids.reshape(1), x, out=gather.out.reshape(1, -1))
     row = x.reshape(1, -1)
     if norm_weight is not None:
         row = rmsnorm(row, norm_weight, eps)
@@ -234,9 +321,15 @@ def _numpy(
     rope_kv: RopeKV | None,
     y: GPUArray,
     f32: bool,
+    gather: Gather | None,
 ) -> None:
     """The CPU backend: the references of the unfused ops, rounding where they store."""
     dtype = x.dtype
+    if gather is not None:  # an id outside the table is a row of zeros, as on the GPU
+        table, i = c.host(x), int(c.host(gather.ids).reshape(-1)[0])
+        picked = table[i] if 0 <= i < table.shape[0] else np.zeros(table.shape[1], table.dtype)
+        c.host(gather.out).reshape(-1)[...] = picked
+        x = gather.out
     row = c.f32(x).reshape(1, -1)
     if norm_weight is not None:
         row = ref_norm.norm(row, c.f32(norm_weight), None, eps, False, dtype).astype(np.float32)
@@ -297,45 +390,68 @@ class BoundDecodeLinear:
         return self.result
 
 
+class DecodeLinearOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`decode_linear` and :func:`bind_decode_linear`.
+
+    All optional: ``norm_weight`` (default None), ``eps`` (1e-6), ``epilogue`` (None),
+    ``residual``, ``rope_kv``, ``gather_ids`` and ``gather_out``, ``out``, ``out_dtype`` (None);
+    their meaning is :func:`decode_linear`'s.
+    """
+
+    norm_weight: GPUArray | None
+    eps: float
+    epilogue: str | None
+    residual: GPUArray | None
+    rope_kv: RopeKV | None
+    gather_ids: GPUArray | None
+    gather_out: GPUArray | None
+    out: GPUArray | None
+    out_dtype: Any
+
+
 def bind_decode_linear(
     x: GPUArray,
     weight: GPUArray,
     bias: GPUArray | None = None,
-    *,
-    norm_weight: GPUArray | None = None,
-    eps: float = 1e-6,
-    epilogue: str | None = None,
-    residual: GPUArray | None = None,
-    rope_kv: RopeKV | None = None,
-    out: GPUArray | None = None,
-    out_dtype: Any = None,
+    **options: Unpack[DecodeLinearOptions],
 ) -> BoundDecodeLinear:
     """:func:`decode_linear`'s call validated and planned once: ``bound()`` enqueues it.
 
     For a decode loop that runs the same call on the same arrays every step (the arrays' values
     change, not the arrays). Arguments as :func:`decode_linear`.
     """
-    return _bind(x, weight, bias, norm_weight, eps, epilogue, residual, rope_kv, out, out_dtype)
+    unknown = sorted(set(options) - set(DecodeLinearOptions.__annotations__))
+    if unknown:
+        raise TypeError(
+            f"unknown decode_linear option(s) {', '.join(unknown)}; the options are "
+            f"{', '.join(DecodeLinearOptions.__annotations__)}"
+        )
+    o = options
+    ids, gather_out = o.get("gather_ids"), o.get("gather_out")
+    if (ids is None) != (gather_out is None):
+        raise ValueError("gather_ids and gather_out come together (the id, and the row's copy)")
+    gather = Gather(ids, gather_out) if ids is not None and gather_out is not None else None
+    return _bind(
+        x, weight, bias, o.get("norm_weight"), float(o.get("eps", 1e-6)), o.get("epilogue"),
+        o.get("residual"), o.get("rope_kv"), gather, o.get("out"), o.get("out_dtype"),
+    )  # fmt: skip
 
 
 def decode_linear(
     x: GPUArray,
     weight: GPUArray,
     bias: GPUArray | None = None,
-    *,
-    norm_weight: GPUArray | None = None,
-    eps: float = 1e-6,
-    epilogue: str | None = None,
-    residual: GPUArray | None = None,
-    rope_kv: RopeKV | None = None,
-    out: GPUArray | None = None,
-    out_dtype: Any = None,
+    **options: Unpack[DecodeLinearOptions],
 ) -> GPUArray:
     """One token's ``x @ weight.T (+ bias)`` with a fused RMSNorm prologue and epilogue.
 
     ``x``: ``[K]`` or ``[1, K]``; ``weight`` ``[N, K]`` (``nn.Linear`` layout), ``bias`` ``[N]``,
     ``norm_weight`` ``[K]``, all one float dtype, C-contiguous. ``norm_weight`` given: ``x`` is
-    RMS-normalised (``eps``) first, as :func:`rmsnorm`. ``epilogue`` (see the module docstring):
+    RMS-normalised (``eps``) first, as :func:`rmsnorm`. ``gather_ids`` (int32 ``[1]``) and
+    ``gather_out`` (``K`` elements) given: ``x`` is a table ``[V, K]``, its row ``gather_ids[0]``
+    (a row of zeros outside ``[0, V)``, as :func:`embedding` on the GPU) is copied into
+    ``gather_out`` and used as the row (needs ``norm_weight``). ``epilogue`` (see the module
+    docstring):
 
     - ``None``: returns the ``[N]`` product (``out_dtype=float32``: the float32 sums, as
       :func:`gemv`'s; no bias then);
@@ -348,7 +464,7 @@ def decode_linear(
     ``out`` (the result's shape and dtype) receives the result for the epilogues that make one.
     Returns without waiting on the GPU.
     """
-    return _bind(x, weight, bias, norm_weight, eps, epilogue, residual, rope_kv, out, out_dtype)()
+    return bind_decode_linear(x, weight, bias, **options)()
 
 
 def _bind(
@@ -360,10 +476,11 @@ def _bind(
     epilogue: str | None,
     residual: GPUArray | None,
     rope_kv: RopeKV | None,
+    gather: Gather | None,
     out: GPUArray | None,
     out_dtype: Any,
 ) -> BoundDecodeLinear:
-    n, k = _check(x, weight, bias, norm_weight, epilogue, residual, rope_kv)
+    n, k = _check(x, weight, bias, norm_weight, epilogue, residual, rope_kv, gather)
     dtype = x.dtype
     f32 = out_dtype is not None and np.dtype(out_dtype) != dtype
     if f32 and (
@@ -376,7 +493,7 @@ def _bind(
         assert residual is not None
         y = residual
     else:
-        shape = _out_shape(x, n, epilogue, rope_kv)
+        shape = _out_shape(x, n, epilogue, rope_kv, gather)
         y_dtype = np.dtype(np.float32) if f32 else dtype
         c.check_out(out, shape, y_dtype)
         check_no_overlap(out, ("x", x), ("weight", weight))
@@ -388,7 +505,7 @@ def _bind(
         pair = n // 2
     elif rope_kv is not None:
         pair = rope_kv.shape[2] // 2
-    args = (x, weight, bias, norm_weight, eps, epilogue, residual, rope_kv, y, f32)
+    args = (x, weight, bias, norm_weight, eps, epilogue, residual, rope_kv, y, f32, gather)
     return _bind_backend(n, k, pair, args)
 
 
@@ -397,10 +514,13 @@ def _bind_numpy(n: int, k: int, pair: int, args: tuple[Any, ...]) -> BoundDecode
 
 
 def _bind_cuda(n: int, k: int, pair: int, args: tuple[Any, ...]) -> BoundDecodeLinear:
-    x, weight, bias, norm_weight, eps, epilogue, _residual, rope_kv, y, f32 = args
-    if not _fusable(x, weight, k, norm_weight, pair):
+    x, weight, bias, norm_weight, eps, epilogue, _residual, rope_kv, y, f32, gather = args
+    if not _fusable(x, weight, k, norm_weight, pair, gather):
         return BoundDecodeLinear(y, None, args, _composed)
-    plan = PLANS.get(n, k, x.dtype, norm_weight is not None, pair, gp.get_device())
+    rows = rows_per_warp(n, k, pair)
+    one_pass = _one_pass(k, rows)
+    norm = norm_weight is not None
+    plan = PLANS.get(n, k, x.dtype, norm, pair, rows, one_pass, gp.get_device())
     if rope_kv is not None:
         hq, hkv, d, cap = rope_kv.shape
         table = rope_kv.cos
@@ -409,10 +529,11 @@ def _bind_cuda(n: int, k: int, pair: int, args: tuple[Any, ...]) -> BoundDecodeL
         sizes = (hq, hkv, d, cap, table.shape[0], _TABLE_KIND[table.dtype])
     else:
         rope_args, sizes = (0, 0, 0, 0, 0), (0, 0, 0, 1, 0, 0)
+    gather_args = (0, 0, 0) if gather is None else (gather.ids, x.shape[0], gather.out)
     kernel_args = (
         x, norm_weight if norm_weight is not None else 0, float(eps), weight,
         bias if bias is not None else 0, y, *rope_args, n, k, pair, EPILOGUES[epilogue],
-        int(f32), *sizes,
+        int(f32), *sizes, *gather_args,
     )  # fmt: skip
     return BoundDecodeLinear(y, plan, kernel_args, None)
 

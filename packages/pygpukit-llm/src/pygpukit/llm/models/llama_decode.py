@@ -12,10 +12,13 @@ weight bytes (docs/llm-performance.md). :class:`FusedDecodeStep` runs a
 4. RMSNorm -> gate/up GEMV -> ``silu(gate) * up`` (epilogue ``swiglu``);
 5. down GEMV -> + residual;
 
-and the step as the embedding gather, the layers, then RMSNorm -> head GEMV (float32 logits) in
-one more launch. The values are those of the unfused step (``LlamaModel.hidden_states``): each
-fused stage rounds where the unfused kernels store. Every intermediate is preallocated, so the
-step allocates nothing and is captured once in a CUDA graph.
+and the step as the layers (the first q/k/v GEMV also gathers the token's embedding row, which
+starts the residual stream), then RMSNorm -> head GEMV in one more launch: float32 logits
+(``step()``), or, for a greedy step, the argmax and the state's advance in the same launch
+(``greedy()``, ``ops.decode_argmax``). The values are those of the unfused step
+(``LlamaModel.hidden_states``): each fused stage rounds where the unfused kernels store. Every
+intermediate is preallocated, so the step allocates nothing and is captured once in a CUDA
+graph.
 
 Models with per-head q/k RMSNorm (Qwen3) or a partly rotated head keep the unfused step: the
 norm sits between the projection and RoPE (:func:`supports`).
@@ -27,7 +30,14 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.array import GPUArray
-from pygpukit.ops import BoundDecodeLinear, RopeKV, bind_decode_linear
+from pygpukit.ops import (
+    BoundDecodeArgmax,
+    BoundDecodeLinear,
+    RopeKV,
+    SequenceState,
+    bind_decode_argmax,
+    bind_decode_linear,
+)
 from pygpukit.ops.decode_attention_single import SINGLE_PASS_HEAD_DIMS
 from pygpukit.ops.decode_attention_single import plan as single_pass_plan
 
@@ -39,6 +49,9 @@ __all__ = ["SINGLE_PASS_MAX_TOKENS", "FusedDecodeStep", "supports"]
 #: Cache capacity up to which the step runs the one-launch attention. On an H200 it took
 #: SmolLM2-135M from 1737 to 1998 tok/s and Qwen2.5-0.5B from 1283 to 1425 at 400 tokens.
 SINGLE_PASS_MAX_TOKENS = 1024
+#: Gather the token's embedding row in the first q/k/v GEMV (no embedding kernel). Read when a
+#: step is built.
+FOLD_EMBEDDING = True
 
 
 def supports(model: LlamaModel) -> bool:
@@ -69,8 +82,11 @@ class FusedDecodeStep:
     ``token``, ``position`` and ``lens`` are the int32 ``[1]`` device arrays of the current
     token, its position (its cache slot is ``position % capacity``) and the number of cached
     tokens it attends to (itself included); ``step()`` reads them, writes the token's k and v into
-    the cache and returns the float32 logits ``[1, vocab]`` (always the same array). Every call
-    is bound (validated and planned) at construction, so a step makes no checks or plans.
+    the cache and returns the float32 logits ``[1, vocab]`` (always the same array). Given
+    ``next_token`` (int32 ``[1]``) and ``history`` (int32 ``[max_len]``), :meth:`greedy` runs the
+    step with the greedy token chosen in the head's launch and the state advanced there
+    (``ops.decode_advance``'s bookkeeping). Every call is bound (validated and planned) at
+    construction, so a step makes no checks or plans.
     """
 
     def __init__(
@@ -80,6 +96,8 @@ class FusedDecodeStep:
         token: GPUArray,
         position: GPUArray,
         lens: GPUArray,
+        next_token: GPUArray | None = None,
+        history: GPUArray | None = None,
     ) -> None:
         if not supports(model):
             raise ValueError(
@@ -98,14 +116,21 @@ class FusedDecodeStep:
         self.logits = gp.zeros((1, cfg.vocab_size), gp.float32)
         resid, rotary = self.residual, model.rotary
         q_rows, attn_rows = self.q.reshape(1, hq * d), self.attn.reshape(1, hq * d)
+        table = model.embed.table
+        #: Whether the first q/k/v GEMV gathers the embedding row (else an embedding kernel runs).
+        self.folds_embedding = FOLD_EMBEDDING and table.data_ptr % 16 == 0
         self._layers: list[tuple[BoundDecodeLinear, ...]] = []
         for i, layer in enumerate(model.layers):
             k_cache, v_cache = cache.k[i], cache.v[i]
             rope = RopeKV(rotary.cos, rotary.sin, position, k_cache, v_cache, hq)
+            gather = {}
+            if i == 0 and self.folds_embedding:
+                gather = {"gather_ids": self.token, "gather_out": resid}
             self._layers.append((
                 bind_decode_linear(
-                    resid, layer.qkv.weight, layer.qkv.bias, norm_weight=layer.input_norm.weight,
-                    eps=layer.input_norm.eps, epilogue="rope_kv", rope_kv=rope, out=q_rows,
+                    table if gather else resid, layer.qkv.weight, layer.qkv.bias,
+                    norm_weight=layer.input_norm.weight, eps=layer.input_norm.eps,
+                    epilogue="rope_kv", rope_kv=rope, out=q_rows, **gather,
                 ),
                 bind_decode_linear(attn_rows, layer.o_proj.weight, layer.o_proj.bias,
                                    epilogue="residual", residual=resid),
@@ -120,6 +145,13 @@ class FusedDecodeStep:
             resid, model.lm_head.weight, norm_weight=model.norm.weight, eps=model.norm.eps,
             out_dtype=gp.float32, out=self.logits,
         )  # fmt: skip
+        self._greedy_head: BoundDecodeArgmax | None = None
+        if next_token is not None and history is not None:
+            state = SequenceState(self.token, position, lens, history, cache.capacity)
+            self._greedy_head = bind_decode_argmax(
+                resid, model.lm_head.weight, out=next_token.reshape(1),
+                norm_weight=model.norm.weight, eps=model.norm.eps, advance=state,
+            )  # fmt: skip
         # Attention: the split kernel + combine, or one launch over a short cache.
         self._single = None
         if cfg.head_dim in SINGLE_PASS_HEAD_DIMS:
@@ -128,15 +160,39 @@ class FusedDecodeStep:
         #: by default when the cache holds at most SINGLE_PASS_MAX_TOKENS (one CTA per query
         #: head walks every cached key, so it loses to the split kernel on long caches).
         self.single_pass = self._single is not None and cache.capacity <= SINGLE_PASS_MAX_TOKENS
-        calls = [call for layer in self._layers for call in layer] + [self._head]
+        calls: list[BoundDecodeLinear | BoundDecodeArgmax] = [
+            call for layer in self._layers for call in layer
+        ]
+        calls += [self._head] if self._greedy_head is None else [self._head, self._greedy_head]
         if gp.backend_name() == "cuda" and not all(call.fused for call in calls):
             # The unfused fallback allocates its intermediates: not in a captured graph.
             raise AssertionError("supports() admitted a model the fused kernel does not take")
 
     def __call__(self) -> GPUArray:
         """Enqueue the step (see the class docstring); returns the logits array."""
+        self._layers_step()
+        return self._head()
+
+    @property
+    def has_greedy(self) -> bool:
+        """Whether :meth:`greedy` is available (``next_token`` and ``history`` were given)."""
+        return self._greedy_head is not None
+
+    def greedy(self) -> None:
+        """Enqueue a greedy step: the token into ``next_token``, then the state advanced.
+
+        The same as ``ops.argmax(step(), out=next_token)`` and ``ops.decode_advance``, without
+        the float32 logits or the two kernels.
+        """
+        if self._greedy_head is None:
+            raise RuntimeError("greedy() needs the step built with next_token= and history=")
+        self._layers_step()
+        self._greedy_head()
+
+    def _layers_step(self) -> None:
         m = self.model
-        m.embed(self.token, out=self.residual)
+        if not self.folds_embedding:
+            m.embed(self.token, out=self.residual)
         single = self._single if self.single_pass else None  # None: no kernel for this D
         scale = m.attention.scale
         for i, (qkv, o_proj, gate_up, down) in enumerate(self._layers):
@@ -149,4 +205,3 @@ class FusedDecodeStep:
             o_proj()
             gate_up()
             down()
-        return self._head()

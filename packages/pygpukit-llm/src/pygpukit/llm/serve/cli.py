@@ -58,6 +58,13 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "chat=8GiB,0.5,guaranteed (repeatable)")  # fmt: skip
     parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_const",
                         const=False, help="do not share prompt prefixes")  # fmt: skip
+    parser.add_argument("--no-lookahead", dest="lookahead", action="store_const", const=False,
+                        help="plan every decode step from the host's tokens (no step queued "
+                        "on the device-side ids of the previous one)")  # fmt: skip
+    parser.add_argument("--batch-invariant", dest="batch_invariant", action="store_const",
+                        const=True, help="a request's tokens do not depend on the batch, and "
+                        "greedy answers equal CausalLM.generate's (slower decode at large "
+                        "batches; no prefix caching)")  # fmt: skip
     parser.add_argument("--grace", type=float,
                         help=f"seconds running requests get to finish on SIGTERM "
                         f"{default('grace')}")  # fmt: skip
@@ -132,7 +139,8 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
         engines[name] = Engine(
             model, name=name, max_batch=args.max_batch, max_queue=args.max_queue,
             max_batched_tokens=args.max_batched_tokens, kv_memory=kv, partition=part,
-            prefix_caching=args.prefix_caching,
+            prefix_caching=args.prefix_caching and not args.batch_invariant,
+            lookahead=args.lookahead, batch_invariant=args.batch_invariant,
         )  # fmt: skip
         e = engines[name]
         err.write(

@@ -31,34 +31,6 @@ namespace {
 // SMs (the busiest SM does 3% more than average; 8-warp blocks: 3.4 per SM, 18% more).
 constexpr int kWarps = 4;
 
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-// Two packed 16-bit values -> two floats.
-template <typename T>
-__device__ __forceinline__ float2 unpack2(unsigned u);
-template <>
-__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned u) {
-    // bf16 is the high half of an fp32: shifting is the exact conversion.
-    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-}
-template <>
-__device__ __forceinline__ float2 unpack2<__half>(unsigned u) {
-    __half2 h = *reinterpret_cast<__half2*>(&u);
-    return __half22float2(h);
-}
-
-template <typename T>
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
-    float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y), c = unpack2<T>(v.z), d = unpack2<T>(v.w);
-    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
-}
-
 template <typename T>
 __device__ __forceinline__ float dot8(const float (&xf)[8], const uint4& w, float acc) {
     float wf[8];
