@@ -55,10 +55,10 @@ def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
 
 
 class SampledTokens:
-    """The tokens of a step, sampled on the device and on their way to the host.
+    """The tokens of a step, sampled on the device.
 
-    :meth:`result` waits for them (the step's one host wait) and computes the asked-for
-    log-probabilities.
+    :meth:`result` brings them to the host (the step's one host wait) and computes the
+    asked-for log-probabilities.
     """
 
     def __init__(self, logits: GPUArray, requests: Sequence[Request]) -> None:
