@@ -7,7 +7,8 @@ clients alone, then beside the big model's clients. For each phase it prints:
 
 - the small model's clients' inter-token latency p50/p99 (what the acceptance compares);
 - each engine's steps (:class:`pygpukit.llm.engine.StepTimes`): host work, the wait for the
-  sampled ids, the device time of the forward pass (CUDA events around it) and the gap
+  sampled ids, the device time of the forward pass (CUDA events around it; steps the engine
+  queued ahead on the device's ids are not timed there) and the gap
   between steps (the engine thread out of ``step``: waiting to get the interpreter lock
   back, or for work);
 - a lock probe: a thread that sleeps 1 ms in a loop; how late it wakes is how long a thread
