@@ -22,8 +22,8 @@ class StepTimes:
     previous call, and by now the next decode step is queued behind it); ``flushed``: the
     previous step's text was handed out (host work done while the device computes);
     ``sampled``: the sampled ids were on the host (the step's one wait ended, the lock taken
-    back); ``end``: the ids were recorded. ``tokens``: requests that got a token; ``decode_only``: the step ran the
-    bucketed (graph-replayed) decode path.
+    back); ``end``: the ids were recorded. ``tokens``: requests that got a token;
+    ``decode_only``: the step ran the bucketed (graph-replayed) decode path.
     """
 
     start: float
