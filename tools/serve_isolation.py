@@ -7,7 +7,7 @@ clients alone, then beside the big model's clients. For each phase it prints:
 
 - the small model's clients' inter-token latency p50/p99 (what the acceptance compares);
 - each engine's steps (:class:`pygpukit.llm.engine.StepTimes`): host work, the wait for the
-  sampled ids, the device time of the forward pass (CUDA events around it) and the gap
+  sampled ids, the device time of each decode forward pass (CUDA events around it) and the gap
   between steps (the engine thread out of ``step``: waiting to get the interpreter lock
   back, or for work);
 - a lock probe: a thread that sleeps 1 ms in a loop; how late it wakes is how long a thread
@@ -27,6 +27,7 @@ Usage (GPU machine; random-weight checkpoints of the ``llm`` suite's shapes)::
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import json
 import subprocess
@@ -79,49 +80,55 @@ class LockProbe:
 
 
 class StepLog:
-    """An engine's step observer: host, wait, device time of each step and gaps between."""
+    """An engine's step observer: host and wait time of each step, gaps between steps.
+
+    Also the device time of every decode forward pass (CUDA events around each one, planned
+    or queued ahead).
+    """
 
     def __init__(self, engine: Any) -> None:
         import pygpukit as gp
 
-        self.rows: list[tuple[Any, float]] = []
-        self._events: tuple[Any, Any] | None = None
-        inner = engine._logits
+        self.rows: list[Any] = []
+        self.device_ms: list[float] = []
+        self._open: collections.deque[tuple[Any, Any]] = collections.deque()
+        inner = engine.decode.logits
 
-        def timed_logits(plan: Any) -> Any:
-            # Inside the engine's context: the events go on the partition's stream.
+        def timed_logits(*args: Any, **kwargs: Any) -> Any:
+            # Inside the engine's context: the events go on the partition's stream, so the
+            # start event is reached when the stream gets to this pass (not at its enqueue).
             start = gp.Event(timing=True).record()
-            out = inner(plan)
-            self._events = (start, gp.Event(timing=True).record())
+            out = inner(*args, **kwargs)
+            self._open.append((start, gp.Event(timing=True).record()))
             return out
 
-        engine._logits = timed_logits
+        engine.decode.logits = timed_logits
         engine.step_observer = self._observe
 
     def _observe(self, times: Any) -> None:
-        device_ms = float("nan")
-        if self._events is not None:
-            start, end = self._events
-            device_ms = start.elapsed_time(end)  # done: the sampled ids came after it
-            self._events = None
-        self.rows.append((times, device_ms))
+        while self._open and self._open[0][1].query():
+            start, end = self._open.popleft()
+            self.device_ms.append(start.elapsed_time(end))
+        self.rows.append(times)
 
-    def take(self) -> list[tuple[Any, float]]:
-        """The steps ``(StepTimes, device ms)`` observed since the last take."""
-        out, self.rows = self.rows, []
-        return out
+    def take(self) -> tuple[list[Any], list[float]]:
+        """The steps (``StepTimes``) and the passes' device ms since the last take."""
+        rows, self.rows = self.rows, []
+        device, self.device_ms = self.device_ms, []
+        return rows, device
 
     @staticmethod
-    def report(rows: list[tuple[Any, float]]) -> dict[str, str]:
-        """Percentiles of the decode-only steps' phases, and of the gaps between steps."""
-        decode = [(t, d) for t, d in rows if t.decode_only]
-        gaps = [b.start - a.end for (a, _), (b, _) in itertools.pairwise(rows)]
+    def report(taken: tuple[list[Any], list[float]]) -> dict[str, str]:
+        """Percentiles of the decode-only steps' phases, the gaps and the device times."""
+        rows, device = taken
+        decode = [t for t in rows if t.decode_only]
+        gaps = [b.start - a.end for a, b in itertools.pairwise(rows)]
         return {
             "steps": f"{len(rows)} ({len(decode)} decode-only)",
-            "step": _summary([t.end - t.start for t, _ in decode]),
-            "host": _summary([t.host_s for t, _ in decode]),
-            "wait": _summary([t.wait_s for t, _ in decode]),
-            "device": _summary([d / 1e3 for _, d in decode if d == d]),
+            "step": _summary([t.end - t.start for t in decode]),
+            "host": _summary([t.host_s for t in decode]),
+            "wait": _summary([t.wait_s for t in decode]),
+            "device": _summary([d / 1e3 for d in device]),
             "gap": _summary([g for g in gaps if g < 0.05]),
         }
 

@@ -244,6 +244,7 @@ def test_batch_invariant_mode_schedules_prompts_whole_and_refuses_prefix_caching
     assert got[1] == model.generate(short, max_new_tokens=4).token_ids
 
 
+@BATCH_VARIANT_ON_GPU  # the default engine (prefix caching): a suffix's GEMMs of another M
 def test_prefix_cache_shares_blocks_and_keeps_answers(tiny):
     rng = np.random.default_rng()
     system = rng.integers(3, 259, 3 * BLOCK_SIZE + 5).tolist()

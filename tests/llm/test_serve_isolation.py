@@ -77,9 +77,11 @@ def test_the_isolation_row_runs_and_reports_both_loads(tmp_path, monkeypatch):
     case = benchmarks._isolation_case("tiny", "tiny", load)
     try:
         timed = case.setups["pygpukit"](PyGPUkitLibrary(), 1)
-        result = timed.run(0)  # one round: alone, then beside the BestEffort load
-        assert timed.metrics is not None
+        result = timed.run(0)  # the check round: alone, then beside the BestEffort load
+        assert timed.metrics is not None and timed.measure is not None
         timed.check(result)
+        assert timed.metrics()["rounds"] == 1
+        assert timed.measure(1) > 0  # a timed round: the metrics pool the timed rounds
         m = timed.metrics()
     finally:
         benchmarks._stop_all()
@@ -87,7 +89,7 @@ def test_the_isolation_row_runs_and_reports_both_loads(tmp_path, monkeypatch):
     assert m["itl_p99_alone_ms"] >= m["itl_p50_alone_ms"] > 0
     assert m["itl_p99_loaded_ms"] >= m["itl_p50_loaded_ms"] > 0
     assert m["ratio"] == pytest.approx(m["itl_p99_loaded_ms"] / m["itl_p99_alone_ms"], rel=0.02)
-    assert m["besteffort_tok_s"] > 0
+    assert m["besteffort_tok_s"] > 0 and m["rounds"] == 2
 
 
 def test_the_rows_variable_selects_the_isolation_row_alone(monkeypatch, rng):

@@ -153,6 +153,16 @@ def test_igemm_takes_16_bit_only(rand: Rand) -> None:
         assert not isinstance(plan, IgemmPlan)  # a transposed dilation: the older kernel
 
 
+def test_auto_takes_igemm(rand: Rand) -> None:
+    """The default plans the implicit GEMM for both directions of a 16-bit convolution."""
+    x, w = _inputs(rand, "float16", (2, 64, 100), (32, 64, 3))
+    plan, _ = conv_module.conv1d_plan(gp.from_numpy(x), gp.from_numpy(w), padding=1)
+    assert isinstance(plan, IgemmPlan)
+    x, w = _inputs(rand, "bfloat16", (2, 64, 100), (64, 32, 12))
+    plan, _ = conv_module.conv_transpose1d_plan(gp.from_numpy(x), gp.from_numpy(w), stride=6)
+    assert isinstance(plan, IgemmPlan)
+
+
 def test_both_tile_widths_are_planned(rand: Rand) -> None:
     """A long signal takes 128-position tiles, a short one 64 (more CTAs for the SMs)."""
     widths = set()

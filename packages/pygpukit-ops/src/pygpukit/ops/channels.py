@@ -67,7 +67,7 @@ def _per_channel(a: Any, name: str, x: GPUArray, channels: int) -> GPUArray | No
     c.check_same_dtype(x, (name, a))
     if a.size != channels:
         raise ValueError(f"{name} must hold one value per channel ({channels}), got {a.shape}")
-    return a.reshape(channels)
+    return a if a.ndim == 1 else a.reshape(channels)  # a view costs host time: only if needed
 
 
 def _style(a: Any, name: str, x: GPUArray) -> GPUArray | None:

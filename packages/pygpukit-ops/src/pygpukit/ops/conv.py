@@ -8,18 +8,21 @@ Layouts and semantics are PyTorch's (``torch.nn.functional.conv1d`` / ``conv_tra
   ``L_out = (L-1)*stride - 2*padding + dilation*(K-1) + output_padding + 1``.
 
 float32, float16 and bfloat16; products summed in float32 and rounded once. On the GPU a
-dense or grouped float16/bfloat16 convolution runs a tensor-core implicit GEMM
-(``kernels/conv_mma.cu``, planned by :mod:`._conv_mma`) where its estimated cost is low: one
-launch per call, the input windows and weights staged in shared memory with no im2col buffer,
-the bias added in the epilogue; the transposed convolution is the GEMM ``W^T @ x`` over tiles of
-input positions with the overlap-add done in shared memory. Elsewhere (float32, large batches,
-many channel chunks) it takes the older path: a gather of the input windows (``im2col``) and one
-batched matmul (float32 follows ``PYGPUKIT_ALLOW_TF32`` as :func:`pygpukit.matmul` does; a
-kernel of width 1 is the matmul alone), and for the transposed convolution the matmul ``W^T @
-x`` followed by a gather of the taps (``col2im``). The ``conv_kernel`` knob
-(``PYGPUKIT_CONV_KERNEL``) pins an implicit-GEMM tile (float32 then runs it as 3xTF32, about
-1e-5 relative error) or the matmul path. Groups of one input channel (depthwise convolutions)
-run a direct kernel. See ``kernels/conv.cu``.
+dense or grouped float16/bfloat16 convolution, in either direction, runs the tap-major
+tensor-core implicit GEMM (``kernels/conv_igemm.cu``, planned by :mod:`._conv_igemm`): the
+weight rearranged tap-major into a scratch copy, then one GEMM launch with the input windows
+staged in shared memory (no im2col buffer) and the bias in the epilogue; the transposed
+convolution of stride ``s`` runs as ``s`` interleaved ordinary convolutions in the same GEMM.
+Where it does not apply (a transposed convolution with dilation, a window too wide for shared
+memory) the older channel-major implicit GEMM (``kernels/conv_mma.cu``, :mod:`._conv_mma`) runs
+where its estimated cost is low, else the matmul path: a gather of the input windows
+(``im2col``) and one batched matmul (float32 always takes it, following ``PYGPUKIT_ALLOW_TF32``
+as :func:`pygpukit.matmul` does; a kernel of width 1 is the matmul alone), and for the
+transposed convolution the matmul ``W^T @ x`` followed by a gather of the taps (``col2im``).
+The ``conv_kernel`` knob (``PYGPUKIT_CONV_KERNEL``) pins a tile of the older implicit GEMM
+(float32 then runs it as 3xTF32, about 1e-5 relative error) or the matmul path (``gemm``).
+Groups of one input channel (depthwise convolutions) run a direct kernel. See
+``kernels/conv.cu``.
 
 A repeated call with the same shapes, dtypes and options skips the argument checks: the
 checked shape is cached by that signature.
@@ -49,7 +52,7 @@ __all__ = ["conv1d", "conv_transpose1d"]
 #: Blocks of the grid-stride kernels: enough to fill any current GPU several times over.
 _MAX_BLOCKS = 65535
 #: ``conv_kernel`` values that take the tap-major implicit GEMM where it applies.
-_IGEMM_CHOICES = ("igemm",)
+_IGEMM_CHOICES = ("auto", "igemm")
 
 
 @dataclass(frozen=True, slots=True)

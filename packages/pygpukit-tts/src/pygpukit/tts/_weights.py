@@ -89,6 +89,8 @@ class DeviceWeights:
             array = gp.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
             if is_vocoder(name) and self.vocoder_dtype != array.dtype:
                 array = array.astype(self.vocoder_dtype)
+            if ".alpha" in name:  # Snake's [1, C, 1] as [C]: no reshape per call
+                array = array.reshape(-1)
             self._arrays[name] = array
         p = "bert.embeddings."
         # Position and token-type embeddings summed once: every token has type 0.

@@ -161,6 +161,13 @@ def random_state(config: KokoroConfig, seed: int = 0) -> dict[str, np.ndarray]:
         else:
             b.conv(f"{g}.noise_convs.{i}", c_out, config.n_fft + 2, 1)
             b.snake_res_block(f"{g}.noise_res.{i}", s, c_out, 11)
+    # The source's STFT phase is read by no random weight: with random weights F0 stays below
+    # the voicing threshold, the source is one constant, and the phase of its zero-magnitude
+    # bins is rounding noise (one ulp more on the constant moves the audio by tens of percent),
+    # so two correct implementations would not agree. Trained weights see the phase of a real
+    # excitation; the real-model tests check it.
+    for i in range(len(rates)):
+        b.state[f"{g}.noise_convs.{i}.weight"][:, config.n_fft // 2 + 1 :] = 0.0
     b.conv(f"{g}.conv_post", config.n_fft + 2, up // 2 ** len(kernels), 7)
     b.state[f"{g}.conv_post.weight"] *= 0.1  # exp() of its magnitude half: keep it tame
     return b.state

@@ -12,8 +12,9 @@
 Modules, one job each: ``block_manager`` (which KV blocks a request holds, prefix hashes, LRU),
 ``paged_cache`` (the device arrays), ``planner`` (what runs each step), ``runner`` (the forward
 pass over a flattened batch), ``sampler`` (per-request sampling and seeds), ``metrics``
-(Prometheus text), ``step_times`` (what a step observer is told), ``engine`` (the public API
-and its thread). Guide: docs/serve.md.
+(Prometheus text), ``step_times`` (what a step observer is told), ``side_stream`` (a step's
+small uploads and downloads beside the compute stream), ``engine`` (the public API and its
+thread). Guide: docs/serve.md.
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from ..models import llama_decode
 from ..models.llama import LlamaModel
 from .paged_cache import PagedKVCache
 from .runner import ScheduledChunk
+from .side_stream import upload
 
 __all__ = [
     "BATCH_BUCKETS",
@@ -290,7 +291,9 @@ class DecodeGraphs:
         if shape is None:
             packed = gp.empty((bucket * (4 + width),), gp.int32)
             shape = self._shapes[key] = _Shape(bucket, width, packed)
-        shape.packed[...] = self.pack(chunks, bucket, width)
+        # Uploaded on the side stream (see .side_stream): with a step queued ahead (the engine's
+        # lookahead), a blocking upload on this stream would wait for that step too.
+        shape.packed[...] = upload(self.pack(chunks, bucket, width))
         if token_ids is not None:
             shape.packed[0:n] = token_ids
         if shape.graph is not None:

@@ -54,6 +54,7 @@ from .planner import StepPlan, StepPlanner
 from .request import Request, RequestOutput, RequestStatus, Sink, TokenLogprob
 from .runner import ModelRunner, ScheduledChunk, build_inputs
 from .sampler import SampledTokens
+from .side_stream import upload
 from .step_times import StepTimes
 
 __all__ = ["Engine", "EngineClosedError", "QueueFullError"]
@@ -432,7 +433,7 @@ class Engine:
         ids = current.pending.ids
         with self._context():
             if len(rows) != len(chunks):
-                ids = gp.take(ids, gp.from_numpy(np.asarray(rows, np.int32)), axis=0)
+                ids = gp.take(ids, upload(np.asarray(rows, np.int32)), axis=0)
             logits = self.decode.logits(ahead, token_ids=ids)
             sampled = [c.request for c in ahead]
             launched = _Launched(StepPlan(chunks=ahead), sampled, SampledTokens(logits, sampled))

@@ -10,9 +10,11 @@ count), the step runs:
   row bitwise ``generate``'s fused one-token step), the known tokens of a preempted request
   being recomputed among them (one a step, not sampled: its keys and values come out as they
   were first written);
-- each prompt alone through :class:`~.runner.ModelRunner`, a forward pass over exactly that
-  prompt's tokens, as ``generate``'s prefill runs it (the same GEMM shapes, the same flash
-  prefill attention), so its keys, values and first token are ``generate``'s.
+- each prompt alone through the model's own prefill (:func:`prefill_like_generate`: the same
+  ``hidden_states`` over the prompt's tokens with ``attend_uncached``, as ``generate``'s
+  prefill runs it: the same GEMM shapes, the same fused RoPE and flash prefill attention), its
+  keys and values then copied into its paged blocks, so they and its first token are
+  ``generate``'s.
 
 The sampled rows' logits come back in chunk order, as the flattened path returns them.
 """
@@ -20,15 +22,19 @@ The sampled rows' logits come back in chunk order, as the flattened path returns
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+
+import numpy as np
 
 import pygpukit as gp
+from pygpukit import ops
 from pygpukit.array import GPUArray
 
+from ..models.llama import LlamaModel
 from .decode_graphs import DecodeGraphs
-from .runner import ModelRunner, ScheduledChunk, build_inputs
+from .paged_cache import PagedKVCache
+from .runner import ModelRunner, ScheduledChunk
 
-__all__ = ["invariant_step_logits"]
+__all__ = ["invariant_step_logits", "prefill_like_generate"]
 
 
 def _is_decode(chunk: ScheduledChunk) -> bool:
@@ -67,8 +73,37 @@ def invariant_step_logits(
         else:
             # A prompt alone, as generate prefills it (its logits row is made even when a
             # recomputed request does not sample it: the forward pass is the same).
-            one = runner.logits(build_inputs([replace(c, sample=True)], block_size))
+            one = prefill_like_generate(runner.model, runner.cache, c, block_size)
             if c.sample:
                 out[r : r + 1] = one
         r += c.sample
     return out
+
+
+def prefill_like_generate(
+    model: LlamaModel, cache: PagedKVCache, chunk: ScheduledChunk, block_size: int
+) -> GPUArray:
+    """float32 logits ``[1, vocab]`` of a whole prompt's last token, computed as ``generate``.
+
+    ``CausalLM.generate`` prefills with ``model.hidden_states(..., model.attend_uncached(...))``
+    over the prompt alone; this runs the same, with the keys and values each layer makes
+    (``[1, Hkv, S, D]``, the values ``generate`` writes into its cache) copied into the
+    request's paged blocks. The engine's flattened runner computes the same attention another
+    way (its own RoPE and attention calls), which rounds differently.
+    """
+    r, s = chunk.request, chunk.count
+    cfg = model.config
+    p = np.arange(s)
+    blocks = np.asarray(r.blocks, np.int64)
+    slots = gp.from_numpy((blocks[p // block_size] * block_size + p % block_size).astype(np.int32))
+
+    def store(i: int, k: GPUArray, v: GPUArray) -> None:
+        def tokens_first(t: GPUArray) -> GPUArray:
+            return t.reshape(cfg.num_kv_heads, s, cfg.head_dim).transpose(1, 0, 2).contiguous()
+
+        ops.paged_kv_cache_write(tokens_first(k), tokens_first(v), cache.k[i], cache.v[i], slots)
+
+    ids = gp.from_numpy(np.asarray(r.tokens[:s], np.int32)[None, :])
+    positions = gp.from_numpy(p.astype(np.int32)[None, :])
+    x = model.hidden_states(ids, positions, model.attend_uncached(store))
+    return model.logits(x[:, s - 1])

@@ -29,6 +29,7 @@ from pygpukit.array import GPUArray
 from ..models.llama import LlamaModel
 from .paged_cache import PagedKVCache
 from .request import Request
+from .side_stream import upload
 
 __all__ = ["BatchInputs", "ModelRunner", "ScheduledChunk"]
 
@@ -157,9 +158,11 @@ class ModelRunner:
         n = int(inputs.ids.shape[0])
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         split = inputs.fresh_from if self.flash_prefill else n
-        slots = gp.from_numpy(inputs.slots)
-        seq_lens = gp.from_numpy(inputs.seq_lens[:split]) if split else None
-        table = gp.from_numpy(inputs.block_table[:split]) if split else None
+        # Uploads on the side stream: a blocking one on this stream would hold the host (that
+        # has the rest of the step to launch) until the GPU is idle.
+        slots = upload(inputs.slots)
+        seq_lens = upload(inputs.seq_lens[:split]) if split else None
+        table = upload(inputs.block_table[:split]) if split else None
         k_cache, v_cache = self.cache.k, self.cache.v
         scale = self.model.attention.scale
 
@@ -199,9 +202,9 @@ class ModelRunner:
             return o.reshape(1, n, cfg.q_size)
 
         x = self.model.hidden_states(
-            gp.from_numpy(inputs.ids[None, :]), gp.from_numpy(inputs.positions[None, :]), attend
+            upload(inputs.ids[None, :]), upload(inputs.positions[None, :]), attend
         )
         x = x.reshape(n, cfg.hidden_size)
         if inputs.sample_rows.shape[0] != n:
-            x = gp.take(x, gp.from_numpy(inputs.sample_rows), axis=0)
+            x = gp.take(x, upload(inputs.sample_rows), axis=0)
         return self.model.logits(x)

@@ -10,7 +10,6 @@ from the rows copied to the host.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,26 +19,9 @@ from pygpukit import ops
 from pygpukit.array import GPUArray
 
 from .request import Request, TokenLogprob
+from .side_stream import side_stream
 
 __all__ = ["SampledTokens", "sample_tokens"]
-
-_local = threading.local()
-
-
-def _copy_stream() -> gp.Stream:
-    """The calling thread's stream for reading sampled ids (per device), beside the compute one.
-
-    Its own stream, not the step's (where the next step may already be queued) nor the
-    transfer engine's copy stream (shared by every engine of the process).
-    """
-    streams = getattr(_local, "streams", None)
-    if streams is None:
-        streams = _local.streams = {}
-    device = gp.get_device()
-    stream = streams.get(device)
-    if stream is None:
-        stream = streams[device] = gp.Stream()
-    return stream
 
 
 def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
@@ -95,7 +77,7 @@ class SampledTokens:
     def result(self) -> tuple[list[int], list[TokenLogprob | None]]:
         """Token ids and, per request, its :class:`TokenLogprob` (None unless asked)."""
         self._ready.synchronize()  # this step only, not what was queued behind it
-        with _copy_stream():
+        with side_stream():
             host = self._ids.to_numpy(out=self._host)  # pinned: one small direct copy
         tokens = [int(t) for t in host.tolist()]
         requests = self.requests

@@ -18,11 +18,12 @@ class StepTimes:
     """``time.perf_counter()`` readings (seconds) of one step that ran a forward pass.
 
     ``start``: the step began (commands taken, then planning); ``enqueued``: its forward
-    pass and sampling were queued on the device; ``flushed``: the previous step's text was
-    handed out (host work done while the device computes); ``sampled``: the sampled ids
-    were on the host (the step's one wait ended, the lock taken back); ``end``: the ids were
-    recorded. ``tokens``: requests that got a token; ``decode_only``: the step ran the
-    bucketed (graph-replayed) decode path.
+    pass and sampling were queued on the device (with lookahead: the step was queued by the
+    previous call, and by now the next decode step is queued behind it); ``flushed``: the
+    previous step's text was handed out (host work done while the device computes);
+    ``sampled``: the sampled ids were on the host (the step's one wait ended, the lock taken
+    back); ``end``: the ids were recorded. ``tokens``: requests that got a token;
+    ``decode_only``: the step ran the bucketed (graph-replayed) decode path.
     """
 
     start: float

@@ -141,6 +141,37 @@ def _completion_logprobs(
             "text_offset": offsets}  # fmt: skip
 
 
+class _ChunkText:
+    """The JSON of a streamed chunk without log-probabilities, from a prefix made once.
+
+    A server at 64 clients writes a chunk per token per client; building and encoding the
+    whole dict each time is most of that chunk's cost. The object's fixed fields (``head``)
+    are encoded once, the text and finish reason per chunk; ``field`` names the text's place
+    (``"text"`` for completions, the delta's ``"content"`` for chat).
+    """
+
+    def __init__(self, head: dict[str, Any], chat: bool) -> None:
+        prefix = json.dumps(head)[:-1]
+        if chat:
+            self._open = prefix + ', "choices": [{"index": 0, "delta": {"content": '
+            self._empty = prefix + ', "choices": [{"index": 0, "delta": {}'
+            self._close = ', "logprobs": null, "finish_reason": '
+        else:
+            self._open = prefix + ', "choices": [{"index": 0, "text": '
+            self._empty = ""
+            self._close = ', "logprobs": null, "finish_reason": '
+        self._chat = chat
+
+    def __call__(self, out: RequestOutput) -> str:
+        """The chunk's JSON text (equal to ``json.dumps`` of the chunk's dict)."""
+        reason = json.dumps(out.finish_reason)
+        if self._chat:
+            if not out.text:
+                return f"{self._empty}{self._close}{reason}}}]}}"
+            return f"{self._open}{json.dumps(out.text)}}}{self._close}{reason}}}]}}"
+        return f"{self._open}{json.dumps(out.text)}{self._close}{reason}}}]}}"
+
+
 def _usage(last: RequestOutput) -> dict[str, Any]:
     return {
         "prompt_tokens": last.prompt_tokens,
@@ -274,7 +305,9 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
                         events.append(f"data: {json.dumps(err.body())}\n\n")
                         done = True
                         break
-                    events.append(f"data: {json.dumps(chunk(out))}\n\n")
+                    body = chunk(out)
+                    text = body if isinstance(body, str) else json.dumps(body)
+                    events.append(f"data: {text}\n\n")
                     if out.finish_reason is not None:
                         done = True
                         if include_usage:
@@ -307,11 +340,14 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
         cid, created = f"chatcmpl-{rid}", int(time.time())
         head = {"id": cid, "created": created, "model": parsed.model}
         if parsed.stream:
+            plain = _ChunkText({**head, "object": "chat.completion.chunk"}, chat=True)
 
-            def chunk(out: RequestOutput, usage: bool = False) -> dict[str, Any]:
+            def chunk(out: RequestOutput, usage: bool = False) -> dict[str, Any] | str:
                 if usage:
                     return {**head, "object": "chat.completion.chunk", "choices": [],
                             "usage": _usage(out)}  # fmt: skip
+                if not out.logprobs:
+                    return plain(out)
                 choice = {"index": 0, "delta": {"content": out.text} if out.text else {},
                           "logprobs": _chat_logprobs(engine, [out]),
                           "finish_reason": out.finish_reason}  # fmt: skip
@@ -357,9 +393,13 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
         if parsed.stream:
             offset = [0]
 
-            def chunk(out: RequestOutput, usage: bool = False) -> dict[str, Any]:
+            plain = _ChunkText(head, chat=False)
+
+            def chunk(out: RequestOutput, usage: bool = False) -> dict[str, Any] | str:
                 if usage:
                     return {**head, "choices": [], "usage": _usage(out)}
+                if not out.logprobs:
+                    return plain(out)
                 lps = _completion_logprobs(engine, [out], offset[0])
                 offset[0] += sum(len(t) for t in (lps or {}).get("tokens", []))
                 return {**head, "choices": [{"index": 0, "text": out.text, "logprobs": lps,

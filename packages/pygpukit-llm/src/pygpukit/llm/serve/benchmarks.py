@@ -17,7 +17,8 @@ process. Rows:
 - ``isolation`` (GPU): a Guaranteed Qwen2.5-0.5B-shape model under 4 clients beside a
   BestEffort 8B-shape model under 64 (``--quick``: SmolLM2-135M beside Qwen2.5-0.5B), each in
   its own scheduler partition of one server; the metrics compare the small model's
-  inter-token latency p50/p99 with the big one idle and saturated, and give the big one's
+  inter-token latency p50/p99 with the big one idle and saturated (the samples of every
+  timed round together: ``--iterations 3`` gives three rounds), and give the big one's
   output tokens/s beside it. The 64 BestEffort clients run in a load-generator process of
   their own, so that parsing their streams does not delay the measured clients.
 
@@ -273,7 +274,8 @@ def _isolation_case(small: str, big: str, load: IsolationLoad | None = None) -> 
                        "--max-batch", "64", "--kv-memory", "0.6",
                        "--partition", f"{g}={load.memory[0]},0.25,guaranteed",
                        "--partition", f"{be}={load.memory[1]},0,besteffort"])  # fmt: skip
-        seen: dict[str, LoadResult] = {}
+        #: Each round's results by kind; the check round (0) counts only when alone.
+        seen: dict[str, dict[int, LoadResult]] = {"alone": {}, "loaded": {}, "besteffort": {}}
 
         def measured(seed: int) -> LoadResult:
             return run_load(url, g, clients=load.guaranteed_clients,
@@ -281,7 +283,7 @@ def _isolation_case(small: str, big: str, load: IsolationLoad | None = None) -> 
                             output_tokens=load.new, vocab=small_vocab, seed=seed)  # fmt: skip
 
         def run(i: int) -> LoadResult:
-            seen["alone"] = measured(i)
+            seen["alone"][i] = measured(i)
             noise = _background_load(url, be, load, big_vocab, load.besteffort_clients)
             try:
                 # Measure once the BestEffort batch has filled up (not during its ramp).
@@ -291,7 +293,7 @@ def _isolation_case(small: str, big: str, load: IsolationLoad | None = None) -> 
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"the BestEffort model never ran {full} requests")
                     time.sleep(0.05)
-                seen["loaded"] = measured(i)
+                seen["loaded"][i] = measured(i)
                 covered = noise.poll() is None
                 out, err = noise.communicate(timeout=_START_TIMEOUT_S)
             finally:
@@ -304,21 +306,32 @@ def _isolation_case(small: str, big: str, load: IsolationLoad | None = None) -> 
                     "the BestEffort load ended before the Guaranteed clients did: the loaded "
                     "latency was not measured under load (give the BestEffort clients more work)"
                 )
-            seen["besteffort"] = LoadResult.from_json(out)
-            return seen["loaded"]
+            seen["besteffort"][i] = LoadResult.from_json(out)
+            return seen["loaded"][i]
+
+        def pooled(kind: str) -> LoadResult:
+            """The timed rounds' results of one kind as one (the check round's if alone)."""
+            rounds = [r for i, r in sorted(seen[kind].items()) if i > 0] or list(
+                seen[kind].values()
+            )
+            return LoadResult(
+                sum(r.requests for r in rounds), sum(r.output_tokens for r in rounds),
+                sum(r.wall_s for r in rounds), tuple(t for r in rounds for t in r.ttft_s),
+                tuple(t for r in rounds for t in r.itl_s),
+            )  # fmt: skip
 
         def metrics() -> dict[str, float | str]:
-            if not seen:
+            if not seen["besteffort"]:
                 return {}
-            alone = seen["alone"].percentile("itl", 99)
-            loaded = seen["loaded"].percentile("itl", 99)
-            return {"itl_p99_alone_ms": round(alone * 1e3, 2),
-                    "itl_p99_loaded_ms": round(loaded * 1e3, 2),
-                    "itl_p50_alone_ms": round(seen["alone"].percentile("itl", 50) * 1e3, 2),
-                    "itl_p50_loaded_ms": round(seen["loaded"].percentile("itl", 50) * 1e3, 2),
-                    "ratio": round(loaded / alone, 2) if alone else "n/a",
-                    "besteffort_tok_s": round(seen["besteffort"].output_tokens_per_s,
-                                              1)}  # fmt: skip
+            alone, loaded, big = pooled("alone"), pooled("loaded"), pooled("besteffort")
+            p99 = alone.percentile("itl", 99), loaded.percentile("itl", 99)
+            return {"itl_p99_alone_ms": round(p99[0] * 1e3, 2),
+                    "itl_p99_loaded_ms": round(p99[1] * 1e3, 2),
+                    "itl_p50_alone_ms": round(alone.percentile("itl", 50) * 1e3, 2),
+                    "itl_p50_loaded_ms": round(loaded.percentile("itl", 50) * 1e3, 2),
+                    "ratio": round(p99[1] / p99[0], 2) if p99[0] else "n/a",
+                    "besteffort_tok_s": round(big.output_tokens_per_s, 1),
+                    "rounds": len(seen["besteffort"])}  # fmt: skip
 
         def measure(i: int) -> float:
             # One round per repetition (no warm-up rounds: the check round warmed up).

@@ -44,6 +44,7 @@
 // only then reads x or touches y or the cache. It also lets the next kernel launch at once
 // (griddepcontrol.launch_dependents), whose blocks then do the same. Launched without the
 // attribute both instructions are no-ops.
+#include "decode_row.cuh"
 #include "linear_epilogue.cuh"
 #include "pygpukit/kernel.cuh"
 
@@ -372,8 +373,9 @@ __device__ __forceinline__ void decode_linear(
         const float c = rc, s = rs;  // angle 0 outside [0, max_pos), as rope_<dtype>
         T* dst = h < q_heads ? static_cast<T*>(y) + (long long)h * head_dim
                              : k_cache + ((long long)(h - q_heads) * capacity + slot) * head_dim;
-        dst[j] = narrow<T>(x0 * c - x1 * s);
-        dst[j + half] = narrow<T>(x1 * c + x0 * s);
+        const float2 rot = pgk_decode_row::rope_pair(x0, x1, c, s);  // decode_rows' rounding
+        dst[j] = narrow<T>(rot.x);
+        dst[j + half] = narrow<T>(rot.y);
     }
 }
 

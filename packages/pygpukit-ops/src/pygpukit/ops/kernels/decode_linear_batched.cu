@@ -198,8 +198,9 @@ __device__ __forceinline__ void linear_rows(
     T* dst = h < q_heads
                  ? static_cast<T*>(y) + (long long)gm * q_heads * head_dim + (long long)h * head_dim
                  : k_cache + ((blk * kv_heads + (h - q_heads)) * block_size + off) * head_dim;
-    dst[j] = narrow<T>(x0 * c - x1 * s);
-    dst[j + half] = narrow<T>(x1 * c + x0 * s);
+    const float2 rot = rope_pair(x0, x1, c, s);
+    dst[j] = narrow<T>(rot.x);
+    dst[j + half] = narrow<T>(rot.y);
 }
 
 }  // namespace

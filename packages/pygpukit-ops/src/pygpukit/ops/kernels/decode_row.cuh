@@ -3,8 +3,9 @@
 // to lane assignment, the same fmaf order, the same butterfly and the same rounding points, so a
 // row computed in a batch is bitwise the row decode_linear computes alone.
 //
-// decode_linear.cu still has its own copies of these helpers (its owner keeps its file); it can
-// include this header instead, unchanged in value.
+// decode_linear.cu keeps its own copies of the helpers below (table_at, normalized, rounded, the
+// norm prologue: its owner keeps its file); it can include this header instead, unchanged in
+// value. The weight loads and unpacking come from linear_epilogue.cuh, which both include.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,38 +15,16 @@
 
 namespace pgk_decode_row {
 
+// The weight stream's loads and unpacking (shared with decode_linear.cu and gemv.cu).
+using pygpukit_linear::load_stream;
 using pygpukit_linear::narrow;
+using pygpukit_linear::unpack2;
+using pygpukit_linear::unpack8;
 using pygpukit_linear::widen;
 
 // Threads of a block that RMS-normalises one row: decode_linear's block (4 warps). The sum of
 // squares is split over exactly these threads, so its rounding is decode_linear's.
 constexpr int kNormWarps = 4;
-
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-template <typename T>
-__device__ __forceinline__ float2 unpack2(unsigned u);
-template <>
-__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(unsigned u) {
-    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
-}
-template <>
-__device__ __forceinline__ float2 unpack2<__half>(unsigned u) {
-    __half2 h = *reinterpret_cast<__half2*>(&u);
-    return __half22float2(h);
-}
-
-template <typename T>
-__device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
-    float2 a = unpack2<T>(v.x), b = unpack2<T>(v.y), c = unpack2<T>(v.z), d = unpack2<T>(v.w);
-    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
-}
 
 __device__ __forceinline__ float table_at(const void* __restrict__ t, long long i, int kind) {
     if (kind == 1) return __half2float(static_cast<const __half*>(t)[i]);
@@ -63,6 +42,14 @@ __device__ __forceinline__ uint4 normalized(const uint4& xc, const uint4& wc, fl
 #pragma unroll
     for (int e = 0; e < 8; ++e) r[e] = narrow<T>(f[e] * inv * g[e]);
     return *reinterpret_cast<uint4*>(r);
+}
+
+// RoPE of one NeoX pair (x0, x1) by angle (c, s): (x0 c - x1 s, x1 c + x0 s), with its roundings
+// written out (one fmaf each, the other product rounded first). Left as plain expressions, the
+// compiler picks which product to fuse per kernel, and two kernels of the same source could
+// round a pair differently.
+__device__ __forceinline__ float2 rope_pair(float x0, float x1, float c, float s) {
+    return make_float2(fmaf(x0, c, -__fmul_rn(x1, s)), fmaf(x0, s, __fmul_rn(x1, c)));
 }
 
 // The rounded output of the unfused GEMV, widened again.

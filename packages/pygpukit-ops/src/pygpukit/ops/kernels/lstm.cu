@@ -118,8 +118,9 @@ PGK_CONSTANT(LSTM_BLOCK, kGates * 32);
 // sent its step n values, which each warp does after it finished reading that buffer (the
 // values it sends depend on those reads).
 // The half-warp's partial sums of a pass of kPass rows are reduce-scattered so that lane l ends
-// with gate l / kPass of row l % kPass; lane l owns batch row l of the slice (its c and h in
-// registers, its xw values loaded a step ahead).
+// with gate l / kPass of row l % kPass, and go to shared memory; after a block barrier the
+// first rows x units threads each own one (row, unit): its c and h in registers, its xw values
+// loaded a step ahead, the gate math and the stores of h (a few warps, not all sixteen).
 namespace lstm_seq {
 constexpr int kCluster = 8;
 constexpr int kLanes = 16;
@@ -227,10 +228,11 @@ __device__ __forceinline__ void halve(float (&v)[N], int lane, int mask) {
     }
 }
 
-// g[q] of the lane owning row `lane`: the recurrent sums h @ W_hh^T of its four gates.
-__device__ __forceinline__ void recurrent_gates(const float (&w)[kGates][kPerLane],
-                                                const float* __restrict__ h, int rows, int lane,
-                                                float (&g)[kGates]) {
+// The recurrent sums h @ W_hh^T of this half-warp's unit for every row of the slice, into
+// sums[row][gate][unit].
+__device__ __forceinline__ void recurrent_sums(const float (&w)[kGates][kPerLane],
+                                               const float* __restrict__ h, int rows, int lane,
+                                               float* __restrict__ sums, int unit) {
     int p = 0;
 #pragma unroll 1
     for (; p + 1 < rows; p += kPass) {  // rows p .. p + 3 (rows past the slice are zeros)
@@ -240,12 +242,7 @@ __device__ __forceinline__ void recurrent_gates(const float (&w)[kGates][kPerLan
         halve<4>(acc, lane, 4);
         halve<2>(acc, lane, 2);
         halve<1>(acc, lane, 1);  // lane l: gate l / 4 of row p + l % 4
-        const int r = (lane - p) & (kPass - 1);
-#pragma unroll
-        for (int q = 0; q < kGates; ++q) {
-            const float v = __shfl_sync(kFull, acc[0], q * kPass + r, kLanes);
-            if (lane >= p && lane < p + kPass) g[q] = v;
-        }
+        sums[((p + (lane & (kPass - 1))) * kGates + lane / kPass) * kMaxUnits + unit] = acc[0];
     }
     if (p < rows) {  // one row left
         float acc[kGates];
@@ -254,11 +251,8 @@ __device__ __forceinline__ void recurrent_gates(const float (&w)[kGates][kPerLan
         halve<1>(acc, lane, 4);  // lane l: gate l / 4, summed over half the lanes
         acc[0] += __shfl_xor_sync(kFull, acc[0], 2);
         acc[0] += __shfl_xor_sync(kFull, acc[0], 1);
-#pragma unroll
-        for (int q = 0; q < kGates; ++q) {
-            const float v = __shfl_sync(kFull, acc[0], q * kPass, kLanes);
-            if (lane == p) g[q] = v;
-        }
+        if ((lane & (kPass - 1)) == 0)
+            sums[(p * kGates + lane / kPass) * kMaxUnits + unit] = acc[0];
     }
 }
 
@@ -278,6 +272,7 @@ __device__ __forceinline__ void lstm_sequence(
     T* __restrict__ h_n, T* __restrict__ c_n, T* __restrict__ y, const int* __restrict__ lengths,
     int batch, int steps, int hidden, int dirs, int slice_rows, long long row_b, long long row_t) {
     __shared__ __align__(16) float h_all[2][kMaxRows][kMaxHidden];
+    __shared__ float sums[kMaxRows][kGates][kMaxUnits];
     __shared__ __align__(8) unsigned long long arrived[2];
     const int d = blockIdx.y;
     const unsigned rank = cluster_rank();
@@ -285,13 +280,19 @@ __device__ __forceinline__ void lstm_sequence(
     const int rows_here = min(slice_rows, batch - b0);
     const int first_unit = static_cast<int>(rank) * hidden / kCluster;
     const int units = (static_cast<int>(rank) + 1) * hidden / kCluster - first_unit;
+    // Dot products: half-warp `unit` of the block, lane `lane` of it.
     const int lane = threadIdx.x & (kLanes - 1);
     const int unit = threadIdx.x / kLanes;
     const int j = first_unit + unit;
     const bool owns_unit = unit < units;
     const bool warp_works = (threadIdx.x / 32) * 2 < units;  // its first unit is real
-    const bool owns_row = owns_unit && lane < rows_here;     // lane l owns batch row b0 + l
-    const int b = b0 + lane;
+    // Gates and state: thread t < rows_here * units owns row t / units, unit t % units (the
+    // first warps), so the transcendental math and the stores of h run in as few warps as can.
+    const bool owns_state = static_cast<int>(threadIdx.x) < rows_here * units;
+    const int row = owns_state ? static_cast<int>(threadIdx.x) / units : 0;
+    const int state_unit = owns_state ? static_cast<int>(threadIdx.x) % units : 0;
+    const int sj = first_unit + state_unit;
+    const int b = b0 + row;
     const T* w_hh = d == 0 ? w_hh0 : w_hh1;
     const T* b_ih = d == 0 ? b_ih0 : b_ih1;
     const T* b_hh = d == 0 ? b_hh0 : b_hh1;
@@ -319,21 +320,21 @@ __device__ __forceinline__ void lstm_sequence(
     float w[kGates][kPerLane];
 #pragma unroll
     for (int q = 0; q < kGates; ++q) {
-        const T* row = w_hh + (static_cast<long long>(q) * hidden + j) * hidden;
+        const T* w_row = w_hh + (static_cast<long long>(q) * hidden + j) * hidden;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) {
             const int k = ((i / 4) * kLanes + lane) * 4 + i % 4;
-            w[q][i] = owns_unit && k < hidden ? widen(row[k]) : 0.0f;
+            w[q][i] = owns_unit && k < hidden ? widen(w_row[k]) : 0.0f;
         }
     }
     float bias[kGates];
 #pragma unroll
     for (int q = 0; q < kGates; ++q)
-        bias[q] = owns_unit ? gate_bias(b_ih, b_hh, q * hidden + j) : 0.0f;
-    const long long state = (state0 + lane) * hidden + j;
+        bias[q] = owns_state ? gate_bias(b_ih, b_hh, q * hidden + sj) : 0.0f;
+    const long long state = (state0 + row) * hidden + sj;
     float h = 0.0f, cell = 0.0f;
     int length = steps;
-    if (owns_row) {
+    if (owns_state) {
         if (h0 != nullptr) h = widen(h0[state]);
         if (c0 != nullptr) cell = widen(c0[state]);
         if (lengths != nullptr) length = lengths[b];
@@ -345,53 +346,55 @@ __device__ __forceinline__ void lstm_sequence(
     }
     const long long rows = static_cast<long long>(batch) * steps;
     const long long gate_width = static_cast<long long>(kGates) * hidden;
-    const T* xw_dir = xw + static_cast<long long>(d) * rows * gate_width + j;
+    const T* xw_dir = xw + static_cast<long long>(d) * rows * gate_width + sj;
     const long long y_width = static_cast<long long>(dirs) * hidden;
-    T* y_row = y + static_cast<long long>(d) * hidden + j;
+    T* y_row = y + static_cast<long long>(d) * hidden + sj;
     float x_cur[kGates], x_next[kGates];
     auto load_x = [&](int t, float (&out)[kGates]) {
         const T* p = xw_dir + (b * row_b + t * row_t) * gate_width;
 #pragma unroll
         for (int q = 0; q < kGates; ++q) out[q] = widen(p[q * hidden]) + bias[q];
     };
-    if (owns_row && longest > 0) load_x(d == 0 ? 0 : longest - 1, x_cur);
+    if (owns_state && longest > 0) load_x(d == 0 ? 0 : longest - 1, x_cur);
     cluster_sync();  // every block's buffers and mbarriers are set before any store into them
 
-    if (warp_works) {
-        for (int n = 0; n < longest; ++n) {
-            const int t = d == 0 ? n : longest - 1 - n;
-            const int cur = n & 1;
-            if (n > 0) {  // step n - 1's h of every block has landed in buffer n % 2
-                const unsigned bar = bars + 8 * cur;
-                bar_wait(bar, ((n - 1) >> 1) & 1);
-                // Re-arm for step n + 1's stores into this buffer: they come only after every
-                // block received this block's step n values, so after this wait.
-                if (threadIdx.x == 0 && n + 2 < longest) bar_expect(bar, phase_bytes);
-            }
-            if (owns_row && n + 1 < longest) load_x(d == 0 ? t + 1 : t - 1, x_next);
-            float g[kGates] = {0.0f, 0.0f, 0.0f, 0.0f};
-            recurrent_gates(w, &h_all[cur][0][0], rows_here, lane, g);
-            if (owns_row) {
-                const bool live = t < length;
-                if (live) {
-                    cell = sigmoid(g[1] + x_cur[1]) * cell +
-                           sigmoid(g[0] + x_cur[0]) * tanhf(g[2] + x_cur[2]);
-                    h = sigmoid(g[3] + x_cur[3]) * tanhf(cell);
-                }
-                y_row[(b * row_b + t * row_t) * y_width] = narrow<T>(live ? h : 0.0f);
-                if (n + 1 < longest) {  // the last step's h is read by no one
-                    const unsigned slot = smem_addr(&h_all[cur ^ 1][lane][j]);
-                    const unsigned bar = bars + 8 * (cur ^ 1);
+    for (int n = 0; n < longest; ++n) {
+        const int t = d == 0 ? n : longest - 1 - n;
+        const int cur = n & 1;
+        if (n > 0) {  // step n - 1's h of every block has landed in buffer n % 2
+            const unsigned bar = bars + 8 * cur;
+            bar_wait(bar, ((n - 1) >> 1) & 1);
+            // Re-arm for step n + 1's stores into this buffer: they come only after every
+            // block received this block's step n values, so after this wait.
+            if (threadIdx.x == 0 && n + 2 < longest) bar_expect(bar, phase_bytes);
+        }
+        if (owns_state && n + 1 < longest) load_x(d == 0 ? t + 1 : t - 1, x_next);
+        if (warp_works) recurrent_sums(w, &h_all[cur][0][0], rows_here, lane, &sums[0][0][0], unit);
+        // The sums of step n are read below and overwritten at step n + 1 only after every
+        // block received the h they give (the wait above), so one block barrier a step.
+        __syncthreads();
+        if (owns_state) {
+            const bool live = t < length;
+            if (live) {
+                float g[kGates];
 #pragma unroll
-                    for (unsigned r = 0; r < kCluster; ++r)
-                        store_counted(in_block(slot, r), h, in_block(bar, r));
-                }
-#pragma unroll
-                for (int q = 0; q < kGates; ++q) x_cur[q] = x_next[q];
+                for (int q = 0; q < kGates; ++q) g[q] = sums[row][q][state_unit] + x_cur[q];
+                cell = sigmoid(g[1]) * cell + sigmoid(g[0]) * tanhf(g[2]);
+                h = sigmoid(g[3]) * tanhf(cell);
             }
+            y_row[(b * row_b + t * row_t) * y_width] = narrow<T>(live ? h : 0.0f);
+            if (n + 1 < longest) {  // the last step's h is read by no one
+                const unsigned slot = smem_addr(&h_all[cur ^ 1][row][sj]);
+                const unsigned bar = bars + 8 * (cur ^ 1);
+#pragma unroll
+                for (unsigned r = 0; r < kCluster; ++r)
+                    store_counted(in_block(slot, r), h, in_block(bar, r));
+            }
+#pragma unroll
+            for (int q = 0; q < kGates; ++q) x_cur[q] = x_next[q];
         }
     }
-    if (owns_row) {
+    if (owns_state) {
         for (int t = longest; t < steps; ++t)
             y_row[(b * row_b + t * row_t) * y_width] = narrow<T>(0.0f);
         h_n[state] = narrow<T>(h);

@@ -1,0 +1,181 @@
+"""Kokoro on this backend against the float32 NumPy reference network, stage by stage.
+
+Finds where a device network parts from the reference: for the tiny and small random configs
+(and ``--real-shape``), one utterance, the same durations, it prints the relative L2 error of
+the duration features, the text encoder, F0 and energy, the harmonic source, and the audio; then
+the audio again with one piece at a time swapped for its composed (pre-fusion) form: the LSTM
+step kernel instead of the sequence kernel, the harmonic source from separate array ops, AdaIN
+from separate reductions, channel LayerNorm by transpose + layernorm. Needs the tests folder
+(``tests/tts/kokoro_numpy_reference.py``). Run from the repository root::
+
+    python tools/tts_stage_check.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import pathlib
+import sys
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "tts"))
+
+from kokoro_numpy_reference import ReferenceNetwork, istft_polar, stft_polar
+
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.ops import config as ops_config
+from pygpukit.ops.audio.stft import istft, stft
+from pygpukit.tts import KokoroConfig, kokoro
+from pygpukit.tts._masking import Lengths
+from pygpukit.tts._source import harmonic_sines
+from pygpukit.tts.config import SAMPLE_RATE
+from pygpukit.tts.kokoro import KokoroNetwork, _upload_ids, _upload_styles
+from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
+
+SMALL = KokoroConfig(
+    hidden_dim=64, style_dim=32, albert_hidden=64, albert_heads=4, albert_intermediate=128,
+    albert_layers=2, albert_embedding=32, upsample_initial_channel=32,
+)  # fmt: skip
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    """Relative L2 error of ``a`` against ``b``."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+
+
+def composed_source(self: KokoroNetwork, f0: gp.GPUArray, rng: object) -> gp.GPUArray:
+    """The merged harmonic source from separate array ops (the pre-fusion form)."""
+    up = math.prod(self.config.upsample_rates) * self.config.hop_length
+    sines = harmonic_sines(f0, up, SAMPLE_RATE, None)
+    p = "decoder.generator.m_source.l_linear"
+    w = self.weights
+    merged = gp.matmul(w[p + ".weight"], sines) + w[p + ".bias"].reshape(1, 1, 1)
+    return gp.tanh(merged).reshape(f0.shape[0], -1)
+
+
+def composed_ada_in(x, gamma, beta, lengths, *, weight=None, bias=None, activation=None,
+                    negative_slope=0.2, alpha=None, eps=1e-5):  # fmt: skip
+    """AdaIN from separate reductions and elementwise ops (one utterance, no padding)."""
+    xf = x if x.dtype == gp.float32 else x.astype(gp.float32)
+    b, c, _ = xf.shape
+    mean = gp.mean(xf, axis=2)
+    centred = xf - mean.reshape(b, c, 1)
+    rstd = gp.rsqrt(gp.mean(centred * centred, axis=2) + np.float32(eps))
+    y = centred * rstd.reshape(b, c, 1)
+    if weight is not None:
+        y = y * weight.astype(gp.float32).reshape(1, c, 1)
+    if bias is not None:
+        y = y + bias.astype(gp.float32).reshape(1, c, 1)
+    y = y * (gamma.astype(gp.float32) + np.float32(1)).reshape(b, c, 1)
+    y = y + beta.astype(gp.float32).reshape(b, c, 1)
+    if activation == "leaky_relu":
+        y = ops.leaky_relu(y, negative_slope)
+    elif activation == "snake":
+        y = ops.snake(y, alpha.astype(gp.float32))
+    return y.astype(x.dtype)
+
+
+def composed_channel_layernorm(x, weight, bias=None, eps=1e-5):
+    """LayerNorm over channels by transposing to channels-last and back."""
+    t = x.transpose(0, 2, 1).contiguous()
+    return ops.layernorm(t, weight, bias, eps).transpose(0, 2, 1).contiguous()
+
+
+@contextlib.contextmanager
+def swapped(owner: object, name: str, value: Callable) -> Iterator[None]:
+    """``owner.name`` replaced by ``value`` inside the block."""
+    old = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, old)
+
+
+def stages(cfg: KokoroConfig, label: str, seed: int) -> None:
+    """Print each stage's error against the reference, then the audio's with each swap."""
+    rng = np.random.default_rng(seed)
+    state = random_state(cfg, seed=seed)
+    style = random_voice(cfg, seed=seed + 1)[30, 0]
+    ids = np.array([0, *rng.integers(1, 170, 29), 0])
+    ref_net, net = ReferenceNetwork(cfg, state), KokoroNetwork(cfg, state)
+    ref = ref_net(ids, style, 1.0)
+    durations = ref.durations
+    print(f"== {label} (seed {seed}, {len(ids)} tokens, {int(durations.sum())} frames)")
+    # Stage by stage, the device network on the reference's durations.
+    width = len(ids)
+    tokens = Lengths(np.array([width]), width)
+    ids_gpu, refs = _upload_ids([ids], width), _upload_styles([style])
+    d, ours_dur, styles = net._prosody(ids_gpu, refs, tokens, 1.0)
+    d_ref, dur_ref = ref_net.predict_durations(ids, style.reshape(1, -1), 1.0)
+    print(
+        f"  durations equal {np.mean(ours_dur[0] == dur_ref):.3f}; d {rel(d.to_numpy(), d_ref):.2e}"
+    )
+    frames = Lengths(np.array([durations.sum()]), int(durations.sum()))
+    rows = gp.from_numpy(np.repeat(np.arange(width), durations).astype(np.int64))
+    en = gp.take(d.reshape(width, d.shape[2]), rows, axis=0).reshape(1, -1, d.shape[2])
+    f0, n, _ = net.f0_energy(en, styles, frames)
+    s_pro = style.reshape(1, -1)[:, cfg.style_dim :]
+    f0_ref, n_ref = ref_net.f0_energy(np.repeat(d_ref, durations, axis=1), s_pro)
+    print(f"  F0 {rel(f0.to_numpy(), f0_ref):.2e}  energy {rel(n.to_numpy(), n_ref):.2e}")
+    t_en = net.text_encoder(ids_gpu, tokens).to_numpy()  # [1, T, hidden]
+    t_ref = ref_net.text_encoder(ids[None].astype(np.int64))  # [1, hidden, T]
+    print(f"  text encoder {rel(t_en.transpose(0, 2, 1), t_ref):.2e}")
+    src = net.harmonic_source(gp.from_numpy(f0_ref.astype(np.float32)), None).to_numpy()
+    src_ref = ref_net.harmonic_source(f0_ref, None)
+    print(f"  harmonic source (reference F0) {rel(src, src_ref):.2e}; "
+          f"voiced share {np.mean(f0_ref > 10):.2f}")  # fmt: skip
+    asr_ref = np.repeat(t_ref, durations, axis=2).astype(np.float32)
+    s_dec = style.reshape(1, -1)[:, : cfg.style_dim]
+    voc_ref = ref_net.decoder(asr_ref, f0_ref, n_ref, s_dec, None)
+    voc = net.decoder(gp.from_numpy(asr_ref), gp.from_numpy(f0_ref.astype(np.float32)),
+                      gp.from_numpy(n_ref.astype(np.float32)), styles, frames, None)  # fmt: skip
+    print(f"  decoder + generator on the reference's inputs {rel(voc.to_numpy(), voc_ref):.2e}")
+    audio = net(ids, style, 1.0, durations=durations).audio
+    print(f"  audio {rel(audio, ref.audio):.2e}")
+    variants = {
+        "lstm step kernel": lambda: ops_config.override(lstm_kernel="step"),
+        "composed harmonic source": lambda: swapped(
+            KokoroNetwork, "harmonic_source", composed_source
+        ),
+        "composed AdaIN": lambda: swapped(kokoro, "ada_in", composed_ada_in),
+        "composed channel LayerNorm": lambda: swapped(
+            ops, "channel_layernorm", composed_channel_layernorm
+        ),
+    }  # fmt: skip
+    for name, make in variants.items():
+        with make():
+            alt = KokoroNetwork(cfg, state)(ids, style, 1.0, durations=durations).audio
+        print(f"  audio with {name}: {rel(alt, ref.audio):.2e}")
+
+
+def audio_ops(seed: int) -> None:
+    """The generator's STFT (polar out) and iSTFT (polar in), n_fft 20, hop 5, on noise."""
+    x = np.random.default_rng(seed).standard_normal((2, 4001)).astype(np.float32)
+    mag, phase = stft(gp.from_numpy(x), 20, 5, output="polar")
+    mag_ref, phase_ref = stft_polar(x, 20, 5)
+    print(f"stft magnitude {rel(mag.to_numpy(), mag_ref):.2e}")
+    back = istft(mag, 20, 5, phase=phase).to_numpy()
+    back_ref = istft_polar(mag_ref, phase_ref, 20, 5)
+    print(f"istft {rel(back, back_ref):.2e}")
+
+
+def main() -> None:
+    """Both random configs, after the audio ops alone."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=11)
+    args = parser.parse_args()
+    print("backend", gp.backend_name())
+    audio_ops(args.seed)
+    for label, cfg in (("tiny", TINY_CONFIG), ("small", SMALL)):
+        stages(cfg, label, args.seed)
+
+
+if __name__ == "__main__":
+    main()
