@@ -47,6 +47,40 @@ def test_forward_matches_numpy_model(name, seed, rng):
     assert rel_err(got.to_numpy(), forward(CONFIGS[name], w, ids)) < 1e-4
 
 
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_prefill_reads_the_projection_in_place(name, seed, rng, monkeypatch):
+    """Prefill splits and rotates the q/k/v projection in one kernel and writes the keys and
+    values straight into the cache (models without q/k norms); the logits, the cache and the
+    first token are those of the path that splits and transposes with copies."""
+    from pygpukit.llm.models import llama
+
+    model, _ = _model(name, seed)
+    ids = rng.integers(3, 256, (2, 9))
+    prompt = rng.integers(3, 256, 11).tolist()
+    in_place = llama._UncachedAttend.from_projection
+    calls: list[int] = []
+
+    def spy(self: Any, i: int, qkv: Any, positions: Any) -> Any:
+        calls.append(i)
+        return in_place(self, i, qkv, positions)
+
+    results = []
+    for split in (spy, None):  # None: the strategy offers no projection path
+        monkeypatch.setattr(llama._UncachedAttend, "from_projection", split)
+        logits = model.forward(ids).to_numpy()
+        first = model.generate(prompt, max_new_tokens=1).token_ids
+        cache = model._cache
+        kv = [a.to_numpy()[:, :, : len(prompt)] for a in cache.k + cache.v]
+        results.append((logits, first, kv))
+    layers = model._model.layers
+    per_head_norms = layers[0].q_norm is not None  # Qwen3: norms between projection and RoPE
+    assert len(calls) == (0 if per_head_norms else 2 * len(layers))
+    (l1, t1, kv1), (l0, t0, kv0) = results
+    assert rel_err(l1, l0) < 1e-6 and t1 == t0
+    for a, b in zip(kv1, kv0, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", ["llama3_tied", "qwen3_qknorm"])
 def test_forward_bfloat16(name, seed, rng):
     model, w = _model(name, seed, "bfloat16")

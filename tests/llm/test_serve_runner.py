@@ -73,3 +73,45 @@ def test_build_inputs_marks_the_trailing_fresh_chunks(tiny):
     # A fresh chunk followed by a continued one is not trailing: decode attention for it.
     inputs = build_inputs([chunks[1], chunks[0]], 16)
     assert inputs.fresh == () and inputs.fresh_from == 6
+
+
+def test_fresh_groups_merge_consecutive_chunks_of_one_length():
+    from pygpukit.llm.engine.runner import fresh_groups
+
+    assert fresh_groups(()) == ()
+    assert fresh_groups(((3, 8), (11, 8), (19, 8))) == ((3, 8, 3),)
+    assert fresh_groups(((0, 8), (8, 5), (13, 5), (18, 8))) == ((0, 8, 1), (8, 5, 2), (18, 8, 1))
+
+
+def test_equal_length_prompts_attend_as_one_batch_like_paged_decode_attention(tiny):
+    per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
+    engine = Engine(tiny, kv_memory=64 * per_block, max_batch=8, max_batched_tokens=256)
+    runner, groups = engine.runner, []
+    real = runner.logits
+
+    def checked(inputs):
+        runner.flash_prefill = False
+        paged = real(inputs).to_numpy()
+        runner.flash_prefill = True
+        got = real(inputs)
+        flash = got.to_numpy()
+        if TEST_DTYPE == "float32":
+            np.testing.assert_allclose(flash, paged, rtol=1e-4, atol=1e-4)
+        else:
+            assert np.abs(flash - paged).max() <= 0.05 * np.abs(paged).max()
+        groups.extend(inputs.fresh_groups)
+        return got
+
+    runner.logits = checked
+    rng = np.random.default_rng()
+    length = int(rng.integers(9, 40))
+    outs: dict[int, list[int]] = {}
+    for i in range(5):  # four of one length, then one shorter: two groups in one step
+        n = length if i < 4 else length - 3
+        params = RequestParams(max_tokens=3, ignore_eos=True)
+        engine.submit(rng.integers(3, 259, n).tolist(), params,
+                      lambda o, i=i: outs.setdefault(i, []).extend(o.token_ids))  # fmt: skip
+    while engine.step() or engine.has_work():
+        pass
+    assert groups[:2] == [(0, length, 4), (4 * length, length - 3, 1)]
+    assert len(outs) == 5 and all(len(t) == 3 for t in outs.values())

@@ -13,6 +13,7 @@ from signal_references import lstm_ref
 
 import pygpukit as gp
 from pygpukit import ops
+from pygpukit.ops import recurrent
 
 TOL = {"float32": 1e-5, "float16": 3e-3, "bfloat16": 1e-2}
 DTYPES = list(TOL)
@@ -120,3 +121,47 @@ def test_lstm_errors(rand: Rand) -> None:
         ops.lstm(gp.from_numpy(rand((2, 0, 3))), w_ih, w_hh)
     with pytest.raises(ValueError, match="must be 3-D"):
         ops.lstm(gp.from_numpy(rand((5, 3))), w_ih, w_hh)
+
+
+LIMITS = recurrent.SequenceLimits(
+    cluster=8, min_hidden=8, max_hidden=256, max_rows=16, rows_per_pass=4, lanes=16
+)
+
+
+@pytest.mark.parametrize(
+    "hidden,sm,choice,expected",
+    [
+        (256, (9, 0), "auto", True),  # Kokoro's LSTMs on Hopper
+        (8, (10, 0), "auto", True),
+        (256, (9, 0), "step", False),  # the knob pins the per-step kernel
+        (256, (8, 9), "auto", False),  # no thread-block clusters before SM 9.0
+        (257, (9, 0), "auto", False),  # w_hh no longer fits the cluster's registers
+        (7, (9, 0), "auto", False),  # fewer hidden units than blocks in a cluster
+        (64, None, "auto", False),
+    ],
+)
+def test_lstm_sequence_kernel_choice(
+    hidden: int, sm: tuple[int, int] | None, choice: str, expected: bool
+) -> None:
+    assert recurrent.uses_sequence_kernel(hidden, sm, choice, LIMITS) is expected
+
+
+@pytest.mark.parametrize(
+    "batch,dirs,sm_count,rows",
+    [
+        (1, 2, 132, 1),  # one row per cluster while clusters are free
+        (7, 2, 132, 1),  # 132 SMs: 7 clusters of 8 per direction run at once
+        (8, 2, 132, 4),  # two rows would cost a four-row pass anyway
+        (16, 2, 132, 4),  # Kokoro's batch 16: 4 slices per direction
+        (16, 1, 132, 4),
+        (14, 1, 132, 1),
+        (200, 2, 132, 16),  # capped: more slices than run at once
+        (3, 2, 16, 4),  # a small GPU: one cluster per direction
+    ],
+)
+def test_lstm_slice_rows(batch: int, dirs: int, sm_count: int, rows: int) -> None:
+    assert recurrent.slice_rows(batch, dirs, sm_count, LIMITS) == rows
+
+
+def test_lstm_sequence_limits_are_the_kernels() -> None:
+    assert recurrent.SequenceLimits.from_kernels() == LIMITS

@@ -190,10 +190,34 @@ def test_decode_combine_is_a_dependent_launch(launches, knob: str) -> None:
     """The split combine starts by programmatic dependent launch unless the knob turns it off
     (the kernel waits for the split kernel's results itself)."""
     dt = np.dtype(gp.bfloat16)
-    with config.override(dependent_launch=knob):
+    with config.override(dependent_launch=knob, decode_combine="kernel"):
         plan = attention._plan_decode_cuda(8, 32, 8, 128, dt, 8192, 0, 8192, 0)
-    assert plan.combine is not None
+    assert plan.combine is not None and not plan.fused
     assert plan.dependent is (knob == "on")
+
+
+@pytest.mark.parametrize("combine", ["fused", "kernel"])
+def test_decode_fused_combine_counters(launches, monkeypatch, rand: Rand, combine: str) -> None:
+    """The fused combine launches one kernel with a counter per (sequence, head group), zeroed
+    once per stream and reused by later calls; the kernel combine passes no counters."""
+    monkeypatch.setattr(attention, "_has_bulk_copy", lambda device: True)  # as on SM 9.0
+    dt, b, hq, hkv, d, n = np.dtype(gp.bfloat16), 2, 32, 8, 128, 8192
+    with config.override(decode_combine=combine):
+        plan = attention._plan_decode_cuda(b, hq, hkv, d, dt, n, 0, n, 0)
+    q, kc = up(rand((b, hq, d), dt)), gp.empty((b, hkv, n, d), dt)
+    lens = up(np.full(b, n, np.int32))
+    for _ in range(2):
+        plan(q, kc, kc, lens, None, gp.empty((b, hq, d), dt), 0.08, *plan.workspace())
+    names = [name for name, *_ in launches]
+    grid = launches[0][1]
+    assert grid[0] > 1  # split
+    if combine == "fused":
+        assert names == ["attn_decode_bulk2_d128_bf16"] * 2
+        assert plan.combine is None and plan.fused == grid[1] * grid[2]
+        (counters,) = plan.counters.values()  # one stream: one array, made once
+        assert counters.shape == (grid[1] * grid[2],) and not counters.to_numpy().any()
+    else:
+        assert names[1] == "attn_decode_combine_bf16" and not plan.counters
 
 
 @pytest.mark.parametrize("kernel", ["bulk2", "mma2", "mma", "simt"])
@@ -210,7 +234,7 @@ def test_decode_plans(
     table = up(np.zeros((b, n // bs // b), np.int32)) if paged else None
     max_blocks = n // bs // b if paged else 0
     capacity = max_blocks * bs if paged else n
-    with config.override(decode_kernel=kernel):
+    with config.override(decode_kernel=kernel, decode_combine="kernel"):
         plan = attention._plan_decode_cuda(b, hq, hkv, d, dt, cache[2], max_blocks, capacity, 0)
     plan(q, kc, kc, lens, table, gp.empty((b, hq, d), dt), 0.08, *plan.workspace())
     names = [name for name, *_ in launches]

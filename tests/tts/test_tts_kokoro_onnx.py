@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from tts_reference import PHONEMES, OnnxReference, log_mel_correlation
 
+import pygpukit as gp
 from pygpukit.tts.loading.onnx_graph import module_path
 from pygpukit.tts.text import as_token_array, phonemes_to_ids
 
@@ -59,9 +60,12 @@ def test_module_paths():
 
 # Measured: jf_nezumi on the medium string totals 555 frames against onnxruntime's 561 (1.07 %,
 # 96.7 % of the tokens equal): the int8 graph quantizes every activation, which this float
-# implementation does not reproduce. Kept visible rather than tuned away.
+# implementation does not reproduce. Kept visible rather than tuned away. Strict on the CPU
+# backend, where it was measured; the CUDA backend's float32 GEMMs round differently, so the case
+# may land on either side there.
 _KNOWN_TOTAL_MISS = pytest.mark.xfail(
-    strict=True, reason="total 1.07 % off onnxruntime's int8 activations (555 vs 561 frames)"
+    strict=gp.backend_name() != "cuda",
+    reason="total 1.07 % off onnxruntime's int8 activations (555 vs 561 frames)",
 )
 
 

@@ -12,7 +12,7 @@ from kokoro_numpy_reference import ReferenceNetwork
 
 import pygpukit as gp
 from pygpukit.tts._masking import Lengths, ada_in
-from pygpukit.tts._source import HARMONICS, harmonic_sines
+from pygpukit.tts._source import HARMONICS, harmonic_sines, merged_source
 from pygpukit.tts._weights import DeviceWeights
 from pygpukit.tts.kokoro import KokoroNetwork
 from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
@@ -85,6 +85,33 @@ def test_harmonic_sines_match_the_definition(up):
     want = _sines_by_definition(f0, up, 24000)
     assert got.shape == want.shape == (2, HARMONICS, 37 * up)
     np.testing.assert_allclose(got, want, atol=2e-4)
+
+
+@pytest.mark.parametrize("up", [300, 20, 15])
+def test_merged_source_is_the_merged_definition(up):
+    rng = np.random.default_rng()
+    f0 = rng.uniform(60.0, 400.0, (3, 29)).astype(np.float32)
+    f0[1, 3:11] = 0.0  # an unvoiced stretch: tanh(bias) there
+    w, bias = rng.normal(size=(1, HARMONICS)), rng.normal(size=1)
+    got = merged_source(_up(f0), up, 24000, _up(w), _up(bias)).to_numpy()
+    want = np.tanh(np.einsum("h,bhl->bl", w[0], _sines_by_definition(f0, up, 24000)) + bias[0])
+    assert got.shape == want.shape == (3, 29 * up)
+    np.testing.assert_allclose(got, want, atol=5e-4)
+    assert np.allclose(got[1, 3 * up + up : 11 * up - up], np.tanh(bias[0]), atol=1e-6)
+
+
+def test_harmonic_source_op_errors():
+    from pygpukit.ops.harmonic_source import harmonic_source
+
+    t, f0, w, b = _up(np.ones((1, 9, 5))), _up(np.ones((1, 4))), _up(np.ones(9)), _up(np.ones(1))
+    with pytest.raises(ValueError, match="9 values"):
+        harmonic_source(t, t, f0, _up(np.ones(8)), b, up=3)
+    with pytest.raises(ValueError, match="one value"):
+        harmonic_source(t, t, f0, w, _up(np.ones(2)), up=3)
+    with pytest.raises(ValueError, match="up"):
+        harmonic_source(t, t, f0, w, b, up=0)
+    with pytest.raises(ValueError):
+        harmonic_source(t, t, _up(np.ones((1, 5))), w, b, up=3)
 
 
 def test_harmonic_noise_is_seeded_and_scaled():

@@ -2,8 +2,9 @@
 
 Prefill: every head dim and both half dtypes, GQA/MQA, odd lengths (1, 17, 129, 1000),
 additive masks of each broadcast shape and dtype, causal with Sq == Sk, Sq < Sk and Sq > Sk.
-Decode (both kernels): mixed per-sequence lengths (0, 1, short, split across CTAs, clamped),
-contiguous and paged caches, GQA groups of 1 to 20 query heads per KV head.
+Decode (every kernel): mixed per-sequence lengths (0, 1, short, split across CTAs, clamped),
+contiguous and paged caches, GQA groups of 1 to 20 query heads per KV head; the splits merged
+by the last CTA (the default) and by the combine kernel, call after call and on two streams.
 KV writes: exact against NumPy loops.
 """
 
@@ -153,6 +154,28 @@ def test_vs_torch(rand, prefill_kernel, dtype, d, sq, sk, causal):
     assert rel_err(got, want.float().cpu().numpy()) < LIMIT[np.dtype(dtype)]
 
 
+@pytest.mark.parametrize("b", [1, 3])
+@pytest.mark.parametrize(("s", "causal"), [(1, True), (200, True), (1024, True), (333, False)])
+@pytest.mark.parametrize("d", [64, 128])
+def test_sdpa_strided_views(rand, prefill_kernel, b, s, causal, d):
+    """Strided q/k/v (q a [B, S, H, D] projection transposed, k/v the first S slots of a longer
+    cache) give the contiguous inputs' result with every prefill kernel: read in place by the
+    TMA kernels at one batch, copied elsewhere."""
+    hq, hkv, cap = 16, 4, s + 64
+    qh = (rand((b, s, hq, d)) * 0.5).astype(gp.bfloat16)
+    kh = (rand((b, hkv, cap, d)) * 0.5).astype(gp.bfloat16)
+    vh = rand((b, hkv, cap, d)).astype(gp.bfloat16)
+    q = gp.from_numpy(qh).transpose(0, 2, 1, 3)
+    k, v = gp.from_numpy(kh)[:, :, :s], gp.from_numpy(vh)[:, :, :s]
+    got = ops.scaled_dot_product_attention(q, k, v, is_causal=causal).to_numpy()
+    packed = ops.scaled_dot_product_attention(
+        q.contiguous(), k.contiguous(), v.contiguous(), is_causal=causal
+    ).to_numpy()
+    np.testing.assert_array_equal(got, packed)  # the same kernel on the same values
+    want = ref_sdpa(qh.transpose(0, 2, 1, 3), kh[:, :, :s], vh[:, :, :s], causal=causal)
+    assert rel_err(got, want) < LIMIT[np.dtype(gp.bfloat16)]
+
+
 # --- decode -------------------------------------------------------------------------------
 
 
@@ -202,6 +225,67 @@ def test_decode_paged(rand, rng, decode_kernel, dtype, d, block_size):
         block_table=gp.from_numpy(table),
     ).to_numpy()
     assert rel_err(got, ref_decode(q, keys, vals)) < LIMIT[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("kernel", ["bulk2", "mma2", "simt"])
+@pytest.mark.parametrize(("b", "hq", "hkv", "d"), [(1, 32, 8, 128), (3, 6, 1, 64), (8, 40, 2, 80)])
+def test_decode_fused_combine(rand, rng, use_config, kernel, b, hq, hkv, d):
+    """The last split CTA's merge equals the combine kernel's and float64 NumPy, call after call
+    with new lengths (0, 1, odd, one split's worth, clamped): its counters are left at zero."""
+    use_config(decode_kernel=kernel)
+    max_len = 9000  # batch 1: dozens of splits; batch 8: a few
+    dtype = gp.bfloat16
+    q = (rand((b, hq, d)) * 0.3).astype(dtype)
+    kc = (rand((b, hkv, max_len, d)) * 0.3).astype(dtype)
+    vc = rand((b, hkv, max_len, d)).astype(dtype)
+    gq, gk, gv = gp.from_numpy(q), gp.from_numpy(kc), gp.from_numpy(vc)
+    choices = np.array([0, 1, 255, 257, 2049, 8191, 9000, 12000], np.int32)
+    for _ in range(4):
+        lens = rng.choice(choices, size=b).astype(np.int32)
+        n = np.minimum(lens, max_len)
+        ref = ref_decode(
+            q, [kc[i, :, : n[i]] for i in range(b)], [vc[i, :, : n[i]] for i in range(b)]
+        )
+        outs = {}
+        for combine in ("fused", "kernel"):
+            with config.override(decode_combine=combine):
+                outs[combine] = ops.decode_attention(gq, gk, gv, gp.from_numpy(lens)).to_numpy()
+            assert rel_err(outs[combine], ref) < LIMIT[np.dtype(dtype)], (combine, lens)
+            assert np.all(outs[combine][lens == 0].astype(np.float32) == 0)
+        np.testing.assert_allclose(
+            outs["fused"].astype(np.float32), outs["kernel"].astype(np.float32), rtol=0, atol=2e-2
+        )
+
+
+def test_decode_fused_combine_streams_and_layer(rand, rng):
+    """The fused combine on two streams at once (each its own counters) and through the layer,
+    whose workspace is kept across calls."""
+    b, hq, hkv, d, max_len = 2, 16, 4, 128, 8192
+    dtype = gp.bfloat16
+    q = (rand((b, hq, d)) * 0.3).astype(dtype)
+    kc = (rand((b, hkv, max_len, d)) * 0.3).astype(dtype)
+    vc = rand((b, hkv, max_len, d)).astype(dtype)
+    gq, gk, gv = gp.from_numpy(q), gp.from_numpy(kc), gp.from_numpy(vc)
+    lens = [np.array([8192, 3001], np.int32), np.array([77, 6000], np.int32)]
+    refs = [
+        ref_decode(q, [kc[i, :, : n[i]] for i in range(b)], [vc[i, :, : n[i]] for i in range(b)])
+        for n in lens
+    ]
+    streams = [gp.Stream(), gp.Stream()]
+    outs: list[list[object]] = [[], []]
+    for _ in range(5):
+        for i, st in enumerate(streams):
+            with st:
+                outs[i].append(ops.decode_attention(gq, gk, gv, gp.from_numpy(lens[i])))
+    for st in streams:
+        st.synchronize()
+    for i in range(2):
+        for o in outs[i]:
+            assert rel_err(o.to_numpy(), refs[i]) < LIMIT[np.dtype(dtype)]
+    layer = ops.layers.Attention(hq, hkv, d)
+    for i in (0, 1, 0):
+        got = layer.decode(gq, gk, gv, gp.from_numpy(lens[i])).to_numpy()
+        assert rel_err(got, refs[i]) < LIMIT[np.dtype(dtype)]
 
 
 def test_decode_matches_prefill_last_row(rand, decode_kernel):

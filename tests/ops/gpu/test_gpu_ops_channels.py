@@ -66,6 +66,48 @@ def test_ada_in_gpu(
     assert rel_err(y, ref) < TOL[dtype]
 
 
+def masked_ada_in_ref(
+    x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, lengths: list[int]
+) -> np.ndarray:
+    """Each row's first ``lengths[b]`` samples normalised alone (float64); zeros after them."""
+    out = np.zeros(x.shape, np.float64)
+    for b, n in enumerate(lengths):
+        if n:
+            out[b : b + 1, :, :n] = ada_in_ref(
+                x[b : b + 1, :, :n], gamma[b : b + 1], beta[b : b + 1]
+            )
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("length", "lengths"),
+    [(301, [301, 100, 1]), (20001, [20001, 12345, 2049]), (54601, [0, 54601, 30000]),
+     (140000, [140000, 4097, 131073])],
+)  # fmt: skip
+def test_ada_in_lengths_gpu(rand: Rand, dtype: str, length: int, lengths: list[int]) -> None:
+    """Short rows (one block) and long ones (split over blocks), each with padded rows."""
+    dt = gp.dtypes.normalize(dtype)
+    x = (rand((3, 5, length)) * 0.5 + 2).astype(dt)  # an offset: the split merge must not cancel
+    gamma, beta = rand((3, 5), dt), rand((3, 5), dt)
+    gx = gp.from_numpy(x)
+    y = ops.ada_in(
+        gx, gp.from_numpy(gamma), gp.from_numpy(beta), lengths=np.array(lengths), out=gx,
+        activation="leaky_relu", negative_slope=0.2,
+    ).to_numpy()  # fmt: skip
+    ref = leaky_relu_ref(masked_ada_in_ref(x, gamma, beta, lengths), 0.2)
+    assert rel_err(y, ref) < TOL[dtype]
+    for b, n in enumerate(lengths):
+        assert not y[b, :, n:].any()
+
+
+def test_instance_norm_long_row_large_offset_gpu(rand: Rand) -> None:
+    """The split statistics (Chan's merge of centred partials) keep a large mean exact."""
+    x = (rand((1, 4, 100003)) + 300).astype(np.float32)
+    y = ops.instance_norm(gp.from_numpy(x)).to_numpy()
+    assert rel_err(y, ada_in_ref(x, None, None)) < 5e-4
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES[:4])
 def test_instance_norm_gpu_vs_torch(rand: Rand, dtype: str, shape: tuple[int, int, int]) -> None:

@@ -250,7 +250,11 @@ class Decoder:
         def store(i: int, k: GPUArray, v: GPUArray) -> None:
             self.cache.write(i, k, v, slots)
 
-        x = self.model.hidden_states(ids, positions, self.model.attend_uncached(store))
+        if s <= self.cache.capacity:  # keys and values go straight into slots 0 .. s - 1
+            attend = self.model.attend_uncached(cache=(self.cache.k, self.cache.v))
+        else:  # a sliding window keeps the last tokens only: written through the slot map
+            attend = self.model.attend_uncached(store)
+        x = self.model.hidden_states(ids, positions, attend)
         self._sample(self.model.logits(x[:, s - 1]), p, gen)
         self._advance()
 

@@ -45,6 +45,7 @@ from . import (
     decode_attention_single,
     decode_head,
     decode_linear,
+    decode_rows,
     decode_state,
     kv_cache,
     layers,
@@ -71,6 +72,7 @@ __all__ = [
     *decode_attention_single.__all__,
     *decode_head.__all__,
     *decode_linear.__all__,
+    *decode_rows.__all__,
     *decode_state.__all__,
     *kv_cache.__all__,
     *linear.__all__,
@@ -90,6 +92,7 @@ from .conv import *  # noqa: F403
 from .decode_attention_single import *  # type: ignore[no-redef]  # noqa: F403
 from .decode_head import *  # noqa: F403
 from .decode_linear import *  # type: ignore[no-redef]  # noqa: F403
+from .decode_rows import *  # noqa: F403
 from .decode_state import *  # noqa: F403
 from .kv_cache import *  # noqa: F403
 from .linear import *  # type: ignore[no-redef]  # noqa: F403

@@ -18,6 +18,7 @@ Two rules differ from a naive reading of PyTorch and are the same on both backen
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import heapq
 import math
@@ -146,11 +147,27 @@ def _prefill_schedule(
 
 
 def _tma_maps(q: GPUArray, k: GPUArray, v: GPUArray) -> tuple[gp.TensorMap, ...]:
-    """The wgmma_tma kernel's tensor maps: q, k, v as [B * H, S, D], boxes of 128 rows x 64."""
+    """The wgmma_tma kernel's tensor maps: q, k, v as [B * H, S, D], boxes of 128 rows x 64.
+
+    Strided views are read in place where B and H merge into one stride (one batch, or a batch
+    stride of H head strides: a head-major array, or a slice of a longer cache); else that
+    input is copied (``reshape``'s rule).
+    """
     return tuple(
         gp.TensorMap(x.reshape(x.shape[0] * x.shape[1], x.shape[2], x.shape[3]), (1, 128, 64), 128)
         for x in (q, k, v)
     )
+
+
+def _strides_ok(x: GPUArray) -> bool:
+    """Whether a TMA kernel reads ``x`` as it is.
+
+    Rows of D contiguous elements, every other stride a multiple of 16 bytes (a tensor map's
+    rule) and a 16-byte aligned start.
+    """
+    item = x.itemsize
+    st = x.strides
+    return st[3] == item and all(s % 16 == 0 for s in st[:3]) and x.data_ptr % 16 == 0
 
 
 def _check_head_dim(d: int, name: str) -> None:
@@ -215,6 +232,10 @@ class PrefillPlan:
         strides: tuple[int, ...],
         scale: float,
     ) -> None:
+        if not self.tma:  # the pointer kernels read [B, H, S, D] arrays
+            q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+        elif not (_strides_ok(q) and _strides_ok(k) and _strides_ok(v)):
+            q, k, v = (x if _strides_ok(x) else x.copy() for x in (q, k, v))
         _check_aligned(("q", q), ("k", k), ("v", v), ("out", out))
         maps = _tma_maps(q, k, v) if self.tma else ()
         extra = (self.sched,) if self.sched is not None else ()
@@ -241,6 +262,7 @@ class ReferencePrefill:
         scale: float,
     ) -> None:
         m = host(mask) if mask is not None else None
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         write_into(out, reference.sdpa(host(q), host(k), host(v), m, self.causal, scale))
 
 
@@ -260,6 +282,7 @@ class ComposedPrefill:
         strides: tuple[int, ...],
         scale: float,
     ) -> None:
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, out)
 
 
@@ -334,9 +357,12 @@ def check_prefill(
     scale: float | None,
 ) -> tuple[float, tuple[int, ...]]:
     """Validate the prefill arguments; return the scale and the mask's broadcast strides."""
-    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=4)
-    check_array(k, "k", dtypes=FLOAT_DTYPES, ndim=4)
-    check_array(v, "v", dtypes=FLOAT_DTYPES, ndim=4)
+    # Strided views are accepted (the Hopper kernels read them in place; the others get a
+    # contiguous copy): e.g. q of a [B, S, H, D] projection transposed to [B, H, S, D], or the
+    # first S positions of a [B, Hkv, max_len, D] cache.
+    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=4, contiguous=False)
+    check_array(k, "k", dtypes=FLOAT_DTYPES, ndim=4, contiguous=False)
+    check_array(v, "v", dtypes=FLOAT_DTYPES, ndim=4, contiguous=False)
     check_same_dtype(q, ("k", k), ("v", v))
     b, hq, sq, d = q.shape
     if tuple(k.shape) != tuple(v.shape):
@@ -370,9 +396,13 @@ def scaled_dot_product_attention(
 ) -> GPUArray:
     """Attention ``softmax(q k^T * scale + attn_mask) v`` without materialising the scores.
 
-    ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]`` (C-contiguous, float16 or
-    bfloat16, or float32 on the slower composed path; ``Hq`` a multiple of ``Hkv``); returns
-    ``[B, Hq, Sq, D]`` in q's dtype.
+    ``q [B, Hq, Sq, D]``, ``k``/``v`` ``[B, Hkv, Sk, D]`` (float16 or bfloat16, or float32 on
+    the slower composed path; ``Hq`` a multiple of ``Hkv``); returns a contiguous
+    ``[B, Hq, Sq, D]`` in q's dtype. q, k and v may be strided views: the Hopper kernel reads
+    them in place when each row of D is contiguous and B and H merge into one stride (one
+    batch, or a slice ``cache[:, :, :S]`` of a head-major cache), e.g. a ``[1, S, H, D]``
+    projection seen as ``[1, H, S, D]`` through ``transpose(0, 2, 1, 3)``; other kernels and
+    layouts copy them first.
     ``attn_mask`` is an additive mask (float32 or q's dtype) that broadcasts to
     ``[B, Hq, Sq, Sk]``; ``is_causal`` hides key ``j`` from query ``i`` when
     ``j > i + (Sk - Sq)`` (bottom-right aligned; PyTorch's rule when ``Sq == Sk``) and
@@ -466,23 +496,43 @@ def _smem_optin(device: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class DecodePlan:
-    """A decode launch, and its combine launch when the keys are split across CTAs.
+    """A decode launch, and how its split partial results are merged.
 
     ``plan(q, k_cache, v_cache, seq_lens, block_table, out, scale, o_part, lse)`` enqueues it;
-    :meth:`workspace` makes the float32 partials a split plan writes.
+    :meth:`workspace` makes the float32 partials a split plan writes. A split plan merges them
+    either in the same launch (``fused``: the last CTA of each sequence and head group to finish
+    merges, counting on ``counters``) or with a second kernel (``combine``).
     """
 
     launch: Launch
     combine: Launch | None
     tail: tuple[int, ...]  # hq, hkv, cache_len, max_blocks, capacity, chunk
     partials: tuple[int, int, int]  # float32 elements of o_part and lse, and the splits
-    dependent: bool = False  # the combine by programmatic dependent launch
+    dependent: bool = False  # both kernels by programmatic dependent launch
+    fused: int = 0  # the fused combine's counters per stream (0: no fused combine)
+    #: The fused combine's counters (int32, counted as unsigned), one zeroed array per stream
+    #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
+    #: and launches of the plan in two streams at once do not share them. Made by the first call
+    #: on a stream; when that call is captured in a CUDA graph, the zeroing is a node of the
+    #: graph (it runs at each replay).
+    counters: dict[Any, GPUArray] = dataclasses.field(default_factory=dict)
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
         """New ``(o_part, lse)`` float32 arrays for a split plan; ``(0, 0)`` (none) unsplit."""
-        if self.combine is None:
+        if self.partials[2] <= 1:
             return 0, 0
         return gp.empty((self.partials[0],), gp.float32), gp.empty((self.partials[1],), gp.float32)
+
+    def _counters(self) -> GPUArray | int:
+        """The current stream's counters of the fused combine (made on first use), or 0."""
+        if not self.fused:
+            return 0
+        stream = gp.current_stream()
+        found = self.counters.get(stream)
+        if found is None:
+            found = gp.zeros((self.fused,), np.int32, stream=stream)
+            self.counters[stream] = found
+        return found
 
     def __call__(
         self,
@@ -498,7 +548,15 @@ class DecodePlan:
     ) -> None:
         _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
         table = block_table if block_table is not None else 0
-        self.launch(q, k_cache, v_cache, seq_lens, table, out, o_part, lse, *self.tail, scale)
+        counters = self._counters()
+        # Launched dependent (the dependent_launch knob), the kernel's CTAs may start while the
+        # previous kernel drains: they prefetch their first keys into L2 and wait for it in the
+        # kernel before reading anything it may write.
+        main = self.launch
+        args = (q, k_cache, v_cache, seq_lens, table, out, o_part, lse, counters, *self.tail, scale)
+        main.kernel.launch(
+            main.grid, main.block, args, shared_mem=main.shared_mem, dependent=self.dependent
+        )
         if self.combine is not None:
             hq, _, _, _, capacity, chunk = self.tail
             # One split writes the output itself; several write fp32 partials that this merges.
@@ -584,14 +642,16 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
     splits, chunk = _decode_split(b, head_ctas, max(capacity, 1), _DECODE_CTAS_PER_SM[which])
     threads = constant("attention_decode", "DECODE_THREADS")
     launch = Launch(kern, (splits, head_ctas, b), threads, smem)
-    combine = None
-    if splits > 1:
+    combine, fused = None, 0
+    if splits > 1 and config.get().decode_combine == "fused":
+        fused = b * head_ctas  # a counter per (sequence, head group): grid.z * grid.y
+    elif splits > 1:
         name = f"attn_decode_combine_{suffix}"
         combine = Launch(_kernel_loader.kernel("attention_decode", name), b * hq, threads)
     tail = (hq, hkv, cache_len, max_blocks, capacity, chunk)
     partials = (b * hq * splits * d, b * hq * splits, splits)
     dependent = config.get().dependent_launch == "on"
-    return DecodePlan(launch, combine, tail, partials, dependent)
+    return DecodePlan(launch, combine, tail, partials, dependent, fused)
 
 
 def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
@@ -697,9 +757,11 @@ def decode_attention(
     the entry; the GPU reads them without a check (checking would need a synchronisation).
 
     Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
-    to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding)
-    and merged by a second kernel, which needs a float32 workspace of
-    ``B * Hq * splits * (D + 1)`` values for that call. Returns ``[B, Hq, D]``.
+    to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding),
+    whose float32 partial results (a workspace of ``B * Hq * splits * (D + 1)`` values for
+    that call) the last CTA of each sequence and head group to finish merges, in the same
+    launch (``PYGPUKIT_DECODE_COMBINE=kernel``: a second kernel merges them). Returns
+    ``[B, Hq, D]``.
     """
     max_blocks, capacity, scale_f = check_decode(q, k_cache, v_cache, seq_lens, block_table, scale)
     b, hq, d = q.shape

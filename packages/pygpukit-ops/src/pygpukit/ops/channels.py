@@ -87,18 +87,35 @@ def _style(a: Any, name: str, x: GPUArray) -> GPUArray | None:
 
 @dataclass(frozen=True, slots=True)
 class InstanceNormPlan:
-    """``plan(x, y, weight, bias, gamma, beta, alpha, eps, slope)`` enqueues the row kernel."""
+    """``plan(x, y, weight, bias, gamma, beta, alpha, lengths, eps, slope)`` enqueues the kernel.
+
+    One block per row where a row is short; else ``splits`` blocks a row (a statistics kernel
+    into a float32 scratch of ``(mean, M2)`` pairs, then the normalising one).
+    """
 
     launch: Launch
     channels: int
     length: int
     act: int
+    splits: int = 1
+    chunk: int = 0
+    stats: Launch | None = None
 
     def __call__(self, x: GPUArray, y: GPUArray, *args: Any) -> None:
-        weight, bias, gamma, beta, alpha, eps, slope = args
+        weight, bias, gamma, beta, alpha, lengths, eps, slope = args
+        styles = (_ptr(gamma), _ptr(beta), _row_stride(gamma), _row_stride(beta), _ptr(alpha))
+        if self.stats is None:
+            self.launch(
+                x, y, _ptr(weight), _ptr(bias), *styles, _ptr(lengths), self.channels,
+                self.length, eps, self.act, slope,
+            )  # fmt: skip
+            return
+        partial = gp.empty((self.launch.grid, 2), gp.float32)
+        sizes = (self.channels, self.length, self.splits, self.chunk)
+        self.stats(x, partial, _ptr(lengths), *sizes)
         self.launch(
-            x, y, _ptr(weight), _ptr(bias), _ptr(gamma), _ptr(beta), _row_stride(gamma),
-            _row_stride(beta), _ptr(alpha), self.channels, self.length, eps, self.act, slope,
+            x, y, partial, _ptr(weight), _ptr(bias), *styles, _ptr(lengths), *sizes, eps,
+            self.act, slope,
         )  # fmt: skip
 
 
@@ -117,12 +134,21 @@ class ReferenceInstanceNorm:
     activation: str | None
 
     def __call__(self, x: GPUArray, y: GPUArray, *args: Any) -> None:
-        weight, bias, gamma, beta, alpha, eps, slope = args
+        weight, bias, gamma, beta, alpha, lengths, eps, slope = args
         h = [c.f32(a) if a is not None else None for a in (weight, bias, gamma, beta, alpha)]
+        valid = lengths.to_numpy() if lengths is not None else None
         values = reference.instance_norm(
-            c.f32(x), h[0], h[1], h[2], h[3], eps, self.activation, slope, h[4]
+            c.f32(x), h[0], h[1], h[2], h[3], eps, self.activation, slope, h[4], lengths=valid
         )
         c.write_into(y, values)
+
+
+def _splits(rows: int, length: int) -> int:
+    """Blocks per row: one for a short row, else chunks of ``INSTANCE_CHUNK`` samples."""
+    chunk = kl.constant("channels", "INSTANCE_CHUNK")
+    if length <= chunk:
+        return 1
+    return min(kl.constant("channels", "INSTANCE_MAX_SPLITS"), -(-length // chunk))
 
 
 def _plan_instance_cuda(
@@ -131,10 +157,17 @@ def _plan_instance_cuda(
 ) -> InstanceNormPlan:  # fmt: skip
     c.check_int32("instance_norm", rows=rows, length=length)
     act = kl.constant("channels", _ACT_NAMES[activation])
-    launch = Launch(
-        _kernel("instance_norm", dtype), rows, kl.constant("channels", "CHANNELS_BLOCK")
-    )
-    return InstanceNormPlan(launch, channels, length, act)
+    block = kl.constant("channels", "CHANNELS_BLOCK")
+    splits = _splits(rows, length)
+    if splits == 1:
+        return InstanceNormPlan(Launch(_kernel("instance_norm", dtype), rows, block), channels,
+                                length, act)  # fmt: skip
+    c.check_int32("instance_norm", blocks=rows * splits)
+    chunk = -(-length // splits)
+    return InstanceNormPlan(
+        Launch(_kernel("instance_apply", dtype), rows * splits, block), channels, length, act,
+        splits, chunk, Launch(_kernel("instance_stats", dtype), rows * splits, block),
+    )  # fmt: skip
 
 
 def _plan_instance_numpy(
@@ -144,11 +177,29 @@ def _plan_instance_numpy(
     return ReferenceInstanceNorm(activation)
 
 
-#: Instance-norm plans (one block per (b, c) row) by (rows, channels, length, activation,
-#: dtype, device).
+#: Instance-norm plans (one block per (b, c) row, or several per long row) by (rows, channels,
+#: length, activation, dtype, device).
 INSTANCE_PLANS: PlanCache[InstanceNormPlan | ReferenceInstanceNorm] = PlanCache(
     "instance_norm", per_backend(cpu=_plan_instance_numpy, cuda=_plan_instance_cuda)
 )
+
+
+def _lengths(lengths: Any, batch: int, op: str) -> GPUArray | None:
+    """Valid lengths [B] as an int64 GPUArray (host sequences are uploaded), or None."""
+    if lengths is None:
+        return None
+    if not isinstance(lengths, GPUArray):
+        host = np.asarray(lengths)
+        if host.dtype.kind not in "iu":
+            raise TypeError(f"{op}: lengths must be integers, got dtype {host.dtype}")
+        lengths = gp.from_numpy(np.ascontiguousarray(host, dtype=np.int64).reshape(-1))
+    elif lengths.dtype != np.int64:
+        raise TypeError(f"{op}: lengths must be an int64 GPUArray [B], got {lengths.dtype}")
+    lengths = c.check_array(lengths, "lengths", ndim=1)
+    if lengths.shape[0] != batch:
+        raise ValueError(f"{op}: lengths must hold one length per batch row ({batch}), "
+                         f"got shape {lengths.shape}")  # fmt: skip
+    return lengths
 
 
 def _instance(
@@ -161,6 +212,7 @@ def _instance(
     activation: str | None,
     negative_slope: float,
     alpha: Any,
+    lengths: Any,
     out: GPUArray | None,
     op: str,
 ) -> GPUArray:
@@ -178,6 +230,7 @@ def _instance(
     alpha = _per_channel(alpha, "alpha", x, channels)
     if (activation == "snake") != (alpha is not None):
         raise ValueError(f"{op}: alpha (one per channel) goes with activation='snake', only")
+    valid = _lengths(lengths, batch, op)
     c.check_out(out, x.shape, x.dtype)
     y = c.result(out, x.shape, x.dtype)
     if x.size == 0:
@@ -185,7 +238,7 @@ def _instance(
     plan = INSTANCE_PLANS.get(
         batch * channels, channels, length, activation, x.dtype, gp.get_device()
     )
-    plan(x, y, weight, bias, gamma, beta, alpha, eps, slope)
+    plan(x, y, weight, bias, gamma, beta, alpha, valid, eps, slope)
     return y
 
 
@@ -195,14 +248,19 @@ def instance_norm(
     bias: GPUArray | None = None,
     eps: float = 1e-5,
     *,
+    lengths: GPUArray | np.ndarray | None = None,
     out: GPUArray | None = None,
 ) -> GPUArray:
     """Instance norm of ``x`` [B, C, L]: each (b, c) row over L, then ``* weight + bias`` ([C]).
 
     ``torch.nn.functional.instance_norm`` without running statistics: biased variance from the
     centred values, float32 math. ``weight``/``bias`` may be any shape of C elements.
+    ``lengths`` [B] (an int64 GPUArray, or host integers, uploaded): the valid samples of each
+    row of a padded batch; the statistics cover those only and the rest is written as zeros.
     """
-    return _instance(x, weight, bias, None, None, eps, None, 0.0, None, out, "instance_norm")
+    return _instance(
+        x, weight, bias, None, None, eps, None, 0.0, None, lengths, out, "instance_norm"
+    )
 
 
 def ada_in(
@@ -216,6 +274,7 @@ def ada_in(
     activation: str | None = None,
     negative_slope: float = 0.2,
     alpha: GPUArray | None = None,
+    lengths: GPUArray | np.ndarray | None = None,
     out: GPUArray | None = None,
 ) -> GPUArray:
     """Adaptive instance norm: ``act((1 + gamma) * instance_norm(x, weight, bias) + beta)``.
@@ -225,13 +284,15 @@ def ada_in(
     need no copy). ``weight``/``bias`` [C] are the instance norm's own affine parameters
     (Kokoro's ``AdaIN1d`` has them; 1 and 0 when untrained). ``activation``: None,
     ``"leaky_relu"`` (``negative_slope``) or ``"snake"`` (with ``alpha`` [C]), fused into the
-    same pass.
+    same pass. ``lengths`` [B]: the valid samples of each row of a padded batch, as for
+    :func:`instance_norm` (statistics over those, zeros after them: ready for a convolution).
     """
     if gamma is None or beta is None:
         raise TypeError("ada_in: gamma and beta must be GPUArrays [B, C], got None")
     return _instance(
-        x, weight, bias, gamma, beta, eps, activation, negative_slope, alpha, out, "ada_in"
-    )
+        x, weight, bias, gamma, beta, eps, activation, negative_slope, alpha, lengths, out,
+        "ada_in",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,9 +320,11 @@ def _plan_channel_cuda(
 ) -> ArgsPlan:
     c.check_int32("channel_layernorm", channels=channels, length=length)
     positions = batch * length
+    tiles = -(-positions // kl.constant("channels", "CHANNEL_NORM_POSITIONS"))
     launch = Launch(
-        _kernel("channel_norm", dtype), _grid(positions), kl.constant("channels", "CHANNELS_BLOCK")
-    )
+        _kernel("channel_norm", dtype), max(1, min(_MAX_BLOCKS, tiles)),
+        kl.constant("channels", "CHANNELS_BLOCK"),
+    )  # fmt: skip
     return ArgsPlan(launch, (positions, channels, length))
 
 

@@ -19,12 +19,18 @@ variable                       values                                        def
                                ``wgmma_persist``
 ``PYGPUKIT_DECODE_KERNEL``     ``bulk2`` (mma2 before SM 9.0), ``mma2``,     ``bulk2``
                                ``mma``, ``simt``
-``PYGPUKIT_CONV_KERNEL``       ``auto`` (tensor-core implicit GEMM where     ``auto``
-                               its estimated cost is low, 16-bit),
+``PYGPUKIT_DECODE_COMBINE``    ``fused`` (the last split CTA merges the      ``fused``
+                               partials), ``kernel`` (a second kernel)
+``PYGPUKIT_CONV_KERNEL``       ``auto`` (the tap-major implicit GEMM for     ``auto``
+                               16-bit types), ``igemm`` (the same),
                                ``mma_64x64``, ``mma_64x128``,
-                               ``mma_128x64``, ``gemm`` (im2col + matmul)
+                               ``mma_128x64`` (the channel-major one),
+                               ``gemm`` (im2col + matmul)
 ``PYGPUKIT_DEPENDENT_LAUNCH``  ``on`` (programmatic dependent launch of the  ``on``
                                kernels written for it, SM 9.0+), ``off``
+``PYGPUKIT_LSTM_KERNEL``       ``auto`` (one launch per sequence on SM 9.0+  ``auto``
+                               for hidden sizes 8 to 256, else one per
+                               step), ``step``
 =============================  ===========================================  =========
 
 An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
@@ -55,11 +61,13 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
         "PYGPUKIT_DECODE_KERNEL",
         ("bulk2", "mma2", "mma", "simt"),
     ),
+    "decode_combine": ("PYGPUKIT_DECODE_COMBINE", ("fused", "kernel")),
     "conv_kernel": (
         "PYGPUKIT_CONV_KERNEL",
-        ("auto", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
+        ("auto", "igemm", "mma_64x64", "mma_64x128", "mma_128x64", "gemm"),
     ),
     "dependent_launch": ("PYGPUKIT_DEPENDENT_LAUNCH", ("on", "off")),
+    "lstm_kernel": ("PYGPUKIT_LSTM_KERNEL", ("auto", "step")),
 }
 
 
@@ -72,13 +80,20 @@ _DESCRIPTIONS = {
     "decode_kernel": "Which decode attention kernel runs: bulk2 (tensor cores, two K/V stages "
     "filled by bulk copies; mma2 before SM 9.0), mma2 (the same stages filled by cp.async), mma "
     "(one stage) or simt (CUDA cores).",
-    "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto (the tensor-core implicit "
-    "GEMM for 16-bit types where its estimated cost is low, else an im2col gather and a matmul), "
-    "one of its tiles pinned (float32 too, as 3xTF32), or gemm (the matmul path).",
-    "dependent_launch": "Whether the kernels written for it (ops.decode_linear, the decode "
-    "attention split combine) are launched "
+    "decode_combine": "How split decode attention merges its per-split partial results: fused "
+    "(the last CTA of each sequence and head group to finish merges them, one launch) or kernel "
+    "(a second, combine kernel).",
+    "conv_kernel": "Which kernel runs conv1d / conv_transpose1d: auto or igemm (the tap-major "
+    "tensor-core implicit GEMM for 16-bit types, the transposed convolution as interleaved "
+    "ordinary ones; float32 and what it cannot take on the matmul path), a tile of the older "
+    "channel-major implicit GEMM pinned (float32 too, as 3xTF32), or gemm (im2col + matmul).",
+    "dependent_launch": "Whether the kernels written for it (ops.decode_linear, the split "
+    "decode attention and its combine) are launched "
     "with programmatic dependent launch on SM 9.0+: their weight loads start while the previous "
     "kernel drains (on), or plain launches (off).",
+    "lstm_kernel": "Which kernel runs ops.lstm's recurrence: auto (the sequence kernel, one "
+    "launch per call with the recurrent weights held on chip, on SM 9.0+ for hidden sizes 8 to "
+    "256; the step kernel elsewhere) or step (one launch per time step everywhere).",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
@@ -100,8 +115,10 @@ class OpsConfig:
     gemv_variant: str = "auto"
     attention_kernel: str = "auto"
     decode_kernel: str = "bulk2"
+    decode_combine: str = "fused"
     conv_kernel: str = "auto"
     dependent_launch: str = "on"
+    lstm_kernel: str = "auto"
 
     def __post_init__(self) -> None:
         for name, (variable, choices) in ENV.items():

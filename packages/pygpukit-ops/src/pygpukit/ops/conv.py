@@ -37,8 +37,9 @@ from pygpukit import validation
 from pygpukit.array import GPUArray
 
 from . import _common as c
-from . import _conv_mma, config
+from . import _conv_igemm, _conv_mma, config
 from . import _kernel_loader as kl
+from ._conv_igemm import IgemmPlan
 from ._conv_mma import MmaConvPlan
 from ._plan import Launch, PlanCache, per_backend
 from .reference import conv as reference
@@ -47,6 +48,8 @@ __all__ = ["conv1d", "conv_transpose1d"]
 
 #: Blocks of the grid-stride kernels: enough to fill any current GPU several times over.
 _MAX_BLOCKS = 65535
+#: ``conv_kernel`` values that take the tap-major implicit GEMM where it applies.
+_IGEMM_CHOICES = ("igemm",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,10 +308,17 @@ class ReferenceConv:
         c.write_into(y, values)
 
 
-def _plan_conv_cuda(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> ConvPlan | MmaConvPlan:
+def _plan_conv_cuda(
+    s: Conv1dShape, dtype: np.dtype[Any], device: int
+) -> ConvPlan | IgemmPlan | MmaConvPlan:
     total = s.batch * s.c_out * s.out_length
     c.check_int32("conv1d", length=s.length, out_length=s.out_length, channels=s.c_in * s.kernel)
     choice = config.get().conv_kernel
+    if choice in _IGEMM_CHOICES:
+        igemm = _conv_igemm.plan(s, dtype, device, transposed=False)
+        if igemm is not None:
+            return igemm
+        choice = "auto"
     if choice != "gemm":
         mma = _conv_mma.plan_conv(s, dtype, device, choice)
         if mma is not None:
@@ -328,12 +338,17 @@ def _plan_conv_numpy(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> Refer
 
 def _plan_transpose_cuda(
     s: Conv1dShape, dtype: np.dtype[Any], device: int
-) -> TransposePlan | MmaConvPlan:
+) -> TransposePlan | IgemmPlan | MmaConvPlan:
     total = s.batch * s.c_out * s.out_length
     c.check_int32(
         "conv_transpose1d", length=s.length, out_length=s.out_length, rows=s.c_out * s.kernel
     )
     choice = config.get().conv_kernel
+    if choice in _IGEMM_CHOICES:
+        igemm = _conv_igemm.plan(s, dtype, device, transposed=True)
+        if igemm is not None:
+            return igemm
+        choice = "auto"
     if choice != "gemm":
         mma = _conv_mma.plan_transpose(s, dtype, device, choice)
         if mma is not None:
@@ -348,11 +363,11 @@ def _plan_transpose_numpy(s: Conv1dShape, dtype: np.dtype[Any], device: int) -> 
 
 
 #: Convolution plans by (shape, dtype, device).
-CONV_PLANS: PlanCache[ConvPlan | MmaConvPlan | ReferenceConv] = PlanCache(
+CONV_PLANS: PlanCache[ConvPlan | IgemmPlan | MmaConvPlan | ReferenceConv] = PlanCache(
     "conv1d", per_backend(cpu=_plan_conv_numpy, cuda=_plan_conv_cuda)
 )
 #: Transposed-convolution plans by (shape, dtype, device).
-TRANSPOSE_PLANS: PlanCache[TransposePlan | MmaConvPlan | ReferenceConv] = PlanCache(
+TRANSPOSE_PLANS: PlanCache[TransposePlan | IgemmPlan | MmaConvPlan | ReferenceConv] = PlanCache(
     "conv_transpose1d", per_backend(cpu=_plan_transpose_numpy, cuda=_plan_transpose_cuda)
 )
 
@@ -449,7 +464,7 @@ def conv1d_plan(
     padding: int | str = 0,
     dilation: int = 1,
     groups: int = 1,
-) -> tuple[ConvPlan | MmaConvPlan | ReferenceConv, Conv1dShape]:
+) -> tuple[ConvPlan | IgemmPlan | MmaConvPlan | ReferenceConv, Conv1dShape]:
     """The checked shape and the (cached) plan of ``conv1d(x, weight, bias, ...)``."""
     s = _checked_shape("conv1d", x, weight, bias, (stride, padding, dilation, groups))
     return CONV_PLANS.get(s, x.dtype, gp.get_device()), s
@@ -490,7 +505,7 @@ def conv_transpose1d_plan(
     output_padding: int = 0,
     groups: int = 1,
     dilation: int = 1,
-) -> tuple[TransposePlan | MmaConvPlan | ReferenceConv, Conv1dShape]:
+) -> tuple[TransposePlan | IgemmPlan | MmaConvPlan | ReferenceConv, Conv1dShape]:
     """The checked shape and the (cached) plan of ``conv_transpose1d(x, weight, bias, ...)``."""
     options = (stride, padding, output_padding, dilation, groups)
     s = _checked_shape("conv_transpose1d", x, weight, bias, options)

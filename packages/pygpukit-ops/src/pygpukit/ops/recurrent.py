@@ -9,14 +9,20 @@ bidirectional LSTM -> ``w_ih_reverse`` ... Gate rows in PyTorch's order i, f, g,
     c = sigmoid(f) * c + sigmoid(i) * tanh(g);  h = sigmoid(o) * tanh(c)
 
 On the GPU the input projections of all steps are one matmul per direction (tensor cores for
-the 16-bit types), rounded to the dtype; then one fused kernel launch per time step computes
-``h @ w_hh.T``, the gates and the state update for both directions at once (the reverse
-direction walks time backwards in the same launch). The state stays float32 between steps.
-See ``kernels/lstm.cu``.
+the 16-bit types), rounded to the dtype. The recurrence then runs in one of two kernels of
+``kernels/lstm.cu``, both with a float32 state and float32 sums whatever the dtype:
+
+- the sequence kernel (SM 9.0 and newer, ``8 <= hidden <= 256``): one launch for the whole
+  sequence and both directions. A cluster of 8 blocks runs one direction for a slice of the
+  batch, ``w_hh`` split over its blocks and held in registers for every step, ``h`` passed
+  between them through distributed shared memory;
+- the step kernel (every other case, or ``PYGPUKIT_LSTM_KERNEL=step``): one launch per time
+  step for both directions at once.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +35,7 @@ from pygpukit.array import GPUArray
 
 from . import _common as c
 from . import _kernel_loader as kl
+from . import config
 from ._plan import Launch, PlanCache, per_backend
 from .reference import recurrent as reference
 
@@ -50,9 +57,24 @@ class LstmShape:
     batch_first: bool
 
 
+def _input_projections(s: LstmShape, x: GPUArray, directions: Sequence[Direction]) -> GPUArray:
+    """``x @ w_ih.T`` of every step and direction: [D, B*T, 4H] in ``x``'s dtype and row order."""
+    rows = s.batch * s.steps
+    xw = gp.empty((s.dirs, rows, 4 * s.hidden), x.dtype)
+    flat = x.reshape(rows, s.inputs)
+    for d, (w_ih, _, _, _) in enumerate(directions):
+        gp.matmul(flat, w_ih.swapaxes(0, 1), out=xw[d])
+    return xw
+
+
+def _row_strides(s: LstmShape) -> tuple[int, int]:
+    """How far apart (in rows of x) consecutive batch rows and consecutive steps are."""
+    return (s.steps, 1) if s.batch_first else (1, s.batch)
+
+
 @dataclass(frozen=True, slots=True)
 class LstmPlan:
-    """The GPU LSTM: ``plan(x, directions, h0, c0, lengths)`` -> ``(y, h_n, c_n)``."""
+    """The GPU LSTM, one step kernel per time step: ``plan(x, directions, h0, c0, lengths)``."""
 
     s: LstmShape
     step: Launch
@@ -66,11 +88,7 @@ class LstmPlan:
         lengths: np.ndarray | None,
     ) -> tuple[GPUArray, GPUArray, GPUArray]:
         s = self.s
-        rows = s.batch * s.steps
-        xw = gp.empty((s.dirs, rows, 4 * s.hidden), x.dtype)
-        flat = x.reshape(rows, s.inputs)
-        for d, (w_ih, _, _, _) in enumerate(directions):
-            gp.matmul(flat, w_ih.swapaxes(0, 1), out=xw[d])
+        xw = _input_projections(s, x, directions)
         state = (s.dirs, s.batch, s.hidden)
         h = h0.astype(gp.float32) if h0 is not None else gp.zeros(state, gp.float32)
         h_next = gp.empty(state, gp.float32)
@@ -79,7 +97,7 @@ class LstmPlan:
         y = gp.empty((*x.shape[:2], s.dirs * s.hidden), x.dtype)
         fw, bw = directions[0], directions[-1]
         weights = (fw[1], bw[1], _ptr(fw[2]), _ptr(bw[2]), _ptr(fw[3]), _ptr(bw[3]))
-        row_b, row_t = (s.steps, 1) if s.batch_first else (1, s.batch)
+        row_b, row_t = _row_strides(s)
         for step in range(s.steps):
             self.step(
                 xw, *weights, h, h_next, cell, y, lens, s.batch, s.steps, s.hidden, s.dirs,
@@ -87,6 +105,41 @@ class LstmPlan:
             )  # fmt: skip
             h, h_next = h_next, h
         return y, h.astype(x.dtype), cell.astype(x.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceLstmPlan:
+    """The GPU LSTM in one launch of the sequence kernel (its grid made for this shape).
+
+    ``slice_rows`` batch rows per cluster of blocks (one cluster per slice and direction).
+    """
+
+    s: LstmShape
+    run: Launch
+    slice_rows: int
+
+    def __call__(
+        self,
+        x: GPUArray,
+        directions: Sequence[Direction],
+        h0: GPUArray | None,
+        c0: GPUArray | None,
+        lengths: np.ndarray | None,
+    ) -> tuple[GPUArray, GPUArray, GPUArray]:
+        s = self.s
+        xw = _input_projections(s, x, directions)
+        state = (s.dirs, s.batch, s.hidden)
+        h_n, c_n = gp.empty(state, x.dtype), gp.empty(state, x.dtype)
+        y = gp.empty((*x.shape[:2], s.dirs * s.hidden), x.dtype)
+        lens = gp.from_numpy(lengths) if lengths is not None else 0
+        fw, bw = directions[0], directions[-1]
+        row_b, row_t = _row_strides(s)
+        self.run(
+            xw, fw[1], bw[1], _ptr(fw[2]), _ptr(bw[2]), _ptr(fw[3]), _ptr(bw[3]),
+            _ptr(h0), _ptr(c0), h_n, c_n, y, lens, s.batch, s.steps,
+            s.hidden, s.dirs, self.slice_rows, row_b, row_t,
+        )  # fmt: skip
+        return y, h_n, c_n
 
 
 def _ptr(a: GPUArray | None) -> GPUArray | int:
@@ -135,9 +188,83 @@ def _host(a: GPUArray | None) -> np.ndarray | None:
     return c.f32(a) if a is not None else None
 
 
-def _plan_cuda(s: LstmShape, dtype: np.dtype[Any], device: int) -> LstmPlan:
+@dataclass(frozen=True, slots=True)
+class SequenceLimits:
+    """What the sequence kernel handles (its ``PGK_CONSTANT`` values in ``kernels/lstm.cu``)."""
+
+    cluster: int  # blocks per cluster: the hidden units of a direction are split over them
+    min_hidden: int
+    max_hidden: int
+    max_rows: int  # batch rows per cluster
+    rows_per_pass: int  # batch rows one pass over the weights serves
+    lanes: int  # threads per hidden unit of a block
+
+    @classmethod
+    def from_kernels(cls) -> SequenceLimits:
+        """The limits the built kernel file declares."""
+        get = functools.partial(kl.constant, "lstm")
+        return cls(
+            get("LSTM_SEQ_CLUSTER"), get("LSTM_SEQ_MIN_HIDDEN"), get("LSTM_SEQ_MAX_HIDDEN"),
+            get("LSTM_SEQ_MAX_ROWS"), get("LSTM_SEQ_PASS"), get("LSTM_SEQ_LANES"),
+        )  # fmt: skip
+
+
+def uses_sequence_kernel(
+    hidden: int, sm: tuple[int, int] | None, choice: str, limits: SequenceLimits
+) -> bool:
+    """Whether an LSTM of this ``hidden`` size runs the one-launch sequence kernel.
+
+    It needs thread-block clusters (SM 9.0 and newer), ``hidden`` within the kernel's limits
+    (its weights live in registers: 4 x 16 per thread, at most 512 threads a block), and the
+    ``lstm_kernel`` knob (``PYGPUKIT_LSTM_KERNEL``) left at ``auto``.
+    """
+    return (
+        choice == "auto"
+        and sm is not None
+        and tuple(sm) >= (9, 0)
+        and limits.min_hidden <= hidden <= limits.max_hidden
+    )
+
+
+def slice_rows(batch: int, dirs: int, sm_count: int, limits: SequenceLimits) -> int:
+    """Batch rows per cluster of the sequence kernel.
+
+    Spreads the batch over the clusters that run at once (one block per SM; a cluster's
+    blocks share a GPC, so one SM in nine is left as slack) so each step's dot products stay
+    short, in whole passes of ``rows_per_pass`` rows (a pass costs the same for 2 to 4 rows)
+    and at most ``max_rows``.
+    """
+    clusters = max(1, sm_count // (limits.cluster + 1) // dirs)
+    rows = -(-batch // clusters)
+    if rows > 1:
+        step = limits.rows_per_pass
+        rows = -(-rows // step) * step
+    return min(rows, limits.max_rows)
+
+
+def sequence_plan(
+    s: LstmShape, dtype: np.dtype[Any], rows: int, limits: SequenceLimits
+) -> SequenceLstmPlan:
+    """The sequence kernel's plan for ``s`` on the current device.
+
+    ``rows``: batch rows per cluster, 1 to ``limits.max_rows`` (:func:`slice_rows` chooses).
+    """
+    slices = -(-s.batch // rows)
+    units = -(-s.hidden // limits.cluster)
+    block = -(-units * limits.lanes // 32) * 32
+    kernel = kl.kernel("lstm", f"lstm_sequence_{c.kernel_suffix(dtype)}")
+    return SequenceLstmPlan(s, Launch(kernel, (limits.cluster * slices, s.dirs), block), rows)
+
+
+def _plan_cuda(s: LstmShape, dtype: np.dtype[Any], device: int) -> LstmPlan | SequenceLstmPlan:
     c.check_int32("lstm", hidden=s.hidden, batch=s.batch, steps=s.steps)
-    kernel = kl.kernel("lstm", f"lstm_step_{c.kernel_suffix(dtype)}")
+    suffix = c.kernel_suffix(dtype)
+    info = gp.get_device_info(device)
+    limits = SequenceLimits.from_kernels()
+    if uses_sequence_kernel(s.hidden, info["sm"], config.get().lstm_kernel, limits):
+        rows = slice_rows(s.batch, s.dirs, int(info["sm_count"] or 1), limits)
+        return sequence_plan(s, dtype, rows, limits)
+    kernel = kl.kernel("lstm", f"lstm_step_{suffix}")
     return LstmPlan(s, Launch(kernel, (s.hidden, s.dirs), kl.constant("lstm", "LSTM_BLOCK")))
 
 
@@ -146,7 +273,7 @@ def _plan_numpy(s: LstmShape, dtype: np.dtype[Any], device: int) -> ReferenceLst
 
 
 #: LSTM plans by (shape, dtype, device).
-PLANS: PlanCache[LstmPlan | ReferenceLstm] = PlanCache(
+PLANS: PlanCache[LstmPlan | SequenceLstmPlan | ReferenceLstm] = PlanCache(
     "lstm", per_backend(cpu=_plan_numpy, cuda=_plan_cuda)
 )
 

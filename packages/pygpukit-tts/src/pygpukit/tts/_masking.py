@@ -6,8 +6,8 @@ padding change an utterance's result, and both are handled here:
 - a convolution reads its neighbours: the padding must be zeros, as the zero padding one
   utterance alone would see (:meth:`Lengths.zero_padding` before each convolution);
 - an instance norm (AdaIN) averages over time: its statistics must cover the valid frames
-  only (:func:`ada_in`, composed from reductions where the lengths differ; the fused
-  :func:`pygpukit.ops.ada_in` where they do not).
+  only (:func:`ada_in`: the fused :func:`pygpukit.ops.ada_in` with each utterance's valid
+  length, which also writes the padding as zeros).
 
 A batch whose utterances have equal lengths (batch 1 included) skips all of it.
 """
@@ -33,7 +33,7 @@ class Lengths:
         self.full = bool((self.lengths == self.width).all())
         self._mask: GPUArray | None = None
         self._typed: dict[np.dtype, GPUArray] = {}
-        self._counts: GPUArray | None = None
+        self._device: GPUArray | None = None
 
     def scaled(self, factor: int, extra: int = 0) -> Lengths:
         """The lengths after an ``factor``-times upsampling (plus ``extra`` steps each)."""
@@ -54,12 +54,11 @@ class Lengths:
         return self._typed[x.dtype]
 
     @property
-    def counts(self) -> GPUArray:
-        """``[B, 1]`` float32 valid lengths (at least 1, so an empty row divides safely)."""
-        if self._counts is None:
-            values = np.maximum(self.lengths, 1).astype(np.float32).reshape(-1, 1)
-            self._counts = gp.from_numpy(values)
-        return self._counts
+    def device(self) -> GPUArray:
+        """``[B]`` int64 valid lengths on the device (uploaded once)."""
+        if self._device is None:
+            self._device = gp.from_numpy(self.lengths)
+        return self._device
 
     def for_lstm(self) -> np.ndarray | None:
         """The lengths :func:`pygpukit.ops.lstm` takes, or None where nothing is padded."""
@@ -86,34 +85,10 @@ def ada_in(
     """:func:`pygpukit.ops.ada_in` over the valid steps of each utterance of a padded batch.
 
     Where the batch is padded, the statistics come from the valid steps only and the result's
-    padding is zero (ready for a convolution).
+    padding is zero (ready for a convolution): one fused pass either way.
     """
-    if lengths.full:
-        return ops.ada_in(
-            x, gamma, beta, weight=weight, bias=bias, eps=eps, activation=activation,
-            negative_slope=negative_slope, alpha=alpha,
-        )  # fmt: skip
-    mask = lengths.mask
-    xf = x if x.dtype == gp.float32 else x.astype(gp.float32)  # statistics in float32
-    mean = gp.sum(xf * mask, axis=2) / lengths.counts  # [B, C]
-    b, c = mean.shape
-    # Two passes (centred values), as the fused kernel: E[x^2] - mean^2 cancels badly in
-    # float32 where the mean is large against the spread (the generator's residual stream).
-    centred = (xf - mean.reshape(b, c, 1)) * mask
-    var = gp.sum(centred * centred, axis=2) / lengths.counts
-    rstd = gp.rsqrt(var + np.float32(eps))
-    if weight is not None:
-        rstd = rstd * weight.astype(gp.float32).reshape(1, -1)
-    gain = gamma.astype(gp.float32) + np.float32(1.0)
-    scale = gain * rstd
-    shift = beta.astype(gp.float32) - gain * mean * rstd
-    if bias is not None:
-        shift = shift + gain * bias.astype(gp.float32).reshape(1, -1)
-    y = xf * scale.reshape(b, c, 1) + shift.reshape(b, c, 1)
-    if activation == "leaky_relu":
-        y = ops.leaky_relu(y, negative_slope)
-    elif activation == "snake":
-        assert alpha is not None
-        y = ops.snake(y, alpha.astype(gp.float32))
-    y = y * mask
-    return y if y.dtype == x.dtype else y.astype(x.dtype)
+    return ops.ada_in(
+        x, gamma, beta, weight=weight, bias=bias, eps=eps, activation=activation,
+        negative_slope=negative_slope, alpha=alpha,
+        lengths=None if lengths.full else lengths.device,
+    )  # fmt: skip

@@ -22,13 +22,60 @@ import numpy as np
 
 import pygpukit as gp
 from pygpukit.array import GPUArray
+from pygpukit.ops.harmonic_source import harmonic_source
 
-__all__ = ["HARMONICS", "harmonic_sines"]
+__all__ = ["HARMONICS", "harmonic_sines", "merged_source"]
 
 HARMONICS = 9  # the fundamental and 8 overtones
 _VOICED_F0_HZ = 10.0
 _SINE_AMP = 0.1
 _NOISE_STD = 0.003
+
+
+_ORDERS: dict[int, GPUArray] = {}
+
+
+def _orders() -> GPUArray:
+    """``[1, HARMONICS, 1]`` float64 harmonic numbers on the current device.
+
+    Uploaded once, so that a call makes no host copy (and can be captured in a CUDA graph).
+    """
+    device = gp.get_device()
+    if device not in _ORDERS:
+        values = np.arange(1, HARMONICS + 1, dtype=np.float64).reshape(1, -1, 1)
+        _ORDERS[device] = gp.from_numpy(values)
+    return _ORDERS[device]
+
+
+def _phase_tables(f0: GPUArray, up: int, sample_rate: int) -> tuple[GPUArray, GPUArray]:
+    """Each harmonic's phase at the frame centres and its slope, ``[B, HARMONICS, frames + 1]``.
+
+    Extended by one frame on the left (the clamp of the first half frame: slope 0 there), as
+    float32 cycles and cycles per sample.
+    """
+    batch, frames = f0.shape
+    # Cycles per sample of each harmonic in each frame, wrapped as torch's ``% 1``.
+    increment = (f0.astype(gp.float64).reshape(batch, 1, frames) * _orders()) / sample_rate
+    increment = increment % 1.0  # [B, H, F]
+    cycles = (gp.cumsum(increment, axis=-1) * up) % 1.0
+    zero = gp.zeros((batch, HARMONICS, 1), gp.float64)
+    start = gp.concatenate([cycles[:, :, :1], cycles], axis=-1).astype(gp.float32)
+    slope = gp.concatenate([zero, increment[:, :, 1:], zero], axis=-1).astype(gp.float32)
+    return start, slope
+
+
+def merged_source(
+    f0: GPUArray, up: int, sample_rate: int, weight: GPUArray, bias: GPUArray
+) -> GPUArray:
+    """The noiseless source merged by ``Linear(HARMONICS, 1)`` and ``tanh``: ``[B, frames * up]``.
+
+    The same values as :func:`harmonic_sines` without ``rng`` followed by the merge, in one
+    fused pass (:func:`pygpukit.ops.harmonic_source.harmonic_source`) over the samples.
+    """
+    start, slope = _phase_tables(f0, up, sample_rate)
+    return harmonic_source(
+        start, slope, f0, weight, bias, up=up, amp=_SINE_AMP, voiced_f0=_VOICED_F0_HZ
+    )
 
 
 def harmonic_sines(
@@ -43,15 +90,7 @@ def harmonic_sines(
     """
     batch, frames = f0.shape
     length = frames * up
-    orders = gp.from_numpy(np.arange(1, HARMONICS + 1, dtype=np.float64).reshape(1, -1, 1))
-    # Cycles per sample of each harmonic in each frame, wrapped as torch's ``% 1``.
-    increment = (f0.astype(gp.float64).reshape(batch, 1, frames) * orders) / sample_rate
-    increment = increment % 1.0  # [B, H, F]
-    cycles = (gp.cumsum(increment, axis=-1) * up) % 1.0
-    # Extended by one frame on the left (the clamp of the first half frame: w = 0 there).
-    zero = gp.zeros((batch, HARMONICS, 1), gp.float64)
-    start = gp.concatenate([cycles[:, :, :1], cycles], axis=-1).astype(gp.float32)
-    slope = gp.concatenate([zero, increment[:, :, 1:], zero], axis=-1).astype(gp.float32)
+    start, slope = _phase_tables(f0, up, sample_rate)
     # Offset of sample j inside its frame from the frame's centre, in samples (an odd ``up``
     # puts the centre on a sample, an even one between two).
     ramp = gp.from_numpy(np.arange(up, dtype=np.float32) + np.float32(0.5 if up % 2 == 0 else 0))

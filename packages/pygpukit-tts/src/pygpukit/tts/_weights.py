@@ -77,7 +77,12 @@ class DeviceWeights:
     float32, but the vocoder's tensors (:func:`is_vocoder`) in ``vocoder_dtype``.
     """
 
-    def __init__(self, state: dict[str, np.ndarray], vocoder_dtype: np.dtype = gp.float32):
+    def __init__(
+        self,
+        state: dict[str, np.ndarray],
+        vocoder_dtype: np.dtype = gp.float32,
+        query_scale: float = 1.0,
+    ):
         self.vocoder_dtype = np.dtype(vocoder_dtype)
         self._arrays = {}
         for name, value in state.items():
@@ -91,15 +96,18 @@ class DeviceWeights:
         positions = state[p + "position_embeddings.weight"] + token_type
         self.positions = gp.from_numpy(np.ascontiguousarray(positions, np.float32))
         a = ALBERT_LAYER + "attention."
+        # The attention's 1/sqrt(head_dim) folded into the query projection (a power of two for
+        # Kokoro's 64-wide heads: exact), so the scores need no scaling pass.
+        scales = {"query": np.float32(query_scale), "key": np.float32(1), "value": np.float32(1)}
         self.qkv_weight = gp.from_numpy(
             np.ascontiguousarray(
-                np.concatenate([state[a + n + ".weight"] for n in ("query", "key", "value")]),
+                np.concatenate([state[a + n + ".weight"] * f for n, f in scales.items()]),
                 np.float32,
             )
         )
         self.qkv_bias = gp.from_numpy(
             np.ascontiguousarray(
-                np.concatenate([state[a + n + ".bias"] for n in ("query", "key", "value")]),
+                np.concatenate([state[a + n + ".bias"] * f for n, f in scales.items()]),
                 np.float32,
             )
         )

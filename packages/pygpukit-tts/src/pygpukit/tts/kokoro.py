@@ -35,7 +35,7 @@ from pygpukit.ops.audio.stft import istft, stft
 from pygpukit.ops.linear import linear
 
 from ._masking import Lengths, ada_in
-from ._source import harmonic_sines
+from ._source import harmonic_sines, merged_source
 from ._weights import ALBERT_LAYER, DeviceWeights
 from .config import SAMPLE_RATE, KokoroConfig
 
@@ -104,7 +104,8 @@ class KokoroNetwork:
         #: The dtype of the decoder and generator (the prosody half is always float32).
         self.vocoder_dtype = resolve_vocoder_dtype(vocoder_dtype)
         with gp.Device(device):
-            self.weights = DeviceWeights(state, self.vocoder_dtype)
+            head_dim = config.albert_hidden // config.albert_heads
+            self.weights = DeviceWeights(state, self.vocoder_dtype, 1.0 / math.sqrt(head_dim))
 
     # -- building blocks --------------------------------------------------------------------
     def _linear(self, x: GPUArray, prefix: str, activation: str | None = None) -> GPUArray:
@@ -173,12 +174,12 @@ class KokoroNetwork:
         if not tokens.full:
             padded = np.arange(t)[None, :] >= tokens.lengths[:, None]
             mask = gp.from_numpy(np.where(padded, _MASKED_SCORE, np.float32(0)).reshape(b, 1, 1, t))
-        scale = np.float32(1.0 / math.sqrt(head_dim))
         layer = ALBERT_LAYER
         for _ in range(cfg.albert_layers):
             qkv = linear(h, w.qkv_weight, w.qkv_bias)
             qkv = qkv.reshape(b, t, 3, heads, head_dim).transpose(2, 0, 3, 1, 4).contiguous()
-            scores = gp.matmul(qkv[0], qkv[1].swapaxes(-1, -2)) * scale  # [B, heads, T, T]
+            # [B, heads, T, T]; the queries come scaled by 1/sqrt(head_dim) (DeviceWeights).
+            scores = gp.matmul(qkv[0], qkv[1].swapaxes(-1, -2))
             if mask is not None:
                 scores = scores + mask
             ctx = gp.matmul(gp.softmax(scores, axis=-1), qkv[2])
@@ -313,9 +314,11 @@ class KokoroNetwork:
         """The merged sine source at the output rate: F0 ``[B, frames]`` -> ``[B, samples]``."""
         cfg = self.config
         up = math.prod(cfg.upsample_rates) * cfg.hop_length
-        sines = harmonic_sines(f0, up, SAMPLE_RATE, rng)  # [B, 9, L]
         w = self.weights
         prefix = "decoder.generator.m_source.l_linear"
+        if rng is None:  # deterministic: the sines are expanded, merged and squashed in one pass
+            return merged_source(f0, up, SAMPLE_RATE, w[prefix + ".weight"], w[prefix + ".bias"])
+        sines = harmonic_sines(f0, up, SAMPLE_RATE, rng)  # [B, 9, L]
         merged = gp.matmul(w[prefix + ".weight"], sines) + w[prefix + ".bias"].reshape(1, 1, 1)
         return gp.tanh(merged).reshape(f0.shape[0], -1)
 

@@ -12,7 +12,8 @@
 Modules, one job each: ``block_manager`` (which KV blocks a request holds, prefix hashes, LRU),
 ``paged_cache`` (the device arrays), ``planner`` (what runs each step), ``runner`` (the forward
 pass over a flattened batch), ``sampler`` (per-request sampling and seeds), ``metrics``
-(Prometheus text), ``engine`` (the public API and its thread). Guide: docs/serve.md.
+(Prometheus text), ``step_times`` (what a step observer is told), ``engine`` (the public API
+and its thread). Guide: docs/serve.md.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .metrics import EngineMetrics, render_prometheus
 from .paged_cache import BLOCK_SIZE, PagedKVCache
 from .params import MAX_LOGPROBS, RequestParams
 from .request import RequestOutput, TokenLogprob
+from .step_times import StepTimes
 
 __all__ = [
     "BLOCK_SIZE",
@@ -35,6 +37,7 @@ __all__ = [
     "QueueFullError",
     "RequestOutput",
     "RequestParams",
+    "StepTimes",
     "TokenLogprob",
     "block_hashes",
     "render_prometheus",

@@ -17,6 +17,14 @@ The first step of a shape runs eagerly (its plans and kernels are made then, whi
 cannot do) and is captured right after; replays follow. Without CUDA graphs (the CPU backend,
 or a capture the runtime refuses) the same padded step runs eagerly, so both paths compute the
 same thing.
+
+Batch-invariant steps (``batch_invariant=True``): every row runs the batched twins of the
+one-token kernels of ``CausalLM.generate`` (``ops.decode_linear_rows``: RMSNorm, q/k/v with RoPE
+and the paged KV write, o_proj + residual, gate/up + SwiGLU, down + residual, the float32 head;
+``ops.decode_attention_paged_single``), so a row's logits are bitwise those of the same token
+decoded alone by ``generate``'s fused step (with its one-launch attention), whatever the bucket
+and whatever the other rows hold. The linear layers then run on CUDA cores rather than tensor
+cores: docs/serve.md gives the cost.
 """
 
 from __future__ import annotations
@@ -32,11 +40,18 @@ import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
 
+from ..models import llama_decode
 from ..models.llama import LlamaModel
 from .paged_cache import PagedKVCache
 from .runner import ScheduledChunk
 
-__all__ = ["BATCH_BUCKETS", "DecodeGraphs", "batch_bucket", "table_width"]
+__all__ = [
+    "BATCH_BUCKETS",
+    "DecodeGraphs",
+    "batch_bucket",
+    "invariant_support",
+    "table_width",
+]
 
 log = logging.getLogger("pygpukit.llm.engine")
 
@@ -73,6 +88,7 @@ class _Shape:
     graph: Any = None
     logits: GPUArray | None = None  # the graph's float32 [bucket, vocab] output
     eager_only: bool = False
+    invariant: _InvariantStep | None = None  # the batch-invariant step's bound calls
 
     def views(self) -> tuple[GPUArray, GPUArray, GPUArray, GPUArray, GPUArray]:
         """The inputs: ids and positions ``[1, B]``, slots, lengths ``[B]``, table ``[B, W]``."""
@@ -86,12 +102,120 @@ class _Shape:
         )
 
 
+def invariant_support(model: LlamaModel) -> str | None:
+    """Why the batch-invariant step cannot run ``model`` (None when it can).
+
+    It needs what ``generate``'s fused step needs (``llama_decode.supports``) and a head dim the
+    one-launch attention is built for.
+    """
+    if not llama_decode.supports(model):
+        return (
+            "the model needs the unfused decode step (float32 weights, q/k norm, partial RoPE or "
+            "sizes the fused kernels do not take)"
+        )
+    if model.config.head_dim not in ops.SINGLE_PASS_HEAD_DIMS:
+        return f"head dim {model.config.head_dim} has no one-launch decode attention kernel"
+    return None
+
+
+@dataclass
+class _InvariantBuffers:
+    """The intermediates of a batch-invariant step of ``bucket`` rows.
+
+    Shared by every table width of the bucket: steps run one after the other on the engine's
+    stream, and a step's logits are consumed (sampled) before the next step is enqueued.
+    """
+
+    residual: GPUArray
+    normed: GPUArray  # each norm prologue's output
+    q: GPUArray
+    attn: GPUArray
+    act: GPUArray
+    logits: GPUArray
+
+    @classmethod
+    def make(cls, model: LlamaModel, b: int) -> _InvariantBuffers:
+        """Zeroed buffers for ``b`` rows of ``model``."""
+        cfg, dtype = model.config, model.dtype
+        hidden = cfg.hidden_size
+        return cls(
+            gp.zeros((b, hidden), dtype), gp.zeros((b, hidden), dtype),
+            gp.zeros((b, cfg.num_heads * cfg.head_dim), dtype),
+            gp.zeros((b, cfg.num_heads, cfg.head_dim), dtype),
+            gp.zeros((b, cfg.intermediate_size), dtype), gp.zeros((b, cfg.vocab_size), gp.float32),
+        )  # fmt: skip
+
+
+class _InvariantStep:
+    """The bound calls of one batch-invariant step over a shape's inputs (see the module doc).
+
+    Bound once per shape over the bucket's buffers, so the step allocates nothing and is
+    captured in a CUDA graph like the other steps.
+    """
+
+    def __init__(
+        self, model: LlamaModel, cache: PagedKVCache, shape: _Shape, bufs: _InvariantBuffers
+    ) -> None:
+        cfg = model.config
+        b = shape.bucket
+        hq, d = cfg.num_heads, cfg.head_dim
+        ids, positions, slots, lens, table = shape.views()
+        self.model, self.cache = model, cache
+        self.ids, self.lens, self.table = ids.reshape(b), lens, table
+        self.residual, hidden_normed, self.q = bufs.residual, bufs.normed, bufs.q
+        self.attn, self.act, self.logits = bufs.attn, bufs.act, bufs.logits
+        resid, rotary = self.residual, model.rotary
+        attn_rows = self.attn.reshape(b, hq * d)
+        pos = positions.reshape(b)
+        self.layers: list[tuple[ops.BoundDecodeLinearRows, ...]] = []
+        for i, layer in enumerate(model.layers):
+            rope = ops.PagedRopeKV(rotary.cos, rotary.sin, pos, slots, cache.k[i], cache.v[i], hq)
+            self.layers.append((
+                ops.bind_decode_linear_rows(
+                    resid, layer.qkv.weight, layer.qkv.bias, norm_weight=layer.input_norm.weight,
+                    eps=layer.input_norm.eps, epilogue="rope_kv", rope_kv=rope, out=self.q,
+                    normed=hidden_normed,
+                ),
+                ops.bind_decode_linear_rows(attn_rows, layer.o_proj.weight, layer.o_proj.bias,
+                                            epilogue="residual", residual=resid),
+                ops.bind_decode_linear_rows(
+                    resid, layer.mlp.gate_up.weight, norm_weight=layer.post_norm.weight,
+                    eps=layer.post_norm.eps, epilogue="swiglu", out=self.act,
+                    normed=hidden_normed,
+                ),
+                ops.bind_decode_linear_rows(self.act, layer.mlp.down.weight,
+                                            epilogue="residual", residual=resid),
+            ))  # fmt: skip
+        self.head = ops.bind_decode_linear_rows(
+            resid, model.lm_head.weight, norm_weight=model.norm.weight, eps=model.norm.eps,
+            out_dtype=gp.float32, out=self.logits, normed=hidden_normed,
+        )  # fmt: skip
+
+    def __call__(self) -> GPUArray:
+        """Enqueue the step; returns the float32 logits ``[bucket, vocab]`` (always the same)."""
+        m = self.model
+        m.embed(self.ids, out=self.residual)
+        cfg = m.config
+        q = self.q.reshape(self.q.shape[0], cfg.num_heads, cfg.head_dim)
+        for i, (qkv, o_proj, gate_up, down) in enumerate(self.layers):
+            qkv()
+            ops.decode_attention_paged_single(
+                q, self.cache.k[i], self.cache.v[i], self.lens, self.table,
+                scale=m.attention.scale, out=self.attn,
+            )  # fmt: skip
+            o_proj()
+            gate_up()
+            down()
+        return self.head()
+
+
 class DecodeGraphs:
     """Runs decode-only steps padded to a bucket, replaying one CUDA graph per shape.
 
     ``scratch_block``: a cache block no request uses (padding rows write there).
     ``use_graphs``: capture and replay (default: on the CUDA backend); off, every step runs
-    eagerly on the same padded inputs.
+    eagerly on the same padded inputs. ``batch_invariant``: run the batch-invariant step (see
+    the module docstring; ``ValueError`` for a model it cannot run, :func:`invariant_support`).
     """
 
     def __init__(
@@ -101,12 +225,17 @@ class DecodeGraphs:
         scratch_block: int,
         *,
         use_graphs: bool | None = None,
+        batch_invariant: bool = False,
     ) -> None:
         if not 0 <= scratch_block < cache.num_blocks:
             raise ValueError(f"scratch block {scratch_block} is not in the cache's blocks")
+        if batch_invariant and (why := invariant_support(model)) is not None:
+            raise ValueError(f"batch-invariant decode cannot run this model: {why}")
+        self.batch_invariant = batch_invariant
         self.model, self.cache, self.scratch = model, cache, scratch_block
         self.use_graphs = gp.backend_name() == "cuda" if use_graphs is None else use_graphs
         self._shapes: dict[tuple[int, int], _Shape] = {}
+        self._invariant_buffers: dict[int, _InvariantBuffers] = {}
         #: Steps run by graph replay, and eagerly (first use of a shape, or no graphs).
         self.replays = 0
         self.eager_steps = 0
@@ -120,7 +249,10 @@ class DecodeGraphs:
         )  # fmt: skip
 
     def pack(self, chunks: Sequence[ScheduledChunk], bucket: int, width: int) -> np.ndarray:
-        """The host image of a shape's ``packed`` inputs for these chunks (padding included)."""
+        """The host image of a shape's ``packed`` inputs for these chunks (padding included).
+
+        A token not known on the host yet (its id still on the device) packs as id 0.
+        """
         bs = self.cache.block_size
         n = len(chunks)
         host = np.zeros(bucket * (4 + width), np.int32)
@@ -128,7 +260,7 @@ class DecodeGraphs:
         table = host[4 * bucket :].reshape(bucket, width)
         for i, c in enumerate(chunks):
             r, p = c.request, c.start
-            ids[i] = r.tokens[p]
+            ids[i] = r.tokens[p] if p < len(r.tokens) else 0
             pos[i] = p
             slots[i] = r.blocks[p // bs] * bs + p % bs
             table[i, : len(r.blocks)] = r.blocks
@@ -138,10 +270,15 @@ class DecodeGraphs:
         table[n:, 0] = self.scratch
         return host
 
-    def logits(self, chunks: Sequence[ScheduledChunk]) -> GPUArray:
+    def logits(
+        self, chunks: Sequence[ScheduledChunk], *, token_ids: GPUArray | None = None
+    ) -> GPUArray:
         """float32 logits ``[len(chunks), vocab]`` of a decode-only step (row i: chunk i).
 
-        Writes each token's key and value into the cache on the way.
+        Writes each token's key and value into the cache on the way. ``token_ids`` (int32
+        ``[len(chunks)]`` on the device): the rows' token ids, copied into the inputs on the
+        stream after the upload, so a step can run on the ids the previous step sampled before
+        the host has read them.
         """
         n = len(chunks)
         bucket = batch_bucket(n)
@@ -154,6 +291,8 @@ class DecodeGraphs:
             packed = gp.empty((bucket * (4 + width),), gp.int32)
             shape = self._shapes[key] = _Shape(bucket, width, packed)
         shape.packed[...] = self.pack(chunks, bucket, width)
+        if token_ids is not None:
+            shape.packed[0:n] = token_ids
         if shape.graph is not None:
             shape.graph.replay()
             self.replays += 1
@@ -181,6 +320,14 @@ class DecodeGraphs:
 
     def _forward(self, shape: _Shape) -> GPUArray:
         """Enqueue the padded step over ``shape``'s inputs; float32 ``[bucket, vocab]``."""
+        if self.batch_invariant:
+            if shape.invariant is None:
+                bufs = self._invariant_buffers.get(shape.bucket)
+                if bufs is None:
+                    bufs = _InvariantBuffers.make(self.model, shape.bucket)
+                    self._invariant_buffers[shape.bucket] = bufs
+                shape.invariant = _InvariantStep(self.model, self.cache, shape, bufs)
+            return shape.invariant()
         cfg, m = self.model.config, self.model
         b = shape.bucket
         ids, positions, slots, lens, table = shape.views()

@@ -12,6 +12,17 @@ while the GPU computes; then the engine waits for the step's sampled ids (its on
 records them, and frees the blocks of requests that hit an EOS id or their length. A request
 that a stop string ends is therefore computed one step too far; that token is dropped.
 
+Steps that only decode run one step ahead (``lookahead``): while step N computes, step N+1 is
+planned on the host as if every request goes on, and queued on the ids step N samples on the
+device (copied into its inputs on the GPU), before the host reads them. The GPU then never
+waits for the host between decode steps. A request that step N ends (an EOS id, a stop string)
+had its step N+1 row computed for nothing: that token is dropped, and the key and value it
+wrote land in the request's own block before the block can be handed out again (one stream
+orders both). Lookahead stops, and the next step is planned from the host's state, whenever
+new requests wait, a request asks for log-probabilities or a repetition penalty (both need the
+host's tokens), a block cannot be had without preemption, or the step's shape has no CUDA
+graph yet.
+
 Without the thread, :meth:`step` can be called directly (tests) and :meth:`generate` runs one
 request to its end.
 """
@@ -19,11 +30,12 @@ request to its end.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,14 +45,16 @@ import pygpukit as gp
 from ..errors import LLMError
 from ..model import CausalLM, _kv_budget
 from .block_manager import BlockManager
-from .decode_graphs import DecodeGraphs
+from .decode_graphs import DecodeGraphs, batch_bucket, table_width
+from .invariant import invariant_step_logits
 from .metrics import EngineMetrics
 from .paged_cache import BLOCK_SIZE, PagedKVCache, block_bytes
 from .params import RequestParams
 from .planner import StepPlan, StepPlanner
 from .request import Request, RequestOutput, RequestStatus, Sink, TokenLogprob
-from .runner import ModelRunner, build_inputs
+from .runner import ModelRunner, ScheduledChunk, build_inputs
 from .sampler import SampledTokens
+from .step_times import StepTimes
 
 __all__ = ["Engine", "EngineClosedError", "QueueFullError"]
 
@@ -61,6 +75,15 @@ class EngineClosedError(LLMError):
     """The engine was shut down: it takes no new request."""
 
 
+@dataclasses.dataclass
+class _Launched:
+    """A step whose kernels are queued: its plan, the requests it samples, their tokens."""
+
+    plan: StepPlan
+    sampled: list[Request]
+    pending: SampledTokens
+
+
 class Engine:
     """Continuous batching for one :class:`~pygpukit.llm.CausalLM`.
 
@@ -74,6 +97,14 @@ class Engine:
     of equal prompt prefixes between requests. ``name`` is the model name the server shows.
     ``cuda_graphs``: replay decode-only steps as CUDA graphs, one per batch-size bucket
     (:mod:`.decode_graphs`; default: on the CUDA backend); off, those steps run eagerly.
+    ``lookahead``: queue the next decode step on the device-side sampled ids before the host
+    reads them (the module's docstring says when); off, every step is planned from the
+    host's tokens.
+    ``batch_invariant``: a request's tokens do not depend on what else is batched, and greedy
+    answers equal ``CausalLM.generate``'s bit for bit on the GPU (:mod:`.invariant`): decode
+    rows run the batched twins of ``generate``'s one-token kernels, prompts are prefilled whole
+    and alone, and prefix caching is off (``prefix_caching`` then defaults to False and may not
+    be True). Slower decode at large batches (docs/serve.md).
     """
 
     def __init__(
@@ -86,9 +117,18 @@ class Engine:
         max_batched_tokens: int = 512,
         kv_memory: int | float | str | None = None,
         partition: Any = None,
-        prefix_caching: bool = True,
+        prefix_caching: bool | None = None,
         cuda_graphs: bool | None = None,
+        lookahead: bool = True,
+        batch_invariant: bool = False,
     ) -> None:
+        if batch_invariant and prefix_caching:
+            raise ValueError(
+                "batch_invariant=True computes every prompt whole: it cannot share cached "
+                "prefixes (leave prefix_caching unset or False)"
+            )
+        if prefix_caching is None:
+            prefix_caching = not batch_invariant
         for label, value in (("max_batch", max_batch), ("max_queue", max_queue),
                              ("max_batched_tokens", max_batched_tokens)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -116,10 +156,19 @@ class Engine:
             self.cache = PagedKVCache(cfg, num_blocks + 1, network.dtype)
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE, prefix_caching=prefix_caching)
         self.planner = StepPlanner(
-            self.blocks, max_batch=max_batch, max_batched_tokens=max_batched_tokens
-        )
+            self.blocks, max_batch=max_batch, max_batched_tokens=max_batched_tokens,
+            whole_prompts=batch_invariant,
+        )  # fmt: skip
         self.runner = ModelRunner(network, self.cache)
-        self.decode = DecodeGraphs(network, self.cache, num_blocks, use_graphs=cuda_graphs)
+        self.batch_invariant = batch_invariant
+        self.decode = DecodeGraphs(
+            network, self.cache, num_blocks, use_graphs=cuda_graphs,
+            batch_invariant=batch_invariant,
+        )  # fmt: skip
+        self.lookahead = lookahead
+        #: Steps queued ahead on device-side ids (see the module's docstring).
+        self.lookahead_steps = 0
+        self._inflight: _Launched | None = None
         self.metrics = EngineMetrics()
         self.metrics.kv_blocks_total = num_blocks
         self._lock = threading.Lock()
@@ -131,6 +180,9 @@ class Engine:
         self._closed = False
         #: Sampled tokens whose text is not made yet: (request, token, logprob, finish reason).
         self._pending: list[tuple[Request, int, TokenLogprob | None, str | None]] = []
+        #: Called on the engine thread with the :class:`StepTimes` of every step that ran a
+        #: forward pass (for profiling where a step's time goes); None: nothing is timed.
+        self.step_observer: Callable[[StepTimes], None] | None = None
 
     # --- submission (any thread) ----------------------------------------------------------------
 
@@ -226,7 +278,7 @@ class Engine:
     def has_work(self) -> bool:
         """Whether a request is queued, running or about to be cancelled."""
         return bool(
-            self._incoming or self._aborts or self._pending
+            self._incoming or self._aborts or self._pending or self._inflight is not None
             or self.planner.waiting or self.planner.running
         )  # fmt: skip
 
@@ -273,33 +325,49 @@ class Engine:
             m.kv_blocks_cached = self.blocks.cached
 
     def step(self) -> bool:
-        """Run one step; False when there was nothing to run."""
+        """Run one step; False when there was nothing to run.
+
+        The step is the one queued ahead by the previous call (lookahead), else one planned
+        now; before waiting for its tokens, the next decode step may be queued behind it.
+        """
+        start = time.perf_counter()
         self._take_commands()
-        plan = self.planner.plan()
+        current, self._inflight = self._inflight, None
         m = self.metrics
-        m.prefix_queried_blocks += plan.prefix_queried
-        m.prefix_hit_blocks += plan.prefix_hit
-        m.preemptions += len(plan.preempted)
-        if not plan.chunks:
-            worked = self._flush()
-            self._finish_out_of_room(plan)
-            self._update_gauges(None)
-            return worked
-        sampled = [c.request for c in plan.chunks if c.sample]
+        if current is None:
+            plan = self.planner.plan()
+            m.prefix_queried_blocks += plan.prefix_queried
+            m.prefix_hit_blocks += plan.prefix_hit
+            m.preemptions += len(plan.preempted)
+            if not plan.chunks:
+                worked = self._flush()
+                self._finish_out_of_room(plan)
+                self._update_gauges(None)
+                return worked
+            sampled = [c.request for c in plan.chunks if c.sample]
+            try:
+                with self._context():
+                    current = _Launched(plan, sampled, SampledTokens(self._logits(plan), sampled))
+            except Exception as exc:  # fail this step's requests, keep serving the others
+                self._fail(plan, exc)
+                return True
+        plan, sampled = current.plan, current.sampled
         try:
-            with self._context():
-                pending = SampledTokens(self._logits(plan), sampled)
-        except Exception as exc:  # fail this step's requests, keep serving the others
+            following = self._queue_ahead(current) if self.lookahead else None
+        except Exception as exc:  # its requests are this step's: fail them with it
             self._fail(plan, exc)
             return True
+        enqueued = time.perf_counter()
         self._flush()  # the previous step's text, while the GPU runs this one
         self._finish_out_of_room(plan)
+        flushed = time.perf_counter()
         try:
             with self._context():
-                tokens, logprobs = pending.result()
+                tokens, logprobs = current.pending.result()
         except Exception as exc:
             self._fail(plan, exc)
             return True
+        sampled_at = time.perf_counter()
         self.planner.after_step(plan)
         now = time.perf_counter()
         for request, token, lp in zip(sampled, tokens, logprobs, strict=True):
@@ -307,10 +375,73 @@ class Engine:
                 self._accept(request, token, lp, now)
         m.record_step(len(sampled), now)
         self._update_gauges(plan)
+        if self.step_observer is not None:
+            decode_only = self.decode.accepts(plan.chunks)
+            end = time.perf_counter()
+            times = StepTimes(start, enqueued, flushed, sampled_at, end, len(sampled), decode_only)
+            self.step_observer(times)
+        self._inflight = following
         return True
+
+    def _queue_ahead(self, current: _Launched) -> _Launched | None:
+        """Queue the decode step after ``current`` on its device-side ids; None when it can't.
+
+        Every request of ``current`` that its sampled token cannot end by length decodes one
+        more token; the ids come from ``current``'s sampler on the GPU. Blocks a position needs
+        are taken now (never by preemption: without free blocks, None).
+        """
+        chunks = current.plan.chunks
+        if (
+            self.batch_invariant  # its steps run the invariant kernels, planned from the host
+            or current.plan.preempted or current.plan.out_of_room
+            or self.planner.waiting or self._incoming or self._aborts
+            or not self.decode.accepts(chunks) or not all(c.sample for c in chunks)
+        ):  # fmt: skip
+            return None
+        bs = self.cache.block_size
+        rows: list[int] = []
+        ahead: list[ScheduledChunk] = []
+        grow: list[Request] = []
+        running = set(self.planner.running)
+        for j, c in enumerate(chunks):
+            r = c.request
+            if r not in running:
+                continue  # ended (EOS, stop string, abort): its text may still be on its way
+            if r.params.logprobs is not None or r.params.sampling.repetition_penalty != 1:
+                return None  # these read the host's tokens or logits
+            position = c.start + 1  # of the token `current` samples
+            if len(r.tokens) != position:
+                return None
+            if r.num_output + 1 >= r.params.max_tokens or position + 1 >= self.max_model_len:
+                continue  # that token is its last
+            if len(r.blocks) * bs < position + 1:
+                grow.append(r)
+            rows.append(j)
+            ahead.append(ScheduledChunk(r, position, 1, sample=True))
+        if not ahead or len(grow) > self.blocks.available:
+            return None
+        if self.decode.use_graphs:
+            # A step of a shape not captured yet would capture now, while the previous step's
+            # download may still be waiting on the stream: plan it from the host instead.
+            blocks = max(len(c.request.blocks) + (c.request in grow) for c in ahead)
+            key = (batch_bucket(len(ahead)), table_width(blocks))
+            if not any((b, w) == key and captured for b, w, captured in self.decode.shapes()):
+                return None
+        for r in grow:
+            r.blocks.append(self.blocks.allocate())
+        ids = current.pending.ids
+        with self._context():
+            if len(rows) != len(chunks):
+                ids = gp.take(ids, gp.from_numpy(np.asarray(rows, np.int32)), axis=0)
+            logits = self.decode.logits(ahead, token_ids=ids)
+            sampled = [c.request for c in ahead]
+            launched = _Launched(StepPlan(chunks=ahead), sampled, SampledTokens(logits, sampled))
+        self.lookahead_steps += 1
+        return launched
 
     def _fail(self, plan: StepPlan, exc: Exception) -> None:
         log.exception("an engine step failed")
+        self._inflight = None  # queued ahead of the failed step: its requests are failed here
         self._flush()
         for c in plan.chunks:
             if c.request.status is RequestStatus.RUNNING:
@@ -329,6 +460,8 @@ class Engine:
         prefill chunk through the flattened one.
         """
         chunks = plan.chunks
+        if self.batch_invariant:
+            return invariant_step_logits(chunks, self.decode, self.runner, BLOCK_SIZE)
         if not self.decode.accepts(chunks):
             return self.runner.logits(build_inputs(chunks, BLOCK_SIZE))
         logits = self.decode.logits(chunks)
@@ -396,6 +529,7 @@ class Engine:
 
     def _drain(self) -> None:
         """Abort everything still queued or running (after shutdown)."""
+        self._inflight = None  # its tokens are nobody's now
         self._flush()
         self._take_commands()
         for request in list(self._requests.values()):

@@ -38,8 +38,21 @@ class StepPlan:
 class StepPlanner:
     """Holds the waiting queue and the running batch; :meth:`plan` decides each step."""
 
-    def __init__(self, blocks: BlockManager, *, max_batch: int, max_batched_tokens: int) -> None:
+    def __init__(
+        self,
+        blocks: BlockManager,
+        *,
+        max_batch: int,
+        max_batched_tokens: int,
+        whole_prompts: bool = False,
+    ) -> None:
         self.blocks = blocks
+        #: Schedule each prompt in one chunk and every later token alone (batch-invariant
+        #: engines): a prompt that does not fit the step's budget waits for a step whose budget
+        #: it fits (one longer than the whole budget runs as the step's only prompt); a
+        #: preempted request is recomputed as it was first computed, its prompt whole, then its
+        #: generated tokens one a step.
+        self.whole_prompts = whole_prompts
         self.max_batch = max_batch
         self.max_batched_tokens = max_batched_tokens
         self.waiting: deque[Request] = deque()
@@ -125,7 +138,9 @@ class StepPlanner:
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted while making room for an older one
             left = len(request.tokens) - request.num_computed
-            count = min(left, budget)
+            # Whole prompts: a recomputed request's generated tokens go one a step, as decode
+            # tokens, so its keys and values are those its first computation wrote.
+            count = 1 if self.whole_prompts else min(left, budget)
             if not self._grow(request, request.num_computed + count, plan):
                 continue
             plan.chunks.append(
@@ -137,20 +152,37 @@ class StepPlanner:
             and not plan.preempted
         ):  # fmt: skip
             request = self.waiting[0]
+            if self.whole_prompts and self._prompt_waits(request, budget, plan):
+                break
             if not self._admit(request, plan):
                 break
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             left = len(request.tokens) - request.num_computed
-            count = min(left, budget)
+            count = self._prompt_left(request) if self.whole_prompts else min(left, budget)
             if not self._grow(request, request.num_computed + count, plan):
                 break
             plan.chunks.append(
                 ScheduledChunk(request, request.num_computed, count, sample=count == left)
             )
-            budget -= count
+            budget = max(0, budget - count)
         return plan
+
+    @staticmethod
+    def _prompt_left(request: Request) -> int:
+        """Whole prompts: the prompt tokens still to compute (all of them: no prefix cache)."""
+        return len(request.prompt_ids) - request.num_computed
+
+    def _prompt_waits(self, request: Request, budget: int, plan: StepPlan) -> bool:
+        """Whole prompts: whether ``request``'s prompt waits for a later step's budget.
+
+        It fits the budget left, or it is the step's first prompt (a prompt longer than the
+        whole budget would otherwise never run).
+        """
+        if self._prompt_left(request) <= budget:
+            return False
+        return any(c.start == 0 for c in plan.chunks)
 
     def after_step(self, plan: StepPlan) -> None:
         """Advance the computed counts and register the blocks the step filled."""

@@ -11,7 +11,8 @@ and over a shared cached prefix without copying it).
 Prompt chunks that start a request (no cached token before them) at the end of the row set
 attend with the flash prefill kernel over their own keys and values instead (causal): one
 kernel per chunk rather than one query row per token over the cache, which a long prompt
-makes quadratic in cache reads.
+makes quadratic in cache reads. Consecutive fresh chunks of one length share that kernel as
+one batch (``[chunks, heads, length, D]``), so 64 equal prompts cost one call per layer.
 """
 
 from __future__ import annotations
@@ -65,6 +66,28 @@ class BatchInputs:
         """The first row of the fresh chunks (N when there is none)."""
         return self.fresh[0][0] if self.fresh else int(self.ids.shape[0])
 
+    @property
+    def fresh_groups(self) -> tuple[tuple[int, int, int], ...]:
+        """The fresh chunks as ``(first row, rows per chunk, chunks)`` runs of equal length.
+
+        Prompts of one length (a benchmark's, or a batch of equal requests) then attend in one
+        batched prefill call per layer instead of one call (and four copies) per prompt.
+        """
+        return fresh_groups(self.fresh)
+
+
+def fresh_groups(fresh: Sequence[tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """Consecutive ``(row, count)`` chunks merged into ``(first row, count, chunks)`` runs."""
+    groups: list[tuple[int, int, int]] = []
+    for row, count in fresh:
+        if groups:
+            first, c, g = groups[-1]
+            if c == count and first + c * g == row:
+                groups[-1] = (first, c, g + 1)
+                continue
+        groups.append((row, count, 1))
+    return tuple(groups)
+
 
 def _bucket(n: int) -> int:
     """``n`` rounded up to a power of two (few distinct shapes: cached plans stay few)."""
@@ -74,7 +97,7 @@ def _bucket(n: int) -> int:
 def build_inputs(chunks: Sequence[ScheduledChunk], block_size: int) -> BatchInputs:
     """The step's flattened token rows."""
     ids, pos, slots, rows = [], [], [], []
-    tables: list[list[int]] = []
+    tables: list[list[int]] = []  # per chunk
     n = 0
     for c in chunks:
         r = c.request
@@ -83,14 +106,16 @@ def build_inputs(chunks: Sequence[ScheduledChunk], block_size: int) -> BatchInpu
         ids.append(np.asarray(r.tokens[c.start : c.start + c.count], np.int32))
         pos.append(p)
         slots.append(blocks[p // block_size] * block_size + p % block_size)
-        tables.extend([r.blocks] * c.count)
+        tables.append(r.blocks)
         n += c.count
         if c.sample:
             rows.append(n - 1)
     width = _bucket(max(len(t) for t in tables))
     table = np.zeros((n, width), np.int32)
-    for i, t in enumerate(tables):
-        table[i, : len(t)] = t
+    row = 0
+    for c, t in zip(chunks, tables, strict=True):  # one broadcast per chunk, not per row
+        table[row : row + c.count, : len(t)] = t
+        row += c.count
     positions = np.concatenate(pos).astype(np.int32)
     fresh: list[tuple[int, int]] = []
     row = n
@@ -138,9 +163,11 @@ class ModelRunner:
         k_cache, v_cache = self.cache.k, self.cache.v
         scale = self.model.attention.scale
 
-        def heads_first(t: GPUArray, a: int, c: int, h: int) -> GPUArray:
-            """Rows ``a .. a + c`` of ``t`` ``[1, N, h, D]`` as ``[1, h, c, D]``."""
-            return t[0, a : a + c].transpose(1, 0, 2).contiguous().reshape(1, h, c, d)
+        groups = inputs.fresh_groups
+
+        def heads_first(t: GPUArray, a: int, c: int, g: int, h: int) -> GPUArray:
+            """Rows ``a .. a + g * c`` of ``t`` ``[1, N, h, D]`` as ``[g, h, c, D]``."""
+            return t[0, a : a + g * c].reshape(g, c, h, d).transpose(0, 2, 1, 3).contiguous()
 
         # The functional ops, not the model's Attention layer: that layer keeps a plan and its
         # workspace per query shape, and a step's token count changes every step.
@@ -162,12 +189,13 @@ class ModelRunner:
                     q3[:split], k_cache[layer], v_cache[layer], seq_lens,
                     scale=scale, block_table=table, out=o[:split],
                 )  # fmt: skip
-            for a, c in inputs.fresh:
+            for a, c, g in groups:
                 ot = ops.scaled_dot_product_attention(
-                    heads_first(q, a, c, hq), heads_first(k, a, c, hkv),
-                    heads_first(v, a, c, hkv), is_causal=True, scale=scale,
+                    heads_first(q, a, c, g, hq), heads_first(k, a, c, g, hkv),
+                    heads_first(v, a, c, g, hkv), is_causal=True, scale=scale,
                 )  # fmt: skip
-                o[a : a + c] = ot.reshape(hq, c, d).transpose(1, 0, 2).contiguous()
+                # One strided copy back into the rows (token-major), for the whole group.
+                o[a : a + g * c].reshape(g, c, hq, d)[...] = ot.transpose(0, 2, 1, 3)
             return o.reshape(1, n, cfg.q_size)
 
         x = self.model.hidden_states(

@@ -10,6 +10,7 @@ from the rows copied to the host.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,6 +22,24 @@ from pygpukit.array import GPUArray
 from .request import Request, TokenLogprob
 
 __all__ = ["SampledTokens", "sample_tokens"]
+
+_local = threading.local()
+
+
+def _copy_stream() -> gp.Stream:
+    """The calling thread's stream for reading sampled ids (per device), beside the compute one.
+
+    Its own stream, not the step's (where the next step may already be queued) nor the
+    transfer engine's copy stream (shared by every engine of the process).
+    """
+    streams = getattr(_local, "streams", None)
+    if streams is None:
+        streams = _local.streams = {}
+    device = gp.get_device()
+    stream = streams.get(device)
+    if stream is None:
+        stream = streams[device] = gp.Stream()
+    return stream
 
 
 def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
@@ -36,10 +55,10 @@ def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
 
 
 class SampledTokens:
-    """The tokens of a step, sampled on the device and on their way to the host.
+    """The tokens of a step, sampled on the device.
 
-    :meth:`result` waits for them (the step's one host wait) and computes the asked-for
-    log-probabilities.
+    :meth:`result` brings them to the host (the step's one host wait) and computes the
+    asked-for log-probabilities.
     """
 
     def __init__(self, logits: GPUArray, requests: Sequence[Request]) -> None:
@@ -62,13 +81,23 @@ class SampledTokens:
                 generator=r.generator,
                 out=ids[i : i + 1],  # one download for every row
             )
-        host = gp.memory.pinned_empty(tuple(ids.shape), ids.dtype)
         self._ids = ids
-        self._future = ids.to_numpy(blocking=False, out=host)
+        self._host = gp.memory.pinned_empty(tuple(ids.shape), ids.dtype)
+        # Marks the end of this step on its stream: the engine may queue the next step behind
+        # it before reading these ids, and the read must not wait for that one too.
+        self._ready = gp.Event().record()
+
+    @property
+    def ids(self) -> GPUArray:
+        """The sampled ids on the device (int32 ``[R]``), ready in stream order."""
+        return self._ids
 
     def result(self) -> tuple[list[int], list[TokenLogprob | None]]:
         """Token ids and, per request, its :class:`TokenLogprob` (None unless asked)."""
-        tokens = [int(t) for t in self._future.result().tolist()]
+        self._ready.synchronize()  # this step only, not what was queued behind it
+        with _copy_stream():
+            host = self._ids.to_numpy(out=self._host)  # pinned: one small direct copy
+        tokens = [int(t) for t in host.tolist()]
         requests = self.requests
         wanted = [i for i, r in enumerate(requests) if r.params.logprobs is not None]
         logprobs: list[TokenLogprob | None] = [None] * len(requests)

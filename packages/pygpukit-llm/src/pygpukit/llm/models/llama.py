@@ -231,9 +231,14 @@ class LlamaModel:
         """The final-norm hidden states ``[B, S, hidden]`` of token ids ``[B, S]`` (int32)."""
         h = self.embed(ids)
         residual, x = h, self.layers[0].input_norm(h)
+        # A strategy that takes the q/k/v projection itself (prefill) skips the split copies.
+        project = getattr(attend, "from_projection", None)
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, positions)
-            residual, x = layer.post_norm(layer.o_proj(attend(i, q, k, v)), residual)
+            if project is not None and layer.q_norm is None and self._fused_rope_ok(positions):
+                o = project(i, layer.qkv(x), positions)
+            else:
+                o = attend(i, *self._qkv(layer, x, positions))
+            residual, x = layer.post_norm(layer.o_proj(o), residual)
             nxt = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.norm
             residual, x = nxt(layer.mlp(x), residual)
         return x
@@ -250,21 +255,90 @@ class LlamaModel:
         """
         return self.lm_head(x)
 
+    def _fused_rope_ok(self, positions: GPUArray) -> bool:
+        """Whether prefill can split and rotate the projection in one step.
+
+        True when :func:`pygpukit.ops.rope_kv_append` applies this model's RoPE: the whole head
+        rotated, NeoX pairs, int32 ``[B, S]`` positions.
+        """
+        r = self.rotary
+        return (
+            r.rotary_dim == self.config.head_dim
+            and r.layout == "neox"
+            and positions.ndim == 2
+            and positions.dtype == np.int32
+        )
+
     def attend_uncached(
-        self, store: Callable[[int, GPUArray, GPUArray], None] | None = None
+        self,
+        store: Callable[[int, GPUArray, GPUArray], None] | None = None,
+        cache: tuple[list[GPUArray], list[GPUArray]] | None = None,
     ) -> Attend:
         """Attention of a sequence over itself (its sliding window, if any): ``forward``, prefill.
 
         In prefill ``store(layer, k, v)`` also writes the ``[B, Hkv, S, D]`` keys and values
-        into a cache.
+        into a cache; or, with ``cache`` (per layer, the keys and values ``[B, Hkv, capacity,
+        D]``, holding at least the prompt), they are written straight into slots ``0 .. S - 1``
+        of it and attention reads them there.
         """
+        return _UncachedAttend(self, store, cache)
 
-        def attend(i: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
-            b, s = q.shape[0], q.shape[1]
-            qt, kt, vt = (t.transpose(0, 2, 1, 3).contiguous() for t in (q, k, v))
-            if store is not None:
-                store(i, kt, vt)
-            o = self.attention.prefill(qt, kt, vt)
-            return o.transpose(0, 2, 1, 3).contiguous().reshape(b, s, self.config.q_size)
 
-        return attend
+class _UncachedAttend:
+    """Prefill attention (see :meth:`LlamaModel.attend_uncached`).
+
+    Called with the rotated ``q [B, S, Hq, D]``, ``k``/``v`` ``[B, S, Hkv, D]`` it transposes
+    them to heads first. :meth:`from_projection` instead takes the fused q/k/v projection
+    ``[B, S, (Hq + 2 Hkv) * D]``: one kernel (:func:`pygpukit.ops.rope_kv_append`) splits it,
+    rotates q and k and writes k and v heads-first into their destination (the cache, or a
+    scratch pair), and attention reads q through a transposed view and the keys and values from
+    there, with no copy between the projection and attention (seven per layer otherwise:
+    three splits, three transposes and the cache write).
+    """
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        store: Callable[[int, GPUArray, GPUArray], None] | None,
+        cache: tuple[list[GPUArray], list[GPUArray]] | None,
+    ) -> None:
+        self.model, self.store, self.cache = model, store, cache
+        self._slots: GPUArray | None = None
+
+    def __call__(self, i: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
+        b, s = q.shape[0], q.shape[1]
+        qt, kt, vt = (t.transpose(0, 2, 1, 3).contiguous() for t in (q, k, v))
+        if self.cache is not None:
+            ops.kv_cache_append(
+                kt, vt, self.cache[0][i], self.cache[1][i], self._prompt_slots(b, s)
+            )
+        elif self.store is not None:
+            self.store(i, kt, vt)
+        o = self.model.attention.prefill(qt, kt, vt)
+        return o.transpose(0, 2, 1, 3).contiguous().reshape(b, s, self.model.config.q_size)
+
+    def _prompt_slots(self, b: int, s: int) -> GPUArray:
+        """int32 ``[B, S]``: slot ``t`` for token ``t`` of each sequence (made once per shape)."""
+        if self._slots is None or tuple(self._slots.shape) != (b, s):
+            self._slots = gp.from_numpy(np.tile(np.arange(s, dtype=np.int32), (b, 1)))
+        return self._slots
+
+    def from_projection(self, i: int, qkv: GPUArray, positions: GPUArray) -> GPUArray:
+        """Attention output ``[B, S, Hq * D]`` of layer ``i`` from its q/k/v projection."""
+        cfg, model = self.model.config, self.model
+        b, s = qkv.shape[0], qkv.shape[1]
+        if self.cache is not None:
+            k_dst, v_dst = self.cache[0][i], self.cache[1][i]
+        else:
+            shape = (b, cfg.num_kv_heads, s, cfg.head_dim)
+            k_dst, v_dst = gp.empty(shape, qkv.dtype), gp.empty(shape, qkv.dtype)
+        rot = model.rotary
+        slots = self._prompt_slots(b, s)
+        q = ops.rope_kv_append(
+            qkv, rot.cos, rot.sin, positions, k_dst, v_dst, slots, q_heads=cfg.num_heads
+        )
+        k, v = k_dst[:, :, :s], v_dst[:, :, :s]
+        if self.cache is None and self.store is not None:
+            self.store(i, k, v)
+        o = model.attention.prefill(q.transpose(0, 2, 1, 3), k, v)
+        return o.transpose(0, 2, 1, 3).contiguous().reshape(b, s, cfg.q_size)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -40,6 +41,39 @@ def _json_body(raw: bytes) -> Any:
         raise APIError(400, f"the body is not valid JSON ({exc})", code="invalid_json") from None
 
 
+class _Outbox:
+    """Hands engine outputs to their requests' asyncio queues, one loop wake-up per batch.
+
+    An engine step makes an output for every running request (64 at a time); waking the event
+    loop once per output would cost a self-pipe write and a loop turn each. Outputs are queued
+    here under a lock instead, and the first one of a batch schedules one callback that
+    delivers them all, in order.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[asyncio.Queue[RequestOutput], RequestOutput]] = []
+        self._scheduled = False
+
+    def put(self, queue: asyncio.Queue[RequestOutput], out: RequestOutput) -> None:
+        """Queue ``out`` for ``queue`` (any thread)."""
+        with self._lock:
+            self._items.append((queue, out))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to read it
+            self.loop.call_soon_threadsafe(self._deliver)
+
+    def _deliver(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+            self._scheduled = False
+        for queue, out in items:
+            queue.put_nowait(out)
+
+
 class _Server:
     """The app's state: the engines by model name, counters, the shutdown flag."""
 
@@ -49,6 +83,15 @@ class _Server:
         self.created = int(time.time())
         self.http_errors: dict[int, int] = {}
         self.closing = False
+        self._outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
+
+    def outbox(self) -> _Outbox:
+        """The running loop's :class:`_Outbox` (made at its first use)."""
+        loop = asyncio.get_running_loop()
+        box = self._outboxes.get(loop)
+        if box is None:
+            box = self._outboxes[loop] = _Outbox(loop)
+        return box
 
     def engine(self, name: str) -> Engine:
         engine = self.engines.get(name)
@@ -166,11 +209,8 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
                 f"context is {engine.max_model_len}: at most {room} can be generated",
                 param="max_tokens", code="context_length_exceeded",
             )  # fmt: skip
-        loop = asyncio.get_running_loop()
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
-
-        def sink(out: RequestOutput) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, out)
+        sink = functools.partial(server.outbox().put, queue)
 
         try:
             rid = engine.submit(ids, parsed.params(max_tokens), sink,
@@ -222,19 +262,27 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
         try:
             if first is not None:
                 yield f"data: {json.dumps(first)}\n\n"
-            while True:
-                out = await queue.get()
-                if (err := failed(out)) is not None:
-                    yield f"data: {json.dumps(err.body())}\n\n"
-                    done = True
-                    break
-                yield f"data: {json.dumps(chunk(out))}\n\n"
-                if out.finish_reason is not None:
-                    done = True
-                    if include_usage:
-                        yield f"data: {json.dumps(chunk(out, usage=True))}\n\n"
-                    break
-            yield "data: [DONE]\n\n"
+            while not done:
+                # Every output already here goes out in one write (a client that fell behind
+                # catches up in one send, not one per token): still one event per token.
+                outs = [await queue.get()]
+                while not queue.empty():
+                    outs.append(queue.get_nowait())
+                events = []
+                for out in outs:
+                    if (err := failed(out)) is not None:
+                        events.append(f"data: {json.dumps(err.body())}\n\n")
+                        done = True
+                        break
+                    events.append(f"data: {json.dumps(chunk(out))}\n\n")
+                    if out.finish_reason is not None:
+                        done = True
+                        if include_usage:
+                            events.append(f"data: {json.dumps(chunk(out, usage=True))}\n\n")
+                        break
+                if done:
+                    events.append("data: [DONE]\n\n")
+                yield "".join(events)
         finally:
             if not done:  # the client went away (or the app is cancelling us): free the blocks
                 engine.abort(rid)

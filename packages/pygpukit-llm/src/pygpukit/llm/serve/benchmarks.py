@@ -16,10 +16,13 @@ process. Rows:
   time to first token p50/p99 and inter-token latency p99;
 - ``isolation`` (GPU): a Guaranteed Qwen2.5-0.5B-shape model under 4 clients beside a
   BestEffort 8B-shape model under 64 (``--quick``: SmolLM2-135M beside Qwen2.5-0.5B), each in
-  its own scheduler partition; the metrics compare the small model's inter-token latency p99
-  with the big one idle and saturated.
+  its own scheduler partition of one server; the metrics compare the small model's
+  inter-token latency p50/p99 with the big one idle and saturated, and give the big one's
+  output tokens/s beside it. The 64 BestEffort clients run in a load-generator process of
+  their own, so that parsing their streams does not delay the measured clients.
 
-``$PYGPUKIT_SERVE_BENCH_MODELS`` picks the shapes of the startup and load rows. Each round of
+``$PYGPUKIT_SERVE_BENCH_MODELS`` picks the shapes of the startup and load rows,
+``$PYGPUKIT_SERVE_BENCH_ROWS`` the rows (``isolation`` alone, say). Each round of
 a row is one measurement, so ``--iterations 1`` gives the shortest run (a check round and one
 timed round per row).
 """
@@ -33,6 +36,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pygpukit import env
@@ -43,7 +47,7 @@ from pygpukit.benchmark.registry import Suite, SuiteContext
 from ..benchmarks import SHAPES, _checkpoint
 from .loadgen import LoadResult, run_load
 
-__all__ = ["SUITE", "suites"]
+__all__ = ["SUITE", "IsolationLoad", "suites"]
 
 NAME = "serve"
 MODELS_ENV = "PYGPUKIT_SERVE_BENCH_MODELS"
@@ -56,6 +60,18 @@ env.register(
     on_invalid="raise",
     description="Model shapes the serve benchmark's startup and load rows run (default: "
     "llama-3.1-8b on the GPU, qwen2.5-0.5b with --quick), e.g. qwen2.5-0.5b,llama-3.1-8b.",
+)
+ROWS_ENV = "PYGPUKIT_SERVE_BENCH_ROWS"
+_ROWS = ("load", "startup", "isolation")
+env.register(
+    ROWS_ENV,
+    "items",
+    allowed=_ROWS,
+    read="python -m pygpukit.benchmark --suite serve",
+    package="pygpukit-llm",
+    on_invalid="raise",
+    description="Rows of the serve benchmark to run (default: all of load, startup and "
+    "isolation), e.g. isolation.",
 )
 _START_TIMEOUT_S = 900
 _servers: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], str]] = {}
@@ -203,44 +219,92 @@ def _startup_case(shape: str) -> Case:
     return Case(NAME, "startup", {"model": shape}, {"pygpukit": setup}, timing="wall")
 
 
-def _isolation_case(small: str, big: str) -> Case:
+@dataclass(frozen=True)
+class IsolationLoad:
+    """The isolation row's two loads: each client streams its requests one after the other.
+
+    The defaults are the acceptance's: 4 clients on the Guaranteed model, 64 on the
+    BestEffort one, 128-in/128-out; ``memory``: the two partitions' sizes. The BestEffort
+    load must outlast the measured one (the row fails otherwise).
+    """
+
+    guaranteed_clients: int = 4
+    besteffort_clients: int = 64
+    requests: int = 2
+    besteffort_requests: int = 2
+    prompt: int = 128
+    new: int = 128
+    memory: tuple[str, str] = ("8GiB", "56GiB")
+
+
+def _running(url: str, model: str) -> int:
+    import httpx
+
+    with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+        return int(httpx.get(f"{url}/health", timeout=5).json()["models"][model]["running"])
+    return 0
+
+
+def _background_load(url: str, model: str, load: IsolationLoad, vocab: int,
+                     clients: int) -> subprocess.Popen[str]:  # fmt: skip
+    """The BestEffort model's clients, in a process of their own.
+
+    Their 64 streams' parsing must not share an interpreter lock with the clients being
+    measured: that would time the load generator, not the server.
+    """
+    cmd = [sys.executable, "-m", "pygpukit.llm.serve.loadgen", url, model,
+           "--clients", str(clients), "--requests-per-client", str(load.besteffort_requests),
+           "--prompt-tokens", str(load.prompt), "--output-tokens", str(load.new),
+           "--vocab", str(vocab), "--seed", "1", "--json"]  # fmt: skip
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _isolation_case(small: str, big: str, load: IsolationLoad | None = None) -> Case:
+    """A Guaranteed ``small`` beside a BestEffort ``big`` in one server; ITL p99 loaded/alone."""
+    load = load or IsolationLoad()
     small_vocab, big_vocab = int(SHAPES[small]["vocab_size"]), int(SHAPES[big]["vocab_size"])
+    g, be = "guaranteed", "besteffort"  # the models' names in the server
 
     def setup(lib: Library, copies: int) -> Timed:
         if lib.name != "pygpukit":
             raise Skip(f"{lib.name}: no server")
-        url = _server([f"{small}={_checkpoint(small)}", f"{big}={_checkpoint(big)}",
-                       "--max-model-len", "512", "--max-batch", "64", "--kv-memory", "0.6",
-                       "--partition", f"{small}=8GiB,0.25,guaranteed",
-                       "--partition", f"{big}=56GiB,0,besteffort"])  # fmt: skip
+        url = _server([f"{g}={_checkpoint(small)}", f"{be}={_checkpoint(big)}",
+                       "--max-model-len", str(load.prompt + load.new + 64),
+                       "--max-batch", "64", "--kv-memory", "0.6",
+                       "--partition", f"{g}={load.memory[0]},0.25,guaranteed",
+                       "--partition", f"{be}={load.memory[1]},0,besteffort"])  # fmt: skip
         seen: dict[str, LoadResult] = {}
 
+        def measured(seed: int) -> LoadResult:
+            return run_load(url, g, clients=load.guaranteed_clients,
+                            requests_per_client=load.requests, prompt_tokens=load.prompt,
+                            output_tokens=load.new, vocab=small_vocab, seed=seed)  # fmt: skip
+
         def run(i: int) -> LoadResult:
-            seen["alone"] = run_load(
-                url,
-                small,
-                clients=4,
-                requests_per_client=2,
-                prompt_tokens=128,
-                output_tokens=128,
-                vocab=small_vocab,
-            )
-            box: dict[str, LoadResult] = {}
-            noise = threading.Thread(target=lambda: box.setdefault("big", run_load(
-                url, big, clients=64, requests_per_client=2, prompt_tokens=128,
-                output_tokens=128, vocab=big_vocab)))  # fmt: skip
-            noise.start()
-            time.sleep(2.0)  # let the 8B batch fill up
-            seen["loaded"] = run_load(
-                url,
-                small,
-                clients=4,
-                requests_per_client=2,
-                prompt_tokens=128,
-                output_tokens=128,
-                vocab=small_vocab,
-            )
-            noise.join()
+            seen["alone"] = measured(i)
+            noise = _background_load(url, be, load, big_vocab, load.besteffort_clients)
+            try:
+                # Measure once the BestEffort batch has filled up (not during its ramp).
+                full = max(1, load.besteffort_clients * 3 // 4)
+                deadline = time.monotonic() + _START_TIMEOUT_S
+                while _running(url, be) < full and noise.poll() is None:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the BestEffort model never ran {full} requests")
+                    time.sleep(0.05)
+                seen["loaded"] = measured(i)
+                covered = noise.poll() is None
+                out, err = noise.communicate(timeout=_START_TIMEOUT_S)
+            finally:
+                if noise.poll() is None:
+                    noise.kill()
+            if noise.returncode != 0:
+                raise RuntimeError(f"the BestEffort load failed: {err[-2000:]}")
+            if not covered:
+                raise RuntimeError(
+                    "the BestEffort load ended before the Guaranteed clients did: the loaded "
+                    "latency was not measured under load (give the BestEffort clients more work)"
+                )
+            seen["besteffort"] = LoadResult.from_json(out)
             return seen["loaded"]
 
         def metrics() -> dict[str, float | str]:
@@ -250,9 +314,20 @@ def _isolation_case(small: str, big: str) -> Case:
             loaded = seen["loaded"].percentile("itl", 99)
             return {"itl_p99_alone_ms": round(alone * 1e3, 2),
                     "itl_p99_loaded_ms": round(loaded * 1e3, 2),
-                    "ratio": round(loaded / alone, 2) if alone else "n/a"}  # fmt: skip
+                    "itl_p50_alone_ms": round(seen["alone"].percentile("itl", 50) * 1e3, 2),
+                    "itl_p50_loaded_ms": round(seen["loaded"].percentile("itl", 50) * 1e3, 2),
+                    "ratio": round(loaded / alone, 2) if alone else "n/a",
+                    "besteffort_tok_s": round(seen["besteffort"].output_tokens_per_s,
+                                              1)}  # fmt: skip
 
-        return Timed(run=run, check=_check(4 * 2 * 128), metrics=metrics)
+        def measure(i: int) -> float:
+            # One round per repetition (no warm-up rounds: the check round warmed up).
+            start = time.perf_counter()
+            run(i)
+            return (time.perf_counter() - start) * 1e3
+
+        expected = load.guaranteed_clients * load.requests * load.new
+        return Timed(run=run, check=_check(expected), measure=measure, metrics=metrics)
 
     return Case(NAME, "isolation", {"guaranteed": small, "besteffort": big},
                 {"pygpukit": setup}, timing="wall")  # fmt: skip
@@ -267,14 +342,15 @@ def _cases(ctx: SuiteContext) -> Iterator[Case]:
     else:
         shapes, clients, sizes = ["llama-3.1-8b"], (1, 16, 64), [(128, 128), (1024, 128)]
     shapes = list(env.items(MODELS_ENV) or shapes)
+    rows = set(env.items(ROWS_ENV) or _ROWS)
     # Load rows first: they share one server; each startup row starts its own.
-    for shape in shapes:
+    for shape in shapes if "load" in rows else ():
         for prompt, new in sizes:
             for n in clients:
                 yield _load_case(shape, n, prompt, new)
-    for shape in shapes:
+    for shape in shapes if "startup" in rows else ():
         yield _startup_case(shape)
-    if ctx.on_gpu:
+    if ctx.on_gpu and "isolation" in rows:
         # --quick: the same two-partition mechanism at small shapes, in seconds.
         small, big = (
             ("smollm2-135m", "qwen2.5-0.5b") if ctx.quick else ("qwen2.5-0.5b", "llama-3.1-8b")

@@ -58,9 +58,20 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
                         "chat=8GiB,0.5,guaranteed (repeatable)")  # fmt: skip
     parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_const",
                         const=False, help="do not share prompt prefixes")  # fmt: skip
+    parser.add_argument("--no-lookahead", dest="lookahead", action="store_const", const=False,
+                        help="plan every decode step from the host's tokens (no step queued "
+                        "on the device-side ids of the previous one)")  # fmt: skip
+    parser.add_argument("--batch-invariant", dest="batch_invariant", action="store_const",
+                        const=True, help="a request's tokens do not depend on the batch, and "
+                        "greedy answers equal CausalLM.generate's (slower decode at large "
+                        "batches; no prefix caching)")  # fmt: skip
     parser.add_argument("--grace", type=float,
                         help=f"seconds running requests get to finish on SIGTERM "
                         f"{default('grace')}")  # fmt: skip
+    parser.add_argument("--switch-interval", type=float, metavar="SECONDS",
+                        help="the interpreter's switch interval (default: 0.0002 when a "
+                        "guaranteed or burstable model shares the server with another model, "
+                        "else 0.001; see docs/serve.md)")  # fmt: skip
     parser.add_argument("--log-level", help=default("log_level"))
 
 
@@ -128,7 +139,8 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
         engines[name] = Engine(
             model, name=name, max_batch=args.max_batch, max_queue=args.max_queue,
             max_batched_tokens=args.max_batched_tokens, kv_memory=kv, partition=part,
-            prefix_caching=args.prefix_caching,
+            prefix_caching=args.prefix_caching and not args.batch_invariant,
+            lookahead=args.lookahead, batch_invariant=args.batch_invariant,
         )  # fmt: skip
         e = engines[name]
         err.write(
@@ -147,6 +159,18 @@ def _warm_up(engines: dict[str, Any]) -> None:
         engine.generate([engine.model.config.bos_token_id or 0], RequestParams(max_tokens=2))
 
 
+def _switch_interval(args: argparse.Namespace) -> float:
+    """The switch interval to serve with (:mod:`.qos`), checked before any model loads."""
+    from .partitions import parse_partition
+    from .qos import host_switch_interval
+
+    try:
+        classes = [parse_partition(p).qos for p in args.partition]
+        return host_switch_interval(len(args.models), classes, args.switch_interval)
+    except ValueError as exc:
+        raise SystemExit(f"pygpukit serve: {exc}") from None
+
+
 def _exit_cleanly(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
@@ -163,6 +187,7 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
         ) from None
 
     from .config_file import ServeConfigError, resolve_options
+    from .qos import apply_switch_interval
 
     start = time.perf_counter()
     try:
@@ -170,8 +195,12 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
     except ServeConfigError as exc:
         raise SystemExit(f"pygpukit serve: {exc}") from None
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    interval = _switch_interval(args)
     engines, scheduler = build_engines(args, err)
     _warm_up(engines)
+    # The engine threads and the event loop share the interpreter lock (see .qos).
+    apply_switch_interval(interval)
+    err.write(f"pygpukit serve: interpreter switch interval {interval * 1e3:g} ms\n")
     app = create_app(engines, grace_s=args.grace)
 
     class _Server(uvicorn.Server):

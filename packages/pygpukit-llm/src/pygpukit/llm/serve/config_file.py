@@ -49,7 +49,10 @@ DEFAULTS: dict[str, tuple[Any, tuple[type, ...]]] = {
     "dtype": ("bfloat16", (str,)),
     "device": (0, (int,)),
     "prefix_caching": (True, (bool,)),
+    "lookahead": (True, (bool,)),
+    "batch_invariant": (False, (bool,)),
     "grace": (30.0, (int, float)),
+    "switch_interval": (None, (int, float)),
     "log_level": ("info", (str,)),
 }
 

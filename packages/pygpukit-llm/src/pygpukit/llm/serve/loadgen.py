@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -34,6 +35,13 @@ class LoadResult:
     def output_tokens_per_s(self) -> float:
         """Generated tokens per second, all clients together."""
         return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    @classmethod
+    def from_json(cls, text: str) -> LoadResult:
+        """The result that ``loadgen --json`` printed."""
+        d = json.loads(text)
+        return cls(int(d["requests"]), int(d["output_tokens"]), float(d["wall_s"]),
+                   tuple(d["ttft_s"]), tuple(d["itl_s"]))  # fmt: skip
 
     def percentile(self, which: str, q: float) -> float:
         """The ``q``-th percentile (0-100) of ``ttft`` or ``itl``, in seconds."""
@@ -133,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--output-tokens", type=int, default=128)
     p.add_argument("--vocab", type=int, default=32000, help="prompt ids are drawn below this")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+    p.add_argument("--json", action="store_true",
+                   help="print the whole result (every TTFT and ITL sample) as one JSON "
+                   "line")  # fmt: skip
     a = p.parse_args(argv)
     r = run_load(
         a.url,
@@ -142,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
         prompt_tokens=a.prompt_tokens,
         output_tokens=a.output_tokens,
         vocab=a.vocab,
+        seed=a.seed,
     )
+    if a.json:
+        print(json.dumps(dataclasses.asdict(r)))
+        return 0
     ttft = [r.percentile("ttft", q) * 1e3 for q in (50, 99)]
     itl = [r.percentile("itl", q) * 1e3 for q in (50, 99)]
     print(

@@ -5,6 +5,8 @@ the prosody predictor's bidirectional LSTM 640 -> 2 x 256, AdaIN + LeakyReLU) an
 stem convolution over 30 s of mel frames; ``--sizes`` sets the signal length L (the LSTM's T is
 L / 10). dtype bfloat16 on the GPU unless ``--dtypes`` says otherwise (PyTorch's float32
 convolutions run on TF32 tensor cores by default, ours in full float32: compare 16-bit types).
+Two more LSTM rows have Kokoro's shape as it runs it, whatever ``--sizes`` says: float32 (cuDNN
+with TF32 off), T = 150 phonemes, 640 -> 2 x 256, batch 1 and 16.
 PyTorch runs ``torch.nn.functional.conv1d`` / ``conv_transpose1d``, ``torch.nn.LSTM`` (cuDNN)
 and ``instance_norm`` + the affine + ``leaky_relu`` on the same data. Every output is checked
 against the float64 NumPy path.
@@ -58,18 +60,34 @@ class SignalOp:
 
 
 def _conv(
-    b: int, cin: int, cout: int, k: int, length: int, groups: int = 1, pad: int = 1
+    b: int,
+    cin: int,
+    cout: int,
+    k: int,
+    length: int,
+    groups: int = 1,
+    pad: int = 1,
+    dilation: int = 1,
+    stride: int = 1,
 ) -> SignalOp:
     def ref(x: np.ndarray, w: np.ndarray, bias: np.ndarray) -> np.ndarray:
-        return _reference()[0].conv1d(x, w, bias, 1, pad, pad, 1, groups)
+        return _reference()[0].conv1d(x, w, bias, stride, pad, pad, dilation, groups)
 
-    out_length = length + 2 * pad - k + 1
+    options = {"padding": pad, "groups": groups, "dilation": dilation, "stride": stride}
+    out_length = (length + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+    params: dict[str, int | float | str] = {
+        "shape": f"{b}x{cin}x{length}", "c_out": cout, "k": k, "groups": groups,
+    }  # fmt: skip
+    if dilation != 1:
+        params["dilation"] = dilation
+    if stride != 1:
+        params["stride"] = stride
     return SignalOp(
         "conv1d" if groups == 1 else "conv1d_depthwise",
-        {"shape": f"{b}x{cin}x{length}", "c_out": cout, "k": k, "groups": groups},
+        params,
         ((b, cin, length), (cout, cin // groups, k), (cout,)),
-        lambda x, w, bias: _ops().conv1d(x, w, bias, padding=pad, groups=groups),
-        lambda t, x, w, bias: t.nn.functional.conv1d(x, w, bias, padding=pad, groups=groups),
+        lambda x, w, bias: _ops().conv1d(x, w, bias, **options),
+        lambda t, x, w, bias: t.nn.functional.conv1d(x, w, bias, **options),
         ref,
         2 * b * cout * out_length * (cin // groups) * k,
     )
@@ -102,6 +120,9 @@ def _lstm(b: int, steps: int, inputs: int, hidden: int) -> SignalOp:
 
     def theirs(t: Any, x: Any, *w: Any) -> Any:
         model = _torch_lstm(t, x, w, inputs, hidden)
+        if x.dtype == t.float32:  # cuDNN's default TF32 would miss float32's accuracy
+            with t.backends.cudnn.flags(enabled=True, allow_tf32=False):
+                return model(x)[0]
         return model(x)[0]
 
     def ref(x: np.ndarray, *w: np.ndarray) -> np.ndarray:
@@ -224,6 +245,34 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
             _upsample(1, wide, wide // 2, max(1, length // 10), 10),
             _lstm(1, max(2, length // 10), 640 if ctx.on_gpu else 24, 256 if ctx.on_gpu else 8),
             _ada_in(1, wide, length),
+        )
+        for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["float32"]):
+            for op in ops:
+                yield signal_case(ctx, op, dtype)
+    # Kokoro's BiLSTMs as it runs them (float32, 150 phonemes, 640 -> 2 x 256), one utterance
+    # and a batch of 16; T is fixed, not derived from --sizes.
+    steps, inputs, hidden = (150, 640, 256) if ctx.on_gpu else (15, 24, 8)
+    for dtype in ctx.pick_dtypes(gpu=["float32"], cpu=["float32"]):
+        for batch in (1, 16):
+            yield signal_case(ctx, _lstm(batch, steps, inputs, hidden), dtype)
+    yield from _generator_cases(ctx)
+
+
+def _generator_cases(ctx: SuiteContext) -> Iterator[Case]:
+    """The iSTFTNet generator's convolutions at batch 1 (the largest items of a Kokoro profile).
+
+    ``length`` is the first stage's (x10 upsampled frames: 9120 for an 11 s utterance); the
+    second runs at 6x that length with half the channels.
+    """
+    for length in ctx.pick_sizes(gpu=[9120], gpu_quick=[1824], cpu=[60], cpu_quick=[30]):
+        wide = 256 if ctx.on_gpu else 16
+        half = wide // 2
+        ops = (
+            _conv(1, wide, wide, 11, length, pad=25, dilation=5),  # resblock k11, dilation 5
+            _conv(1, wide, wide, 3, length),  # resblock k3
+            _conv(1, half, half, 7, 6 * length, pad=9, dilation=3),  # stage 2, k7 dilation 3
+            _conv(1, 22, wide, 12, 6 * length, pad=3, stride=6),  # the source's noise conv
+            _upsample(1, wide, half, length, 6),  # the x6 upsampling
         )
         for dtype in ctx.pick_dtypes(gpu=["bfloat16"], cpu=["float32"]):
             for op in ops:

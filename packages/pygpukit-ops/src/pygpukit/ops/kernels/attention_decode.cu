@@ -4,6 +4,10 @@
 //     scores them against up to kG = 4 of the G = Hq / Hkv query heads that share it (GQA).
 //   attn_decode_combine_<f16|bf16>: grid (B * Hq), merges the per-split partial results by
 //     their log-sum-exp. With one split the first kernel writes the output itself.
+//   Fused combine (counters non-null): no second kernel. Each split CTA stores its partials,
+//     then counts itself done on its (batch, head chunk)'s counter; the CTA that counts last
+//     merges every split's partials into the output and resets the counter to 0 for the next
+//     launch (the counters start at zero and are left at zero, so they need no clearing).
 // Caches: contiguous [B, Hkv, cache_len, D] (block_table null), or paged
 // [num_blocks, Hkv, cache_len = block_size, D] with block_table int32 [B, max_blocks]. seq_lens
 // is read on the device; lengths are clamped to the cache capacity, length 0 gives zeros.
@@ -25,10 +29,11 @@ constexpr int kG = 4;       // query heads per CTA
 constexpr int kUnroll = 4;  // key rows per group per step
 constexpr int kMaxSplits = 64;
 
-// Programmatic dependent launch of the combine kernel (SM 9.0+; no-ops elsewhere and when the
-// combine is launched plainly): each split CTA lets it launch once its key loop is done, so its
-// launch overlaps the last CTAs' merges; the combine waits for the split kernel (its results
-// complete and visible) before reading them.
+// Programmatic dependent launch (SM 9.0+; no-ops elsewhere and when the next kernel is launched
+// plainly): each split CTA lets the next kernel launch once its key loop is done (the combine
+// kernel, or the next step's kernel), so that launch overlaps the last CTAs' merges; a kernel
+// launched dependent waits for the previous one (its results complete and visible) before
+// reading anything it may have written.
 __device__ __forceinline__ void allow_combine() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
@@ -38,6 +43,69 @@ __device__ __forceinline__ void wait_for_splits() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void wait_for_previous() { wait_for_splits(); }
+
+// The fused combine, run by every thread of a split CTA once its partials are stored. Counts the
+// CTA done on counters[b, blockIdx.y]; the CTA that completes the count of n_live splits (the
+// splits whose key range is not empty) merges the partials of rows [row0, row0 + nh) into out
+// by their log-sum-exp and resets the counter. scratch: at least nh * kMaxSplits floats of
+// shared memory the caller no longer needs. The fence / atomic / fence order is the one of a
+// "last block" reduction: every partial is visible device-wide before its CTA is counted, and
+// the last CTA reads them from L2 (ld.cg), past its own L1.
+template <typename T>
+__device__ __forceinline__ void merge_if_last(const float* o_part, const float* lse,
+                                              unsigned* counters, T* out, size_t row0, int nh,
+                                              int d_head, int n_live, float* scratch) {
+    __shared__ int is_last;
+    const int tid = threadIdx.x, splits = gridDim.x;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+        unsigned* counter = counters + (size_t)blockIdx.z * gridDim.y + blockIdx.y;
+        const unsigned done = atomicAdd(counter, 1u) + 1u;
+        is_last = done == static_cast<unsigned>(n_live);
+        if (is_last) atomicExch(counter, 0u);  // all n_live CTAs of this launch have counted
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    // Per row: the weights exp2(lse_i - max) / sum, one thread per row.
+    if (tid < nh) {
+        const float* l = lse + (row0 + tid) * splits;
+        float mx = PGK_NEG_INF;
+        for (int i = 0; i < n_live; ++i) mx = max_nan(mx, __ldcg(l + i));
+        float sum = 0.f;
+        for (int i = 0; i < n_live; ++i) {
+            const float w = mx == PGK_NEG_INF ? 0.f : fast_exp2(__ldcg(l + i) - mx);
+            scratch[tid * kMaxSplits + i] = w;
+            sum += w;
+        }
+        const float inv = sum != 0.f ? 1.f / sum : 0.f;
+        for (int i = 0; i < n_live; ++i) scratch[tid * kMaxSplits + i] *= inv;
+    }
+    __syncthreads();
+    // Four values of one row per item; every split's partial of them in flight together.
+    const int quads = d_head / 4;
+    for (int it = tid; it < nh * quads; it += blockDim.x) {
+        const int h = it / quads, d = (it % quads) * 4;
+        const float4* p =
+            reinterpret_cast<const float4*>(o_part + (row0 + h) * splits * d_head + d);
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < n_live; ++i) {
+            const float w = scratch[h * kMaxSplits + i];
+            const float4 x = __ldcg(p + (size_t)i * (d_head / 4));
+            o.x = fmaf(w, x.x, o.x);
+            o.y = fmaf(w, x.y, o.y);
+            o.z = fmaf(w, x.z, o.z);
+            o.w = fmaf(w, x.w, o.w);
+        }
+        T* dst = out + (row0 + h) * d_head + d;
+        dst[0] = static_cast<T>(o.x);
+        dst[1] = static_cast<T>(o.y);
+        dst[2] = static_cast<T>(o.z);
+        dst[3] = static_cast<T>(o.w);
+    }
 }
 
 template <int D>
@@ -59,13 +127,11 @@ __device__ __forceinline__ void unpack8(const uint4& u, float (&f)[8]) {
 }
 
 template <typename T, int D>
-__device__ __forceinline__ void attn_decode(const T* __restrict__ q, const T* __restrict__ kc,
-                                            const T* __restrict__ vc,
-                                            const int* __restrict__ seq_lens,
-                                            const int* __restrict__ block_table,
-                                            T* __restrict__ out, float* __restrict__ o_part,
-                                            float* __restrict__ lse, int hq, int hkv, int cache_len,
-                                            int max_blocks, int capacity, int chunk, float scale) {
+__device__ __forceinline__ void attn_decode(
+    const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
+    const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
+    float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale) {
     using C = DecodeConfig<D>;
     constexpr int kLanes = C::kLanes, kGroups = C::kGroups;
     __shared__ float sm_m[kGroups][kG], sm_l[kGroups][kG];
@@ -78,9 +144,12 @@ __device__ __forceinline__ void attn_decode(const T* __restrict__ q, const T* __
     const int hk = blockIdx.y / n_hchunks;
     const int h0 = hk * group + (blockIdx.y % n_hchunks) * kG;
     const int nh = min(kG, (hk + 1) * group - h0);
+    wait_for_previous();
     const int len = min(seq_lens[b], capacity);
     const int t_begin = split * chunk, t_end = min(t_begin + chunk, len);
-    if (gridDim.x > 1 && t_begin >= len) return;  // the combine kernel skips this split
+    // The combine skips an empty split; split 0 always runs, so a length of 0 still gets its
+    // (zero) output from the merge.
+    if (gridDim.x > 1 && split > 0 && t_begin >= len) return;
 
     const float scale2 = scale * kLog2e;
     float qv[kG][8];
@@ -207,6 +276,9 @@ __device__ __forceinline__ void attn_decode(const T* __restrict__ q, const T* __
             if (d == 0) lse[row * gridDim.x + split] = sum != 0.f ? mx + __log2f(sum) : PGK_NEG_INF;
         }
     }
+    if (gridDim.x > 1 && counters != nullptr)
+        merge_if_last<T>(o_part, lse, counters, out, (size_t)b * hq + h0, nh, D,
+                         max(1, min((int)gridDim.x, (len + chunk - 1) / chunk)), &sm_acc[0][0][0]);
 }
 
 template <typename T>
@@ -293,6 +365,11 @@ __device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
             : "memory");
     } while (!done));
 }
+// Asks for bytes (a multiple of 16) at src to be brought into L2.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
+    PGK_DECODE_BULK(asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src),
+                                 "r"(bytes) : "memory"));
+}
 // Orders this thread's earlier generic shared-memory writes before later bulk copies.
 __device__ __forceinline__ void fence_to_bulk() {
     PGK_DECODE_BULK(asm volatile("fence.proxy.async.shared::cta;\n" :: : "memory"));
@@ -302,8 +379,8 @@ template <typename T, int D, int kStages = 1, bool kBulk = false>
 __device__ __forceinline__ void attn_decode_mma(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
-    float* __restrict__ o_part, float* __restrict__ lse, int hq, int hkv, int cache_len,
-    int max_blocks, int capacity, int chunk, float scale) {
+    float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale) {
     constexpr int kS = D + 8, kChunks = D / 8, kDT = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -318,9 +395,27 @@ __device__ __forceinline__ void attn_decode_mma(
     const int hk = blockIdx.y / n_hchunks;
     const int h0 = hk * group + (blockIdx.y % n_hchunks) * kTcHeads;
     const int nh = min(kTcHeads, (hk + 1) * group - h0);
+    if constexpr (kBulk) {
+        // Launched dependent: the keys and values cached before this step do not depend on the
+        // previous kernel, so the first tiles of a contiguous cache head for L2 before waiting
+        // for it (a prefetch only warms L2, which the previous kernel's writes also reach).
+        // The length bounding it may be one the previous kernel is still updating: a stale
+        // value only moves the prefetch's end by a token. Everything else (q, the lengths
+        // that bound the keys, the block table, the workspace) is read after the wait.
+        const int hint = min(__ldcg(seq_lens + b), capacity);
+        const int rows = min(kStages * kTcTile, hint - split * chunk);
+        if (block_table == nullptr && tid < 2 && rows > 0) {
+            const T* first = (tid == 0 ? kc : vc) +
+                             (((size_t)b * hkv + hk) * cache_len + (size_t)split * chunk) * D;
+            bulk_prefetch_l2(first, rows * D * sizeof(T));
+        }
+    }
+    wait_for_previous();
     const int len = min(seq_lens[b], capacity);
     const int t_begin = split * chunk, t_end = min(t_begin + chunk, len);
-    if (gridDim.x > 1 && t_begin >= len) return;  // the combine kernel skips this split
+    // The combine skips an empty split; split 0 always runs, so a length of 0 still gets its
+    // (zero) output from the merge.
+    if (gridDim.x > 1 && split > 0 && t_begin >= len) return;
 
     for (int i = tid; i < kTcHeads * kChunks; i += kThreads) {
         const int r = i / kChunks, c = i % kChunks;
@@ -530,6 +625,9 @@ __device__ __forceinline__ void attn_decode_mma(
             if (d == 0) lse[row * gridDim.x + split] = sum != 0.f ? mx + __log2f(sum) : PGK_NEG_INF;
         }
     }
+    if (gridDim.x > 1 && counters != nullptr)
+        merge_if_last<T>(o_part, lse, counters, out, (size_t)b * hq + h0, nh, D,
+                         max(1, min((int)gridDim.x, (len + chunk - 1) / chunk)), sm_acc);
 }
 
 }  // namespace
@@ -538,13 +636,13 @@ __device__ __forceinline__ void attn_decode_mma(
 // attn_decode_mma_d<D>_<dtype> and attn_decode_mma2_d<D>_<dtype> (tensor cores, one and two K/V
 // stages), attn_decode_bulk2_d<D>_<dtype> (two stages filled by bulk copies, SM 9.0+); and the
 // split combiner attn_decode_combine_<dtype>.
-#define PGK_DECODE_CALL                                                                           \
-    q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, hq, hkv, cache_len, max_blocks, \
-        capacity, chunk, scale
+#define PGK_DECODE_CALL                                                                         \
+    q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, counters, hq, hkv, cache_len, \
+        max_blocks, capacity, chunk, scale
 #define PGK_DECODE_PARAMS(T)                                                                      \
     (const T* q, const T* k_cache, const T* v_cache, const int* seq_lens, const int* block_table, \
-     T* out, float* o_part, float* lse, int hq, int hkv, int cache_len, int max_blocks,           \
-     int capacity, int chunk, float scale)
+     T* out, float* o_part, float* lse, unsigned* counters, int hq, int hkv, int cache_len,       \
+     int max_blocks, int capacity, int chunk, float scale)
 #define PGK_DECODE(sfx, T, D)                                                           \
     PGK_KERNEL_BOUNDS(attn_decode_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {       \
         attn_decode<T, D>(PGK_DECODE_CALL);                                             \

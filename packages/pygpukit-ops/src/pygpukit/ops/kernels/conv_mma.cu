@@ -115,13 +115,36 @@ struct Stage {
     }
 };
 
+// Copies rows x cols of a row-major global matrix into `ws` (row pitch `pitch`), `E` elements a
+// copy (16-byte cp.async, 4-byte cp.async, or E == 1: plain loads and stores); out-of-range
+// values are zeros. `row_limit` rows and `col_end` columns are valid; ncols is a multiple of E.
+template <typename T, int E>
+__device__ __forceinline__ void copy_tile(T* ws, const T* __restrict__ w, int pitch, int nrows,
+                                          int ncols, int row_limit, long long col_end,
+                                          long long row_base, long long row_len, long long col0) {
+    const int units = ncols / E;
+    for (int i = threadIdx.x; i < nrows * units; i += kThreads) {
+        const int row = i / units, cc = (i - row * units) * E;
+        const bool valid = row < row_limit && cc < col_end;
+        const T* src = valid ? w + (row_base + row) * row_len + col0 + cc : w;
+        T* dst = ws + row * pitch + cc;
+        if constexpr (E * sizeof(T) == 16) {
+            cp_async16(dst, src, valid);
+        } else if constexpr (E * sizeof(T) == 4) {
+            cp_async4(dst, src, valid);
+        } else {
+            *dst = valid ? *src : narrow<T>(0.0f);
+        }
+    }
+}
+
 // Copies one chunk's weights into `ws`. conv: rows o (BM), columns r in [0, chunk*K) from
 // W[(grp*og + o0 + o), c0*K + r]; transposed: rows c (chunk), columns m in [0, rows) from
-// W[(grp*cg + c0 + c), o0*K + m]. Out-of-range values are zeros.
+// W[(grp*cg + c0 + c), o0*K + m]. Out-of-range values are zeros. `vec` is the copy width in
+// bytes (weight_copy_width), 0 for plain loads.
 template <typename T, int BM, bool TRANS>
 __device__ __forceinline__ void load_weights(T* ws, const T* __restrict__ w, const Dims& d, int grp,
                                              int o0, int c0, int vec) {
-    const int tid = threadIdx.x;
     const int nrows = TRANS ? d.chunk : BM;
     const int ncols = TRANS ? d.rows : d.chunk * d.kernel;
     const long long row_len =
@@ -134,30 +157,13 @@ __device__ __forceinline__ void load_weights(T* ws, const T* __restrict__ w, con
         TRANS ? static_cast<long long>(grp) * d.cg + c0 : static_cast<long long>(grp) * d.og + o0;
     const long long col_end = min(row_len - col0, static_cast<long long>(ncols));
     if (vec == 16) {
-        constexpr int E = 16 / sizeof(T);  // ncols is a multiple of E on this path
-        const int chunks = ncols / E;
-        for (int i = tid; i < nrows * chunks; i += kThreads) {
-            const int row = i / chunks, cc = (i - row * chunks) * E;
-            const bool valid = row < row_limit && cc < col_end;
-            const T* src = valid ? w + (row_base + row) * row_len + col0 + cc : w;
-            cp_async16(ws + row * d.wpitch + cc, src, valid);
-        }
+        copy_tile<T, 16 / sizeof(T)>(ws, w, d.wpitch, nrows, ncols, row_limit, col_end, row_base,
+                                     row_len, col0);
     } else if (vec == 4) {
-        constexpr int E = 4 / sizeof(T);  // ncols and the row lengths are multiples of E here
-        const int pairs = ncols / E;
-        for (int i = tid; i < nrows * pairs; i += kThreads) {
-            const int row = i / pairs, cc = (i - row * pairs) * E;
-            const bool valid = row < row_limit && cc < col_end;
-            const T* src = valid ? w + (row_base + row) * row_len + col0 + cc : w;
-            cp_async4(ws + row * d.wpitch + cc, src, valid);
-        }
+        copy_tile<T, 4 / sizeof(T)>(ws, w, d.wpitch, nrows, ncols, row_limit, col_end, row_base,
+                                    row_len, col0);
     } else {
-        for (int i = tid; i < nrows * ncols; i += kThreads) {
-            const int row = i / ncols, cc = i - row * ncols;
-            T v = narrow<T>(0.0f);
-            if (row < row_limit && cc < col_end) v = w[(row_base + row) * row_len + col0 + cc];
-            ws[row * d.wpitch + cc] = v;
-        }
+        copy_tile<T, 1>(ws, w, d.wpitch, nrows, ncols, row_limit, col_end, row_base, row_len, col0);
     }
 }
 

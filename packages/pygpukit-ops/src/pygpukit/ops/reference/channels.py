@@ -32,12 +32,24 @@ def instance_norm(
     activation: str | None,
     slope: float,
     alpha: np.ndarray | None,
+    lengths: np.ndarray | None = None,
 ) -> np.ndarray:
     """Normalise each (b, c) row of ``x`` [B, C, L] over L, then the optional parts.
 
     The affine ``weight``/``bias`` [C], AdaIN's ``* (1 + gamma) + beta`` ([B, C]) and the
-    activation, in that order.
+    activation, in that order. ``lengths`` [B]: row b's statistics cover its first
+    ``lengths[b]`` samples, and the samples after them are zero.
     """
+    if lengths is not None:
+        out = np.zeros_like(x)
+        for b, n in enumerate(np.clip(np.asarray(lengths), 0, x.shape[-1])):
+            if n == 0:
+                continue
+            out[b : b + 1, :, :n] = instance_norm(
+                x[b : b + 1, :, :n], weight, bias, _row(gamma, b), _row(beta, b), eps,
+                activation, slope, alpha,
+            )  # fmt: skip
+        return out
     mean = x.mean(axis=-1, keepdims=True)
     centred = x - mean
     var = np.mean(centred * centred, axis=-1, keepdims=True)
@@ -56,6 +68,10 @@ def instance_norm(
         assert alpha is not None
         y = snake(y, alpha)
     return y
+
+
+def _row(a: np.ndarray | None, b: int) -> np.ndarray | None:
+    return None if a is None else a[b : b + 1]
 
 
 def channel_layernorm(

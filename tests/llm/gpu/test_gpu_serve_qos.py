@@ -1,0 +1,41 @@
+"""Isolation between the engines of one process on the GPU: a step's sampled ids come back on
+the step's own stream, never behind another engine's download that waits for its unfinished
+work (the transfer engine's copy stream is shared by the whole process)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pygpukit as gp
+from pygpukit.llm.engine import RequestParams
+from pygpukit.llm.engine.request import Request
+from pygpukit.llm.engine.sampler import SampledTokens
+
+pytestmark = pytest.mark.gpu
+
+
+def test_sampled_ids_do_not_wait_behind_another_streams_download(rng):
+    least, greatest = gp.Stream.priority_range()
+    busy, mine = gp.Stream(priority=least), gp.Stream(priority=greatest)
+    a = gp.from_numpy(rng.standard_normal((8192, 8192)).astype(np.float32)).astype(gp.bfloat16)
+    other_ids = gp.from_numpy(rng.integers(0, 1000, 64).astype(np.int32))
+    gp.synchronize()
+    with busy:  # another model's long step (~50 ms), then its download of the step's ids
+        for _ in range(40):
+            product = a @ a
+        finished = gp.Event().record()
+        theirs = other_ids.to_numpy(blocking=False, out=gp.memory.pinned_empty((64,), np.int32))
+    host_logits = rng.standard_normal((4, 1000)).astype(np.float32)
+    requests = [Request(f"r{i}", [1, 2, 3], RequestParams(max_tokens=1), lambda out: None,
+                        frozenset()) for i in range(4)]  # fmt: skip
+    with mine:
+        tokens, _ = SampledTokens(gp.from_numpy(host_logits), requests).result()
+    assert tokens == host_logits.argmax(axis=1).tolist()
+    # The ids came back while the other stream was still computing, and its download is
+    # still to land (it lands once that work is done).
+    assert not finished.query()
+    assert not theirs.done()
+    assert theirs.result(timeout=120).tolist() == other_ids.to_numpy().tolist()
+    assert finished.query()
+    del product

@@ -1,0 +1,158 @@
+"""The serve benchmark's isolation row end to end on the CPU backend (tiny shapes): two models
+in partitions of one server, the BestEffort load from its own process, the measured clients
+here; and the host-side QoS the server applies for it (:mod:`pygpukit.llm.serve.qos`)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import pytest
+
+from pygpukit.llm.serve.qos import (
+    SERVER_SWITCH_INTERVAL_S,
+    SHARED_SWITCH_INTERVAL_S,
+    apply_switch_interval,
+    host_switch_interval,
+)
+
+
+def test_a_model_with_a_promise_beside_another_gets_a_short_switch_interval():
+    assert host_switch_interval(2, ["guaranteed", "besteffort"]) == SHARED_SWITCH_INTERVAL_S
+    assert host_switch_interval(3, ["burstable"]) == SHARED_SWITCH_INTERVAL_S
+    assert sys.getswitchinterval() > SHARED_SWITCH_INTERVAL_S
+
+
+@pytest.mark.parametrize(
+    ("models", "classes"),
+    [(1, ["guaranteed"]), (1, []), (2, []), (2, ["besteffort", "besteffort"])],
+)
+def test_no_promise_or_one_model_gets_the_servers_interval(models, classes):
+    assert host_switch_interval(models, classes) == SERVER_SWITCH_INTERVAL_S
+    assert SHARED_SWITCH_INTERVAL_S < SERVER_SWITCH_INTERVAL_S < sys.getswitchinterval()
+
+
+def test_the_asked_interval_wins_and_is_checked():
+    assert host_switch_interval(1, [], 0.001) == 0.001
+    assert host_switch_interval(2, ["guaranteed"], 2) == 2.0
+    for bad in (0, -1e-3, True, "fast"):
+        with pytest.raises(ValueError, match="positive number of seconds"):
+            host_switch_interval(2, ["guaranteed"], bad)
+
+
+def test_apply_switch_interval_sets_it_and_none_leaves_it():
+    before = sys.getswitchinterval()
+    try:
+        assert apply_switch_interval(None) == before
+        assert apply_switch_interval(before / 4) == pytest.approx(before / 4)
+        assert sys.getswitchinterval() == pytest.approx(before / 4)
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_a_bad_switch_interval_stops_the_server_before_loading(tmp_path):
+    import argparse
+
+    from pygpukit.llm.serve.cli import serve_arguments, serve_command
+
+    parser = argparse.ArgumentParser()
+    serve_arguments(parser)
+    args = parser.parse_args([str(tmp_path / "never-read"), "--switch-interval", "-1"])
+    with pytest.raises(SystemExit, match="switch-interval must be a positive"):
+        serve_command(args)
+
+
+def test_the_isolation_row_runs_and_reports_both_loads(tmp_path, monkeypatch):
+    pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from pygpukit.benchmark.peers import PyGPUkitLibrary
+    from pygpukit.llm import benchmarks as llm_benchmarks
+    from pygpukit.llm.serve import benchmarks
+
+    monkeypatch.setenv(llm_benchmarks.BENCH_DIR_ENV, str(tmp_path))
+    load = benchmarks.IsolationLoad(
+        guaranteed_clients=1, besteffort_clients=2, requests=1, besteffort_requests=4,
+        prompt=16, new=5, memory=("64MiB", "64MiB"),
+    )  # fmt: skip
+    case = benchmarks._isolation_case("tiny", "tiny", load)
+    try:
+        timed = case.setups["pygpukit"](PyGPUkitLibrary(), 1)
+        result = timed.run(0)  # one round: alone, then beside the BestEffort load
+        assert timed.metrics is not None
+        timed.check(result)
+        m = timed.metrics()
+    finally:
+        benchmarks._stop_all()
+    assert result.output_tokens == 5 and len(result.itl_s) == 4
+    assert m["itl_p99_alone_ms"] >= m["itl_p50_alone_ms"] > 0
+    assert m["itl_p99_loaded_ms"] >= m["itl_p50_loaded_ms"] > 0
+    assert m["ratio"] == pytest.approx(m["itl_p99_loaded_ms"] / m["itl_p99_alone_ms"], rel=0.02)
+    assert m["besteffort_tok_s"] > 0
+
+
+def test_the_rows_variable_selects_the_isolation_row_alone(monkeypatch, rng):
+    from pygpukit.benchmark.data import DataCache
+    from pygpukit.benchmark.registry import SuiteContext
+    from pygpukit.llm.serve import benchmarks
+
+    def ops(quick: bool) -> list[str]:
+        ctx = SuiteContext(backend="cuda", quick=quick, data=DataCache(rng), rng=rng)
+        return [c.op for c in benchmarks.SUITE.cases(ctx)]
+
+    monkeypatch.setenv(benchmarks.ROWS_ENV, "isolation")
+    assert ops(False) == ["isolation"] and ops(True) == ["isolation"]
+    monkeypatch.setenv(benchmarks.ROWS_ENV, "load,startup")
+    assert "isolation" not in ops(False) and {"load", "startup"} == set(ops(False))
+    monkeypatch.delenv(benchmarks.ROWS_ENV)
+    assert set(ops(True)) == {"load", "startup", "isolation"}
+
+
+def test_the_step_observer_sees_each_forward_step_in_order(tmp_path, rng):
+    from serve_models import TEST_DTYPE, write_tiny_model
+
+    from pygpukit import llm
+    from pygpukit.llm.engine import Engine, RequestParams, StepTimes
+
+    model = llm.load(write_tiny_model(tmp_path / "m"), dtype=TEST_DTYPE, max_seq_len=128,
+                     progress=False)  # fmt: skip
+    engine = Engine(model, max_batch=4, kv_memory="2MiB", max_batched_tokens=16)
+    seen: list[StepTimes] = []
+    engine.step_observer = seen.append
+    prompts = [rng.integers(3, 300, int(n)).tolist() for n in rng.integers(5, 30, 3)]
+    outputs: list = []
+    for p in prompts:
+        engine.submit(p, RequestParams(max_tokens=4), outputs.append)
+    while engine.step():
+        pass
+    assert sum(o.finish_reason is not None for o in outputs) == 3
+    # Prompts of 5-29 tokens in 16-token steps, then 3 more tokens each: some chunked steps
+    # that sample nothing or some, and decode-only steps that sample every running request.
+    assert any(t.decode_only for t in seen) and any(not t.decode_only for t in seen)
+    # Every token a request got (an EOS may end one early) was counted by one step.
+    assert sum(t.tokens for t in seen) == sum(len(o.token_ids) for o in outputs)
+    for t in seen:
+        assert t.start <= t.enqueued <= t.flushed <= t.sampled <= t.end
+        assert t.host_s >= 0 and t.wait_s >= 0
+        assert t.host_s + t.wait_s == pytest.approx(t.end - t.start)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(seen))
+
+
+def test_the_switch_interval_comes_from_the_file_or_the_command_line(tmp_path):
+    import argparse
+
+    from pygpukit.llm.serve.cli import serve_arguments
+    from pygpukit.llm.serve.config_file import ServeConfigError, resolve_options
+
+    def args(*argv: str) -> argparse.Namespace:
+        parser = argparse.ArgumentParser()
+        serve_arguments(parser)
+        return resolve_options(parser.parse_args(list(argv)))
+
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text('switch_interval = 0.001\n\n[models.a]\npath = "a"\n')
+    assert args("--config", str(cfg)).switch_interval == 0.001
+    assert args("--config", str(cfg), "--switch-interval", "0.0005").switch_interval == 0.0005
+    assert args("m").switch_interval is None  # unset: serve picks (see qos)
+    cfg.write_text('switch_interval = "fast"\n\n[models.a]\npath = "a"\n')
+    with pytest.raises(ServeConfigError, match="switch_interval must be int or float"):
+        args("--config", str(cfg))

@@ -1,0 +1,58 @@
+"""The server's outbox: engine outputs from another thread reach each request's asyncio queue
+in order, with one event-loop wake-up per batch of outputs instead of one per output."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+
+from pygpukit.llm.engine import RequestOutput
+from pygpukit.llm.serve.app import _Outbox
+
+
+def test_outputs_arrive_in_order_with_few_wakeups():
+    rng = np.random.default_rng()
+    per_queue = int(rng.integers(50, 120))
+
+    async def main() -> tuple[list[list[str]], int]:
+        loop = asyncio.get_running_loop()
+        wakeups = 0
+        real = loop.call_soon_threadsafe
+
+        def counting(*args):
+            nonlocal wakeups
+            wakeups += 1
+            return real(*args)
+
+        loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+        box = _Outbox(loop)
+        queues: list[asyncio.Queue[RequestOutput]] = [asyncio.Queue() for _ in range(4)]
+
+        def engine_thread() -> None:  # a step makes one output per request, steps in a row
+            for step in range(per_queue):
+                for i, q in enumerate(queues):
+                    box.put(q, RequestOutput(f"r{i}", f"{step}", (step,)))
+
+        # Outputs put while the loop is busy (here: before it runs again) wake it once.
+        box.put(queues[0], RequestOutput("r0", "first", ()))
+        box.put(queues[1], RequestOutput("r1", "first", ()))
+        assert wakeups == 1
+        assert [(await q.get()).text for q in queues[:2]] == ["first", "first"]
+        wakeups = 0
+        t = threading.Thread(target=engine_thread)
+        t.start()
+        got: list[list[str]] = [[] for _ in queues]
+        for i, q in enumerate(queues):
+            while len(got[i]) < per_queue:
+                got[i].append((await q.get()).text)
+        t.join()
+        return got, wakeups
+
+    got, wakeups = asyncio.run(main())
+    assert got == [[str(s) for s in range(per_queue)]] * 4
+    assert 1 <= wakeups < 4 * per_queue  # batched: fewer wake-ups than outputs

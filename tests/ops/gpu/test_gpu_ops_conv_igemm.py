@@ -1,0 +1,268 @@
+"""The tap-major implicit GEMM (kernels/conv_igemm.cu) of conv1d / conv_transpose1d on the GPU.
+
+Against float64 NumPy (the loop reference for small cases) and PyTorch's ``conv1d`` /
+``conv_transpose1d`` at every convolution shape Kokoro runs (its decoder, iSTFTNet resblocks
+with dilation, the stride-6 harmonic-source convolution, the x10 and x6 transposed upsamplings)
+and at the awkward ones: odd lengths and channel counts (channel padding of the stage), groups,
+output padding, stride-1 transposed convolutions, one position, no bias, a weight view off a
+16-byte boundary, a NaN input, both tile widths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from ops_references import rel_err
+from signal_references import conv1d_ref, conv_transpose1d_ref
+
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.ops import config
+from pygpukit.ops import conv as conv_module
+from pygpukit.ops._conv_igemm import IgemmPlan
+from pygpukit.ops.reference import conv as numpy_conv
+
+pytestmark = pytest.mark.gpu
+
+TOL = {"float16": 3e-3, "bfloat16": 1e-2}
+DTYPES = list(TOL)
+Rand = Callable[..., np.ndarray]
+
+#: (batch, c_in, length, c_out, kernel, stride, padding, dilation, groups)
+CONV_CASES = [
+    (1, 512, 2000, 512, 3, 1, 1, 1, 1),  # Kokoro's decoder convolution
+    (1, 514, 457, 1024, 3, 1, 1, 1, 1),  # decoder.encode: 514 channels, not a stage multiple
+    (2, 1090, 97, 1024, 3, 1, 1, 1, 1),  # decoder.decode: asr, F0 and energy concatenated
+    (1, 512, 150, 512, 5, 1, 2, 1, 1),  # the text encoder's kernel 5
+    (1, 256, 2301, 256, 11, 1, 25, 5, 1),  # an iSTFTNet resblock, kernel 11 dilation 5
+    (2, 128, 3001, 128, 7, 1, 9, 3, 1),  # kernel 7 dilation 3 at 128 channels
+    (2, 22, 203, 256, 12, 6, 3, 1, 1),  # the harmonic source's stride-6 noise convolution
+    (1, 22, 500, 128, 1, 1, 0, 1, 1),  # its pointwise twin
+    (1, 128, 333, 22, 7, 1, 3, 1, 1),  # conv_post: 22 output channels
+    (1, 512, 301, 1, 1, 1, 0, 1, 1),  # F0_proj: one output channel
+    (1, 80, 3000, 384, 3, 1, 1, 1, 1),  # Whisper's stem
+    (1, 384, 3000, 384, 3, 2, 1, 1, 1),  # and its stride-2 second convolution
+    (3, 17, 65, 40, 5, 2, 2, 2, 1),  # odd everything
+    (2, 64, 199, 32, 5, 2, 2, 1, 4),  # groups of 16 input channels
+    (2, 96, 150, 96, 3, 1, 1, 1, 3),  # groups of 32
+    (1, 40, 1, 24, 1, 1, 0, 1, 1),  # one position
+    (1, 8, 9, 8, 9, 1, 0, 1, 1),  # the kernel spans the input: one output
+]
+
+#: (batch, c_in, length, c_out, kernel, stride, padding, output_padding, dilation, groups)
+TRANSPOSE_CASES = [
+    (1, 512, 456, 256, 20, 10, 5, 0, 1, 1),  # Kokoro's x10 upsampling
+    (1, 256, 2001, 128, 12, 6, 3, 0, 1, 1),  # and x6
+    (3, 128, 51, 64, 20, 10, 5, 0, 1, 1),
+    (2, 64, 33, 48, 5, 3, 2, 2, 1, 4),  # output padding, groups
+    (1, 40, 130, 36, 3, 1, 1, 0, 1, 1),  # stride 1: one phase
+    (2, 24, 77, 30, 4, 2, 1, 1, 1, 1),  # odd channel counts
+    (1, 16, 300, 8, 7, 2, 0, 1, 1, 1),  # a kernel that is not a multiple of the stride
+    (1, 32, 1, 16, 20, 10, 5, 0, 1, 1),  # one input position
+    (1, 48, 40, 20, 3, 7, 0, 0, 1, 1),  # fewer taps than the stride: zero phases
+]
+
+SMALL = 2_000_000  # below this many multiply-adds the loop references are quick enough
+
+
+def _inputs(rand: Rand, dtype: str, *shapes: tuple[int, ...]) -> list[np.ndarray]:
+    dt = gp.dtypes.normalize(dtype)
+    out = [rand(shapes[0], dt)]
+    fan = int(np.prod(shapes[1][1:]))
+    out += [(rand(s, np.float32) / np.sqrt(fan)).astype(dt) for s in shapes[1:]]
+    return out
+
+
+def _conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, case: tuple[int, ...]) -> Any:
+    batch, c_in, length, c_out, k, stride, pad, dil, groups = case
+    if batch * c_out * length * (c_in // groups) * k < SMALL:
+        return conv1d_ref(x, w, b, stride, (pad, pad), dil, groups)
+    f64 = [a.astype(np.float64) if a is not None else None for a in (x, w, b)]
+    return numpy_conv.conv1d(*f64, stride, pad, pad, dil, groups)
+
+
+def _transpose_ref(
+    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, case: tuple[int, ...]
+) -> Any:
+    batch, c_in, length, c_out, k, stride, pad, opad, dil, groups = case
+    if batch * c_in * length * (c_out // groups) * k < SMALL:
+        return conv_transpose1d_ref(x, w, b, stride, pad, opad, dil, groups)
+    f64 = [a.astype(np.float64) if a is not None else None for a in (x, w, b)]
+    return numpy_conv.conv_transpose1d(*f64, stride, pad, opad, dil, groups)
+
+
+def _conv_options(case: tuple[int, ...]) -> dict[str, int]:
+    _, _, _, _, _, stride, pad, dil, groups = case
+    return {"stride": stride, "padding": pad, "dilation": dil, "groups": groups}
+
+
+def _transpose_options(case: tuple[int, ...]) -> dict[str, int]:
+    _, _, _, _, _, stride, pad, opad, dil, groups = case
+    return {
+        "stride": stride, "padding": pad, "output_padding": opad, "dilation": dil,
+        "groups": groups,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv1d_igemm(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
+    batch, c_in, length, c_out, k, _, _, _, groups = case
+    x, w, b = _inputs(rand, dtype, (batch, c_in, length), (c_out, c_in // groups, k), (c_out,))
+    args = [gp.from_numpy(a) for a in (x, w, b)]
+    options = _conv_options(case)
+    with config.override(conv_kernel="igemm"):
+        plan, _ = conv_module.conv1d_plan(*args, **options)
+        assert isinstance(plan, IgemmPlan)
+        y = ops.conv1d(*args, **options).to_numpy()
+    assert rel_err(y, _conv_ref(x, w, b, case)) < TOL[dtype]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", TRANSPOSE_CASES)
+def test_conv_transpose1d_igemm(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
+    batch, c_in, length, c_out, k, _, _, _, _, groups = case
+    x, w, b = _inputs(rand, dtype, (batch, c_in, length), (c_in, c_out // groups, k), (c_out,))
+    args = [gp.from_numpy(a) for a in (x, w, b)]
+    options = _transpose_options(case)
+    with config.override(conv_kernel="igemm"):
+        plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
+        assert isinstance(plan, IgemmPlan)
+        y = ops.conv_transpose1d(*args, **options).to_numpy()
+    assert rel_err(y, _transpose_ref(x, w, b, case)) < TOL[dtype]
+
+
+def test_igemm_takes_16_bit_only(rand: Rand) -> None:
+    """``igemm`` plans the implicit GEMM for bfloat16; float32 / depthwise take another path."""
+    shapes = ((1, 64, 100), (32, 64, 3))
+    with config.override(conv_kernel="igemm"):
+        for dtype, expected in (("bfloat16", True), ("float32", False)):
+            x, w = _inputs(rand, dtype, *shapes)
+            plan, _ = conv_module.conv1d_plan(gp.from_numpy(x), gp.from_numpy(w), padding=1)
+            assert isinstance(plan, IgemmPlan) is expected
+        x, w = _inputs(rand, "bfloat16", (1, 64, 100), (64, 1, 7))
+        plan, _ = conv_module.conv1d_plan(gp.from_numpy(x), gp.from_numpy(w), padding=3, groups=64)
+        assert not isinstance(plan, IgemmPlan)
+        x, w = _inputs(rand, "bfloat16", (1, 16, 40), (16, 8, 4))
+        plan, _ = conv_module.conv_transpose1d_plan(
+            gp.from_numpy(x), gp.from_numpy(w), stride=2, dilation=2
+        )
+        assert not isinstance(plan, IgemmPlan)  # a transposed dilation: the older kernel
+
+
+def test_both_tile_widths_are_planned(rand: Rand) -> None:
+    """A long signal takes 128-position tiles, a short one 64 (more CTAs for the SMs)."""
+    widths = set()
+    for length in (100, 200000):
+        x, w = _inputs(rand, "bfloat16", (1, 256, length), (256, 256, 3))
+        with config.override(conv_kernel="igemm"):
+            plan, _ = conv_module.conv1d_plan(gp.from_numpy(x), gp.from_numpy(w), padding=1)
+        assert isinstance(plan, IgemmPlan)
+        widths.add(plan.main.kernel.name.split("_")[2])
+    assert widths == {"64", "128"}
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_igemm_without_bias_and_misaligned_weight(rand: Rand, transposed: bool) -> None:
+    """No bias, and a weight one element past a 16-byte boundary (the rearrangement reads it)."""
+    dt = gp.bfloat16
+    shape = (64, 48, 4) if transposed else (48, 64, 3)
+    x = rand((2, 64, 130), dt)
+    w = (rand(shape, np.float32) / np.sqrt(48 * 4)).astype(dt)
+    flat = np.concatenate([rand((1,), dt), w.reshape(-1)])
+    w_view = gp.from_numpy(flat)[1:].reshape(shape)
+    assert w_view.data_ptr % 16 != 0
+    xg = gp.from_numpy(x)
+    with config.override(conv_kernel="igemm"):
+        if transposed:
+            y = ops.conv_transpose1d(xg, w_view, stride=2, padding=1).to_numpy()
+            ref = conv_transpose1d_ref(x, w, None, 2, 1)
+        else:
+            y = ops.conv1d(xg, w_view, padding=1).to_numpy()
+            ref = conv1d_ref(x, w, None, 1, (1, 1))
+    assert rel_err(y, ref) < TOL["bfloat16"]
+
+
+def test_igemm_into_out_and_repeated(rand: Rand) -> None:
+    """``out=`` receives the result; a second call (cached plan, fresh scratch) agrees."""
+    case = (2, 96, 257, 64, 5, 1, 4, 2, 1)
+    x, w, b = _inputs(rand, "float16", (2, 96, 257), (64, 96, 5), (64,))
+    args = [gp.from_numpy(a) for a in (x, w, b)]
+    out = gp.empty((2, 64, 257), gp.float16)
+    with config.override(conv_kernel="igemm"):
+        ops.conv1d(*args, padding=4, dilation=2, out=out)
+        again = ops.conv1d(*args, padding=4, dilation=2).to_numpy()
+    got = out.to_numpy()
+    assert rel_err(got, _conv_ref(x, w, b, case)) < TOL["float16"]
+    np.testing.assert_array_equal(got, again)
+
+
+def test_igemm_nan_propagates(rand: Rand) -> None:
+    """A NaN input position reaches exactly the outputs whose window covers it."""
+    x, w, b = _inputs(rand, "bfloat16", (1, 32, 100), (16, 32, 3), (16,))
+    x[0, 5, 40] = np.nan
+    with config.override(conv_kernel="igemm"):
+        y = ops.conv1d(*[gp.from_numpy(a) for a in (x, w, b)], padding=1).to_numpy()
+    bad = np.isnan(y.astype(np.float32)).any(axis=1)[0]
+    assert np.flatnonzero(bad).tolist() == [39, 40, 41]
+
+
+def _torch() -> Any:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device here")
+    return torch
+
+
+def _to_torch(torch: Any, *arrays: np.ndarray) -> list[Any]:
+    return [torch.from_numpy(a.astype(np.float64)).cuda() for a in arrays]
+
+
+#: Kokoro's convolutions at batch 4 (the batched vocoder) and Whisper's stem, vs PyTorch.
+TORCH_CONV_CASES = [
+    (4, 512, 460, 512, 3, 1, 1, 1, 1),
+    (4, 256, 4600, 256, 11, 1, 25, 5, 1),
+    (4, 128, 9000, 128, 7, 1, 9, 3, 1),
+    (4, 128, 9000, 128, 3, 1, 1, 1, 1),
+    (4, 22, 4600, 256, 12, 6, 3, 1, 1),
+    (1, 80, 3000, 384, 3, 1, 1, 1, 1),
+    (2, 64, 199, 32, 5, 2, 2, 1, 4),
+]
+TORCH_TRANSPOSE_CASES = [
+    (4, 512, 460, 256, 20, 10, 5, 0, 1, 1),
+    (4, 256, 4600, 128, 12, 6, 3, 0, 1, 1),
+    (2, 64, 33, 48, 5, 3, 2, 2, 1, 4),
+]
+
+
+@pytest.mark.parametrize("case", TORCH_CONV_CASES)
+def test_conv1d_igemm_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
+    torch = _torch()
+    batch, c_in, length, c_out, k, _, _, _, groups = case
+    x, w, b = _inputs(rand, "bfloat16", (batch, c_in, length), (c_out, c_in // groups, k), (c_out,))
+    options = _conv_options(case)
+    args = [gp.from_numpy(a) for a in (x, w, b)]
+    with config.override(conv_kernel="igemm"):
+        plan, _ = conv_module.conv1d_plan(*args, **options)
+        assert isinstance(plan, IgemmPlan)
+        y = ops.conv1d(*args, **options).to_numpy()
+    want = torch.nn.functional.conv1d(*_to_torch(torch, x, w, b), **options)
+    assert rel_err(y, want.cpu().numpy()) < TOL["bfloat16"]
+
+
+@pytest.mark.parametrize("case", TORCH_TRANSPOSE_CASES)
+def test_conv_transpose1d_igemm_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
+    torch = _torch()
+    batch, c_in, length, c_out, k, _, _, _, _, groups = case
+    x, w, b = _inputs(rand, "bfloat16", (batch, c_in, length), (c_in, c_out // groups, k), (c_out,))
+    options = _transpose_options(case)
+    args = [gp.from_numpy(a) for a in (x, w, b)]
+    with config.override(conv_kernel="igemm"):
+        plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
+        assert isinstance(plan, IgemmPlan)
+        y = ops.conv_transpose1d(*args, **options).to_numpy()
+    want = torch.nn.functional.conv_transpose1d(*_to_torch(torch, x, w, b), **options)
+    assert rel_err(y, want.cpu().numpy()) < TOL["bfloat16"]
