@@ -203,29 +203,45 @@ _ENTRY_BY_ROWS = {4: "decode_linear", 2: "decode_linear_r2", 1: "decode_linear_r
 #: None lets the shape decide (:func:`rows_per_warp`). A row's sum is the same bits for every
 #: choice; only how many warps stream the weight changes. Read when a call is planned.
 ROWS_PER_WARP: dict[str, int | None] = {"paired": None, "plain": None}
-#: Whether rows of ``K <= DECODE_LINEAR_SHORT_MAX_K`` (1024) run ``decode_linear_short``: 4 rows a
-#: warp, every chunk loaded before waiting for the previous kernel, one pass, fewer registers.
+#: Whether rows of ``K <= DECODE_LINEAR_SHORT_MAX_K`` (1024) with 4 rows a warp run
+#: ``decode_linear_short`` (every chunk loaded before waiting for the previous kernel, one pass).
 #: None lets the shape decide. Read when a call is planned; the bits are the same either way.
 ONE_PASS: bool | None = None
+#: Plain GEMVs of at most this many rows and at least LONG_ROW elements a row get one row a warp.
+FEW_ROWS, LONG_ROW = 2048, 4096
 
 
-def rows_per_warp(n: int, k: int, pair: int) -> int:
+def rows_per_warp(n: int, k: int, pair: int, itemsize: int = 2) -> int:
     """Output rows per warp of the fused kernel for an ``[n, k]`` weight (4, 2 or 1).
 
-    Paired epilogues take 4 or 2 (a warp finishes whole pairs); 1 needs an unpaired one.
+    Paired epilogues take 4 or 2 (a warp finishes whole pairs); 1 needs an unpaired one. By
+    default, for a GEMV launched with dependent launch (a small model's; measured on an H100 at
+    the Qwen2.5-0.5B and SmolLM2-135M shapes, docs/llm-performance.md): paired ones take 2 (twice
+    the warps, each with its whole rows in flight), plain ones of few long rows (Qwen2.5-0.5B's
+    down projection: 896 rows of 4864) take 1; everything else 4.
     """
     chosen = ROWS_PER_WARP["paired" if pair else "plain"]
     if chosen is not None:
         if chosen not in _ENTRY_BY_ROWS or (pair and (chosen == 1 or pair % (chosen // 2))):
             raise ValueError(f"no fused decode GEMV with {chosen} rows per warp for pair={pair}")
         return chosen
-    return 4
+    if n * k * itemsize > _PDL_MAX_BYTES:
+        return 4
+    if pair:
+        return 2
+    return 1 if n <= FEW_ROWS and k >= LONG_ROW else 4
 
 
-def _one_pass(k: int, rows: int) -> bool:
-    """Whether the call runs the one-pass kernel (4 rows a warp, short rows)."""
+def _one_pass(n: int, k: int, pair: int, rows: int, itemsize: int) -> bool:
+    """Whether the call runs the one-pass kernel (4 rows a warp, rows of at most 1024).
+
+    By default for the plain GEMVs of a small model (its o_proj); the paired ones run 2 rows a
+    warp, which measured faster at both small shapes.
+    """
     fits = rows == 4 and k <= constant("decode_linear", "DECODE_LINEAR_SHORT_MAX_K")
-    return fits and (ONE_PASS if ONE_PASS is not None else False)
+    if ONE_PASS is not None:
+        return fits and ONE_PASS
+    return fits and not pair and n * k * itemsize <= _PDL_MAX_BYTES
 
 
 def _plan(
@@ -517,8 +533,8 @@ def _bind_cuda(n: int, k: int, pair: int, args: tuple[Any, ...]) -> BoundDecodeL
     x, weight, bias, norm_weight, eps, epilogue, _residual, rope_kv, y, f32, gather = args
     if not _fusable(x, weight, k, norm_weight, pair, gather):
         return BoundDecodeLinear(y, None, args, _composed)
-    rows = rows_per_warp(n, k, pair)
-    one_pass = _one_pass(k, rows)
+    rows = rows_per_warp(n, k, pair, x.dtype.itemsize)
+    one_pass = _one_pass(n, k, pair, rows, x.dtype.itemsize)
     norm = norm_weight is not None
     plan = PLANS.get(n, k, x.dtype, norm, pair, rows, one_pass, gp.get_device())
     if rope_kv is not None:
