@@ -91,7 +91,7 @@ def test_one_pass_kernel_takes_rows_up_to_1024(launches, monkeypatch, rand: Rand
 
 def test_default_layouts_of_small_and_large_models() -> None:
     """Small models' GEMVs (measured at the 0.5B and 135M shapes): paired ones 2 rows a warp,
-    few long rows 1, short plain rows the one-pass kernel; 8B-sized GEMVs keep 4 rows."""
+    plain ones of few rows 1; 8B-sized GEMVs keep 4; the one-pass kernel only on request."""
     layouts = {}
     for name, (n, k, pair) in {
         "qwen qkv": (1152, 896, 32), "qwen o": (896, 896, 0), "qwen gate_up": (9728, 896, 4864),
@@ -99,10 +99,10 @@ def test_default_layouts_of_small_and_large_models() -> None:
         "8b qkv": (6144, 4096, 64), "8b o": (4096, 4096, 0), "8b down": (4096, 14336, 0),
     }.items():  # fmt: skip
         rows = _linear.rows_per_warp(n, k, pair, 2)
-        layouts[name] = (rows, _linear._one_pass(n, k, pair, rows, 2))
+        layouts[name] = (rows, _linear._one_pass(k, rows))
     assert layouts == {
-        "qwen qkv": (2, False), "qwen o": (4, True), "qwen gate_up": (2, False),
-        "qwen down": (1, False), "smollm down": (4, False),
+        "qwen qkv": (2, False), "qwen o": (1, False), "qwen gate_up": (2, False),
+        "qwen down": (1, False), "smollm down": (1, False),
         "8b qkv": (4, False), "8b o": (4, False), "8b down": (4, False),
     }  # fmt: skip
 
