@@ -253,6 +253,9 @@ def test_decode_linear_plans(
     dl = importlib.import_module("pygpukit.ops.decode_linear")
     monkeypatch.setattr(dl, "_fusable", lambda *args: True)
     monkeypatch.setattr(dl, "_bind_backend", dl._bind_cuda)
+    # The 4-rows-a-warp kernel (the other layouts: tests/ops/test_ops_decode_plans.py).
+    monkeypatch.setitem(dl.ROWS_PER_WARP, "plain", 4)
+    monkeypatch.setitem(dl.ROWS_PER_WARP, "paired", 4)
     # Plans hold the kernels they were made with: make these with the recorder, and drop them
     # after the test so that no later launch goes to a recorder.
     dl.PLANS.clear()
