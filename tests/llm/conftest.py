@@ -44,7 +44,8 @@ def pool_baseline() -> Iterator[Callable[[], None]]:
 
     def state() -> tuple[int, int, int]:
         gc.collect()
-        arrays = sum(isinstance(o, GPUArray) for o in gc.get_objects())
+        # type(), not isinstance(): a dead weakref.proxy among the objects raises on __class__.
+        arrays = sum(issubclass(type(o), GPUArray) for o in gc.get_objects())
         stats = gp.memory.stats()
         return arrays, stats["allocated_bytes"], stats["active_blocks"]
 

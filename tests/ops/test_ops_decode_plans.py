@@ -50,6 +50,7 @@ def up(a: np.ndarray) -> gp.GPUArray:
 
 @pytest.mark.parametrize(("plain", "paired"), [(4, 4), (2, 2), (1, 4), (1, 2)])
 def test_decode_linear_plans(launches, monkeypatch, rand: Rand, plain: int, paired: int) -> None:
+    monkeypatch.setattr(_linear, "ONE_PASS", False)
     monkeypatch.setitem(_linear.ROWS_PER_WARP, "plain", plain)
     monkeypatch.setitem(_linear.ROWS_PER_WARP, "paired", paired)
     dt, k, n, hq, hkv, d = "bfloat16", 64, 40, 2, 1, 16
@@ -86,6 +87,24 @@ def test_one_pass_kernel_takes_rows_up_to_1024(launches, monkeypatch, rand: Rand
     ops.decode_linear(x, up(rand((2 * n, k), dt)), norm_weight=nw, epilogue="swiglu")
     want = "decode_linear_short_f16" if k <= 1024 else "decode_linear_f16"
     assert [name for name, *_ in launches] == [want, want]
+
+
+def test_default_layouts_of_small_and_large_models() -> None:
+    """Small models' GEMVs (measured at the 0.5B and 135M shapes): paired ones 2 rows a warp,
+    plain ones of few rows 1; 8B-sized GEMVs keep 4; the one-pass kernel only on request."""
+    layouts = {}
+    for name, (n, k, pair) in {
+        "qwen qkv": (1152, 896, 32), "qwen o": (896, 896, 0), "qwen gate_up": (9728, 896, 4864),
+        "qwen down": (896, 4864, 0), "smollm down": (576, 1536, 0),
+        "8b qkv": (6144, 4096, 64), "8b o": (4096, 4096, 0), "8b down": (4096, 14336, 0),
+    }.items():  # fmt: skip
+        rows = _linear.rows_per_warp(n, k, pair, 2)
+        layouts[name] = (rows, _linear._one_pass(k, rows))
+    assert layouts == {
+        "qwen qkv": (2, False), "qwen o": (1, False), "qwen gate_up": (2, False),
+        "qwen down": (1, False), "smollm down": (1, False),
+        "8b qkv": (4, False), "8b o": (4, False), "8b down": (4, False),
+    }  # fmt: skip
 
 
 def test_rows_per_warp_refuses_a_layout_without_whole_pairs(monkeypatch) -> None:

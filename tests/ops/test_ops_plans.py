@@ -253,6 +253,9 @@ def test_decode_linear_plans(
     dl = importlib.import_module("pygpukit.ops.decode_linear")
     monkeypatch.setattr(dl, "_fusable", lambda *args: True)
     monkeypatch.setattr(dl, "_bind_backend", dl._bind_cuda)
+    # The 4-rows-a-warp kernel (the other layouts: tests/ops/test_ops_decode_plans.py).
+    monkeypatch.setitem(dl.ROWS_PER_WARP, "plain", 4)
+    monkeypatch.setitem(dl.ROWS_PER_WARP, "paired", 4)
     # Plans hold the kernels they were made with: make these with the recorder, and drop them
     # after the test so that no later launch goes to a recorder.
     dl.PLANS.clear()
@@ -297,7 +300,8 @@ def test_decode_linear_dependent_launch_only_for_small_weights(launches) -> None
     """Dependent launch for a small model's GEMVs; plain launches from 24 MiB of weights on."""
     dl = importlib.import_module("pygpukit.ops.decode_linear")
     dt = np.dtype(gp.bfloat16)
-    assert dl._plan(9728, 896, dt, True, 4864, 0).dependent  # Qwen2.5-0.5B gate/up, 17 MB
-    assert not dl._plan(4096, 4096, dt, False, 0, 0).dependent  # Llama-8B o_proj, 34 MB
+    # (N, K, dtype, norm, pair, rows per warp, one pass, device)
+    assert dl._plan(9728, 896, dt, True, 4864, 4, False, 0).dependent  # Qwen2.5-0.5B gate/up
+    assert not dl._plan(4096, 4096, dt, False, 0, 4, False, 0).dependent  # Llama-8B o_proj, 34 MB
     with config.override(dependent_launch="off"):
-        assert not dl._plan(576, 576, dt, False, 0, 0).dependent
+        assert not dl._plan(576, 576, dt, False, 0, 4, False, 0).dependent

@@ -203,29 +203,43 @@ _ENTRY_BY_ROWS = {4: "decode_linear", 2: "decode_linear_r2", 1: "decode_linear_r
 #: None lets the shape decide (:func:`rows_per_warp`). A row's sum is the same bits for every
 #: choice; only how many warps stream the weight changes. Read when a call is planned.
 ROWS_PER_WARP: dict[str, int | None] = {"paired": None, "plain": None}
-#: Whether rows of ``K <= DECODE_LINEAR_SHORT_MAX_K`` (1024) run ``decode_linear_short``: 4 rows a
-#: warp, every chunk loaded before waiting for the previous kernel, one pass, fewer registers.
-#: None lets the shape decide. Read when a call is planned; the bits are the same either way.
-ONE_PASS: bool | None = None
+#: Whether rows of ``K <= DECODE_LINEAR_SHORT_MAX_K`` (1024) with 4 rows a warp run
+#: ``decode_linear_short`` (every chunk loaded before waiting for the previous kernel, one pass;
+#: see :func:`_one_pass`). Read when a call is planned; the bits are the same either way.
+ONE_PASS = False
+#: Plain GEMVs of a small model with at most this many rows get one row a warp.
+FEW_ROWS = 2048
 
 
-def rows_per_warp(n: int, k: int, pair: int) -> int:
+def rows_per_warp(n: int, k: int, pair: int, itemsize: int = 2) -> int:
     """Output rows per warp of the fused kernel for an ``[n, k]`` weight (4, 2 or 1).
 
-    Paired epilogues take 4 or 2 (a warp finishes whole pairs); 1 needs an unpaired one.
+    Paired epilogues take 4 or 2 (a warp finishes whole pairs); 1 needs an unpaired one. By
+    default, for a GEMV launched with dependent launch (a small model's): paired ones take 2 and
+    plain ones of at most FEW_ROWS rows (o_proj and down) 1, which took Qwen2.5-0.5B from 1381 to
+    1572 tok/s and SmolLM2-135M from 1992 to 2139 on an H200 (docs/llm-performance.md); larger
+    GEMVs (an 8B model's) keep 4.
     """
     chosen = ROWS_PER_WARP["paired" if pair else "plain"]
     if chosen is not None:
         if chosen not in _ENTRY_BY_ROWS or (pair and (chosen == 1 or pair % (chosen // 2))):
             raise ValueError(f"no fused decode GEMV with {chosen} rows per warp for pair={pair}")
         return chosen
-    return 4
+    if n * k * itemsize > _PDL_MAX_BYTES:
+        return 4
+    if pair:
+        return 2
+    return 1 if n <= FEW_ROWS else 4
 
 
 def _one_pass(k: int, rows: int) -> bool:
-    """Whether the call runs the one-pass kernel (4 rows a warp, short rows)."""
+    """Whether the call runs the one-pass kernel (4 rows a warp, rows of at most 1024).
+
+    Off unless ``ONE_PASS`` says so: with 4 rows a warp everywhere it ran SmolLM2-135M at 2214
+    tok/s (the default layouts: 2139) but Qwen2.5-0.5B at 1470 (1572), on an H200.
+    """
     fits = rows == 4 and k <= constant("decode_linear", "DECODE_LINEAR_SHORT_MAX_K")
-    return fits and (ONE_PASS if ONE_PASS is not None else False)
+    return fits and ONE_PASS
 
 
 def _plan(
@@ -517,7 +531,7 @@ def _bind_cuda(n: int, k: int, pair: int, args: tuple[Any, ...]) -> BoundDecodeL
     x, weight, bias, norm_weight, eps, epilogue, _residual, rope_kv, y, f32, gather = args
     if not _fusable(x, weight, k, norm_weight, pair, gather):
         return BoundDecodeLinear(y, None, args, _composed)
-    rows = rows_per_warp(n, k, pair)
+    rows = rows_per_warp(n, k, pair, x.dtype.itemsize)
     one_pass = _one_pass(k, rows)
     norm = norm_weight is not None
     plan = PLANS.get(n, k, x.dtype, norm, pair, rows, one_pass, gp.get_device())
