@@ -51,9 +51,11 @@ def engine(lookahead: bool) -> Engine:
     )
 
 
-def run(e: Engine, profile: cProfile.Profile | None = None) -> tuple[list, float, float, int]:
+def run(
+    e: Engine, profile: cProfile.Profile | None = None
+) -> tuple[list[list[int]], float, float, int]:
     """One round: ``(tokens per request, prefill ms, decode ms per step, decode steps)``."""
-    toks = [[] for _ in range(B)]
+    toks: list[list[int]] = [[] for _ in range(B)]
     params = RequestParams(max_tokens=NEW, ignore_eos=True)
     t0 = time.perf_counter()
     for row, t in zip(ids, toks, strict=True):
