@@ -143,13 +143,15 @@ def _lstm(b: int, steps: int, inputs: int, hidden: int) -> SignalOp:
     )
 
 
-_TORCH_LSTMS: dict[int, Any] = {}
+#: id of a weight set's first tensor -> (that tensor, its cuDNN LSTM). The tensor is kept so its
+#: id cannot be reused by a later case's weights (of another dtype) while the entry lives.
+_TORCH_LSTMS: dict[int, tuple[Any, Any]] = {}
 
 
 def _torch_lstm(t: Any, x: Any, w: tuple[Any, ...], inputs: int, hidden: int) -> Any:
     """A cuDNN LSTM holding ``w`` (made once per weight set, outside the timed loop's cost)."""
-    key = id(w[0])
-    model = _TORCH_LSTMS.get(key)
+    entry = _TORCH_LSTMS.get(id(w[0]))
+    model = entry[1] if entry is not None and entry[0] is w[0] else None
     if model is None:
         model = t.nn.LSTM(inputs, hidden, batch_first=True, bidirectional=True)
         model = model.to(device=x.device, dtype=x.dtype)
@@ -160,7 +162,7 @@ def _torch_lstm(t: Any, x: Any, w: tuple[Any, ...], inputs: int, hidden: int) ->
                     getattr(model, n + suffix).copy_(w[3 * i + j])
                 getattr(model, "bias_hh_l0" + suffix).zero_()
         model.flatten_parameters()
-        _TORCH_LSTMS[key] = model
+        _TORCH_LSTMS[id(w[0])] = (w[0], model)
     return model
 
 
