@@ -28,7 +28,7 @@ from ops_references import (
 
 import pygpukit as gp
 from pygpukit import ops
-from pygpukit.ops import config
+from pygpukit.ops import attention, config
 
 
 @pytest.fixture
@@ -255,6 +255,41 @@ def test_decode_fused_combine(rand, rng, use_config, kernel, b, hq, hkv, d):
         np.testing.assert_allclose(
             outs["fused"].astype(np.float32), outs["kernel"].astype(np.float32), rtol=0, atol=2e-2
         )
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_decode_l2_prefetch_changes_no_bit(rand, rng, use_config, monkeypatch, paged):
+    """bulk2's L2 prefetch ahead of its stages (1, 2 and 7 tiles) only moves bytes earlier: the
+    output is bitwise the one without it, and float64 NumPy's, at lengths that end mid-tile,
+    mid-block and past a split's last tile."""
+    use_config(decode_kernel="bulk2")
+    b, hq, hkv, d, block, max_blocks = 4, 16, 4, 128, 16, 300
+    dtype = gp.bfloat16
+    lens = np.array([4800, 1, 2049, 3333], np.int32)
+    q = (rand((b, hq, d)) * 0.3).astype(dtype)
+    if paged:
+        nblocks = b * max_blocks + 5
+        kc = (rand((nblocks, hkv, block, d)) * 0.3).astype(dtype)
+        vc = rand((nblocks, hkv, block, d)).astype(dtype)
+        table = rng.permutation(nblocks)[: b * max_blocks].reshape(b, max_blocks).astype(np.int32)
+        keys, vals = gather_pages(kc, table, lens), gather_pages(vc, table, lens)
+        gtable = gp.from_numpy(table)
+    else:
+        kc = (rand((b, hkv, block * max_blocks, d)) * 0.3).astype(dtype)
+        vc = rand((b, hkv, block * max_blocks, d)).astype(dtype)
+        keys = [kc[i, :, : lens[i]] for i in range(b)]
+        vals = [vc[i, :, : lens[i]] for i in range(b)]
+        gtable = None
+    gq, gk, gv, gl = (gp.from_numpy(x) for x in (q, kc, vc, lens))
+    outs = {}
+    for ahead in (0, 1, 2, 7):
+        monkeypatch.setitem(attention._DECODE_L2_AHEAD, "bulk2", ahead)
+        attention.DECODE_PLANS.clear()
+        outs[ahead] = ops.decode_attention(gq, gk, gv, gl, block_table=gtable).to_numpy()
+    attention.DECODE_PLANS.clear()  # no plan with a patched prefetch outlives the test
+    assert rel_err(outs[0], ref_decode(q, keys, vals)) < LIMIT[np.dtype(dtype)]
+    for ahead in (1, 2, 7):
+        assert np.array_equal(outs[ahead].view(np.uint16), outs[0].view(np.uint16)), ahead
 
 
 def test_decode_fused_combine_streams_and_layer(rand, rng):

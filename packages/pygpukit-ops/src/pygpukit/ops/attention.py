@@ -437,6 +437,10 @@ def _sm_count(device: int) -> int:
 #: The SIMT kernel (no shared memory, many CTAs per SM) does best at eight per SM.
 #: docs/ops-attention.md (Performance notes) has the split sweeps these come from.
 _DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "bulk2": 3, "simt": 8}
+#: Key tiles (of DECODE_KEY_TILE tokens) beyond its shared-memory stages that each ``bulk2`` CTA
+#: asks into L2 ahead of use (a bulk prefetch per tile): more bytes in flight per SM than the
+#: stages hold. 0 turns it off (the other kernels have none).
+_DECODE_L2_AHEAD = {"bulk2": 0}
 
 
 def _decode_split(
@@ -513,18 +517,37 @@ class DecodePlan:
     partials: tuple[int, int, int]  # float32 elements of o_part and lse, and the splits
     dependent: bool = False  # both kernels by programmatic dependent launch
     fused: int = 0  # the fused combine's counters per stream (0: no fused combine)
+    l2_ahead: int = 0  # key tiles each CTA prefetches into L2 ahead of its stages
     #: The fused combine's counters (int32, counted as unsigned), one zeroed array per stream
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
     #: and launches of the plan in two streams at once do not share them. Made by the first call
     #: on a stream; when that call is captured in a CUDA graph, the zeroing is a node of the
     #: graph (it runs at each replay).
     counters: dict[Any, GPUArray] = dataclasses.field(default_factory=dict)
+    #: The split partials of each stream the plan runs on (:meth:`stream_workspace`).
+    workspaces: dict[Any, tuple[GPUArray, GPUArray]] = dataclasses.field(default_factory=dict)
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
         """New ``(o_part, lse)`` float32 arrays for a split plan; ``(0, 0)`` (none) unsplit."""
         if self.partials[2] <= 1:
             return 0, 0
         return gp.empty((self.partials[0],), gp.float32), gp.empty((self.partials[1],), gp.float32)
+
+    def stream_workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
+        """The current stream's ``(o_part, lse)``, made on its first call there; ``(0, 0)`` unsplit.
+
+        Calls in one stream run one after another, so they can share one workspace (no
+        allocation per call); two streams get two, like the fused combine's counters.
+        """
+        if self.partials[2] <= 1:
+            return 0, 0
+        stream = gp.current_stream()
+        found = self.workspaces.get(stream)
+        if found is None:
+            o_part, lse = self.workspace()
+            assert isinstance(o_part, GPUArray) and isinstance(lse, GPUArray)
+            found = self.workspaces[stream] = (o_part, lse)
+        return found
 
     def _counters(self) -> GPUArray | int:
         """The current stream's counters of the fused combine (made on first use), or 0."""
@@ -556,7 +579,10 @@ class DecodePlan:
         # previous kernel drains: they prefetch their first keys into L2 and wait for it in the
         # kernel before reading anything it may write.
         main = self.launch
-        args = (q, k_cache, v_cache, seq_lens, table, out, o_part, lse, counters, *self.tail, scale)
+        args = (
+            q, k_cache, v_cache, seq_lens, table, out, o_part, lse, counters, *self.tail, scale,
+            self.l2_ahead,
+        )  # fmt: skip
         main.kernel.launch(
             main.grid, main.block, args, shared_mem=main.shared_mem, dependent=self.dependent
         )
@@ -577,6 +603,10 @@ class ReferenceDecode:
     capacity: int
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
+        """No workspace on the CPU backend."""
+        return 0, 0
+
+    def stream_workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
         """No workspace on the CPU backend."""
         return 0, 0
 
@@ -605,6 +635,10 @@ class ComposedDecode:
     """float32 decode on the GPU (contiguous cache): matmul, softmax and where."""
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
+        """No workspace: the composition allocates its own scores."""
+        return 0, 0
+
+    def stream_workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
         """No workspace: the composition allocates its own scores."""
         return 0, 0
 
@@ -654,7 +688,8 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
     tail = (hq, hkv, cache_len, max_blocks, capacity, chunk)
     partials = (b * hq * splits * d, b * hq * splits, splits)
     dependent = config.get().dependent_launch == "on"
-    return DecodePlan(launch, combine, tail, partials, dependent, fused)
+    l2_ahead = _DECODE_L2_AHEAD.get(which, 0)
+    return DecodePlan(launch, combine, tail, partials, dependent, fused, l2_ahead)
 
 
 def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
@@ -761,10 +796,10 @@ def decode_attention(
 
     Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
     to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding),
-    whose float32 partial results (a workspace of ``B * Hq * splits * (D + 1)`` values for
-    that call) the last CTA of each sequence and head group to finish merges, in the same
-    launch (``PYGPUKIT_DECODE_COMBINE=kernel``: a second kernel merges them). Returns
-    ``[B, Hq, D]``.
+    whose float32 partial results the last CTA of each sequence and head group to finish
+    merges, in the same launch (``PYGPUKIT_DECODE_COMBINE=kernel``: a second kernel merges
+    them); they take a workspace of ``B * Hq * splits * (D + 1)`` values, made by the first
+    such call on a stream and reused by the later ones there. Returns ``[B, Hq, D]``.
     """
     max_blocks, capacity, scale_f = check_decode(q, k_cache, v_cache, seq_lens, block_table, scale)
     b, hq, d = q.shape
@@ -773,5 +808,5 @@ def decode_attention(
     if res.size == 0:
         return res
     plan = decode_plan(q, k_cache, max_blocks, capacity)
-    plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f, *plan.workspace())
+    plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f, *plan.stream_workspace())
     return res

@@ -154,7 +154,7 @@ __device__ __forceinline__ void attn_decode(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
     float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
-    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale) {
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int l2_ahead) {
     using C = DecodeConfig<D>;
     constexpr int kLanes = C::kLanes, kGroups = C::kGroups;
     __shared__ float sm_m[kGroups][kG], sm_l[kGroups][kG];
@@ -403,7 +403,7 @@ __device__ __forceinline__ void attn_decode_mma(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
     float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
-    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale) {
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int l2_ahead) {
     constexpr int kS = D + 8, kChunks = D / 8, kDT = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -426,7 +426,7 @@ __device__ __forceinline__ void attn_decode_mma(
         // value only moves the prefetch's end by a token. Everything else (q, the lengths
         // that bound the keys, the block table, the workspace) is read after the wait.
         const int hint = min(__ldcg(seq_lens + b), capacity);
-        const int rows = min(kStages * kTcTile, hint - split * chunk);
+        const int rows = min(min((kStages + l2_ahead) * kTcTile, chunk), hint - split * chunk);
         if (block_table == nullptr && tid < 2 && rows > 0) {
             const T* first = (tid == 0 ? kc : vc) +
                              (((size_t)b * hkv + hk) * cache_len + (size_t)split * chunk) * D;
@@ -508,6 +508,29 @@ __device__ __forceinline__ void attn_decode_mma(
         }
     };
 
+    // kBulk with l2_ahead > 0: the K and V rows of tile it + kStages - 1 + l2_ahead are asked into
+    // L2 (one bulk prefetch per contiguous run of rows: the tile's K and V of a contiguous cache,
+    // each block's rows of a paged one) while tile it + kStages - 1 is copied into shared memory,
+    // so more bytes are in flight per CTA than its shared-memory stages hold.
+    auto prefetch_tile = [&](int pbase) {
+        const int r = tid % kTcTile, tk = pbase + r;
+        if (tk >= t_end) return;
+        const int n = min(kTcTile - r, t_end - tk);  // rows of the tile from tk on
+        const T* cache = tid >= kTcTile ? vc : kc;
+        if (block_table == nullptr) {
+            if (r == 0)
+                bulk_prefetch_l2(cache + (((size_t)b * hkv + hk) * cache_len + tk) * D,
+                                 n * D * sizeof(T));
+        } else {
+            const int off = tk % cache_len;
+            if (r == 0 || off == 0) {
+                const int blk = block_table[(size_t)b * max_blocks + tk / cache_len];
+                bulk_prefetch_l2(cache + (((size_t)blk * hkv + hk) * cache_len + off) * D,
+                                 min(n, cache_len - off) * D * sizeof(T));
+            }
+        }
+    };
+
     // Tiles 0 .. kStages - 2 in flight before the loop; one commit group per tile, empty past
     // the end, so "all but the newest kStages - 1 groups done" always means "this tile landed".
 #pragma unroll
@@ -532,6 +555,7 @@ __device__ __forceinline__ void attn_decode_mma(
             else if (!kBulk)
                 cp_async_commit();
             if constexpr (kBulk) {
+                if (l2_ahead > 0) prefetch_tile(ahead + l2_ahead * kTcTile);
                 bar_wait(smem_addr(&full[st]), (it / kStages) & 1);  // tile it
             } else {
                 asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // tile it (and Q)
@@ -661,11 +685,11 @@ __device__ __forceinline__ void attn_decode_mma(
 // split combiner attn_decode_combine_<dtype>.
 #define PGK_DECODE_CALL                                                                         \
     q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, counters, hq, hkv, cache_len, \
-        max_blocks, capacity, chunk, scale
+        max_blocks, capacity, chunk, scale, l2_ahead
 #define PGK_DECODE_PARAMS(T)                                                                      \
     (const T* q, const T* k_cache, const T* v_cache, const int* seq_lens, const int* block_table, \
      T* out, float* o_part, float* lse, unsigned* counters, int hq, int hkv, int cache_len,       \
-     int max_blocks, int capacity, int chunk, float scale)
+     int max_blocks, int capacity, int chunk, float scale, int l2_ahead)
 #define PGK_DECODE(sfx, T, D)                                                           \
     PGK_KERNEL_BOUNDS(attn_decode_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {       \
         attn_decode<T, D>(PGK_DECODE_CALL);                                             \
