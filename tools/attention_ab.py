@@ -1,6 +1,6 @@
 """Interleaved A/B timing of the attention kernels against PyTorch on one GPU.
 
-    python tools/attention_ab.py [--rounds 3] [--calls 50] [--only decode|long|prefill|llama]
+    python tools/attention_ab.py [--rounds 3] [--calls 50] [--only decode,long,causal,prefill,llama]
 
 Decode (32/8 heads, D=128, bf16): batch 8 over 8192 cached tokens, contiguous and paged (16-token
 blocks, shuffled; PyTorch's row always reads the contiguous cache), then batch 8 over 16K and
@@ -60,7 +60,8 @@ Case = tuple[dict[str, Any] | None, Callable[[], object]]
 #: bulk2 decode split's CTAs per SM.
 _SCHEDULE = (attention._ITEM_OVERHEAD, attention._HEAD_GROUP)
 _PER_SM = attention._DECODE_CTAS_PER_SM["bulk2"]
-_L2_AHEAD = attention._DECODE_L2_AHEAD["bulk2"]
+_L2_AHEAD = dict(attention._DECODE_L2_AHEAD)
+_EARLY = attention._DECODE_EARLY_LAUNCH["bulk2"]
 
 
 def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
@@ -76,8 +77,11 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
                 knobs = dict(knobs)
                 overhead, group = knobs.pop("schedule", _SCHEDULE)
                 attention._ITEM_OVERHEAD, attention._HEAD_GROUP = float(overhead), int(group)
-                attention._DECODE_CTAS_PER_SM["bulk2"] = int(knobs.pop("per_sm", _PER_SM))
-                attention._DECODE_L2_AHEAD["bulk2"] = int(knobs.pop("l2_ahead", _L2_AHEAD))
+                attention._DECODE_CTAS_PER_SM["bulk2"] = float(knobs.pop("per_sm", _PER_SM))
+                ahead = knobs.pop("l2_ahead", None)
+                for kernel, default in _L2_AHEAD.items():
+                    attention._DECODE_L2_AHEAD[kernel] = default if ahead is None else int(ahead)
+                attention._DECODE_EARLY_LAUNCH["bulk2"] = bool(knobs.pop("early", _EARLY))
                 config.reload()
                 config.set(**knobs)
                 attention.PREFILL_PLANS.clear()  # the warm-up call below plans again
@@ -87,7 +91,8 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
             times[name].append(timer(fn, calls))
     attention._ITEM_OVERHEAD, attention._HEAD_GROUP = _SCHEDULE
     attention._DECODE_CTAS_PER_SM["bulk2"] = _PER_SM
-    attention._DECODE_L2_AHEAD["bulk2"] = _L2_AHEAD
+    attention._DECODE_L2_AHEAD.update(_L2_AHEAD)
+    attention._DECODE_EARLY_LAUNCH["bulk2"] = _EARLY
     config.reload()
     base = statistics.median(times["torch"])
     for name, ts in times.items():
@@ -96,15 +101,15 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
         print(f"  {name:24s} {med:9.1f} us  x{base / med:.3f}  (range {spread})", flush=True)
 
 
-def prefill(rounds: int, calls: int) -> None:
-    """Causal and non-causal prefill at the suite's shape."""
+def prefill(rounds: int, calls: int, causals: tuple[bool, ...] = (True, False)) -> None:
+    """Causal (and non-causal) prefill at the suite's shape."""
     b, h, s, d = 4, 32, 4096, 128
     rng = np.random.default_rng(0)
-    hosts = [rng.standard_normal((b, h, s, d)).astype(np.float32) for _ in range(3)]
-    tq = [torch.from_numpy(x).to("cuda", torch.bfloat16) for x in hosts]
-    g = [gp.from_numpy(x.astype(gp.bfloat16)) for x in hosts]
+    hosts = [_random_cache(rng, b, h, s, d) for _ in range(3)]
+    g = [gp.from_numpy(np.ascontiguousarray(x)) for x in hosts]
+    tq = [_to_torch(x, host) for x, host in zip(g, hosts, strict=True)]
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    for causal in (True, False):
+    for causal in causals:
         print(f"prefill B={b} H={h} S={s} D={d} bf16 causal={causal}")
 
         def theirs(c: bool = causal) -> object:
@@ -117,7 +122,7 @@ def prefill(rounds: int, calls: int) -> None:
         for kernel in ("wgmma_tma", "wgmma_persist"):
             cases[kernel] = ({"attention_kernel": kernel}, ours)
         if causal:  # schedules of the persistent kernel: (item overhead, heads per group)
-            for sched in ((0.25, 8), (1.0, 8), (0.5, 6), (0.5, 12)):
+            for sched in ((0.25, 8), (1.0, 8), (2.0, 8), (1.0, 4), (1.0, 16), (0.5, 12)):
                 knobs = {"attention_kernel": "wgmma_persist", "schedule": sched}
                 cases[f"persist ovh={sched[0]} grp={sched[1]}"] = (knobs, ours)
         _interleave(cases, rounds, calls)
@@ -161,7 +166,7 @@ def _to_torch(x: gp.GPUArray, host: np.ndarray) -> Any:
     """``x`` as a torch tensor on the GPU: shared through DLPack, else uploaded again."""
     try:
         return torch.from_dlpack(x)
-    except (BufferError, RuntimeError, TypeError):
+    except Exception:  # no DLPack exchange here: a second copy does as well
         return torch.from_numpy(host.astype(np.float32)).to("cuda", torch.bfloat16)
 
 
@@ -197,16 +202,22 @@ def _profile(label: str, fns: dict[str, Callable[[], object]], calls: int = 20) 
     for name, fn in fns.items():
         fn()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(calls):
-                fn()
-            torch.cuda.synchronize()
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+            events = list(prof.events())
+        except Exception as exc:  # the profiler is a diagnostic: report and go on
+            print(f"  profile {label} {name}: failed ({exc})")
+            continue
         kernels: dict[str, list[float]] = {}
         first = last = None
-        for ev in prof.events():
+        for ev in events:
             if ev.device_type.name != "CUDA":
                 continue
-            kernels.setdefault(ev.name, []).append(ev.device_time)
+            took = getattr(ev, "device_time", None) or getattr(ev, "cuda_time", None) or 0.0
+            kernels.setdefault(ev.name, []).append(float(took))
             start, end = ev.time_range.start, ev.time_range.end
             first = start if first is None else min(first, start)
             last = end if last is None else max(last, end)
@@ -229,8 +240,28 @@ def _host_us(fn: Callable[[], object], sync: Callable[[], None], calls: int = 20
     return (t1 - t0) * 1e6 / calls
 
 
-#: bulk2 decode variants timed: (CTAs per SM of the split, key tiles prefetched into L2 ahead).
-SPLIT_VARIANTS = [(3, 0), (3, 1), (3, 2), (3, 4), (2, 0), (2, 2), (2, 4)]
+#: Decode variants timed: label -> ops.config knobs and the tool's own (``per_sm``: the bulk2
+#: split's CTAs per SM; ``l2_ahead``: key tiles prefetched into L2 ahead of the stages;
+#: ``early``: the fused kernel lets its successor launch after its key loop).
+WIDE: dict[str, dict[str, Any]] = {
+    "bulk2 sm=3 l2=0": {"per_sm": 3, "l2_ahead": 0},
+    "bulk2 sm=3 l2=1": {"per_sm": 3, "l2_ahead": 1},
+    "bulk2 sm=3 l2=2": {"per_sm": 3, "l2_ahead": 2},
+    "bulk2 sm=3 l2=4": {"per_sm": 3, "l2_ahead": 4},
+    "bulk2 sm=2 l2=0": {"per_sm": 2, "l2_ahead": 0},
+    "bulk2 sm=2 l2=2": {"per_sm": 2, "l2_ahead": 2},
+    "bulk2 sm=2 l2=4": {"per_sm": 2, "l2_ahead": 4},
+    "bulk2 sm=2.5 l2=0": {"per_sm": 2.5, "l2_ahead": 0},
+    "bulk2 sm=2.5 l2=2": {"per_sm": 2.5, "l2_ahead": 2},
+    "bulk2 sm=3 l2=0 early": {"per_sm": 3, "l2_ahead": 0, "early": True},
+    "bulk2 sm=3 l2=2 early": {"per_sm": 3, "l2_ahead": 2, "early": True},
+    "bulk2 combine=kernel": {"decode_combine": "kernel"},
+    "mma2 l2=0": {"decode_kernel": "mma2", "l2_ahead": 0},
+    "mma2 l2=2": {"decode_kernel": "mma2", "l2_ahead": 2},
+}
+FEW = {
+    k: WIDE[k] for k in ("bulk2 sm=3 l2=0", "bulk2 sm=3 l2=1", "bulk2 sm=3 l2=2", "bulk2 sm=2 l2=2")
+}
 
 
 def decode(
@@ -240,8 +271,7 @@ def decode(
     n: int,
     *,
     paged: bool,
-    variants: list[tuple[int, int]],
-    combine: bool = False,
+    variants: dict[str, dict[str, Any]],
     profile_it: bool = False,
 ) -> None:
     """Decode over ``n`` cached tokens (32/8 heads, D 128, bf16), contiguous or paged.
@@ -285,14 +315,8 @@ def decode(
         if not paged
         else {"torch": _torch_backends(tq, tk, tv)["torch"]}
     )
-    for per_sm, ahead in variants:
-        cases[f"bulk2 per_sm={per_sm} l2={ahead}"] = (
-            {"decode_kernel": "bulk2", "per_sm": per_sm, "l2_ahead": ahead},
-            fn,
-        )
-    if combine:
-        cases["bulk2 combine=kernel"] = ({"decode_kernel": "bulk2", "decode_combine": "kernel"}, fn)
-        cases["mma2"] = ({"decode_kernel": "mma2"}, fn)
+    for name, knobs in variants.items():
+        cases[name] = ({"decode_kernel": "bulk2", **knobs}, fn)
     _interleave(cases, rounds, calls)
     if profile_it:
         config.reload()
@@ -303,6 +327,11 @@ def decode(
             f"torch {_host_us(theirs, torch.cuda.synchronize):.1f} us"
         )
         _profile(label, {"torch": theirs, "pygpukit (defaults)": fn})
+        attention._DECODE_L2_AHEAD["bulk2"] = 2
+        attention.DECODE_PLANS.clear()
+        _profile(label, {"pygpukit (l2_ahead=2)": fn})
+        attention._DECODE_L2_AHEAD.update(_L2_AHEAD)
+        attention.DECODE_PLANS.clear()
 
 
 def main() -> None:
@@ -310,20 +339,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=50)
-    parser.add_argument("--only", choices=["prefill", "llama", "decode", "long"])
+    parser.add_argument(
+        "--only",
+        default="decode,long,prefill,llama",
+        help="comma-separated parts, run in this order: decode, long, causal (prefill, causal"
+        " only), prefill, llama",
+    )
     args = parser.parse_args()
+    parts = args.only.split(",")
     r, c = args.rounds, args.calls * 4
-    if args.only in (None, "decode"):
-        decode(r, c, 8, 8192, paged=False, variants=SPLIT_VARIANTS, combine=True, profile_it=True)
-        decode(r, c, 8, 8192, paged=True, variants=[(3, 0), (3, 1), (3, 2), (2, 2)])
-    if args.only in (None, "long"):
-        few = [(3, 0), (3, 1), (3, 2), (2, 2)]
-        decode(r, c, 8, 16384, paged=False, variants=few)
-        decode(r, c, 1, 32768, paged=False, variants=few)
-    if args.only in (None, "prefill"):
-        prefill(args.rounds, args.calls)
-    if args.only in (None, "llama"):
-        prefill_llama(args.rounds, args.calls * 4)
+    for part in parts:
+        if part == "decode":
+            decode(r, c, 8, 8192, paged=False, variants=WIDE, profile_it=True)
+            decode(r, c, 8, 8192, paged=True, variants=FEW)
+        elif part == "long":
+            decode(r, c, 8, 16384, paged=False, variants=FEW)
+            decode(r, c, 1, 32768, paged=False, variants=FEW)
+        elif part in ("causal", "prefill"):
+            prefill(args.rounds, args.calls, (True,) if part == "causal" else (True, False))
+        elif part == "llama":
+            prefill_llama(args.rounds, args.calls * 4)
+        else:
+            parser.error(f"unknown part {part!r}")
 
 
 if __name__ == "__main__":

@@ -436,22 +436,26 @@ def _sm_count(device: int) -> int:
 #: (8K cached tokens, batch 8, on an H200: 74.0 us against 74.5, paged 76.5 against 78.2).
 #: The SIMT kernel (no shared memory, many CTAs per SM) does best at eight per SM.
 #: docs/ops-attention.md (Performance notes) has the split sweeps these come from.
-_DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "bulk2": 3, "simt": 8}
-#: Key tiles (of DECODE_KEY_TILE tokens) beyond its shared-memory stages that each ``bulk2`` CTA
-#: asks into L2 ahead of use (a bulk prefetch per tile): more bytes in flight per SM than the
-#: stages hold. 0 turns it off (the other kernels have none).
-_DECODE_L2_AHEAD = {"bulk2": 0}
+_DECODE_CTAS_PER_SM: dict[str, float] = {"mma": 2, "mma2": 2, "bulk2": 3, "simt": 8}
+#: Key tiles (of DECODE_KEY_TILE tokens) beyond its shared-memory stages that each CTA of a
+#: two-stage tensor-core kernel asks into L2 ahead of use (a bulk prefetch per tile; SM 9.0 and
+#: later): more bytes in flight per SM than the stages hold. 0 turns it off.
+_DECODE_L2_AHEAD = {"bulk2": 0, "mma2": 0}
+#: Whether a split kernel whose last CTAs merge the partials (the fused combine) lets a kernel
+#: launched dependent after it start once its key loops are done (its blocks then take the block
+#: slots as the merging CTAs free them), rather than only when it exits.
+_DECODE_EARLY_LAUNCH = {"bulk2": False}
 
 
 def _decode_split(
-    batch: int, ctas: int, capacity: int, per_sm: int = _DECODE_CTAS_PER_SM["bulk2"]
+    batch: int, ctas: int, capacity: int, per_sm: float = _DECODE_CTAS_PER_SM["bulk2"]
 ) -> tuple[int, int]:
     """(splits, chunk): about ``per_sm`` CTAs per SM at most, chunks of at least 256 keys.
 
     ``ctas`` counts the CTAs of one split for one sequence. Sized by the cache capacity: the
     lengths live on the device and are not read back.
     """
-    want = max(1, per_sm * _sm_count(gp.get_device()) // max(1, batch * ctas))
+    want = max(1, int(per_sm * _sm_count(gp.get_device())) // max(1, batch * ctas))
     splits = max(
         1, min(constant("attention_decode", "DECODE_MAX_SPLITS"), want, -(-capacity // 256))
     )
@@ -518,6 +522,7 @@ class DecodePlan:
     dependent: bool = False  # both kernels by programmatic dependent launch
     fused: int = 0  # the fused combine's counters per stream (0: no fused combine)
     l2_ahead: int = 0  # key tiles each CTA prefetches into L2 ahead of its stages
+    early: int = 0  # a fused-combine kernel lets its dependent successor launch after its key loop
     #: The fused combine's counters (int32, counted as unsigned), one zeroed array per stream
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
     #: and launches of the plan in two streams at once do not share them. Made by the first call
@@ -581,7 +586,7 @@ class DecodePlan:
         main = self.launch
         args = (
             q, k_cache, v_cache, seq_lens, table, out, o_part, lse, counters, *self.tail, scale,
-            self.l2_ahead,
+            self.l2_ahead, self.early,
         )  # fmt: skip
         main.kernel.launch(
             main.grid, main.block, args, shared_mem=main.shared_mem, dependent=self.dependent
@@ -688,8 +693,9 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
     tail = (hq, hkv, cache_len, max_blocks, capacity, chunk)
     partials = (b * hq * splits * d, b * hq * splits, splits)
     dependent = config.get().dependent_launch == "on"
-    l2_ahead = _DECODE_L2_AHEAD.get(which, 0)
-    return DecodePlan(launch, combine, tail, partials, dependent, fused, l2_ahead)
+    l2_ahead = _DECODE_L2_AHEAD.get(which, 0) if _has_bulk_copy(_device) else 0
+    early = int(bool(fused) and _DECODE_EARLY_LAUNCH.get(which, False))
+    return DecodePlan(launch, combine, tail, partials, dependent, fused, l2_ahead, early)
 
 
 def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:

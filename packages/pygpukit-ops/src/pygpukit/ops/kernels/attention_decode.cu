@@ -34,7 +34,10 @@ constexpr int kMaxSplits = 64;
 // done, so its launch overlaps the last CTAs' merges. Otherwise the kernel triggers only by
 // exiting: a dependent successor launched early would take the one free block slot per SM
 // (the split plans two or three resident blocks per SM), and the rest of its blocks would then
-// crowd some SMs and leave others nearly idle (measured on an H200: 81 us against 74). A kernel
+// crowd some SMs and leave others nearly idle (measured on an H200 with two blocks per SM planned:
+// 81 us against 74). With `early` set, a fused-combine kernel lets its successor launch after its
+// key loop too (for splits that fill nearly every block slot, where no such crowding can occur:
+// its blocks then wait on the slots the merging blocks free). A kernel
 // launched dependent waits for the previous one (its results complete and visible) before
 // reading anything it may have written.
 __device__ __forceinline__ void allow_combine() {
@@ -154,7 +157,8 @@ __device__ __forceinline__ void attn_decode(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
     float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
-    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int l2_ahead) {
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int l2_ahead,
+    int early) {
     using C = DecodeConfig<D>;
     constexpr int kLanes = C::kLanes, kGroups = C::kGroups;
     __shared__ float sm_m[kGroups][kG], sm_l[kGroups][kG];
@@ -264,7 +268,7 @@ __device__ __forceinline__ void attn_decode(
         }
     }
 
-    if (gridDim.x > 1 && counters == nullptr) allow_combine();
+    if (gridDim.x > 1 && (counters == nullptr || early)) allow_combine();
     // Merge the groups of this CTA.
 #pragma unroll
     for (int h = 0; h < kG; ++h) {
@@ -403,7 +407,8 @@ __device__ __forceinline__ void attn_decode_mma(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
     float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
-    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int l2_ahead) {
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int l2_ahead,
+    int early) {
     constexpr int kS = D + 8, kChunks = D / 8, kDT = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -508,10 +513,10 @@ __device__ __forceinline__ void attn_decode_mma(
         }
     };
 
-    // kBulk with l2_ahead > 0: the K and V rows of tile it + kStages - 1 + l2_ahead are asked into
-    // L2 (one bulk prefetch per contiguous run of rows: the tile's K and V of a contiguous cache,
-    // each block's rows of a paged one) while tile it + kStages - 1 is copied into shared memory,
-    // so more bytes are in flight per CTA than its shared-memory stages hold.
+    // l2_ahead > 0 (SM 9.0+, kStages > 1): the K and V rows of tile it + kStages - 1 + l2_ahead are
+    // asked into L2 (one bulk prefetch per contiguous run of rows: the tile's K and V of a
+    // contiguous cache, each block's rows of a paged one) while tile it + kStages - 1 is copied
+    // into shared memory, so more bytes are in flight per CTA than its shared-memory stages hold.
     auto prefetch_tile = [&](int pbase) {
         const int r = tid % kTcTile, tk = pbase + r;
         if (tk >= t_end) return;
@@ -554,8 +559,8 @@ __device__ __forceinline__ void attn_decode_mma(
                 load_tile(ahead, (it + kStages - 1) % kStages);
             else if (!kBulk)
                 cp_async_commit();
+            if (l2_ahead > 0) prefetch_tile(ahead + l2_ahead * kTcTile);
             if constexpr (kBulk) {
-                if (l2_ahead > 0) prefetch_tile(ahead + l2_ahead * kTcTile);
                 bar_wait(smem_addr(&full[st]), (it / kStages) & 1);  // tile it
             } else {
                 asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // tile it (and Q)
@@ -626,7 +631,7 @@ __device__ __forceinline__ void attn_decode_mma(
         __syncthreads();  // the next tile overwrites sK / sV
     }
 
-    if (gridDim.x > 1 && counters == nullptr) allow_combine();
+    if (gridDim.x > 1 && (counters == nullptr || early)) allow_combine();
     // Merge the 4 warps through shared memory (the tiles' space, free now).
     cp_async_wait_all();  // the Q copy, when no tile ran
     __syncthreads();
@@ -685,11 +690,11 @@ __device__ __forceinline__ void attn_decode_mma(
 // split combiner attn_decode_combine_<dtype>.
 #define PGK_DECODE_CALL                                                                         \
     q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, counters, hq, hkv, cache_len, \
-        max_blocks, capacity, chunk, scale, l2_ahead
+        max_blocks, capacity, chunk, scale, l2_ahead, early
 #define PGK_DECODE_PARAMS(T)                                                                      \
     (const T* q, const T* k_cache, const T* v_cache, const int* seq_lens, const int* block_table, \
      T* out, float* o_part, float* lse, unsigned* counters, int hq, int hkv, int cache_len,       \
-     int max_blocks, int capacity, int chunk, float scale, int l2_ahead)
+     int max_blocks, int capacity, int chunk, float scale, int l2_ahead, int early)
 #define PGK_DECODE(sfx, T, D)                                                           \
     PGK_KERNEL_BOUNDS(attn_decode_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {       \
         attn_decode<T, D>(PGK_DECODE_CALL);                                             \
