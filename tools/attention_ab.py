@@ -170,10 +170,12 @@ def _to_torch(x: gp.GPUArray, host: np.ndarray) -> Any:
         return torch.from_numpy(host.astype(np.float32)).to("cuda", torch.bfloat16)
 
 
-def _torch_backends(tq: Any, tk: Any, tv: Any) -> dict[str, Case]:
+def _torch_backends(tq: Any, tk: Any, tv: Any, pinned_too: bool = True) -> dict[str, Case]:
     """PyTorch's SDPA decode as the suite calls it, and pinned to each fused backend it has."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     cases: dict[str, Case] = {"torch": (None, lambda: sdpa(tq, tk, tv, enable_gqa=True))}
+    if not pinned_too:
+        return cases
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:
@@ -310,11 +312,7 @@ def decode(
     def fn() -> object:
         return ops.decode_attention(q, kc, vc, lens, block_table=table)
 
-    cases = (
-        _torch_backends(tq, tk, tv)
-        if not paged
-        else {"torch": _torch_backends(tq, tk, tv)["torch"]}
-    )
+    cases = _torch_backends(tq, tk, tv, pinned_too=not paged)
     for name, knobs in variants.items():
         cases[name] = ({"decode_kernel": "bulk2", **knobs}, fn)
     _interleave(cases, rounds, calls)

@@ -509,8 +509,9 @@ def _smem_optin(device: int) -> int:
 class DecodePlan:
     """A decode launch, and how its split partial results are merged.
 
-    ``plan(q, k_cache, v_cache, seq_lens, block_table, out, scale, o_part, lse)`` enqueues it;
-    :meth:`workspace` makes the float32 partials a split plan writes. A split plan merges them
+    ``plan(q, k_cache, v_cache, seq_lens, block_table, out, scale[, o_part, lse])`` enqueues it;
+    :meth:`workspace` makes the float32 partials a split plan writes (without them, the plan
+    uses the current stream's, made on its first call there). A split plan merges them
     either in the same launch (``fused``: the last CTA of each sequence and head group to finish
     merges, counting on ``counters``) or with a second kernel (``combine``).
     """
@@ -529,7 +530,7 @@ class DecodePlan:
     #: on a stream; when that call is captured in a CUDA graph, the zeroing is a node of the
     #: graph (it runs at each replay).
     counters: dict[Any, GPUArray] = dataclasses.field(default_factory=dict)
-    #: The split partials of each stream the plan runs on (:meth:`stream_workspace`).
+    #: The split partials of each stream the plan runs on, when the caller passes none.
     workspaces: dict[Any, tuple[GPUArray, GPUArray]] = dataclasses.field(default_factory=dict)
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
@@ -538,27 +539,23 @@ class DecodePlan:
             return 0, 0
         return gp.empty((self.partials[0],), gp.float32), gp.empty((self.partials[1],), gp.float32)
 
-    def stream_workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
-        """The current stream's ``(o_part, lse)``, made on its first call there; ``(0, 0)`` unsplit.
+    def _stream_workspace(self, stream: Any) -> tuple[GPUArray, GPUArray]:
+        """``stream``'s ``(o_part, lse)`` (a split plan's), made on its first call there.
 
         Calls in one stream run one after another, so they can share one workspace (no
         allocation per call); two streams get two, like the fused combine's counters.
         """
-        if self.partials[2] <= 1:
-            return 0, 0
-        stream = gp.current_stream()
         found = self.workspaces.get(stream)
         if found is None:
-            o_part, lse = self.workspace()
-            assert isinstance(o_part, GPUArray) and isinstance(lse, GPUArray)
-            found = self.workspaces[stream] = (o_part, lse)
+            found = (
+                gp.empty((self.partials[0],), gp.float32),
+                gp.empty((self.partials[1],), gp.float32),
+            )
+            self.workspaces[stream] = found
         return found
 
-    def _counters(self) -> GPUArray | int:
-        """The current stream's counters of the fused combine (made on first use), or 0."""
-        if not self.fused:
-            return 0
-        stream = gp.current_stream()
+    def _counters(self, stream: Any) -> GPUArray:
+        """``stream``'s counters of the fused combine (made on first use)."""
         found = self.counters.get(stream)
         if found is None:
             found = gp.zeros((self.fused,), np.int32, stream=stream)
@@ -574,12 +571,20 @@ class DecodePlan:
         block_table: GPUArray | None,
         out: GPUArray,
         scale: float,
-        o_part: GPUArray | int,
-        lse: GPUArray | int,
+        o_part: GPUArray | int | None = None,
+        lse: GPUArray | int | None = None,
     ) -> None:
         _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
         table = block_table if block_table is not None else 0
-        counters = self._counters()
+        counters: GPUArray | int = 0
+        if self.partials[2] > 1:  # split: partials (the stream's unless given) and counters
+            stream = gp.current_stream()
+            if o_part is None or lse is None:
+                o_part, lse = self._stream_workspace(stream)
+            if self.fused:
+                counters = self._counters(stream)
+        else:
+            o_part = lse = 0
         # Launched dependent (the dependent_launch knob), the kernel's CTAs may start while the
         # previous kernel drains: they prefetch their first keys into L2 and wait for it in the
         # kernel before reading anything it may write.
@@ -611,10 +616,6 @@ class ReferenceDecode:
         """No workspace on the CPU backend."""
         return 0, 0
 
-    def stream_workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
-        """No workspace on the CPU backend."""
-        return 0, 0
-
     def __call__(
         self,
         q: GPUArray,
@@ -624,8 +625,8 @@ class ReferenceDecode:
         block_table: GPUArray | None,
         out: GPUArray,
         scale: float,
-        o_part: GPUArray | int,
-        lse: GPUArray | int,
+        o_part: GPUArray | int | None = None,
+        lse: GPUArray | int | None = None,
     ) -> None:
         table = host(block_table) if block_table is not None else None
         reference.check_lengths_and_blocks(host(seq_lens), table, k_cache.shape, self.capacity)
@@ -643,10 +644,6 @@ class ComposedDecode:
         """No workspace: the composition allocates its own scores."""
         return 0, 0
 
-    def stream_workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
-        """No workspace: the composition allocates its own scores."""
-        return 0, 0
-
     def __call__(
         self,
         q: GPUArray,
@@ -656,8 +653,8 @@ class ComposedDecode:
         block_table: GPUArray | None,
         out: GPUArray,
         scale: float,
-        o_part: GPUArray | int,
-        lse: GPUArray | int,
+        o_part: GPUArray | int | None = None,
+        lse: GPUArray | int | None = None,
     ) -> None:
         _attention_fp32.decode(q, k_cache, v_cache, seq_lens, scale, out)
 
@@ -814,5 +811,5 @@ def decode_attention(
     if res.size == 0:
         return res
     plan = decode_plan(q, k_cache, max_blocks, capacity)
-    plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f, *plan.stream_workspace())
+    plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f)
     return res
