@@ -249,6 +249,7 @@ WIDE: dict[str, dict[str, Any]] = {
     "bulk2 sm=3 l2=0": {"per_sm": 3, "l2_ahead": 0},
     "bulk2 sm=3 l2=1": {"per_sm": 3, "l2_ahead": 1},
     "bulk2 sm=3 l2=2": {"per_sm": 3, "l2_ahead": 2},
+    "bulk2 sm=3 l2=3": {"per_sm": 3, "l2_ahead": 3},
     "bulk2 sm=3 l2=4": {"per_sm": 3, "l2_ahead": 4},
     "bulk2 sm=2 l2=0": {"per_sm": 2, "l2_ahead": 0},
     "bulk2 sm=2 l2=2": {"per_sm": 2, "l2_ahead": 2},
@@ -257,12 +258,21 @@ WIDE: dict[str, dict[str, Any]] = {
     "bulk2 sm=2.5 l2=2": {"per_sm": 2.5, "l2_ahead": 2},
     "bulk2 sm=3 l2=0 early": {"per_sm": 3, "l2_ahead": 0, "early": True},
     "bulk2 sm=3 l2=2 early": {"per_sm": 3, "l2_ahead": 2, "early": True},
+    "bulk2 sm=3 l2=4 early": {"per_sm": 3, "l2_ahead": 4, "early": True},
     "bulk2 combine=kernel": {"decode_combine": "kernel"},
     "mma2 l2=0": {"decode_kernel": "mma2", "l2_ahead": 0},
     "mma2 l2=2": {"decode_kernel": "mma2", "l2_ahead": 2},
 }
 FEW = {
-    k: WIDE[k] for k in ("bulk2 sm=3 l2=0", "bulk2 sm=3 l2=1", "bulk2 sm=3 l2=2", "bulk2 sm=2 l2=2")
+    k: WIDE[k]
+    for k in (
+        "bulk2 sm=3 l2=0",
+        "bulk2 sm=3 l2=1",
+        "bulk2 sm=3 l2=2",
+        "bulk2 sm=3 l2=4",
+        "bulk2 sm=2 l2=2",
+        "bulk2 sm=3 l2=2 early",
+    )
 }
 
 
