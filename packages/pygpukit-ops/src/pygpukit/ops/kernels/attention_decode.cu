@@ -8,6 +8,10 @@
 //     then counts itself done on its (batch, head chunk)'s counter; the CTA that counts last
 //     merges every split's partials into the output and resets the counter to 0 for the next
 //     launch (the counters start at zero and are left at zero, so they need no clearing).
+// Two tuning arguments of the split kernels change no result: l2_ahead (key tiles the
+// two-stage tensor-core kernels prefetch into L2 past their stages, SM 9.0+; 0: none) and early
+// (a fused-combine kernel lets a dependent successor launch after its key loop; see
+// allow_combine).
 // Caches: contiguous [B, Hkv, cache_len, D] (block_table null), or paged
 // [num_blocks, Hkv, cache_len = block_size, D] with block_table int32 [B, max_blocks]. seq_lens
 // is read on the device; lengths are clamped to the cache capacity, length 0 gives zeros.
