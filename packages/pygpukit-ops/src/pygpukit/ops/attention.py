@@ -729,40 +729,40 @@ def check_decode(
     check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
     check_array(seq_lens, "seq_lens", dtypes=[np.int32], ndim=1)
+    # Each shape read once (a property call per read, on every decode step).
     b, hq, d = q.shape
+    kshape, vshape = tuple(k_cache.shape), tuple(v_cache.shape)
     _check_head_dim(d, "q")
-    if tuple(k_cache.shape) != tuple(v_cache.shape):
-        raise ValueError(
-            f"k_cache and v_cache must have the same shape, got {k_cache.shape} and {v_cache.shape}"
-        )
-    hkv, cache_len = k_cache.shape[1], k_cache.shape[2]
-    if k_cache.shape[3] != d:
-        raise ValueError(f"k_cache head dim {k_cache.shape[3]} differs from q's ({d})")
+    if kshape != vshape:
+        raise ValueError(f"k_cache and v_cache must have the same shape, got {kshape} and {vshape}")
+    hkv, cache_len = kshape[1], kshape[2]
+    if kshape[3] != d:
+        raise ValueError(f"k_cache head dim {kshape[3]} differs from q's ({d})")
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of the KV heads ({hkv})")
-    if seq_lens.shape[0] != b:
-        raise ValueError(f"seq_lens must have shape ({b},), got {tuple(seq_lens.shape)}")
+    lens_shape = tuple(seq_lens.shape)
+    if lens_shape[0] != b:
+        raise ValueError(f"seq_lens must have shape ({b},), got {lens_shape}")
     max_blocks = 0
     if block_table is None:
-        if k_cache.shape[0] != b:
+        if kshape[0] != b:
             raise ValueError(
                 f"a contiguous k_cache must be [B={b}, Hkv, max_len, D], got "
-                f"{tuple(k_cache.shape)} (pass block_table for a paged cache)"
+                f"{kshape} (pass block_table for a paged cache)"
             )
         capacity = cache_len
     else:
         check_array(block_table, "block_table", dtypes=[np.int32], ndim=2)
-        if block_table.shape[0] != b:
-            raise ValueError(
-                f"block_table must be [B={b}, max_blocks], got {tuple(block_table.shape)}"
-            )
-        max_blocks = block_table.shape[1]
+        tshape = tuple(block_table.shape)
+        if tshape[0] != b:
+            raise ValueError(f"block_table must be [B={b}, max_blocks], got {tshape}")
+        max_blocks = tshape[1]
         capacity = max_blocks * cache_len
-        if k_cache.shape[0] == 0 and capacity > 0:
+        if kshape[0] == 0 and capacity > 0:
             # The kernel reads block block_table[b, i] unchecked: with no blocks any length > 0
             # would read outside the cache.
             raise ValueError(
-                f"the paged k_cache {tuple(k_cache.shape)} has no blocks but block_table gives "
+                f"the paged k_cache {kshape} has no blocks but block_table gives "
                 f"each sequence {max_blocks} of them; allocate at least one block"
             )
     if capacity >= 2**31:
