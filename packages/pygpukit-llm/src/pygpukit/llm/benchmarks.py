@@ -18,7 +18,10 @@ Rows, each against the same weights in the same run (``torch`` column):
   written directly in PyTorch with fused weights, a static KV cache and one CUDA graph per
   decode step); the rate is the prompt's weight-GEMM FLOPs per second against the
   ``gemm_bfloat16`` ceiling, so 1 / SoL is the time to first token in units of the time those
-  GEMMs take at the run's GEMM rate;
+  GEMMs take at the run's GEMM rate. Each sample is the median of three prefills. The metrics
+  ``matmul_ms`` / ``ttft_over_matmul`` time the same GEMMs alone at the prompt's own shapes
+  (each library its own: ``ops.linear``, ``torch.nn.functional.linear``), which separates
+  what the prefill spends outside its GEMMs from the square product's different rate;
 - ``decode``: milliseconds per decode step of ``batch`` sequences (1, 4, 16, 64; tokens/s in the
   metrics) against the anchor's graph replays; bytes moved are the weights one step reads, so
   the percentage of the ``copy_bw`` ceiling is the share of the weight-read bound reached.
@@ -261,6 +264,19 @@ def _decode_bytes(shape: str) -> int:
     return total
 
 
+def _prefill_gemms(shape: str, prompt: int) -> list[tuple[int, int, int, int]]:
+    """``(count, M, N, K)`` of a prompt's weight GEMMs: each layer's four, the head's last row."""
+    cfg = ModelConfig.from_dict(SHAPES[shape])
+    h, layers = cfg.hidden_size, cfg.num_layers
+    return [
+        (layers, prompt, cfg.q_size + 2 * cfg.kv_size, h),
+        (layers, prompt, h, cfg.q_size),
+        (layers, prompt, 2 * cfg.intermediate_size, h),
+        (layers, prompt, h, cfg.intermediate_size),
+        (1, 1, cfg.vocab_size, h),
+    ]
+
+
 def _prefill_flops(shape: str, prompt: int) -> int:
     """The matmul FLOPs of a prompt's prefill (attention's own products excluded).
 
@@ -268,10 +284,72 @@ def _prefill_flops(shape: str, prompt: int) -> int:
     the last row. With the ``gemm_bfloat16`` ceiling this makes the ttft row's SoL the share of
     that GEMM time in the time to first token (1 / SoL: how many times the GEMM time it takes).
     """
-    cfg = ModelConfig.from_dict(SHAPES[shape])
-    h, inter = cfg.hidden_size, cfg.intermediate_size
-    layer = h * (cfg.q_size + 2 * cfg.kv_size) + cfg.q_size * h + 3 * h * inter
-    return 2 * prompt * cfg.num_layers * layer + 2 * h * cfg.vocab_size
+    return sum(2 * c * m * n * k for c, m, n, k in _prefill_gemms(shape, prompt))
+
+
+#: Prefills per timed sample of a ttft row (the sample is their median).
+_TTFT_RUNS = 3
+
+#: Timed calls per GEMM shape in :func:`_matmul_ms` (after one warm-up call), in this many
+#: groups; the fastest group counts (a GEMM's time only grows with interference).
+_MATMUL_CALLS, _MATMUL_GROUPS = 5, 3
+
+
+Bind = Callable[[np.ndarray, np.ndarray], Callable[[], Any]]
+
+
+def _linear_on(lib: Library) -> tuple[Bind, Callable[[], Any]]:
+    """``(bind, event)`` of ``lib``: how it runs and times the prefill's products.
+
+    ``bind(x, w)`` uploads bfloat16 operands and returns the call ``x @ w.T`` the prefill makes
+    (``ops.linear``, ``F.linear``); ``event()`` is a timing event on that call's stream.
+    """
+    if lib.name == "pygpukit":
+        import pygpukit as gp
+        from pygpukit.ops.linear import linear
+
+        def bind(x: np.ndarray, w: np.ndarray) -> Callable[[], Any]:
+            gx, gw = gp.from_numpy(x).astype(gp.bfloat16), gp.from_numpy(w).astype(gp.bfloat16)
+            return lambda: linear(gx, gw)
+
+        return bind, lambda: gp.Event(timing=True)
+    torch = lib.module
+
+    def bind_torch(x: np.ndarray, w: np.ndarray) -> Callable[[], Any]:
+        tx = torch.from_numpy(x).to("cuda", torch.bfloat16)
+        tw = torch.from_numpy(w).to("cuda", torch.bfloat16)
+        return lambda: torch.nn.functional.linear(tx, tw)
+
+    return bind_torch, lambda: torch.cuda.Event(enable_timing=True)
+
+
+def _matmul_ms(lib: Library, shape: str, prompt: int) -> float:
+    """Milliseconds ``lib``'s matmuls take for a prompt's weight GEMMs alone (no other work).
+
+    Each shape of :func:`_prefill_gemms` is timed with device events on random operands (the
+    fastest of a few groups of calls), then multiplied by its count. The ttft row divides its
+    time by this: the share of the time to first token that is not the GEMMs themselves, free
+    of the square product's different rate.
+    """
+    rng = np.random.default_rng(0)
+    bind, event = _linear_on(lib)
+    total = 0.0
+    for count, m, n, k in _prefill_gemms(shape, prompt):
+        x = rng.standard_normal((m, k), np.float32) * 0.5
+        w = rng.standard_normal((n, k), np.float32) * 0.02
+        call = bind(x, w)
+        call()
+        best = float("inf")
+        for _ in range(_MATMUL_GROUPS):
+            start, end = event(), event()
+            start.record()
+            for _ in range(_MATMUL_CALLS):
+                call()
+            end.record()
+            end.synchronize()
+            best = min(best, float(start.elapsed_time(end)) / _MATMUL_CALLS)
+        total += count * best
+    return total
 
 
 def _prompts(ctx: SuiteContext, vocab: int, batch: int, length: int) -> np.ndarray:
@@ -479,13 +557,22 @@ def _generation_case(
         times: list[float] = []
 
         def timed_measure(i: int) -> float:
-            times.append(measure(i))
+            # A prefill is one call of tens of milliseconds: each sample is the median of a
+            # few, so one slow call (a clock step, a neighbour's burst) does not move the row.
+            runs = _TTFT_RUNS if ttft else 1
+            times.append(float(np.median([measure(i) for _ in range(runs)])))
             return times[-1]
 
         def metrics() -> dict[str, float | str]:
-            if not times or ttft:
+            if not times:
                 return {}
-            return {"tokens_per_s": round(batch * 1e3 / float(np.median(times)), 1)}
+            med = float(np.median(times))
+            if not ttft:
+                return {"tokens_per_s": round(batch * 1e3 / med, 1)}
+            if op != "ttft" or not ctx.on_gpu or batch != 1:
+                return {}
+            gemm = _matmul_ms(lib, shape, prompt)
+            return {"matmul_ms": round(gemm, 3), "ttft_over_matmul": round(med / gemm, 3)}
 
         return Timed(run=run, check=_check_tokens(vocab, n), measure=timed_measure,
                      metrics=metrics)  # fmt: skip

@@ -254,8 +254,8 @@ class Decoder:
             attend = self.model.attend_uncached(cache=(self.cache.k, self.cache.v))
         else:  # a sliding window keeps the last tokens only: written through the slot map
             attend = self.model.attend_uncached(store)
-        x = self.model.hidden_states(ids, positions, attend)
-        self._sample(self.model.logits(x[:, s - 1]), p, gen)
+        x = self.model.hidden_states(ids, positions, attend, last_position_only=True)
+        self._sample(self.model.logits(x[:, 0]), p, gen)
         self._advance()
 
     def decode_step(self, p: SamplingParams, gen: ops.Generator | None = None) -> None:
