@@ -31,7 +31,8 @@ Rows, each against the same weights in the same run (``torch`` column):
 - ``ttft_hf`` and ``decode_hf``: the same at batch 1 against Hugging Face transformers'
   ``generate`` (eager PyTorch: no compile, dynamic cache).
 
-``$PYGPUKIT_LLM_BENCH_MODELS`` picks the shapes (``smollm2-135m,llama-3.1-8b``). Without
+``$PYGPUKIT_LLM_BENCH_MODELS`` picks the shapes (``smollm2-135m,llama-3.1-8b``),
+``$PYGPUKIT_LLM_BENCH_ROWS`` the row kinds (``ttft,ttft_hf``). Without
 PyTorch the ``torch`` column is absent; without transformers its rows say so.
 
 The CPU backend runs a tiny shape (the same code paths, seconds instead of minutes).
@@ -114,6 +115,20 @@ env.register(
     on_invalid="raise",
     description="Model shapes the llm benchmark runs (default: the three real ones; --quick: "
     "the two small ones), e.g. smollm2-135m,llama-3.1-8b.",
+)
+
+#: The suite's row kinds, in the order each shape runs them.
+ROW_KINDS = ("load", "ttft", "decode", "ttft_hf", "decode_hf")
+ROWS_ENV = "PYGPUKIT_LLM_BENCH_ROWS"
+env.register(
+    ROWS_ENV,
+    "items",
+    allowed=ROW_KINDS,
+    read="python -m pygpukit.benchmark --suite llm",
+    package="pygpukit-llm",
+    on_invalid="raise",
+    description="Row kinds the llm benchmark runs (default: all), e.g. ttft,ttft_hf for the "
+    "time to first token alone.",
 )
 
 _BLOCK_VALUES = 1 << 24  # 32 MiB of bfloat16 noise, tiled over every tensor
@@ -617,14 +632,20 @@ def _cases(ctx: SuiteContext) -> Iterator[Case]:
     # One anchor per shape serves every row: its cache fits the longest prompt and the
     # largest batch (not both at once: rows use one or the other).
     anchor_seq = max(max(prompts) + 8, decode_prompt + new + 8)
+    rows = set(env.items(ROWS_ENV) or ROW_KINDS)
     for shape in _shapes(ctx):
-        yield _load_case(shape)
-        for prompt in prompts:
-            yield _generation_case(ctx, shape, "ttft", 1, prompt, 1, anchor_seq)
-        for batch in _batches(ctx):
-            yield _generation_case(ctx, shape, "decode", batch, decode_prompt, new, anchor_seq)
-        yield _generation_case(ctx, shape, "ttft_hf", 1, max(prompts), 1, anchor_seq)
-        yield _generation_case(ctx, shape, "decode_hf", 1, decode_prompt, new, anchor_seq)
+        if "load" in rows:
+            yield _load_case(shape)
+        if "ttft" in rows:
+            for prompt in prompts:
+                yield _generation_case(ctx, shape, "ttft", 1, prompt, 1, anchor_seq)
+        if "decode" in rows:
+            for batch in _batches(ctx):
+                yield _generation_case(ctx, shape, "decode", batch, decode_prompt, new, anchor_seq)
+        if "ttft_hf" in rows:
+            yield _generation_case(ctx, shape, "ttft_hf", 1, max(prompts), 1, anchor_seq)
+        if "decode_hf" in rows:
+            yield _generation_case(ctx, shape, "decode_hf", 1, decode_prompt, new, anchor_seq)
 
 
 SUITE = Suite(

@@ -292,15 +292,18 @@ class LlamaModel:
         self,
         store: Callable[[int, GPUArray, GPUArray], None] | None = None,
         cache: tuple[list[GPUArray], list[GPUArray]] | None = None,
+        slots: GPUArray | None = None,
     ) -> Attend:
         """Attention of a sequence over itself (its sliding window, if any): ``forward``, prefill.
 
         In prefill ``store(layer, k, v)`` also writes the ``[B, Hkv, S, D]`` keys and values
         into a cache; or, with ``cache`` (per layer, the keys and values ``[B, Hkv, capacity,
         D]``, holding at least the prompt), they are written straight into slots ``0 .. S - 1``
-        of it and attention reads them there.
+        of it and attention reads them there. ``slots``: those slots as int32 ``[B, S]`` on the
+        device, when the caller has them already (a prompt's positions are the same numbers);
+        by default they are uploaded at the first layer.
         """
-        return _UncachedAttend(self, store, cache)
+        return _UncachedAttend(self, store, cache, slots)
 
 
 class _UncachedAttend:
@@ -320,9 +323,10 @@ class _UncachedAttend:
         model: LlamaModel,
         store: Callable[[int, GPUArray, GPUArray], None] | None,
         cache: tuple[list[GPUArray], list[GPUArray]] | None,
+        slots: GPUArray | None = None,
     ) -> None:
         self.model, self.store, self.cache = model, store, cache
-        self._slots: GPUArray | None = None
+        self._slots: GPUArray | None = slots
 
     def __call__(self, i: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
         # q may hold the last positions only (``last_position_only``): k and v hold them all.
