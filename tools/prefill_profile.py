@@ -225,6 +225,11 @@ def main() -> None:
             fn()
             times[name].append((time.perf_counter() - start) * 1e3)
     print(f"first tokens: pygpukit {first['pygpukit']}, anchor {first['anchor (torch eager)']}")
+    # The prefill trims its last layer to the last position; forward runs every position.
+    row = model.forward(ids).to_numpy()[0, -1]
+    top = np.sort(row)[-2:]
+    print(f"forward's last-row argmax {int(row.argmax())} (top-2 gap {top[1] - top[0]:.4f}): "
+          f"{'equal' if int(row.argmax()) == first['pygpukit'][0] else 'DIFFERENT'}")  # fmt: skip
     rate = square_rate()
     flops = prefill_flops(cfg, args.prompt)
     at_rate = flops / (rate * 1e12) * 1e3
@@ -237,6 +242,14 @@ def main() -> None:
           f"{t_ours:.2f} ms")  # fmt: skip
     for key in mm_torch:
         print(f"  {key:22s} torch {mm_torch[key]:8.3f} ms  pygpukit {mm_ours[key]:8.3f} ms")
+    if not args.layers:  # the llm suite's own measure of the same (its ttft rows' metric)
+        from pygpukit.benchmark.peers import PyGPUkitLibrary, TorchLibrary
+        from pygpukit.llm.benchmarks import _matmul_ms
+
+        suite = {lib.name: _matmul_ms(lib, args.shape, args.prompt)
+                 for lib in (PyGPUkitLibrary(), TorchLibrary())}  # fmt: skip
+        print(f"llm suite's matmul_ms: pygpukit {suite['pygpukit']:.2f} ms, torch "
+              f"{suite['torch']:.2f} ms")  # fmt: skip
     anchor_med = statistics.median(times["anchor (torch eager)"])
     for name, ts in times.items():
         med = statistics.median(ts)
