@@ -56,3 +56,34 @@ def test_outputs_arrive_in_order_with_few_wakeups():
     got, wakeups = asyncio.run(main())
     assert got == [[str(s) for s in range(per_queue)]] * 4
     assert 1 <= wakeups < 4 * per_queue  # batched: fewer wake-ups than outputs
+
+
+def test_a_protected_models_waiting_outputs_are_written_before_the_others():
+    from pygpukit.llm.serve.app import _Server
+
+    async def main() -> list[str]:
+        server = _Server({}, grace_s=1.0)
+        box = server.outbox()
+        mine: asyncio.Queue[RequestOutput] = asyncio.Queue()
+        server.protected_queues.add(mine)
+        order: list[str] = []
+
+        async def other_stream() -> None:  # a BestEffort stream about to write
+            await server.protected_first(box)
+            order.append("other")
+
+        async def protected_stream() -> None:
+            order.append((await mine.get()).text)
+
+        # The other stream is ready first; the protected output is still in the outbox.
+        tasks = [asyncio.create_task(other_stream()), asyncio.create_task(protected_stream())]
+        box.put(mine, RequestOutput("g", "protected", (1,)), protected=True)
+        assert box.protected_waiting
+        await asyncio.gather(*tasks)
+        assert not box.protected_waiting and mine.empty()
+        # Nothing protected waits: the other stream goes on at once.
+        server.protected_queues.clear()
+        await server.protected_first(box)
+        return order
+
+    assert asyncio.run(main()) == ["protected", "other"]
