@@ -48,7 +48,13 @@ def test_a_yield_waits_for_the_protected_host_phase_to_end():
 def test_a_paused_phase_lets_others_run_until_its_step_is_due():
     p = HostPriority(max_wait_s=1e-3)
     due = [False]
-    p.watch(lambda: due[0])
+
+    def host_due() -> bool:
+        return due[0]
+
+    p.watch(host_due)
+    p.watch(host_due)  # once is enough
+    assert p._due == [host_due]
     with p.host_phase():
         with p.paused():  # the protected engine waits for the device
             assert not p.contended()

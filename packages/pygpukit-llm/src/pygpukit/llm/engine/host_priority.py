@@ -49,8 +49,12 @@ class HostPriority:
         self.waiting = 0
 
     def watch(self, due: Callable[[], bool]) -> None:
-        """Register a protected engine's ``host_due`` (true: its thread wants the lock now)."""
-        self._due.append(due)
+        """Register a protected engine's ``host_due`` (true: its thread wants the lock now).
+
+        Registering the same predicate again changes nothing.
+        """
+        if due not in self._due:
+            self._due.append(due)
 
     @contextlib.contextmanager
     def host_phase(self) -> Iterator[None]:
