@@ -131,6 +131,7 @@ class StepLog:
             "steps": f"{len(rows)} ({len(decode)} decode-only)",
             "step": _summary([t.end - t.start for t in decode]),
             "host": _summary([t.host_s for t in decode]),
+            "launch": _summary([t.launch_s for t in decode]),
             "wait": _summary([t.wait_s for t in decode]),
             "device": _summary([d / 1e3 for d in device]),
             "gap": _summary([g for g in gaps if g < 0.05]),
