@@ -38,9 +38,13 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_round import _thread_cpu
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -225,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     logs = {name: StepLog(e) for name, e in engines.items()}
     config = uvicorn.Config(create_app(engines), host="127.0.0.1", port=0, log_level="warning")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, daemon=True, name="event-loop")
     thread.start()
     while not server.started:
         time.sleep(0.05)
@@ -250,7 +254,12 @@ def main(argv: list[str] | None = None) -> int:
         probe.take()
         pacing0 = gp.scheduler.pacing_stats()
         yields0 = (priority.yields, priority.yielded_s) if priority else (0, 0.0)
+        cpu0, t0 = _thread_cpu(), time.perf_counter()
         measured = _result(_load(url, g, 4, 2, a.new, small_vocab, seed=0))
+        cpu1, wall = _thread_cpu(), time.perf_counter() - t0
+        # Each thread's share of one core over the phase (the interpreter lock allows ~1.0).
+        busy = {name: round((cpu1[name] - cpu0.get(name, 0.0)) / wall, 2) for name in cpu1
+                if cpu1[name] > cpu0.get(name, 0.0)}  # fmt: skip
         covered = noise is None or noise.poll() is None
         rows = {n: StepLog.report(log.take()) for n, log in logs.items()}
         late = probe.take()
@@ -260,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         yields = ({"yields": priority.yields - yields0[0],
                    "yielded_ms": round((priority.yielded_s - yields0[1]) * 1e3, 1)}
                   if priority and turns_on else "off")  # fmt: skip
-        out = {"host_turns": yields,
+        out = {"host_turns": yields, "cpu_share": busy,
                "itl": _summary(itl), "itl_p99_ms": _pct(itl, 99), "itl_p50_ms": _pct(itl, 50),
                "lock_probe_late": _summary(late), "covered": covered, "engines": rows,
                "pacing": {str(k): {f: v[f] - pacing0["partitions"].get(k, {}).get(f, 0)
