@@ -87,3 +87,23 @@ def test_a_protected_models_waiting_outputs_are_written_before_the_others():
         return order
 
     assert asyncio.run(main()) == ["protected", "other"]
+
+
+def test_the_event_loop_steps_aside_at_most_once_per_period(monkeypatch):
+    from pygpukit.llm.serve import app
+
+    clock = [100.0]
+    monkeypatch.setattr(app.time, "perf_counter", lambda: clock[0])
+    waits: list[float | None] = []
+
+    class Other:  # an engine without a promise whose protected neighbour's work is due
+        def yield_host(self, max_wait_s: float | None = None) -> bool:
+            waits.append(max_wait_s)
+            return True
+
+    server = app._Server({}, grace_s=1.0)
+    server.loop_yield(Other())
+    server.loop_yield(Other())  # within the period: no second wait
+    clock[0] += app._LOOP_YIELD_S
+    server.loop_yield(Other())
+    assert waits == [app._LOOP_YIELD_S, app._LOOP_YIELD_S]

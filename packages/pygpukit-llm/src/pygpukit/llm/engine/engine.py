@@ -295,15 +295,17 @@ class Engine:
         waiting = self._waiting
         return waiting is not None and waiting.ready()
 
-    def yield_host(self) -> None:
-        """Let protected engines' host work go first.
+    def yield_host(self, max_wait_s: float | None = None) -> bool:
+        """Let protected engines' host work go first; True when it waited.
 
         Called between phases of work done for this engine (its thread, its streams' writes);
-        a no-op for a protected engine or one that takes no turns.
+        waits at most ``max_wait_s`` (default: the shared ``HostPriority``'s bound). A no-op
+        for a protected engine or one that takes no turns.
         """
         priority = self.host_priority
         if priority is not None and not self.protected:
-            priority.yield_turn()
+            return priority.yield_turn(max_wait_s)
+        return False
 
     def _wait_for(self, pending: SampledTokens) -> tuple[list[int], list[TokenLogprob | None]]:
         """The step's sampled ids (its one host wait)."""

@@ -90,12 +90,15 @@ class HostPriority:
         """Whether a protected engine is in its host phase or about to be."""
         return self._busy > 0 or any(due() for due in self._due)
 
-    def yield_turn(self) -> bool:
-        """Wait while :meth:`contended` (at most ``max_wait_s``); True when it waited."""
+    def yield_turn(self, max_wait_s: float | None = None) -> bool:
+        """Wait while :meth:`contended`, at most ``max_wait_s`` (default: the object's).
+
+        Returns True when it waited.
+        """
         if not self.contended():
             return False
         start = time.perf_counter()
-        deadline = start + self.max_wait_s
+        deadline = start + (self.max_wait_s if max_wait_s is None else max_wait_s)
         with self._cond:
             self.waiting += 1
             while self.contended():

@@ -37,6 +37,11 @@ _DISCONNECT_POLL_S = 0.25
 #: first while a protected model's outputs wait to be written (see _Server.protected_first).
 _MAX_YIELDS = 8
 
+#: The event loop steps aside for a protected engine's host work (host turns) for at most
+#: this long at a time, and not again for as long after: it serves every model's clients, so
+#: a protected model's long host phase (a prefill) must not stall it.
+_LOOP_YIELD_S = 1e-3
+
 
 def _json_body(raw: bytes) -> Any:
     try:
@@ -98,6 +103,18 @@ class _Server:
         #: The output queues of the running requests of protected models (host turns, see
         #: pygpukit.llm.engine.host_priority): the other models' streams let them go first.
         self.protected_queues: set[asyncio.Queue[RequestOutput]] = set()
+        self._loop_yielded = 0.0  # when the event loop last stepped aside (perf_counter)
+
+    def loop_yield(self, engine: Engine) -> None:
+        """Step aside for a protected engine's due host work, on the event loop.
+
+        Called before writing a stream of ``engine`` (a model without a latency promise):
+        waits at most ``_LOOP_YIELD_S``, then not again for as long.
+        """
+        if time.perf_counter() - self._loop_yielded < _LOOP_YIELD_S:
+            return
+        if engine.yield_host(_LOOP_YIELD_S):
+            self._loop_yielded = time.perf_counter()
 
     async def protected_first(self, box: _Outbox) -> None:
         """Let the event loop write a protected model's waiting outputs first.
@@ -333,7 +350,7 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
                 if not engine.protected and server.protected_queues:
                     # A model without a latency promise writes after the protected models'
                     # host work (engine/host_priority.py) and their waiting outputs.
-                    engine.yield_host()
+                    server.loop_yield(engine)
                     await server.protected_first(box)
                 events = []
                 for out in outs:
