@@ -200,8 +200,9 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
     interval = _switch_interval(args)
     try:
         engines, scheduler = build_engines(args, err)
-    except ValueError as exc:  # options the engine refuses (e.g. prefix caching + invariant)
-        raise SystemExit(f"pygpukit serve: {exc}") from None
+    except ValueError as exc:  # a model or options that cannot be served (say which)
+        err.write(f"pygpukit serve: {exc}\n")
+        raise SystemExit(1) from None
     _warm_up(engines)
     # The engine threads and the event loop share the interpreter lock (see .qos).
     apply_switch_interval(interval)
