@@ -499,6 +499,7 @@ class Engine:
                 return None
         for r in grow:
             r.blocks.append(self.blocks.allocate())
+        self.yield_host()
         ids = current.pending.ids
         with self._context():
             launch = time.perf_counter()
@@ -559,7 +560,9 @@ class Engine:
         ended: list[Request] = []
         first: list[float] = []
         gaps: list[float] = []
-        for r, token, lp in zip(sampled, tokens, logprobs, strict=True):
+        for i, (r, token, lp) in enumerate(zip(sampled, tokens, logprobs, strict=True)):
+            if i % 16 == 15:
+                self.yield_host()
             if r.status is not running:  # ended by a stop string or an abort meanwhile
                 continue
             reason = r.add(token)
