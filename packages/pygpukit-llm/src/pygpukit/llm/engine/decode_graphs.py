@@ -294,6 +294,14 @@ class DecodeGraphs:
             and all(c.count == 1 for c in chunks)
         )  # fmt: skip
 
+    def takes_device_ids(self, chunks: Sequence[ScheduledChunk]) -> bool:
+        """Whether this step can run on token ids still on the device.
+
+        Every step :meth:`logits` runs can (``token_ids``: copied into the step's inputs on the
+        stream), the batch-invariant step too: its rows read the same inputs.
+        """
+        return self.accepts(chunks)
+
     def pack(self, chunks: Sequence[ScheduledChunk], bucket: int, width: int) -> np.ndarray:
         """The host image of a shape's ``packed`` inputs for these chunks (padding included).
 
