@@ -63,7 +63,8 @@ PGK_KERNEL(dynamic_quant_dequant_f32,
     const float scale = params[0];
     const float zero_point = params[1];
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
-        const float q = fminf(fmaxf(__fdiv_rn(x[base + i], scale), -zero_point), 255.0f - zero_point);
+        const float q =
+            fminf(fmaxf(__fdiv_rn(x[base + i], scale), -zero_point), 255.0f - zero_point);
         y[base + i] = rintf(q) * scale;
     }
     if (x != y) {
