@@ -5,8 +5,11 @@ padded batch."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from kokoro_numpy_reference import ReferenceNetwork
+from tts_files import write_tiny_checkpoint
 
+from pygpukit import tts
 from pygpukit.ops.reference.dynamic_quant import quantize_dequantize
 from pygpukit.tts._masking import Lengths
 from pygpukit.tts.int8_activations import Int8ActivationNetwork
@@ -65,3 +68,10 @@ def test_each_utterance_of_a_batch_is_rounded_alone():
         # The padded steps (ALBERT's output there is not zero) must not widen any range.
         assert _rel(d.to_numpy()[i, :n], alone_d.to_numpy()[0]) < 1e-4
         assert (durations[i, :n] == alone).mean() >= 0.95
+
+
+def test_load_refuses_it_for_a_float_model(tmp_path):
+    write_tiny_checkpoint(tmp_path / "tiny")
+    assert type(tts.load(tmp_path / "tiny").network) is KokoroNetwork
+    with pytest.raises(ValueError, match="does not quantize its activations"):
+        tts.load(tmp_path / "tiny", int8_activations=True)
