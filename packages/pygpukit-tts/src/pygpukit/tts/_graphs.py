@@ -17,8 +17,9 @@ and the valid lengths, from which the masks are computed on the device
 (:class:`~pygpukit.tts._masking.Lengths` with ``device=``), so one graph serves every length in
 its bucket. Buckets round up to a sixteenth of the length's power of two (at least
 :data:`MIN_STEP`): at most about 6 % padding, a logarithmic number of graphs. A bucket's first
-call runs eagerly on the same buffers (warming every kernel and plan cache, which a capture
-cannot do) and then captures; later calls replay. Each graph keeps its intermediate buffers in
+call runs eagerly on the same buffers (warming every kernel and plan cache and making the
+conv weights' rearranged copies, none of which a capture can do: a copy made in a capture
+would only be written at a replay) and then captures; later calls replay. Each graph keeps its intermediate buffers in
 a private pool region (its peak working set), so at most :data:`MAX_GRAPHS` graphs of each half
 are kept, least recently used dropped first.
 """

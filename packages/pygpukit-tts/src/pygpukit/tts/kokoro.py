@@ -117,6 +117,7 @@ class KokoroNetwork:
         with gp.Device(device):
             head_dim = config.albert_hidden // config.albert_heads
             self.weights = DeviceWeights(state, self.vocoder_dtype, 1.0 / math.sqrt(head_dim))
+        self._conv_copies: dict[str, dict] = {}
         if cuda_graphs is None:
             cuda_graphs = gp.backend_name() == "cuda"
         #: The CUDA graphs that :meth:`batch` replays (:mod:`pygpukit.tts._graphs`), or None
@@ -134,8 +135,12 @@ class KokoroNetwork:
         w = self.weights
         return ops.conv1d(
             x, w[prefix + ".weight"], w.get(prefix + ".bias"), stride=stride, padding=padding,
-            dilation=dilation,
+            dilation=dilation, weight_cache=self._weight_cache(prefix),
         )  # fmt: skip
+
+    def _weight_cache(self, prefix: str) -> dict:
+        """The conv weight ``prefix``'s copy rearranged for the tensor-core kernel (kept)."""
+        return self._conv_copies.setdefault(prefix, {})
 
     def _lstm(self, x: GPUArray, prefix: str, lengths: Lengths) -> GPUArray:
         fw, bw = self.weights.lstm(prefix)
@@ -396,7 +401,7 @@ class KokoroNetwork:
                 )
             x = ops.conv_transpose1d(
                 x, w[f"{g}.ups.{i}.weight"], w.get(f"{g}.ups.{i}.bias"), stride=u,
-                padding=(k - u) // 2,
+                padding=(k - u) // 2, weight_cache=self._weight_cache(f"{g}.ups.{i}"),
             )  # fmt: skip
             if last:  # ReflectionPad1d((1, 0))
                 x = gp.concatenate([x[:, :, 1:2], x], axis=-1)
