@@ -291,6 +291,8 @@ def _synthesize_case(ctx: SuiteContext, config: KokoroConfig, shape: str, n: int
                 audio = model.synthesize(phonemes=phonemes, voice="random")
                 clock.seconds.append(audio.seconds)
                 clock.extra["frames"] = len(audio.samples) // config.frame_samples
+                if model.network.graphs is not None:  # evidence that the calls replayed graphs
+                    clock.extra["graph_replays"] = model.network.graphs.frames.replays
                 return audio.samples
 
             if shape == "kokoro-82m":
