@@ -43,7 +43,7 @@ from pygpukit.tts import KokoroConfig, kokoro
 from pygpukit.tts._masking import Lengths
 from pygpukit.tts._source import harmonic_sines
 from pygpukit.tts.config import SAMPLE_RATE
-from pygpukit.tts.kokoro import KokoroNetwork, _upload_ids, _upload_styles
+from pygpukit.tts.kokoro import KokoroNetwork, _upload_ids, _upload_styles, frame_counts
 from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
 
 SMALL = KokoroConfig(
@@ -128,7 +128,9 @@ def stages(cfg: KokoroConfig, label: str, seed: int, vocoder: str) -> None:
     width = len(ids)
     tokens = Lengths(np.array([width]), width)
     ids_gpu, refs = _upload_ids([ids], width), _upload_styles([style])
-    d, ours_dur, styles = net._prosody(ids_gpu, refs, tokens, 1.0)
+    ph = net.phoneme_half(ids_gpu, refs, tokens)
+    d, styles = ph.features, ph.styles
+    ours_dur = frame_counts(ph.duration.to_numpy(), tokens.lengths, 1.0)
     d_ref, dur_ref = ref_net.predict_durations(ids, style.reshape(1, -1), 1.0)
     print(
         f"  durations equal {np.mean(ours_dur[0] == dur_ref):.3f}; d {rel(d.to_numpy(), d_ref):.2e}"
