@@ -87,13 +87,13 @@ class Reference:
 def durations_from_features(net: KokoroNetwork, d_en: GPUArray, style: np.ndarray) -> np.ndarray:
     """Frame counts ``[T]`` from ``bert_encoder``'s output ``d_en`` ``[1, T, hidden]``.
 
-    The network's duration path (duration encoder, LSTM, projection), rounded as ``_prosody``
-    rounds it.
+    The network's duration path (duration encoder, LSTM, projection), rounded as
+    :func:`~pygpukit.tts.kokoro.frame_counts` rounds it.
     """
     t = d_en.shape[1]
     tokens = Lengths(np.array([t]), t)
     ref = _upload_styles([style])
-    styles = net._styles(ref)
+    styles = net.styles(ref)
     s_pro = ref[:, net.config.style_dim :].contiguous()
     d = net.duration_encoder(d_en, s_pro, styles, tokens)
     logits = net._linear(

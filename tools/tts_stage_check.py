@@ -210,7 +210,7 @@ def prosody_stages(cfg: KokoroConfig, label: str, seed: int, tokens: int) -> Non
     d_ref = ref_net.duration_encoder(d_en_ref, s_pro)
     x_ref = ref_net._lstm(d_ref, "predictor.lstm")
     logits_ref = ref_net._linear(x_ref, "predictor.duration_proj.linear_layer")
-    styles = net._styles(refs)
+    styles = net.styles(refs)
     h = net.albert(ids_gpu, lengths)
     d_en = net._linear(h, "bert_encoder")
     d = net.duration_encoder(d_en, refs[:, cfg.style_dim :].contiguous(), styles, lengths)

@@ -13,7 +13,7 @@ from pygpukit import tts
 from pygpukit.ops.reference.dynamic_quant import quantize_dequantize
 from pygpukit.tts._masking import Lengths
 from pygpukit.tts.int8_activations import Int8ActivationNetwork
-from pygpukit.tts.kokoro import KokoroNetwork, _upload_ids, _upload_styles
+from pygpukit.tts.kokoro import KokoroNetwork, _upload_ids, _upload_styles, frame_counts
 from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
 
 
@@ -59,9 +59,8 @@ def test_each_utterance_of_a_batch_is_rounded_alone():
     net = Int8ActivationNetwork(TINY_CONFIG, state)
     width = len(ids)
     tokens = Lengths(np.array([width, len(short)]), width)
-    d, durations, _ = net._prosody(
-        _upload_ids([ids, short], width), _upload_styles([style, style]), tokens, 1.0
-    )
+    out = net.phoneme_half(_upload_ids([ids, short], width), _upload_styles([style, style]), tokens)
+    d, durations = out.features, frame_counts(out.duration.to_numpy(), tokens.lengths, 1.0)
     for i, alone_ids in enumerate((ids, short)):
         alone_d, alone = net.predict_durations(alone_ids, style, 1.0)
         n = len(alone_ids)
