@@ -9,6 +9,7 @@ import pytest
 from kokoro_numpy_reference import ReferenceNetwork
 from tts_files import write_tiny_checkpoint
 
+import pygpukit as gp
 from pygpukit import tts
 from pygpukit.ops.reference.dynamic_quant import quantize_dequantize
 from pygpukit.tts._masking import Lengths
@@ -52,13 +53,15 @@ def test_rounds_where_the_graph_rounds():
     assert (durations == want).mean() >= 0.95
 
 
-def test_each_utterance_of_a_batch_is_rounded_alone():
+@pytest.mark.parametrize("on_device", [False, True])  # True: lengths as a CUDA graph holds them
+def test_each_utterance_of_a_batch_is_rounded_alone(on_device):
     state, style, ids = _model(int(np.random.default_rng().integers(1 << 20)))
     short = ids[:4].copy()
     short[-1] = 0
     net = Int8ActivationNetwork(TINY_CONFIG, state)
     width = len(ids)
-    tokens = Lengths(np.array([width, len(short)]), width)
+    valid = np.array([width, len(short)])
+    tokens = Lengths(valid, width, device=gp.from_numpy(valid) if on_device else None)
     out = net.phoneme_half(_upload_ids([ids, short], width), _upload_styles([style, style]), tokens)
     d, durations = out.features, frame_counts(out.duration.to_numpy(), tokens.lengths, 1.0)
     for i, alone_ids in enumerate((ids, short)):
