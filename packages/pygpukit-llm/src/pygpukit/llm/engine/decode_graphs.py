@@ -227,8 +227,14 @@ class _PagedAttend:
         self.model, self.cache, self.b = model, cache, b
         self.slots, self.lens, self.table = slots, lens, table
 
-    def from_projection(self, i: int, qkv: GPUArray, positions: GPUArray) -> GPUArray:
-        """Attention output ``[1, B, Hq * D]`` of layer ``i`` from its projection ``[1, B, W]``."""
+    def from_projection(
+        self, i: int, qkv: GPUArray, positions: GPUArray, *, last_query_only: bool = False
+    ) -> GPUArray:
+        """Attention output ``[1, B, Hq * D]`` of layer ``i`` from its projection ``[1, B, W]``.
+
+        ``last_query_only`` changes nothing here: each of the ``B`` sequences has one query in a
+        decode step, which is already its last.
+        """
         m, rot = self.model, self.model.rotary
         q = ops.rope_kv_paged_write(
             qkv, rot.cos, rot.sin, positions, self.cache.k[i], self.cache.v[i], self.slots,
