@@ -22,10 +22,21 @@ PACKAGES = [
     "pygpukit",
 ]
 DEFAULT_ARCHS = "80;86;89;90a;100a;120a"
+# The tests session compiles the built-in kernels for one SM of each code path they take: below
+# SM 90 (mma.sync), sm_90a (its wgmma/TMA features) and above SM 90 without them. Every path and
+# every kernel still has to compile, in half the time of the six release SMs (`nox -s wheels`).
+TEST_ARCHS = "80;90a;120a"
+# pytest's workers (pytest-xdist): a test file stays on one worker (`--dist loadfile`), so a
+# module-scoped model is loaded once, and files are handed out in collection order (where
+# tests/conftest.py puts the real-model files first) rather than by test count; one BLAS / OpenMP
+# thread each, so the workers do not fight over the cores. `nox -s tests -- -n 0`: one process.
+PYTEST_WORKERS = min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2)
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TEST_DEPS = [
     "numpy",
     "ml_dtypes",
     "pytest",
+    "pytest-xdist>=3.6",
     "hypothesis",
     "tokenizers",
     "jinja2",
@@ -50,12 +61,12 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 
-def _archs() -> str:
-    return os.environ.get("PYGPUKIT_CUDA_ARCHS") or DEFAULT_ARCHS
+def _archs(default: str = DEFAULT_ARCHS) -> str:
+    return os.environ.get("PYGPUKIT_CUDA_ARCHS") or default
 
 
-def _install_packages(session: nox.Session) -> None:
-    env = {"PYGPUKIT_CUDA_ARCHS": _archs()}
+def _install_packages(session: nox.Session, archs: str) -> None:
+    env = {"PYGPUKIT_CUDA_ARCHS": archs}
     session.install(*(f"./packages/{p}" for p in PACKAGES), env=env)
 
 
@@ -63,7 +74,7 @@ def _install_packages(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Build every package into this venv, run pytest, then cargo test."""
     session.install(*TEST_DEPS)
-    _install_packages(session)
+    _install_packages(session, _archs(TEST_ARCHS))
     # The checkout has no top-level pygpukit/ folder, so `import pygpukit` is the installed one.
     # Exit code 5 is pytest's "no tests collected" (e.g. `-m gpu` on a machine without one).
     session.run(
@@ -74,8 +85,14 @@ def tests(session: nox.Session) -> None:
         str(ROOT / "pyproject.toml"),
         "--rootdir",
         str(ROOT),
+        "-n",
+        str(PYTEST_WORKERS),
+        "--dist",
+        "loadfile",
+        "--no-loadscope-reorder",
         str(ROOT / "tests"),
         *session.posargs,
+        env=WORKER_ENV,
         success_codes=[0, 5],
     )
     session.run("cargo", "test", "--workspace", "--locked", external=True)
@@ -166,7 +183,7 @@ def wheels(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Install the packages and run `python -m pygpukit.benchmark` with the given arguments."""
     session.install(*TEST_DEPS)
-    _install_packages(session)
+    _install_packages(session, _archs())
     session.run("python", "-m", "pygpukit.benchmark", *session.posargs)
 
 

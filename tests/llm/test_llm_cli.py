@@ -30,8 +30,11 @@ def test_generate_streams_the_text(model_dir):
     out, err = io.StringIO(), io.StringIO()
     assert cli.generate_command(_args(cli.generate_arguments, argv), out, err) == 0
     model = llm.load(model_dir, dtype="float32", progress=False)
-    assert out.getvalue() == model.generate("Once upon", max_new_tokens=6).text + "\n"
-    assert "6 tokens" in err.getvalue() and "tok/s" in err.getvalue()
+    want = model.generate("Once upon", max_new_tokens=6)
+    assert out.getvalue() == want.text + "\n"
+    # A random model may draw its EOS (id 2) before the sixth token: the count is the model's.
+    assert len(want.token_ids) == 6 or want.finish_reason == "stop"
+    assert f"[{len(want.token_ids)} tokens, " in err.getvalue() and " tok/s, " in err.getvalue()
 
 
 def test_chat_reset_and_exit(model_dir):

@@ -36,9 +36,14 @@ def kokoro_voices_path() -> pathlib.Path:
         pytest.skip(f"Kokoro voices unavailable: {exc}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kokoro_model(kokoro_onnx_path, kokoro_voices_path):
-    """The real model loaded through the ONNX path, with the five voices."""
+    """The real model loaded through the ONNX path, with the five voices.
+
+    Module-scoped: it holds about 350 MiB of pool memory, which must be free again for the
+    files that follow on the same process (the memory-limit tests expect an idle pool, and
+    parallel workers run files in another order than a single process).
+    """
     from pygpukit import tts
 
     return tts.load(kokoro_onnx_path, voices=kokoro_voices_path)

@@ -10,26 +10,33 @@ output padding, stride-1 transposed convolutions, one position, no bias, a weigh
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 import pytest
+from conv_checks import (
+    Rand,
+    conv_inputs,
+    conv_options,
+    conv_reference,
+    misaligned_weight_error,
+    nan_positions,
+    scaled_inputs,
+    torch_reference,
+    transpose_inputs,
+    transpose_options,
+    transpose_reference,
+)
 from ops_references import rel_err
-from signal_references import conv1d_ref, conv_transpose1d_ref
 
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.ops import config
 from pygpukit.ops import conv as conv_module
 from pygpukit.ops._conv_igemm import IgemmPlan
-from pygpukit.ops.reference import conv as numpy_conv
 
 pytestmark = pytest.mark.gpu
 
 TOL = {"float16": 3e-3, "bfloat16": 1e-2}
 DTYPES = list(TOL)
-Rand = Callable[..., np.ndarray]
 
 #: (batch, c_in, length, c_out, kernel, stride, padding, dilation, groups)
 CONV_CASES = [
@@ -65,74 +72,31 @@ TRANSPOSE_CASES = [
     (1, 48, 40, 20, 3, 7, 0, 0, 1, 1),  # fewer taps than the stride: zero phases
 ]
 
-SMALL = 2_000_000  # below this many multiply-adds the loop references are quick enough
-
-
-def _inputs(rand: Rand, dtype: str, *shapes: tuple[int, ...]) -> list[np.ndarray]:
-    dt = gp.dtypes.normalize(dtype)
-    out = [rand(shapes[0], dt)]
-    fan = int(np.prod(shapes[1][1:]))
-    out += [(rand(s, np.float32) / np.sqrt(fan)).astype(dt) for s in shapes[1:]]
-    return out
-
-
-def _conv_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, case: tuple[int, ...]) -> Any:
-    batch, c_in, length, c_out, k, stride, pad, dil, groups = case
-    if batch * c_out * length * (c_in // groups) * k < SMALL:
-        return conv1d_ref(x, w, b, stride, (pad, pad), dil, groups)
-    f64 = [a.astype(np.float64) if a is not None else None for a in (x, w, b)]
-    return numpy_conv.conv1d(*f64, stride, pad, pad, dil, groups)
-
-
-def _transpose_ref(
-    x: np.ndarray, w: np.ndarray, b: np.ndarray | None, case: tuple[int, ...]
-) -> Any:
-    batch, c_in, length, c_out, k, stride, pad, opad, dil, groups = case
-    if batch * c_in * length * (c_out // groups) * k < SMALL:
-        return conv_transpose1d_ref(x, w, b, stride, pad, opad, dil, groups)
-    f64 = [a.astype(np.float64) if a is not None else None for a in (x, w, b)]
-    return numpy_conv.conv_transpose1d(*f64, stride, pad, opad, dil, groups)
-
-
-def _conv_options(case: tuple[int, ...]) -> dict[str, int]:
-    _, _, _, _, _, stride, pad, dil, groups = case
-    return {"stride": stride, "padding": pad, "dilation": dil, "groups": groups}
-
-
-def _transpose_options(case: tuple[int, ...]) -> dict[str, int]:
-    _, _, _, _, _, stride, pad, opad, dil, groups = case
-    return {
-        "stride": stride, "padding": pad, "output_padding": opad, "dilation": dil,
-        "groups": groups,
-    }  # fmt: skip
-
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv1d_igemm(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
-    batch, c_in, length, c_out, k, _, _, _, groups = case
-    x, w, b = _inputs(rand, dtype, (batch, c_in, length), (c_out, c_in // groups, k), (c_out,))
+    x, w, b = conv_inputs(rand, dtype, case)
     args = [gp.from_numpy(a) for a in (x, w, b)]
-    options = _conv_options(case)
+    options = conv_options(case)
     with config.override(conv_kernel="igemm"):
         plan, _ = conv_module.conv1d_plan(*args, **options)
         assert isinstance(plan, IgemmPlan)
         y = ops.conv1d(*args, **options).to_numpy()
-    assert rel_err(y, _conv_ref(x, w, b, case)) < TOL[dtype]
+    assert rel_err(y, conv_reference(x, w, b, case)) < TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", TRANSPOSE_CASES)
 def test_conv_transpose1d_igemm(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
-    batch, c_in, length, c_out, k, _, _, _, _, groups = case
-    x, w, b = _inputs(rand, dtype, (batch, c_in, length), (c_in, c_out // groups, k), (c_out,))
+    x, w, b = transpose_inputs(rand, dtype, case)
     args = [gp.from_numpy(a) for a in (x, w, b)]
-    options = _transpose_options(case)
+    options = transpose_options(case)
     with config.override(conv_kernel="igemm"):
         plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
         assert isinstance(plan, IgemmPlan)
         y = ops.conv_transpose1d(*args, **options).to_numpy()
-    assert rel_err(y, _transpose_ref(x, w, b, case)) < TOL[dtype]
+    assert rel_err(y, transpose_reference(x, w, b, case)) < TOL[dtype]
 
 
 def test_igemm_takes_16_bit_only(rand: Rand) -> None:
@@ -140,13 +104,13 @@ def test_igemm_takes_16_bit_only(rand: Rand) -> None:
     shapes = ((1, 64, 100), (32, 64, 3))
     with config.override(conv_kernel="igemm"):
         for dtype, expected in (("bfloat16", True), ("float32", False)):
-            x, w = _inputs(rand, dtype, *shapes)
+            x, w = scaled_inputs(rand, dtype, *shapes)
             plan, _ = conv_module.conv1d_plan(gp.from_numpy(x), gp.from_numpy(w), padding=1)
             assert isinstance(plan, IgemmPlan) is expected
-        x, w = _inputs(rand, "bfloat16", (1, 64, 100), (64, 1, 7))
+        x, w = scaled_inputs(rand, "bfloat16", (1, 64, 100), (64, 1, 7))
         plan, _ = conv_module.conv1d_plan(gp.from_numpy(x), gp.from_numpy(w), padding=3, groups=64)
         assert not isinstance(plan, IgemmPlan)
-        x, w = _inputs(rand, "bfloat16", (1, 16, 40), (16, 8, 4))
+        x, w = scaled_inputs(rand, "bfloat16", (1, 16, 40), (16, 8, 4))
         plan, _ = conv_module.conv_transpose1d_plan(
             gp.from_numpy(x), gp.from_numpy(w), stride=2, dilation=2
         )
@@ -155,10 +119,10 @@ def test_igemm_takes_16_bit_only(rand: Rand) -> None:
 
 def test_auto_takes_igemm(rand: Rand) -> None:
     """The default plans the implicit GEMM for both directions of a 16-bit convolution."""
-    x, w = _inputs(rand, "float16", (2, 64, 100), (32, 64, 3))
+    x, w = scaled_inputs(rand, "float16", (2, 64, 100), (32, 64, 3))
     plan, _ = conv_module.conv1d_plan(gp.from_numpy(x), gp.from_numpy(w), padding=1)
     assert isinstance(plan, IgemmPlan)
-    x, w = _inputs(rand, "bfloat16", (2, 64, 100), (64, 32, 12))
+    x, w = scaled_inputs(rand, "bfloat16", (2, 64, 100), (64, 32, 12))
     plan, _ = conv_module.conv_transpose1d_plan(gp.from_numpy(x), gp.from_numpy(w), stride=6)
     assert isinstance(plan, IgemmPlan)
 
@@ -167,7 +131,7 @@ def test_both_tile_widths_are_planned(rand: Rand) -> None:
     """A long signal takes 128-position tiles, a short one 64 (more CTAs for the SMs)."""
     widths = set()
     for length in (100, 200000):
-        x, w = _inputs(rand, "bfloat16", (1, 256, length), (256, 256, 3))
+        x, w = scaled_inputs(rand, "bfloat16", (1, 256, length), (256, 256, 3))
         with config.override(conv_kernel="igemm"):
             plan, _ = conv_module.conv1d_plan(gp.from_numpy(x), gp.from_numpy(w), padding=1)
         assert isinstance(plan, IgemmPlan)
@@ -178,57 +142,26 @@ def test_both_tile_widths_are_planned(rand: Rand) -> None:
 @pytest.mark.parametrize("transposed", [False, True])
 def test_igemm_without_bias_and_misaligned_weight(rand: Rand, transposed: bool) -> None:
     """No bias, and a weight one element past a 16-byte boundary (the rearrangement reads it)."""
-    dt = gp.bfloat16
-    shape = (64, 48, 4) if transposed else (48, 64, 3)
-    x = rand((2, 64, 130), dt)
-    w = (rand(shape, np.float32) / np.sqrt(48 * 4)).astype(dt)
-    flat = np.concatenate([rand((1,), dt), w.reshape(-1)])
-    w_view = gp.from_numpy(flat)[1:].reshape(shape)
-    assert w_view.data_ptr % 16 != 0
-    xg = gp.from_numpy(x)
-    with config.override(conv_kernel="igemm"):
-        if transposed:
-            y = ops.conv_transpose1d(xg, w_view, stride=2, padding=1).to_numpy()
-            ref = conv_transpose1d_ref(x, w, None, 2, 1)
-        else:
-            y = ops.conv1d(xg, w_view, padding=1).to_numpy()
-            ref = conv1d_ref(x, w, None, 1, (1, 1))
-    assert rel_err(y, ref) < TOL["bfloat16"]
+    assert misaligned_weight_error(rand, "igemm", transposed) < TOL["bfloat16"]
 
 
 def test_igemm_into_out_and_repeated(rand: Rand) -> None:
     """``out=`` receives the result; a second call (cached plan, fresh scratch) agrees."""
     case = (2, 96, 257, 64, 5, 1, 4, 2, 1)
-    x, w, b = _inputs(rand, "float16", (2, 96, 257), (64, 96, 5), (64,))
+    x, w, b = scaled_inputs(rand, "float16", (2, 96, 257), (64, 96, 5), (64,))
     args = [gp.from_numpy(a) for a in (x, w, b)]
     out = gp.empty((2, 64, 257), gp.float16)
     with config.override(conv_kernel="igemm"):
         ops.conv1d(*args, padding=4, dilation=2, out=out)
         again = ops.conv1d(*args, padding=4, dilation=2).to_numpy()
     got = out.to_numpy()
-    assert rel_err(got, _conv_ref(x, w, b, case)) < TOL["float16"]
+    assert rel_err(got, conv_reference(x, w, b, case)) < TOL["float16"]
     np.testing.assert_array_equal(got, again)
 
 
 def test_igemm_nan_propagates(rand: Rand) -> None:
     """A NaN input position reaches exactly the outputs whose window covers it."""
-    x, w, b = _inputs(rand, "bfloat16", (1, 32, 100), (16, 32, 3), (16,))
-    x[0, 5, 40] = np.nan
-    with config.override(conv_kernel="igemm"):
-        y = ops.conv1d(*[gp.from_numpy(a) for a in (x, w, b)], padding=1).to_numpy()
-    bad = np.isnan(y.astype(np.float32)).any(axis=1)[0]
-    assert np.flatnonzero(bad).tolist() == [39, 40, 41]
-
-
-def _torch() -> Any:
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("PyTorch has no CUDA device here")
-    return torch
-
-
-def _to_torch(torch: Any, *arrays: np.ndarray) -> list[Any]:
-    return [torch.from_numpy(a.astype(np.float64)).cuda() for a in arrays]
+    assert nan_positions(rand, "igemm") == [39, 40, 41]
 
 
 #: Kokoro's convolutions at batch 4 (the batched vocoder) and Whisper's stem, vs PyTorch.
@@ -250,32 +183,26 @@ TORCH_TRANSPOSE_CASES = [
 
 @pytest.mark.parametrize("case", TORCH_CONV_CASES)
 def test_conv1d_igemm_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
-    torch = _torch()
-    batch, c_in, length, c_out, k, _, _, _, groups = case
-    x, w, b = _inputs(rand, "bfloat16", (batch, c_in, length), (c_out, c_in // groups, k), (c_out,))
-    options = _conv_options(case)
+    x, w, b = conv_inputs(rand, "bfloat16", case)
+    options = conv_options(case)
     args = [gp.from_numpy(a) for a in (x, w, b)]
     with config.override(conv_kernel="igemm"):
         plan, _ = conv_module.conv1d_plan(*args, **options)
         assert isinstance(plan, IgemmPlan)
         y = ops.conv1d(*args, **options).to_numpy()
-    want = torch.nn.functional.conv1d(*_to_torch(torch, x, w, b), **options)
-    assert rel_err(y, want.cpu().numpy()) < TOL["bfloat16"]
+    assert rel_err(y, torch_reference(False, x, w, b, **options)) < TOL["bfloat16"]
 
 
 @pytest.mark.parametrize("case", TORCH_TRANSPOSE_CASES)
 def test_conv_transpose1d_igemm_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
-    torch = _torch()
-    batch, c_in, length, c_out, k, _, _, _, _, groups = case
-    x, w, b = _inputs(rand, "bfloat16", (batch, c_in, length), (c_in, c_out // groups, k), (c_out,))
-    options = _transpose_options(case)
+    x, w, b = transpose_inputs(rand, "bfloat16", case)
+    options = transpose_options(case)
     args = [gp.from_numpy(a) for a in (x, w, b)]
     with config.override(conv_kernel="igemm"):
         plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
         assert isinstance(plan, IgemmPlan)
         y = ops.conv_transpose1d(*args, **options).to_numpy()
-    want = torch.nn.functional.conv_transpose1d(*_to_torch(torch, x, w, b), **options)
-    assert rel_err(y, want.cpu().numpy()) < TOL["bfloat16"]
+    assert rel_err(y, torch_reference(True, x, w, b, **options)) < TOL["bfloat16"]
 
 
 @pytest.mark.parametrize("transposed", [False, True])
@@ -283,12 +210,12 @@ def test_weight_cache_keeps_one_rearranged_copy(rand: Rand, transposed: bool) ->
     """The first call fills the caller's dict, later ones reuse it: the same output, and a
     fresh dict after an in-place weight change gives the new weight's output."""
     if transposed:
-        x, w, b = _inputs(rand, "bfloat16", (1, 256, 301), (256, 128, 12), (128,))
+        x, w, b = scaled_inputs(rand, "bfloat16", (1, 256, 301), (256, 128, 12), (128,))
         run = lambda xx, ww, cache: ops.conv_transpose1d(  # noqa: E731
             xx, ww, gp.from_numpy(b), stride=6, padding=3, weight_cache=cache
         )
     else:
-        x, w, b = _inputs(rand, "bfloat16", (1, 128, 3001), (128, 128, 7), (128,))
+        x, w, b = scaled_inputs(rand, "bfloat16", (1, 128, 3001), (128, 128, 7), (128,))
         run = lambda xx, ww, cache: ops.conv1d(  # noqa: E731
             xx, ww, gp.from_numpy(b), padding=9, dilation=3, weight_cache=cache
         )
