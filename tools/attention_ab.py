@@ -1,23 +1,27 @@
 """Interleaved A/B timing of the attention kernels against PyTorch on one GPU.
 
-    python tools/attention_ab.py [--rounds 3] [--calls 50]
+    python tools/attention_ab.py [--rounds 3] [--calls 50] [--only decode,long,causal,prefill,llama]
 
-Prefill (B=4, H=32, S=4096, D=128, bf16, causal and not) with each Hopper prefill kernel; the
-Llama-3.1-8B prefill shape (B=1, 32/8 heads, S=1024, causal) with q/k/v contiguous and as the
-strided views the model passes (q a transposed [1, S, H, D] projection, k/v the first S slots of
-a longer cache); decode (B=8, 32/8 heads, 8192 cached tokens, D=128, bf16, contiguous and
-paged; PyTorch's row is always the contiguous cache) with each tensor-core decode kernel, its
-splits merged in the kernel (fused) or by a second kernel, launched dependent or plainly; and
-batch-1 decode over 32768 cached tokens (many splits): every variant and PyTorch timed in turn,
-``--rounds`` times over, so clock and power drift hit all of them alike (one suite row after
-another does not). Prints the median GPU time per call of each and its ratio to PyTorch's.
-Needs torch with CUDA.
+Decode (32/8 heads, D=128, bf16): batch 8 over 8192 cached tokens, contiguous and paged (16-token
+blocks, shuffled; PyTorch's row always reads the contiguous cache), then batch 8 over 16K and
+batch 1 over 32K (``long``). PyTorch as the ``ops_attention`` suite calls it (SDPA with
+``enable_gqa`` on ``q [B, Hq, 1, D]``) and pinned to each SDPA backend that takes these inputs;
+``bulk2`` with its split at 2 or 3 CTAs per SM and 0 to 4 key tiles prefetched into L2 ahead of
+its shared-memory stages; at 8K also the combine kernel and ``mma2``, the host time per call of
+both libraries, and a profile (torch.profiler) with each one's kernels and their device times.
+Prefill (B=4, H=32, S=4096, D=128, bf16, causal and not) with each Hopper prefill kernel and
+schedules of the persistent one; the Llama-3.1-8B prefill shape (B=1, 32/8 heads, S=1024,
+causal) with q/k/v contiguous and as the strided views the model passes. Every variant and
+PyTorch are timed in turn, ``--rounds`` times over, so clock and power drift hit all of them
+alike (one suite row after another does not). Prints the median GPU time per call of each and
+its ratio to PyTorch's. Needs torch with CUDA.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +60,8 @@ Case = tuple[dict[str, Any] | None, Callable[[], object]]
 #: bulk2 decode split's CTAs per SM.
 _SCHEDULE = (attention._ITEM_OVERHEAD, attention._HEAD_GROUP)
 _PER_SM = attention._DECODE_CTAS_PER_SM["bulk2"]
+_L2_AHEAD = dict(attention._DECODE_L2_AHEAD)
+_EARLY = attention._DECODE_EARLY_LAUNCH["bulk2"]
 
 
 def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
@@ -71,7 +77,11 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
                 knobs = dict(knobs)
                 overhead, group = knobs.pop("schedule", _SCHEDULE)
                 attention._ITEM_OVERHEAD, attention._HEAD_GROUP = float(overhead), int(group)
-                attention._DECODE_CTAS_PER_SM["bulk2"] = int(knobs.pop("per_sm", _PER_SM))
+                attention._DECODE_CTAS_PER_SM["bulk2"] = float(knobs.pop("per_sm", _PER_SM))
+                ahead = knobs.pop("l2_ahead", None)
+                for kernel, default in _L2_AHEAD.items():
+                    attention._DECODE_L2_AHEAD[kernel] = default if ahead is None else int(ahead)
+                attention._DECODE_EARLY_LAUNCH["bulk2"] = bool(knobs.pop("early", _EARLY))
                 config.reload()
                 config.set(**knobs)
                 attention.PREFILL_PLANS.clear()  # the warm-up call below plans again
@@ -81,6 +91,8 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
             times[name].append(timer(fn, calls))
     attention._ITEM_OVERHEAD, attention._HEAD_GROUP = _SCHEDULE
     attention._DECODE_CTAS_PER_SM["bulk2"] = _PER_SM
+    attention._DECODE_L2_AHEAD.update(_L2_AHEAD)
+    attention._DECODE_EARLY_LAUNCH["bulk2"] = _EARLY
     config.reload()
     base = statistics.median(times["torch"])
     for name, ts in times.items():
@@ -89,15 +101,15 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
         print(f"  {name:24s} {med:9.1f} us  x{base / med:.3f}  (range {spread})", flush=True)
 
 
-def prefill(rounds: int, calls: int) -> None:
-    """Causal and non-causal prefill at the suite's shape."""
+def prefill(rounds: int, calls: int, causals: tuple[bool, ...] = (True, False)) -> None:
+    """Causal (and non-causal) prefill at the suite's shape."""
     b, h, s, d = 4, 32, 4096, 128
     rng = np.random.default_rng(0)
-    hosts = [rng.standard_normal((b, h, s, d)).astype(np.float32) for _ in range(3)]
-    tq = [torch.from_numpy(x).to("cuda", torch.bfloat16) for x in hosts]
-    g = [gp.from_numpy(x.astype(gp.bfloat16)) for x in hosts]
+    hosts = [_random_cache(rng, b, h, s, d) for _ in range(3)]
+    g = [gp.from_numpy(np.ascontiguousarray(x)) for x in hosts]
+    tq = [_to_torch(x, host) for x, host in zip(g, hosts, strict=True)]
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    for causal in (True, False):
+    for causal in causals:
         print(f"prefill B={b} H={h} S={s} D={d} bf16 causal={causal}")
 
         def theirs(c: bool = causal) -> object:
@@ -110,7 +122,7 @@ def prefill(rounds: int, calls: int) -> None:
         for kernel in ("wgmma_tma", "wgmma_persist"):
             cases[kernel] = ({"attention_kernel": kernel}, ours)
         if causal:  # schedules of the persistent kernel: (item overhead, heads per group)
-            for sched in ((0.25, 8), (1.0, 8), (0.5, 6), (0.5, 12)):
+            for sched in ((0.25, 8), (1.0, 8), (2.0, 8), (1.0, 4), (1.0, 16), (0.5, 12)):
                 knobs = {"attention_kernel": "wgmma_persist", "schedule": sched}
                 cases[f"persist ovh={sched[0]} grp={sched[1]}"] = (knobs, ours)
         _interleave(cases, rounds, calls)
@@ -144,99 +156,219 @@ def prefill_llama(rounds: int, calls: int) -> None:
     _interleave(cases, rounds, calls)
 
 
-def decode(rounds: int, calls: int) -> None:
-    """Decode over a contiguous and a paged (16-token blocks, shuffled) cache."""
-    b, hq, hkv, n, d, block = 8, 32, 8, 8192, 128, 16
+def _random_cache(rng: np.random.Generator, b: int, hkv: int, n: int, d: int) -> np.ndarray:
+    """A ``[b, hkv, n, d]`` bfloat16 cache: 1024 random tokens repeated (long caches build fast)."""
+    base = rng.standard_normal((b, hkv, min(n, 1024), d)).astype(gp.bfloat16)
+    return np.tile(base, (1, 1, -(-n // base.shape[2]), 1))[:, :, :n]
+
+
+def _to_torch(x: gp.GPUArray, host: np.ndarray) -> Any:
+    """``x`` as a torch tensor on the GPU: shared through DLPack, else uploaded again."""
+    try:
+        return torch.from_dlpack(x)
+    except Exception:  # no DLPack exchange here: a second copy does as well
+        return torch.from_numpy(host.astype(np.float32)).to("cuda", torch.bfloat16)
+
+
+def _torch_backends(tq: Any, tk: Any, tv: Any, pinned_too: bool = True) -> dict[str, Case]:
+    """PyTorch's SDPA decode as the suite calls it, and pinned to each fused backend it has."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    cases: dict[str, Case] = {"torch": (None, lambda: sdpa(tq, tk, tv, enable_gqa=True))}
+    if not pinned_too:
+        return cases
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return cases
+    for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"):
+        backend = getattr(SDPBackend, name, None)
+        if backend is None:
+            continue
+
+        def pinned(be: Any = backend) -> object:
+            with sdpa_kernel(be):
+                return sdpa(tq, tk, tv, enable_gqa=True)
+
+        try:
+            pinned()
+        except RuntimeError:  # this backend does not take these inputs
+            continue
+        cases[f"torch {name.split('_')[0].lower()}"] = (None, pinned)
+    return cases
+
+
+def _profile(label: str, fns: dict[str, Callable[[], object]], calls: int = 20) -> None:
+    """Kernel names and mean device time per call of each function (torch.profiler, CUPTI)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for name, fn in fns.items():
+        fn()
+        torch.cuda.synchronize()
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+            events = list(prof.events())
+        except Exception as exc:  # the profiler is a diagnostic: report and go on
+            print(f"  profile {label} {name}: failed ({exc})")
+            continue
+        kernels: dict[str, list[float]] = {}
+        first = last = None
+        for ev in events:
+            if ev.device_type.name != "CUDA":
+                continue
+            took = getattr(ev, "device_time", None) or getattr(ev, "cuda_time", None) or 0.0
+            kernels.setdefault(ev.name, []).append(float(took))
+            start, end = ev.time_range.start, ev.time_range.end
+            first = start if first is None else min(first, start)
+            last = end if last is None else max(last, end)
+        span = (last - first) / calls if first is not None and last is not None else 0.0
+        print(
+            f"  profile {label} {name}: {span:.1f} us per call from first kernel start to last end"
+        )
+        for kname, ts in kernels.items():
+            print(f"    {len(ts):4d} x {statistics.mean(ts):8.1f} us  {kname[:90]}")
+
+
+def _host_us(fn: Callable[[], object], sync: Callable[[], None], calls: int = 200) -> float:
+    """Host microseconds per call, the GPU left to run behind (launch queue far from full)."""
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    sync()
+    return (t1 - t0) * 1e6 / calls
+
+
+#: Decode variants timed: label -> ops.config knobs and the tool's own (``per_sm``: the bulk2
+#: split's CTAs per SM; ``l2_ahead``: key tiles prefetched into L2 ahead of the stages;
+#: ``early``: the fused kernel lets its successor launch after its key loop).
+WIDE: dict[str, dict[str, Any]] = {
+    "bulk2 sm=3 l2=0": {"per_sm": 3, "l2_ahead": 0},
+    "bulk2 sm=3 l2=1": {"per_sm": 3, "l2_ahead": 1},
+    "bulk2 sm=3 l2=2": {"per_sm": 3, "l2_ahead": 2},
+    "bulk2 sm=3 l2=3": {"per_sm": 3, "l2_ahead": 3},
+    "bulk2 sm=3 l2=4": {"per_sm": 3, "l2_ahead": 4},
+    "bulk2 sm=2 l2=0": {"per_sm": 2, "l2_ahead": 0},
+    "bulk2 sm=2 l2=2": {"per_sm": 2, "l2_ahead": 2},
+    "bulk2 sm=2 l2=4": {"per_sm": 2, "l2_ahead": 4},
+    "bulk2 sm=2.5 l2=0": {"per_sm": 2.5, "l2_ahead": 0},
+    "bulk2 sm=2.5 l2=2": {"per_sm": 2.5, "l2_ahead": 2},
+    "bulk2 sm=3 l2=0 early": {"per_sm": 3, "l2_ahead": 0, "early": True},
+    "bulk2 sm=3 l2=2 early": {"per_sm": 3, "l2_ahead": 2, "early": True},
+    "bulk2 sm=3 l2=4 early": {"per_sm": 3, "l2_ahead": 4, "early": True},
+    "bulk2 combine=kernel": {"decode_combine": "kernel"},
+    "mma2 l2=0": {"decode_kernel": "mma2", "l2_ahead": 0},
+    "mma2 l2=2": {"decode_kernel": "mma2", "l2_ahead": 2},
+}
+FEW = {
+    k: WIDE[k]
+    for k in (
+        "bulk2 sm=3 l2=0",
+        "bulk2 sm=3 l2=1",
+        "bulk2 sm=3 l2=2",
+        "bulk2 sm=3 l2=4",
+        "bulk2 sm=2 l2=2",
+        "bulk2 sm=3 l2=2 early",
+    )
+}
+
+
+def decode(
+    rounds: int,
+    calls: int,
+    b: int,
+    n: int,
+    *,
+    paged: bool,
+    variants: dict[str, dict[str, Any]],
+    profile_it: bool = False,
+) -> None:
+    """Decode over ``n`` cached tokens (32/8 heads, D 128, bf16), contiguous or paged.
+
+    Paged: 16-token blocks in shuffled order. PyTorch's rows always read the contiguous cache.
+    """
+    hq, hkv, d, block = 32, 8, 128, 16
     rng = np.random.default_rng(1)
     qh = rng.standard_normal((b, hq, d)).astype(np.float32)
-    kh, vh = (rng.standard_normal((b, hkv, n, d)).astype(np.float32) for _ in "kv")
+    kh, vh = (_random_cache(rng, b, hkv, n, d) for _ in "kv")
     tq = torch.from_numpy(qh).to("cuda", torch.bfloat16).reshape(b, hq, 1, d)
-    tk, tv = (torch.from_numpy(x).to("cuda", torch.bfloat16) for x in (kh, vh))
-    sdpa = torch.nn.functional.scaled_dot_product_attention
+    kg, vg = gp.from_numpy(np.ascontiguousarray(kh)), gp.from_numpy(np.ascontiguousarray(vh))
+    tk, tv = _to_torch(kg, kh), _to_torch(vg, vh)
     q = gp.from_numpy(qh.astype(gp.bfloat16))
     lens = gp.from_numpy(np.full(b, n, np.int32))
-    nb = n // block
-    perm = rng.permutation(b * nb).astype(np.int32)
+    table = None
+    if paged:
+        nb = n // block
+        perm = rng.permutation(b * nb).astype(np.int32)
 
-    def page(x: np.ndarray) -> np.ndarray:
-        blocks = x.reshape(b, hkv, nb, block, d).transpose(0, 2, 1, 3, 4)
-        out = np.empty_like(blocks.reshape(b * nb, hkv, block, d))
-        out[perm] = blocks.reshape(b * nb, hkv, block, d)
-        return out
+        def page(x: np.ndarray) -> np.ndarray:
+            blocks = x.reshape(b, hkv, nb, block, d).transpose(0, 2, 1, 3, 4)
+            out = np.empty_like(blocks.reshape(b * nb, hkv, block, d))
+            out[perm] = blocks.reshape(b * nb, hkv, block, d)
+            return out
 
-    caches = {
-        "contiguous": ((gp.from_numpy(x.astype(gp.bfloat16)) for x in (kh, vh)), None),
-        "paged": (
-            (gp.from_numpy(page(x).astype(gp.bfloat16)) for x in (kh, vh)),
-            gp.from_numpy(perm.reshape(b, nb)),
-        ),
-    }
-    for label, (kv, table) in caches.items():
-        kc, vc = kv
-        print(f"decode B={b} Hq={hq} Hkv={hkv} ctx={n} D={d} bf16 {label}")
-        cases: dict[str, Case] = {"torch": (None, lambda: sdpa(tq, tk, tv, enable_gqa=True))}
+        kc, vc = (gp.from_numpy(page(x)) for x in (kh, vh))
+        table = gp.from_numpy(perm.reshape(b, nb))
+    else:
+        kc, vc = kg, vg
+    del kh, vh
+    label = "paged" if paged else "contiguous"
+    gb = 2 * b * hkv * n * d * 2 / 1e9
+    print(f"decode B={b} Hq={hq} Hkv={hkv} ctx={n} D={d} bf16 {label} ({gb * 1e3:.0f} MB of K/V)")
 
-        def fn(kc: gp.GPUArray = kc, vc: gp.GPUArray = vc, t: gp.GPUArray | None = table) -> object:
-            return ops.decode_attention(q, kc, vc, lens, block_table=t)
+    def fn() -> object:
+        return ops.decode_attention(q, kc, vc, lens, block_table=table)
 
-        for kernel, combine, dep in DECODE_VARIANTS:
-            knobs = {"decode_kernel": kernel, "decode_combine": combine, "dependent_launch": dep}
-            cases[f"{kernel} {combine} pdl={dep}"] = (knobs, fn)
-        for per_sm in (1, 3):  # bulk2's split: CTAs per SM (2 by default)
-            cases[f"bulk2 fused per_sm={per_sm}"] = (
-                {"decode_kernel": "bulk2", "per_sm": per_sm},
-                fn,
-            )
-        _interleave(cases, rounds, calls)
-
-
-#: Decode variants timed: (decode_kernel, decode_combine, dependent_launch).
-DECODE_VARIANTS = [
-    ("bulk2", "fused", "on"),
-    ("bulk2", "fused", "off"),
-    ("bulk2", "kernel", "on"),
-    ("bulk2", "kernel", "off"),
-    ("mma2", "fused", "on"),
-]
-
-
-def decode_long(rounds: int, calls: int) -> None:
-    """Batch-1 decode over 32K cached tokens: dozens of splits for the merge."""
-    b, hq, hkv, n, d = 1, 32, 8, 32768, 128
-    rng = np.random.default_rng(3)
-    qh = rng.standard_normal((b, hq, d)).astype(np.float32)
-    kh, vh = (rng.standard_normal((b, hkv, n, d)).astype(np.float32) for _ in "kv")
-    tq = torch.from_numpy(qh).to("cuda", torch.bfloat16).reshape(b, hq, 1, d)
-    tk, tv = (torch.from_numpy(x).to("cuda", torch.bfloat16) for x in (kh, vh))
-    sdpa = torch.nn.functional.scaled_dot_product_attention
-    q = gp.from_numpy(qh.astype(gp.bfloat16))
-    kc, vc = (gp.from_numpy(x.astype(gp.bfloat16)) for x in (kh, vh))
-    lens = gp.from_numpy(np.full(b, n, np.int32))
-    print(f"decode B={b} Hq={hq} Hkv={hkv} ctx={n} D={d} bf16 contiguous")
-    cases: dict[str, Case] = {"torch": (None, lambda: sdpa(tq, tk, tv, enable_gqa=True))}
-    for kernel, combine, dep in DECODE_VARIANTS[:4]:
-        knobs = {"decode_kernel": kernel, "decode_combine": combine, "dependent_launch": dep}
-        cases[f"{kernel} {combine} pdl={dep}"] = (
-            knobs,
-            lambda: ops.decode_attention(q, kc, vc, lens),
-        )
+    cases = _torch_backends(tq, tk, tv, pinned_too=not paged)
+    for name, knobs in variants.items():
+        cases[name] = ({"decode_kernel": "bulk2", **knobs}, fn)
     _interleave(cases, rounds, calls)
+    if profile_it:
+        config.reload()
+        attention.DECODE_PLANS.clear()
+        theirs = cases["torch"][1]
+        print(
+            f"  host time per call: pygpukit {_host_us(fn, gp.synchronize):.1f} us, "
+            f"torch {_host_us(theirs, torch.cuda.synchronize):.1f} us"
+        )
+        _profile(label, {"torch": theirs, "pygpukit (defaults)": fn})
+        attention._DECODE_L2_AHEAD["bulk2"] = 2
+        attention.DECODE_PLANS.clear()
+        _profile(label, {"pygpukit (l2_ahead=2)": fn})
+        attention._DECODE_L2_AHEAD.update(_L2_AHEAD)
+        attention.DECODE_PLANS.clear()
 
 
 def main() -> None:
-    """Parse the arguments and run both A/B tables."""
+    """Parse the arguments and run the A/B tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--calls", type=int, default=50)
-    parser.add_argument("--only", choices=["prefill", "llama", "decode"])
+    parser.add_argument(
+        "--only",
+        default="decode,long,prefill,llama",
+        help="comma-separated parts, run in this order: decode, long, causal (prefill, causal"
+        " only), prefill, llama",
+    )
     args = parser.parse_args()
-    if args.only in (None, "prefill"):
-        prefill(args.rounds, args.calls)
-    if args.only in (None, "llama"):
-        prefill_llama(args.rounds, args.calls * 4)
-    if args.only in (None, "decode"):
-        decode(args.rounds, args.calls * 4)
-        decode_long(args.rounds, args.calls * 4)
+    parts = args.only.split(",")
+    r, c = args.rounds, args.calls * 4
+    for part in parts:
+        if part == "decode":
+            decode(r, c, 8, 8192, paged=False, variants=WIDE, profile_it=True)
+            decode(r, c, 8, 8192, paged=True, variants=FEW)
+        elif part == "long":
+            decode(r, c, 8, 16384, paged=False, variants=FEW)
+            decode(r, c, 1, 32768, paged=False, variants=FEW)
+        elif part in ("causal", "prefill"):
+            prefill(args.rounds, args.calls, (True,) if part == "causal" else (True, False))
+        elif part == "llama":
+            prefill_llama(args.rounds, args.calls * 4)
+        else:
+            parser.error(f"unknown part {part!r}")
 
 
 if __name__ == "__main__":

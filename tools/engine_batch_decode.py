@@ -15,7 +15,7 @@ import functools
 import logging
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -52,20 +52,41 @@ def _collect(into: list[int], output: Any) -> None:
     into.extend(output.token_ids)
 
 
-def engine_decode(model: CausalLM, b: int, rng: np.random.Generator) -> tuple[float, float, Any]:
-    """``(ms per decode step, ms per graph replay alone, the engine's shapes)`` at batch b."""
-    ids = rng.integers(3, model.config.vocab_size, (b, PROMPT)).tolist()
-    blocks = b * -(-(PROMPT + NEW) // BLOCK_SIZE)
+class DecodeRun(NamedTuple):
+    """One timed engine run.
+
+    Milliseconds per decode step, per graph replay alone, the engine's decode shapes
+    ``(bucket, width, captured)`` and every request's generated tokens.
+    """
+
+    ms: float
+    gpu_ms: float
+    shapes: list[tuple[int, int, bool]]
+    tokens: list[list[int]]
+
+
+def engine_decode(
+    model: CausalLM, ids: list[list[int]], *, batch_invariant: bool = False
+) -> DecodeRun:
+    """Time the engine decoding ``NEW`` tokens for each prompt of ``ids`` (one batch).
+
+    The engine steps as a server does (the sampled ids read back every step); the first run
+    captures the graphs, the second is timed. ``batch_invariant``: the engine's
+    batch-invariant mode.
+    """
+    b = len(ids)
+    blocks = b * -(-(len(ids[0]) + NEW) // BLOCK_SIZE)
     engine = Engine(
-        model, max_batch=b, max_batched_tokens=b * PROMPT, prefix_caching=False,
+        model, max_batch=b, max_batched_tokens=b * len(ids[0]), prefix_caching=False,
         kv_memory=blocks * block_bytes(model.config, model.decoder.model.dtype),
+        batch_invariant=batch_invariant,
     )  # fmt: skip
     params = RequestParams(max_tokens=NEW, ignore_eos=True)
 
     def decode_steps() -> int:
         return engine.decode.replays + engine.decode.eager_steps
 
-    def once() -> float:
+    def once() -> tuple[float, list[list[int]]]:
         toks: list[list[int]] = [[] for _ in range(b)]
         for row, t in zip(ids, toks, strict=True):
             engine.submit(row, params, functools.partial(_collect, t))
@@ -75,10 +96,10 @@ def engine_decode(model: CausalLM, b: int, rng: np.random.Generator) -> tuple[fl
         before, start = decode_steps(), time.perf_counter()
         while engine.step() or engine.has_work():
             pass
-        return (time.perf_counter() - start) * 1e3 / (decode_steps() - before)
+        return (time.perf_counter() - start) * 1e3 / (decode_steps() - before), toks
 
     once()  # captures the graphs
-    ms = once()
+    ms, toks = once()
     captured = [s for s in engine.decode._shapes.values() if s.graph is not None]
     gpu_ms = float("nan")
     if captured:
@@ -91,7 +112,7 @@ def engine_decode(model: CausalLM, b: int, rng: np.random.Generator) -> tuple[fl
             shape.graph.replay()
         gp.synchronize()
         gpu_ms = (time.perf_counter() - start) * 1e3 / 20
-    return ms, gpu_ms, engine.decode.shapes()
+    return DecodeRun(ms, gpu_ms, engine.decode.shapes(), toks)
 
 
 def anchor_decode(anchor: TorchAnchor, b: int, rng: np.random.Generator, vocab: int) -> float:
@@ -119,7 +140,8 @@ def main() -> None:
         model = CausalLM(cfg, arrays, max_seq_len=PROMPT + NEW + 16)
         print(f"== {name}: weights ready in {time.perf_counter() - start:.1f} s")
         for b in BATCHES:
-            ms, gpu_ms, shapes = engine_decode(model, b, rng)
+            prompts = rng.integers(3, cfg.vocab_size, (b, PROMPT)).tolist()
+            ms, gpu_ms, shapes, _ = engine_decode(model, prompts)
             print(f"pygpukit engine b={b}: {ms:.3f} ms/step = {b * 1e3 / ms:.0f} tok/s; "
                   f"graph alone {gpu_ms:.3f} ms; shapes {shapes}", flush=True)  # fmt: skip
         anchor = TorchAnchor(cfg, tw, max_batch=max(BATCHES), max_seq_len=PROMPT + NEW + 8)

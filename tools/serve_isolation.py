@@ -18,10 +18,14 @@ Usage (GPU machine; random-weight checkpoints of the ``llm`` suite's shapes)::
 
     python tools/serve_isolation.py [--small qwen2.5-0.5b] [--big llama-3.1-8b]
         [--switch-interval S] [--no-partitions] [--new 128] [--memory 8GiB,56GiB]
-        [--json OUT.json]
+        [--no-host-turns] [--compare-turns] [--be-requests 2] [--json OUT.json]
 
 ``--switch-interval`` is passed to the server (default: what ``serve`` picks);
-``--no-partitions`` serves both models without partitions (plain streams, no QoS).
+``--no-partitions`` serves both models without partitions (plain streams, no QoS);
+``--no-host-turns``: the engines take no host turns (``serve`` makes the BestEffort model's
+engine and streams step aside while the Guaranteed one's host work is due);
+``--compare-turns``: a second loaded phase with host turns the other way (give the BestEffort
+clients enough work with ``--be-requests``).
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_round import _thread_cpu
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -127,6 +135,7 @@ class StepLog:
             "steps": f"{len(rows)} ({len(decode)} decode-only)",
             "step": _summary([t.end - t.start for t in decode]),
             "host": _summary([t.host_s for t in decode]),
+            "launch": _summary([t.launch_s for t in decode]),
             "wait": _summary([t.wait_s for t in decode]),
             "device": _summary([d / 1e3 for d in device]),
             "gap": _summary([g for g in gaps if g < 0.05]),
@@ -161,6 +170,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", type=int, default=128, help="tokens per measured request")
     p.add_argument("--memory", default="8GiB,56GiB", help="the two partitions' sizes")
     p.add_argument("--json", help="also write the numbers here")
+    p.add_argument("--no-host-turns", action="store_true",
+                   help="the engines take no host turns (the protected model's host work does "
+                   "not go first)")  # fmt: skip
+    p.add_argument(
+        "--compare-turns",
+        action="store_true",
+        help="a second loaded phase with host turns switched the other way",
+    )
+    p.add_argument(
+        "--be-requests",
+        type=int,
+        default=2,
+        help="requests per BestEffort client (the load must outlast the phases)",
+    )
     a = p.parse_args(argv)
 
     import uvicorn
@@ -194,10 +217,19 @@ def main(argv: list[str] | None = None) -> int:
     engines, scheduler = build_engines(args, sys.stderr)
     apply_switch_interval(interval)
     _warm_up(engines)
+    priority = next((e.host_priority for e in engines.values() if e.host_priority), None)
+    protected = {name: e.protected for name, e in engines.items()}
+
+    def host_turns(on: bool) -> None:
+        for name, e in engines.items():
+            e.share_host(priority if on else None, protected=protected[name])
+
+    if a.no_host_turns:
+        host_turns(False)
     logs = {name: StepLog(e) for name, e in engines.items()}
     config = uvicorn.Config(create_app(engines), host="127.0.0.1", port=0, log_level="warning")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
+    thread = threading.Thread(target=server.run, daemon=True, name="event-loop")
     thread.start()
     while not server.started:
         time.sleep(0.05)
@@ -221,13 +253,24 @@ def main(argv: list[str] | None = None) -> int:
             log.take()
         probe.take()
         pacing0 = gp.scheduler.pacing_stats()
+        yields0 = (priority.yields, priority.yielded_s) if priority else (0, 0.0)
+        cpu0, t0 = _thread_cpu(), time.perf_counter()
         measured = _result(_load(url, g, 4, 2, a.new, small_vocab, seed=0))
+        cpu1, wall = _thread_cpu(), time.perf_counter() - t0
+        # Each thread's share of one core over the phase (the interpreter lock allows ~1.0).
+        busy = {name: round((cpu1[name] - cpu0.get(name, 0.0)) / wall, 2) for name in cpu1
+                if cpu1[name] > cpu0.get(name, 0.0)}  # fmt: skip
         covered = noise is None or noise.poll() is None
         rows = {n: StepLog.report(log.take()) for n, log in logs.items()}
         late = probe.take()
         pacing1 = gp.scheduler.pacing_stats()
         itl = list(measured.itl_s)
-        out = {"itl": _summary(itl), "itl_p99_ms": _pct(itl, 99), "itl_p50_ms": _pct(itl, 50),
+        turns_on = any(e.host_priority is not None for e in engines.values())
+        yields = ({"yields": priority.yields - yields0[0],
+                   "yielded_ms": round((priority.yielded_s - yields0[1]) * 1e3, 1)}
+                  if priority and turns_on else "off")  # fmt: skip
+        out = {"host_turns": yields, "cpu_share": busy,
+               "itl": _summary(itl), "itl_p99_ms": _pct(itl, 99), "itl_p50_ms": _pct(itl, 50),
                "lock_probe_late": _summary(late), "covered": covered, "engines": rows,
                "pacing": {str(k): {f: v[f] - pacing0["partitions"].get(k, {}).get(f, 0)
                                    for f in ("launched", "held", "forced")}
@@ -237,19 +280,25 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=1), flush=True)
 
     phase("alone", None)
-    noise = _load(url, be, 64, 2, 128, big_vocab, seed=1)
+    noise = _load(url, be, 64, a.be_requests, 128, big_vocab, seed=1)
     deadline = time.monotonic() + 120
     while engines[be].stats()["running"] < 48 and noise.poll() is None:
         if time.monotonic() > deadline:
             break
         time.sleep(0.05)
     phase("loaded", noise)
+    if a.compare_turns and priority is not None:
+        host_turns(a.no_host_turns)
+        phase("loaded_turns_" + ("on" if a.no_host_turns else "off"), noise)
     big = _result(noise)
     report["besteffort_tok_s"] = big.output_tokens_per_s
     report["ratio_p99"] = report["loaded"]["itl_p99_ms"] / report["alone"]["itl_p99_ms"]
     print(f"BestEffort: {big.output_tokens_per_s:.0f} tok/s, ITL p99 "
           f"{big.percentile('itl', 99) * 1e3:.2f} ms; Guaranteed ITL p99 ratio "
           f"{report['ratio_p99']:.2f}x", flush=True)  # fmt: skip
+    for name in [k for k in report if k.startswith("loaded_turns_")]:
+        ratio = report[name]["itl_p99_ms"] / report["alone"]["itl_p99_ms"]
+        print(f"{name}: Guaranteed ITL p99 ratio {ratio:.2f}x", flush=True)
     probe.stop()
     if a.json:
         with open(a.json, "w") as f:

@@ -1,14 +1,18 @@
 """Kokoro on this backend against the float32 NumPy reference network, stage by stage.
 
-Finds where a device network parts from the reference: for the tiny and small random configs
-(and ``--real-shape``), one utterance, the same durations, it prints the relative L2 error of
-the duration features, the text encoder, F0 and energy, the harmonic source, and the audio; then
-the audio again with one piece at a time swapped for its composed (pre-fusion) form: the LSTM
-step kernel instead of the sequence kernel, the harmonic source from separate array ops, AdaIN
-from separate reductions, channel LayerNorm by transpose + layernorm. Needs the tests folder
-(``tests/tts/kokoro_numpy_reference.py``). Run from the repository root::
+Finds where a device network parts from the reference: for the tiny and small random configs,
+one utterance, the same durations, it prints the relative L2 error of the duration features,
+the text encoder, F0 and energy, the harmonic source, and the audio (also as the largest error
+over the reference's peak, the measure of ``test_network_matches_the_numpy_reference``), for
+each vocoder dtype asked (``--vocoder float32,auto``: ``auto`` is bfloat16 on the GPU); then the
+audio again with one piece at a time swapped for its composed (pre-fusion) form: the LSTM step
+kernel instead of the sequence kernel, the harmonic source from separate array ops, AdaIN from
+separate reductions, channel LayerNorm by transpose + layernorm. ``--ops`` first prints every
+op's float32 error against float64 NumPy (``tools/tts_op_precision.py``), which shows a TF32 or
+16-bit path taken for float32. Needs the tests folder (``tests/tts/kokoro_numpy_reference.py``).
+Run from the repository root::
 
-    python tools/tts_stage_check.py
+    python tools/tts_stage_check.py --ops
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "tts"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+import tts_op_precision
 from kokoro_numpy_reference import ReferenceNetwork, istft_polar, stft_polar
 
 import pygpukit as gp
@@ -34,7 +40,7 @@ from pygpukit.tts import KokoroConfig, kokoro
 from pygpukit.tts._masking import Lengths
 from pygpukit.tts._source import harmonic_sines
 from pygpukit.tts.config import SAMPLE_RATE
-from pygpukit.tts.kokoro import KokoroNetwork, _upload_ids, _upload_styles
+from pygpukit.tts.kokoro import KokoroNetwork, _upload_ids, _upload_styles, frame_counts
 from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
 
 SMALL = KokoroConfig(
@@ -98,21 +104,30 @@ def swapped(owner: object, name: str, value: Callable) -> Iterator[None]:
         setattr(owner, name, old)
 
 
-def stages(cfg: KokoroConfig, label: str, seed: int) -> None:
+def peak_error(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest absolute error of ``a`` over the peak of ``b``."""
+    return float(np.abs(np.asarray(a, np.float64) - b).max() / max(np.abs(b).max(), 1e-30))
+
+
+def stages(cfg: KokoroConfig, label: str, seed: int, vocoder: str) -> None:
     """Print each stage's error against the reference, then the audio's with each swap."""
     rng = np.random.default_rng(seed)
     state = random_state(cfg, seed=seed)
     style = random_voice(cfg, seed=seed + 1)[30, 0]
     ids = np.array([0, *rng.integers(1, 170, 29), 0])
-    ref_net, net = ReferenceNetwork(cfg, state), KokoroNetwork(cfg, state)
+    ref_net = ReferenceNetwork(cfg, state)
+    net = KokoroNetwork(cfg, state, vocoder_dtype=vocoder)
     ref = ref_net(ids, style, 1.0)
     durations = ref.durations
-    print(f"== {label} (seed {seed}, {len(ids)} tokens, {int(durations.sum())} frames)")
+    print(f"== {label} (seed {seed}, {len(ids)} tokens, {int(durations.sum())} frames, "
+          f"vocoder {vocoder} = {np.dtype(net.vocoder_dtype).name})")  # fmt: skip
     # Stage by stage, the device network on the reference's durations.
     width = len(ids)
     tokens = Lengths(np.array([width]), width)
     ids_gpu, refs = _upload_ids([ids], width), _upload_styles([style])
-    d, ours_dur, styles = net._prosody(ids_gpu, refs, tokens, 1.0)
+    ph = net.phoneme_half(ids_gpu, refs, tokens)
+    d, styles = ph.features, ph.styles
+    ours_dur = frame_counts(ph.duration.to_numpy(), tokens.lengths, 1.0)
     d_ref, dur_ref = ref_net.predict_durations(ids, style.reshape(1, -1), 1.0)
     print(
         f"  durations equal {np.mean(ours_dur[0] == dur_ref):.3f}; d {rel(d.to_numpy(), d_ref):.2e}"
@@ -135,10 +150,12 @@ def stages(cfg: KokoroConfig, label: str, seed: int) -> None:
     s_dec = style.reshape(1, -1)[:, : cfg.style_dim]
     voc_ref = ref_net.decoder(asr_ref, f0_ref, n_ref, s_dec, None)
     voc = net.decoder(gp.from_numpy(asr_ref), gp.from_numpy(f0_ref.astype(np.float32)),
-                      gp.from_numpy(n_ref.astype(np.float32)), styles, frames, None)  # fmt: skip
-    print(f"  decoder + generator on the reference's inputs {rel(voc.to_numpy(), voc_ref):.2e}")
+                      gp.from_numpy(n_ref.astype(np.float32)), styles, frames,
+                      None).to_numpy()  # fmt: skip
+    print(f"  decoder + generator on the reference's inputs {rel(voc, voc_ref):.2e} "
+          f"(max/peak {peak_error(voc, voc_ref):.2e})")  # fmt: skip
     audio = net(ids, style, 1.0, durations=durations).audio
-    print(f"  audio {rel(audio, ref.audio):.2e}")
+    print(f"  audio {rel(audio, ref.audio):.2e} (max/peak {peak_error(audio, ref.audio):.2e})")
     variants = {
         "lstm step kernel": lambda: ops_config.override(lstm_kernel="step"),
         "composed harmonic source": lambda: swapped(
@@ -151,7 +168,9 @@ def stages(cfg: KokoroConfig, label: str, seed: int) -> None:
     }  # fmt: skip
     for name, make in variants.items():
         with make():
-            alt = KokoroNetwork(cfg, state)(ids, style, 1.0, durations=durations).audio
+            alt = KokoroNetwork(cfg, state, vocoder_dtype=vocoder)(
+                ids, style, 1.0, durations=durations
+            ).audio
         print(f"  audio with {name}: {rel(alt, ref.audio):.2e}")
 
 
@@ -167,14 +186,21 @@ def audio_ops(seed: int) -> None:
 
 
 def main() -> None:
-    """Both random configs, after the audio ops alone."""
+    """The op table (``--ops``), the audio ops, then both random configs per vocoder dtype."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument("--ops", action="store_true", help="print the op table first")
+    parser.add_argument("--vocoder", default="float32,auto", help="vocoder dtypes, comma-separated")
+    parser.add_argument("--configs", default="tiny,small", help="random configs: tiny, small")
     args = parser.parse_args()
     print("backend", gp.backend_name())
+    if args.ops:
+        tts_op_precision.run(args.seed, 1e-5)
     audio_ops(args.seed)
-    for label, cfg in (("tiny", TINY_CONFIG), ("small", SMALL)):
-        stages(cfg, label, args.seed)
+    configs = {"tiny": TINY_CONFIG, "small": SMALL}
+    for vocoder in args.vocoder.split(","):
+        for label in args.configs.split(","):
+            stages(configs[label], label, args.seed, vocoder)
 
 
 if __name__ == "__main__":

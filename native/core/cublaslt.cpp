@@ -207,6 +207,11 @@ constexpr int kCandidates = 16;
 constexpr double kTuneMacs = 1ull << 18;
 // Timed runs per candidate: fewer for large problems, whose runs are long and steady.
 constexpr double kLargeMacs = 1ull << 33;
+// Timed rounds over the candidates below kLargeMacs, each candidate keeping its fastest round.
+// There the choice rests on a few microseconds of host time per call, which another process
+// on the machine stretches for a while: one round let that noise pick the algorithm (bf16 64^3
+// and 512^3 ran 0.95-1.03x PyTorch in one process and 0.66-0.79x in another).
+constexpr int kSmallRounds = 3;
 // A candidate within this fraction of the fastest is as good: the heuristic's order breaks ties.
 constexpr float kTieFraction = 0.02f;
 
@@ -305,12 +310,12 @@ bool hold_stream(const StreamPtr& stream, unsigned long long ns) {
 // start event, `reps` runs, a stop event: the delay lets the host enqueue all the runs before the
 // GPU starts them, so the events bracket the GPU's time even for kernels shorter than a launch.
 // The host time of the enqueues is measured too, and a candidate costs the larger of the two per
-// call (an algorithm that enqueues a second kernel costs the host that launch). One wait at the
-// end. Skipped while the stream is being captured (a host wait would break the capture); the
-// next uncaptured call tunes instead. True when this call timed the candidates. Only the thread
-// that claims the plan's tuning runs this;
-// others keep running the current choice meanwhile (timings taken while other threads share the
-// stream are noisier, never wrong).
+// call (an algorithm that enqueues a second kernel costs the host that launch). Below kLargeMacs
+// this runs kSmallRounds times over the candidates and each keeps its fastest GPU and host
+// times. One wait at the end. Skipped while the stream is being captured (a host wait would break
+// the capture); the next uncaptured call tunes instead. True when this call timed the candidates.
+// Only the thread that claims the plan's tuning runs this; others keep running the current choice
+// meanwhile (timings taken while other threads share the stream are noisier, never wrong).
 template <typename Enqueue>
 bool tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -320,40 +325,52 @@ bool tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
     const size_t count = plan.candidates.size();
     const double macs = static_cast<double>(plan.m) * plan.n * plan.k * plan.batch;
     const int reps = macs >= kLargeMacs ? 3 : 10;
+    const int rounds = macs >= kLargeMacs ? 1 : kSmallRounds;
     std::vector<char> runs(count, 0);
     for (size_t i = 0; i < count; ++i) runs[i] = enqueue(plan.candidates[i]) == 0;
-    std::vector<CUevent> events(2 * count, nullptr);
+    // Events of round r, candidate i: 2 * (r * count + i) and the one after it.
+    std::vector<CUevent> events(2 * count * rounds, nullptr);
     for (CUevent& e : events) check(drv().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
-    std::vector<std::pair<float, float>> timings(count, {-1.0f, -1.0f});
+    std::vector<std::vector<float>> host_us(count);
     using clock = std::chrono::steady_clock;
-    for (size_t i = 0; i < count; ++i) {
-        if (!runs[i]) continue;
-        // 10 us of enqueue per run is a few times what one cublasLtMatmul call takes.
-        hold_stream(stream, 10000ull * (reps + 1));
-        drv().cuEventRecord(events[2 * i], stream->handle());
-        const auto t0 = clock::now();
-        bool ok = true;
-        for (int r = 0; r < reps && ok; ++r) ok = enqueue(plan.candidates[i]) == 0;
-        const auto t1 = clock::now();
-        drv().cuEventRecord(events[2 * i + 1], stream->handle());
-        runs[i] = ok;
-        timings[i].second =
-            std::chrono::duration<float, std::micro>(t1 - t0).count() / static_cast<float>(reps);
+    // Rounds visit the candidates in turn, so a slow stretch of the host falls on several of
+    // them and every candidate gets a round outside it.
+    for (int round = 0; round < rounds; ++round) {
+        for (size_t i = 0; i < count; ++i) {
+            if (!runs[i]) continue;
+            CUevent* pair = &events[2 * (round * count + i)];
+            // 10 us of enqueue per run is a few times what one cublasLtMatmul call takes.
+            hold_stream(stream, 10000ull * (reps + 1));
+            drv().cuEventRecord(pair[0], stream->handle());
+            const auto t0 = clock::now();
+            bool ok = true;
+            for (int r = 0; r < reps && ok; ++r) ok = enqueue(plan.candidates[i]) == 0;
+            const auto t1 = clock::now();
+            drv().cuEventRecord(pair[1], stream->handle());
+            runs[i] = ok;
+            host_us[i].push_back(std::chrono::duration<float, std::micro>(t1 - t0).count() /
+                                 static_cast<float>(reps));
+        }
     }
     CUresult r;
     {
         GilRelease nogil;
         r = drv().cuStreamSynchronize(stream->handle());
     }
+    std::vector<std::pair<float, float>> timings(count, {-1.0f, -1.0f});
     float best_cost = 0.0f;
     for (size_t i = 0; i < count; ++i) {
-        float ms = 0.0f;
-        if (r != CUDA_SUCCESS || !runs[i] ||
-            drv().cuEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]) != CUDA_SUCCESS) {
-            timings[i] = {-1.0f, -1.0f};
-            continue;
+        if (r != CUDA_SUCCESS || !runs[i]) continue;
+        float gpu = -1.0f;
+        for (int round = 0; round < rounds; ++round) {
+            float ms = 0.0f;
+            const CUevent* pair = &events[2 * (round * count + i)];
+            if (drv().cuEventElapsedTime(&ms, pair[0], pair[1]) != CUDA_SUCCESS) continue;
+            const float us = ms * 1000.0f / static_cast<float>(reps);
+            if (gpu < 0.0f || us < gpu) gpu = us;
         }
-        timings[i].first = ms * 1000.0f / static_cast<float>(reps);
+        if (gpu < 0.0f || host_us[i].empty()) continue;
+        timings[i] = {gpu, *std::min_element(host_us[i].begin(), host_us[i].end())};
         const float cost = std::max(timings[i].first, timings[i].second);
         if (best_cost == 0.0f || cost < best_cost) best_cost = cost;
     }

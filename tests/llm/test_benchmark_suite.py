@@ -64,6 +64,17 @@ def test_models_variable_picks_shapes(monkeypatch, rng):
     assert ("decode", 32, 1) in rows and ("decode", 32, 16) in rows
 
 
+def test_rows_variable_picks_row_kinds(monkeypatch, rng):
+    monkeypatch.setenv(benchmarks.MODELS_ENV, "tiny")
+    monkeypatch.setenv(benchmarks.ROWS_ENV, "ttft,decode_hf")
+    ctx = SuiteContext(backend="cuda", quick=True, data=DataCache(rng), rng=rng)
+    ops = [c.op for c in benchmarks.SUITE.cases(ctx)]
+    assert ops == ["ttft", "ttft", "decode_hf"]
+    monkeypatch.setenv(benchmarks.ROWS_ENV, "prefill")
+    with pytest.raises(ValueError, match="prefill"):
+        list(benchmarks.SUITE.cases(ctx))
+
+
 class _TorchOnCPU(Library):
     """The torch column with CPU tensors: the anchor's rows without a GPU."""
 

@@ -60,9 +60,9 @@ def test_prefill_reads_the_projection_in_place(name, seed, rng, monkeypatch):
     in_place = llama._UncachedAttend.from_projection
     calls: list[int] = []
 
-    def spy(self: Any, i: int, qkv: Any, positions: Any) -> Any:
+    def spy(self: Any, i: int, qkv: Any, positions: Any, **options: Any) -> Any:
         calls.append(i)
-        return in_place(self, i, qkv, positions)
+        return in_place(self, i, qkv, positions, **options)
 
     results = []
     for split in (spy, None):  # None: the strategy offers no projection path
@@ -79,6 +79,31 @@ def test_prefill_reads_the_projection_in_place(name, seed, rng, monkeypatch):
     assert rel_err(l1, l0) < 1e-6 and t1 == t0
     for a, b in zip(kv1, kv0, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["llama3_tied", "qwen3_qknorm", "mistral_window"])
+def test_last_position_only_is_the_last_row(name, seed, rng):
+    """A prefill that wants the next token runs the last layer's attention output, MLP and
+    final norm on the last position only: its hidden state is the full pass's last row, and the
+    keys and values cached for every position are those of the full pass."""
+    model, _ = _model(name, seed)
+    m = model._model
+    ids = rng.integers(3, 256, (1, 10))
+    ids_gpu = gp.from_numpy(ids.astype(np.int32))
+    positions = gp.from_numpy(np.arange(10, dtype=np.int32)[None, :])
+    stored: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    rows = {}
+    for trim in (False, True):
+
+        def store(i: int, k: Any, v: Any, trim: bool = trim) -> None:
+            stored[trim] += [k.to_numpy(), v.to_numpy()]
+
+        x = m.hidden_states(ids_gpu, positions, m.attend_uncached(store), last_position_only=trim)
+        rows[trim] = x.to_numpy()
+    assert rows[True].shape == (1, 1, m.config.hidden_size)
+    assert rel_err(rows[True][:, 0], rows[False][:, -1]) < 1e-6
+    for a, b in zip(stored[True], stored[False], strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("name", ["llama3_tied", "qwen3_qknorm"])

@@ -102,3 +102,27 @@ def test_the_guide_example_is_a_valid_config(tmp_path):
     assert [m.split("=")[0] for m in args.models] == ["chat", "batch"]
     assert args.partition == ["chat=8GiB,0.25,guaranteed", "batch=56GiB,0,besteffort"]
     assert (args.max_batch, args.kv_memory) == (64, "0.6")
+
+
+def test_prefix_caching_goes_to_the_engine_as_given(tmp_path):
+    import io
+
+    from serve_models import write_tiny_model
+
+    from pygpukit.llm.serve.cli import build_engines
+
+    assert _args("m=/models/x").prefix_caching is None  # unset: the engine decides
+    assert _args("m=/models/x", "--batch-invariant").prefix_caching is None
+    model = write_tiny_model(tmp_path / "m")
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text("prefix_caching = true\nbatch_invariant = true\n\n"
+                   f'[models.m]\npath = "{model}"\n')  # fmt: skip
+    args = _args("--config", str(cfg), "--dtype", "bfloat16", "--kv-memory", "1MiB",
+                 "--max-model-len", "64")  # fmt: skip
+    # Both asked for: the engine's error, not a silent override.
+    with pytest.raises(ValueError, match="cannot share cached prefixes"):
+        build_engines(args, io.StringIO())
+    args = _args(f"m={model}", "--batch-invariant", "--dtype", "bfloat16", "--kv-memory", "1MiB",
+                 "--max-model-len", "64")  # fmt: skip
+    engines, _ = build_engines(args, io.StringIO())
+    assert engines["m"].blocks.prefix_caching is False and engines["m"].batch_invariant

@@ -9,7 +9,13 @@ from serve_models import TEST_DTYPE, write_tiny_model
 
 from pygpukit import llm
 from pygpukit.llm.engine import Engine, RequestParams
-from pygpukit.llm.engine.decode_graphs import BATCH_BUCKETS, batch_bucket, table_width
+from pygpukit.llm.engine.decode_graphs import (
+    BATCH_BUCKETS,
+    DecodeGraphs,
+    _PagedAttend,
+    batch_bucket,
+    table_width,
+)
 from pygpukit.llm.engine.paged_cache import BLOCK_SIZE, block_bytes
 from pygpukit.llm.engine.runner import build_inputs
 
@@ -107,3 +113,41 @@ def test_a_logprobs_request_in_a_bucketed_step(tiny):
         ref = row - row.max() - np.log(np.exp(row - row.max()).sum())
         tol = 1e-4 if TEST_DTYPE == "float32" else 5e-2
         assert abs(lp.logprob - ref[lp.token_id]) < tol and len(lp.top) == 3
+
+
+@pytest.mark.gpu
+def test_fused_qkv_step_equals_the_split_step_bit_for_bit(tiny, monkeypatch):
+    """The step's q/k/v straight from the projection (``ops.rope_kv_paged_write``, one kernel a
+    layer) gives the logits and cache rows of the split + RoPE + paged-write path, bit for bit:
+    the default engine's greedy answers do not move. (GPU only: on the CPU backend both paths
+    are NumPy, compared at the op level in tests/ops/test_ops_rope_kv_paged.py.)"""
+    per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
+    engine = Engine(
+        tiny, kv_memory=32 * per_block, max_batch=16, max_batched_tokens=64, lookahead=False
+    )
+    eager = DecodeGraphs(engine.decode.model, engine.cache, engine.decode.scratch, use_graphs=False)
+    decode, compared = engine.decode.logits, []
+
+    def bits(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a).view(np.uint8)
+
+    def checked(chunks, **kwargs):
+        fused = bits(eager.logits(chunks).to_numpy())
+        cache = [bits(k.to_numpy()) for k in engine.cache.k + engine.cache.v]
+        with monkeypatch.context() as m:
+            m.delattr(_PagedAttend, "from_projection")  # back to split + RoPE + paged write
+            split = bits(eager.logits(chunks).to_numpy())
+        np.testing.assert_array_equal(fused, split)
+        for before, k in zip(cache, engine.cache.k + engine.cache.v, strict=True):
+            np.testing.assert_array_equal(before, bits(k.to_numpy()))  # rewritten the same
+        compared.append(len(chunks))
+        return decode(chunks, **kwargs)
+
+    engine.decode.logits = checked
+    rng = np.random.default_rng()
+    for n in (2, 3):
+        prompt = rng.integers(3, 259, int(rng.integers(3, 20))).tolist()
+        engine.submit(prompt, RequestParams(max_tokens=n, ignore_eos=True), lambda o: None)
+    while engine.step() or engine.has_work():
+        pass
+    assert compared == [2, 1]

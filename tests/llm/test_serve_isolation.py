@@ -86,8 +86,10 @@ def test_the_isolation_row_runs_and_reports_both_loads(tmp_path, monkeypatch):
     finally:
         benchmarks._stop_all()
     assert result.output_tokens == 5 and len(result.itl_s) == 4
-    assert m["itl_p99_alone_ms"] >= m["itl_p50_alone_ms"] > 0
-    assert m["itl_p99_loaded_ms"] >= m["itl_p50_loaded_ms"] > 0
+    # Tokens that reach a client in one read count as arriving together (gaps of 0): under
+    # load most gaps may be 0, the slowest ones not.
+    assert m["itl_p99_alone_ms"] >= m["itl_p50_alone_ms"] >= 0 and m["itl_p99_alone_ms"] > 0
+    assert m["itl_p99_loaded_ms"] >= m["itl_p50_loaded_ms"] >= 0 and m["itl_p99_loaded_ms"] > 0
     assert m["ratio"] == pytest.approx(m["itl_p99_loaded_ms"] / m["itl_p99_alone_ms"], rel=0.02)
     assert m["besteffort_tok_s"] > 0 and m["rounds"] == 2
 
@@ -132,6 +134,10 @@ def test_the_step_observer_sees_each_forward_step_in_order(tmp_path, rng):
     assert any(t.decode_only for t in seen) and any(not t.decode_only for t in seen)
     # Every token a request got (an EOS may end one early) was counted by one step.
     assert sum(t.tokens for t in seen) == sum(len(o.token_ids) for o in outputs)
+    # The forward pass computed the sampled tokens and maybe prompt chunks: decode-only steps
+    # one token per sampled request.
+    assert all(t.batch_tokens >= max(t.tokens, 1) and t.launch_s > 0 for t in seen)
+    assert all(t.batch_tokens == t.tokens for t in seen if t.decode_only)
     for t in seen:
         assert t.start <= t.enqueued <= t.flushed <= t.sampled <= t.end
         assert t.host_s >= 0 and t.wait_s >= 0

@@ -62,6 +62,21 @@ def test_conv1d_padding_same_and_valid(rand: Rand, kernel: int, dilation: int) -
     assert rel_err(valid.to_numpy(), conv1d_ref(x, w, None, 1, (0, 0), dilation)) < 1e-5
 
 
+def test_weight_cache_gives_the_same_result(rand: Rand) -> None:
+    """``weight_cache`` only keeps a rearranged weight (the GPU's tensor-core path); the result
+    is the same with it, in both directions, and a non-dict is refused."""
+    x, w = gp.from_numpy(rand((2, 4, 12))), gp.from_numpy(rand((6, 4, 3)))
+    cache: dict = {}
+    for _ in range(2):
+        got = ops.conv1d(x, w, padding=1, weight_cache=cache).to_numpy()
+        np.testing.assert_array_equal(got, ops.conv1d(x, w, padding=1).to_numpy())
+    wt = gp.from_numpy(rand((4, 5, 4)))
+    got = ops.conv_transpose1d(x, wt, stride=2, weight_cache={}).to_numpy()
+    np.testing.assert_array_equal(got, ops.conv_transpose1d(x, wt, stride=2).to_numpy())
+    with pytest.raises(TypeError, match="weight_cache must be a dict"):
+        ops.conv1d(x, w, weight_cache=[])  # type: ignore[arg-type]
+
+
 def test_conv1d_out(rand: Rand) -> None:
     x, w = rand((2, 4, 12)), rand((6, 4, 3))
     out = gp.empty((2, 6, 10), gp.float32)

@@ -74,13 +74,18 @@ def test_lstm(rand: Rand, dtype: str, bidirectional: bool, batch_first: bool) ->
     assert rel_err(c_n.to_numpy(), want_c) < TOL[dtype]
 
 
+@pytest.mark.parametrize("on_device", [None, "int32", "int64"])
 @pytest.mark.parametrize("bidirectional", [False, True])
-def test_lstm_lengths_and_zero_state(rand: Rand, bidirectional: bool) -> None:
+def test_lstm_lengths_and_zero_state(
+    rand: Rand, bidirectional: bool, on_device: str | None
+) -> None:
+    """Host lengths, and device ones (as a CUDA graph's input buffer holds them)."""
     batch, steps, inputs, hidden = 4, 9, 3, 5
     x = rand((batch, steps, inputs))
     fw = weights(rand, inputs, hidden, np.float32)
     bw = weights(rand, inputs, hidden, np.float32) if bidirectional else None
     lengths = [9, 4, 1, 7]
+    given = lengths if on_device is None else gp.from_numpy(np.array(lengths, on_device))
     reverse = {}
     if bw is not None:
         reverse = {"w_ih_reverse": gp.from_numpy(bw[0]), "w_hh_reverse": gp.from_numpy(bw[1]),
@@ -89,7 +94,7 @@ def test_lstm_lengths_and_zero_state(rand: Rand, bidirectional: bool) -> None:
     fw_biasless = [fw[0], fw[1], fw[2], None]
     y, (h_n, c_n) = ops.lstm(
         gp.from_numpy(x), gp.from_numpy(fw[0]), gp.from_numpy(fw[1]), gp.from_numpy(fw[2]),
-        lengths=lengths, **reverse,
+        lengths=given, **reverse,
     )  # fmt: skip
     want_y, want_h, want_c = expected(x, fw_biasless, bw, None, None, lengths)  # type: ignore[arg-type]
     assert rel_err(y.to_numpy(), want_y) < 1e-5
@@ -115,6 +120,10 @@ def test_lstm_errors(rand: Rand) -> None:
         ops.lstm(x, w_ih, w_hh, lengths=[5, 6])
     with pytest.raises(ValueError, match="2 integers"):
         ops.lstm(x, w_ih, w_hh, lengths=[5])
+    with pytest.raises(TypeError, match="integer GPUArray"):
+        ops.lstm(x, w_ih, w_hh, lengths=gp.from_numpy(np.array([5.0, 1.0], np.float32)))
+    with pytest.raises(TypeError, match="integer GPUArray"):
+        ops.lstm(x, w_ih, w_hh, lengths=gp.from_numpy(np.array([5, 1, 2], np.int32)))
     with pytest.raises(TypeError, match="dtype"):
         ops.lstm(x, w_ih, gp.from_numpy(rand((16, 4), np.float16)))
     with pytest.raises(ValueError, match="no sequence"):

@@ -27,6 +27,7 @@ from pygpukit.benchmark import (
     register_suite,
     registry,
 )
+from pygpukit.benchmark.case import CorrectnessError
 from pygpukit.benchmark.cli import main
 from pygpukit.benchmark.data import parse_dtype
 from pygpukit.benchmark.harness import HarnessConfig, copies_for, measure
@@ -380,3 +381,63 @@ def test_sizes_larger_than_gpu_memory_are_refused_on_the_gpu(suite: str, size: s
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"--sizes {size} is too large for the {suite} suite" in proc.stderr
     assert "of GPU memory (it has" in proc.stderr and "nothing was run" in proc.stderr
+
+
+class _LoggingLibrary(Library):
+    """A host-only library double whose runs append its name to a shared log."""
+
+    module = None
+    on_gpu = False
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name = name
+        self.log = log
+
+    @property
+    def version(self) -> str:
+        return "0"
+
+    def upload(self, host: np.ndarray, dtype: str) -> Any:
+        return host
+
+    def download(self, array: Any) -> np.ndarray:
+        return np.asarray(array)
+
+    def synchronize(self) -> None:
+        self.log.append(f"sync {self.name}")
+
+    def device_timer(self) -> Any:
+        raise AssertionError("host-only")
+
+
+def test_interleaved_case_alternates_the_libraries_and_keeps_a_failure_apart() -> None:
+    """``Case.interleave``: every library is checked and warmed up first, then their timed
+    repetitions alternate; a library whose check fails is reported failed, the others timed."""
+    from pygpukit.benchmark.harness import run_case
+
+    log: list[str] = []
+    libs = [_LoggingLibrary(name, log) for name in ("pygpukit", "torch", "cupy")]
+
+    def setup(lib: Library, copies: int) -> Timed:
+        def run(i: int) -> str:
+            log.append(lib.name)
+            return lib.name
+
+        def check(out: Any) -> None:
+            if lib.name == "cupy":
+                raise CorrectnessError("planted")
+
+        return Timed(run=run, check=check)
+
+    case = Case("t", "op", {}, dict.fromkeys(("pygpukit", "torch", "cupy"), setup))
+    case.interleave = True
+    # One call per repetition (the smallest target), four repetitions.
+    cfg = HarnessConfig(max_reps=4, min_reps=4, budget_s=0.0, warmup_s=0.0, target_rep_ms=1e-9)
+    row = run_case(case, libs, cfg, {})
+    assert row.libs["cupy"].status == "failed" and "planted" in row.libs["cupy"].reason
+    for name in ("pygpukit", "torch"):
+        assert row.libs[name].status == "ok" and len(row.libs[name].times_ms) == 4
+    runs = [e for e in log if not e.startswith("sync")]
+    # Each library: one checked run, two warm-up runs; then the timed ones alternate.
+    assert runs[:3] == ["pygpukit"] * 3 and runs[3:6] == ["torch"] * 3 and runs[6] == "cupy"
+    assert runs[7:] == ["pygpukit", "torch"] * 4

@@ -99,3 +99,30 @@ def test_decode_steps_make_no_plan(graphs, seed, rng):
         dec.decode_step(greedy)
     gp.synchronize()
     assert lookups() == before
+
+
+@pytest.mark.parametrize("name", ["llama3_tied", "mistral_window", "qwen3_qknorm"])
+@pytest.mark.parametrize(("dtype", "limit"), [("float32", 1e-5), ("bfloat16", 1e-2)])
+def test_last_position_only_is_the_last_row(name, dtype, limit, seed, rng):
+    """The prefill's trimmed last layer (the last query's attention, then one row through the
+    output projection, the MLP and the final norm: GEMV kernels instead of the GEMM) gives the
+    full pass's last row, to the rounding of the other summation order; the keys and values of
+    every position are stored as the full pass stores them."""
+    model, _ = _model(name, seed, dtype)
+    m = model._model
+    s = 40
+    ids = gp.from_numpy(rng.integers(3, 256, (1, s)).astype(np.int32))
+    positions = gp.from_numpy(np.arange(s, dtype=np.int32)[None, :])
+    stored: dict[bool, list[np.ndarray]] = {True: [], False: []}
+    rows = {}
+    for trim in (False, True):
+
+        def store(i, k, v, trim=trim):
+            stored[trim] += [k.to_numpy(), v.to_numpy()]
+
+        x = m.hidden_states(ids, positions, m.attend_uncached(store), last_position_only=trim)
+        rows[trim] = x.to_numpy().astype(np.float64)
+    assert rows[True].shape == (1, 1, m.config.hidden_size)
+    assert rel_err(rows[True][:, 0], rows[False][:, -1]) < limit
+    for a, b in zip(stored[True], stored[False], strict=True):
+        np.testing.assert_array_equal(a, b)

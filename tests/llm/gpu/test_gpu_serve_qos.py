@@ -50,3 +50,25 @@ def test_sampled_ids_do_not_wait_behind_another_streams_download(rng):
     assert theirs.result(timeout=120).tolist() == other_ids.to_numpy().tolist()
     assert finished.query()
     del product
+
+
+def test_a_steps_ids_are_ready_only_once_its_work_is_done(rng):
+    # What host turns rely on (Engine.host_due): another thread can tell, without waiting,
+    # whether a protected engine's step is done on the device.
+    a = gp.from_numpy(rng.standard_normal((8192, 8192)).astype(np.float32)).astype(gp.bfloat16)
+    host_logits = rng.standard_normal((4, 1000)).astype(np.float32)
+    logits = gp.from_numpy(host_logits)
+    requests = [Request(f"r{i}", [1, 2, 3], RequestParams(max_tokens=1), lambda out: None,
+                        frozenset()) for i in range(4)]  # fmt: skip
+    stream = gp.Stream()
+    with stream:
+        product = a @ a  # the matmul's one-time setup, outside what is checked below
+    gp.synchronize()
+    with stream:
+        for _ in range(40):  # the step's forward pass (~50 ms), then its sampling
+            product = a @ a
+        pending = SampledTokens(logits, requests)
+    assert not pending.ready()
+    tokens, _ = pending.result()
+    assert pending.ready() and tokens == host_logits.argmax(axis=1).tolist()
+    del product

@@ -35,7 +35,8 @@ def test_gpu_smollm2_forward_matches_transformers(smollm2_bf16):
 def test_gpu_smollm2_greedy_token_is_the_unrounded_argmax(smollm2_bf16):
     # The chat prompt's two best first tokens ("The" and "L") are 0.07 apart in the bf16 model:
     # rounded to bfloat16 (steps of 0.125 there) they tie and the lower id won. The step's
-    # logits must be the float32 sums of the head product.
+    # logits must be the float32 sums of the head product. The hidden state is computed as
+    # generate's prefill computes it (its last layer on the last position only).
     model = smollm2_bf16
     prompt = model.tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is the capital of France?"}], add_generation_prompt=True
@@ -44,11 +45,11 @@ def test_gpu_smollm2_greedy_token_is_the_unrounded_argmax(smollm2_bf16):
     m, s = model._model, len(ids)
     x = m.hidden_states(
         gp.from_numpy(ids[None]), gp.from_numpy(np.arange(s, dtype=np.int32)[None]),
-        m.attend_uncached(),
+        m.attend_uncached(), last_position_only=True,
     )  # fmt: skip
     last = x.to_numpy()[0, -1].astype(np.float64)
     exact = m.lm_head.weight.to_numpy().astype(np.float64) @ last
-    step = m.logits(x[:, s - 1])
+    step = m.logits(x[:, 0])
     assert step.dtype == np.float32
     got = step.to_numpy()[0]
     assert np.abs(got - exact).max() <= 1e-3 * np.abs(exact).max()

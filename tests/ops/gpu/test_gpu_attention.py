@@ -28,7 +28,7 @@ from ops_references import (
 
 import pygpukit as gp
 from pygpukit import ops
-from pygpukit.ops import config
+from pygpukit.ops import attention, config
 
 
 @pytest.fixture
@@ -255,6 +255,57 @@ def test_decode_fused_combine(rand, rng, use_config, kernel, b, hq, hkv, d):
         np.testing.assert_allclose(
             outs["fused"].astype(np.float32), outs["kernel"].astype(np.float32), rtol=0, atol=2e-2
         )
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_decode_l2_prefetch_and_early_launch_change_no_bit(
+    rand, rng, use_config, monkeypatch, paged
+):
+    """bulk2's L2 prefetch ahead of its stages (1, 2 and 7 tiles) only moves bytes earlier, and
+    letting the next call launch after the key loops (early) only moves its start: calls back to
+    back, with two sets of lengths that end mid-tile, mid-block and past a split's last tile,
+    give bitwise the outputs of the plain kernel, which match float64 NumPy."""
+    use_config(decode_kernel="bulk2")
+    b, hq, hkv, d, block, max_blocks = 4, 16, 4, 128, 16, 300
+    dtype = gp.bfloat16
+    lens = [np.array([4800, 1, 2049, 3333], np.int32), np.array([0, 4799, 64, 1000], np.int32)]
+    q = (rand((b, hq, d)) * 0.3).astype(dtype)
+    if paged:
+        nblocks = b * max_blocks + 5
+        kc = (rand((nblocks, hkv, block, d)) * 0.3).astype(dtype)
+        vc = rand((nblocks, hkv, block, d)).astype(dtype)
+        table = rng.permutation(nblocks)[: b * max_blocks].reshape(b, max_blocks).astype(np.int32)
+        refs = [ref_decode(q, gather_pages(kc, table, n), gather_pages(vc, table, n)) for n in lens]
+        gtable = gp.from_numpy(table)
+    else:
+        kc = (rand((b, hkv, block * max_blocks, d)) * 0.3).astype(dtype)
+        vc = rand((b, hkv, block * max_blocks, d)).astype(dtype)
+        refs = [
+            ref_decode(
+                q, [kc[i, :, : n[i]] for i in range(b)], [vc[i, :, : n[i]] for i in range(b)]
+            )
+            for n in lens
+        ]
+        gtable = None
+    gq, gk, gv = (gp.from_numpy(x) for x in (q, kc, vc))
+    glens = [gp.from_numpy(n) for n in lens]
+    outs = {}
+    for ahead, early in ((0, False), (1, False), (2, False), (7, False), (0, True), (2, True)):
+        monkeypatch.setitem(attention._DECODE_L2_AHEAD, "bulk2", ahead)
+        monkeypatch.setitem(attention._DECODE_EARLY_LAUNCH, "bulk2", early)
+        attention.DECODE_PLANS.clear()
+        calls = [
+            ops.decode_attention(gq, gk, gv, glens[i % 2], block_table=gtable) for i in range(4)
+        ]
+        outs[ahead, early] = [c.to_numpy() for c in calls]
+    attention.DECODE_PLANS.clear()  # no plan with a patched knob outlives the test
+    base = outs[0, False]
+    for i in range(4):
+        assert rel_err(base[i], refs[i % 2]) < LIMIT[np.dtype(dtype)], i
+        assert np.all(base[i][lens[i % 2] == 0].astype(np.float32) == 0)
+    for key, got in outs.items():
+        for i in range(4):
+            assert np.array_equal(got[i].view(np.uint16), base[i].view(np.uint16)), (key, i)
 
 
 def test_decode_fused_combine_streams_and_layer(rand, rng):

@@ -203,3 +203,33 @@ def test_conv_transpose1d_igemm_against_torch(rand: Rand, case: tuple[int, ...])
         assert isinstance(plan, IgemmPlan)
         y = ops.conv_transpose1d(*args, **options).to_numpy()
     assert rel_err(y, torch_reference(True, x, w, b, **options)) < TOL["bfloat16"]
+
+
+@pytest.mark.parametrize("transposed", [False, True])
+def test_weight_cache_keeps_one_rearranged_copy(rand: Rand, transposed: bool) -> None:
+    """The first call fills the caller's dict, later ones reuse it: the same output, and a
+    fresh dict after an in-place weight change gives the new weight's output."""
+    if transposed:
+        x, w, b = scaled_inputs(rand, "bfloat16", (1, 256, 301), (256, 128, 12), (128,))
+        run = lambda xx, ww, cache: ops.conv_transpose1d(  # noqa: E731
+            xx, ww, gp.from_numpy(b), stride=6, padding=3, weight_cache=cache
+        )
+    else:
+        x, w, b = scaled_inputs(rand, "bfloat16", (1, 128, 3001), (128, 128, 7), (128,))
+        run = lambda xx, ww, cache: ops.conv1d(  # noqa: E731
+            xx, ww, gp.from_numpy(b), padding=9, dilation=3, weight_cache=cache
+        )
+    xg, wg = gp.from_numpy(x), gp.from_numpy(w)
+    cache: dict = {}
+    want = run(xg, wg, None).to_numpy()
+    first = run(xg, wg, cache).to_numpy()
+    assert len(cache) == 1
+    (copy,) = cache.values()
+    second = run(xg, wg, cache).to_numpy()
+    assert len(cache) == 1 and next(iter(cache.values())) is copy
+    np.testing.assert_array_equal(first, want)
+    np.testing.assert_array_equal(second, want)
+    wg[...] = (w * 2).astype(w.dtype)
+    doubled = run(xg, wg, {}).to_numpy()
+    assert rel_err(doubled, run(xg, wg, None).to_numpy()) == 0
+    assert rel_err(doubled, want) > 0.1

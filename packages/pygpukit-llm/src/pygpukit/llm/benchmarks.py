@@ -18,7 +18,10 @@ Rows, each against the same weights in the same run (``torch`` column):
   written directly in PyTorch with fused weights, a static KV cache and one CUDA graph per
   decode step); the rate is the prompt's weight-GEMM FLOPs per second against the
   ``gemm_bfloat16`` ceiling, so 1 / SoL is the time to first token in units of the time those
-  GEMMs take at the run's GEMM rate;
+  GEMMs take at the run's GEMM rate. Each sample is the median of three prefills. The metrics
+  ``matmul_ms`` / ``ttft_over_matmul`` time the same GEMMs alone at the prompt's own shapes
+  (each library its own: ``ops.linear``, ``torch.nn.functional.linear``), which separates
+  what the prefill spends outside its GEMMs from the square product's different rate;
 - ``decode``: milliseconds per decode step of ``batch`` sequences (1, 4, 16, 64; tokens/s in the
   metrics) against the anchor's graph replays; bytes moved are the weights one step reads, so
   the percentage of the ``copy_bw`` ceiling is the share of the weight-read bound reached.
@@ -28,7 +31,8 @@ Rows, each against the same weights in the same run (``torch`` column):
 - ``ttft_hf`` and ``decode_hf``: the same at batch 1 against Hugging Face transformers'
   ``generate`` (eager PyTorch: no compile, dynamic cache).
 
-``$PYGPUKIT_LLM_BENCH_MODELS`` picks the shapes (``smollm2-135m,llama-3.1-8b``). Without
+``$PYGPUKIT_LLM_BENCH_MODELS`` picks the shapes (``smollm2-135m,llama-3.1-8b``),
+``$PYGPUKIT_LLM_BENCH_ROWS`` the row kinds (``ttft,ttft_hf``). Without
 PyTorch the ``torch`` column is absent; without transformers its rows say so.
 
 The CPU backend runs a tiny shape (the same code paths, seconds instead of minutes).
@@ -111,6 +115,20 @@ env.register(
     on_invalid="raise",
     description="Model shapes the llm benchmark runs (default: the three real ones; --quick: "
     "the two small ones), e.g. smollm2-135m,llama-3.1-8b.",
+)
+
+#: The suite's row kinds, in the order each shape runs them.
+ROW_KINDS = ("load", "ttft", "decode", "ttft_hf", "decode_hf")
+ROWS_ENV = "PYGPUKIT_LLM_BENCH_ROWS"
+env.register(
+    ROWS_ENV,
+    "items",
+    allowed=ROW_KINDS,
+    read="python -m pygpukit.benchmark --suite llm",
+    package="pygpukit-llm",
+    on_invalid="raise",
+    description="Row kinds the llm benchmark runs (default: all), e.g. ttft,ttft_hf for the "
+    "time to first token alone.",
 )
 
 _BLOCK_VALUES = 1 << 24  # 32 MiB of bfloat16 noise, tiled over every tensor
@@ -261,6 +279,19 @@ def _decode_bytes(shape: str) -> int:
     return total
 
 
+def _prefill_gemms(shape: str, prompt: int) -> list[tuple[int, int, int, int]]:
+    """``(count, M, N, K)`` of a prompt's weight GEMMs: each layer's four, the head's last row."""
+    cfg = ModelConfig.from_dict(SHAPES[shape])
+    h, layers = cfg.hidden_size, cfg.num_layers
+    return [
+        (layers, prompt, cfg.q_size + 2 * cfg.kv_size, h),
+        (layers, prompt, h, cfg.q_size),
+        (layers, prompt, 2 * cfg.intermediate_size, h),
+        (layers, prompt, h, cfg.intermediate_size),
+        (1, 1, cfg.vocab_size, h),
+    ]
+
+
 def _prefill_flops(shape: str, prompt: int) -> int:
     """The matmul FLOPs of a prompt's prefill (attention's own products excluded).
 
@@ -268,10 +299,63 @@ def _prefill_flops(shape: str, prompt: int) -> int:
     the last row. With the ``gemm_bfloat16`` ceiling this makes the ttft row's SoL the share of
     that GEMM time in the time to first token (1 / SoL: how many times the GEMM time it takes).
     """
-    cfg = ModelConfig.from_dict(SHAPES[shape])
-    h, inter = cfg.hidden_size, cfg.intermediate_size
-    layer = h * (cfg.q_size + 2 * cfg.kv_size) + cfg.q_size * h + 3 * h * inter
-    return 2 * prompt * cfg.num_layers * layer + 2 * h * cfg.vocab_size
+    return sum(2 * c * m * n * k for c, m, n, k in _prefill_gemms(shape, prompt))
+
+
+#: Prefills per timed sample of a ttft row (the sample is their median).
+_TTFT_RUNS = 3
+
+#: Timed calls per GEMM shape in :func:`_matmul_ms` (after one warm-up call), in this many
+#: groups; the fastest group counts (a GEMM's time only grows with interference).
+_MATMUL_CALLS, _MATMUL_GROUPS = 5, 3
+
+
+def _linear_on(lib: Library) -> tuple[Callable[[Any, Any], Any], Callable[[], Any]]:
+    """``(linear, event)`` of ``lib``: the product the prefill makes and a timing event.
+
+    ``linear(x, w)`` is ``x @ w.T`` as the prefill runs it (``ops.linear``,
+    ``torch.nn.functional.linear``); ``event()`` records on the stream that product runs on.
+    """
+    if lib.name == "pygpukit":
+        import pygpukit as gp
+        from pygpukit.ops.linear import linear
+
+        return linear, lambda: gp.Event(timing=True)
+    torch = lib.module
+    return torch.nn.functional.linear, lambda: torch.cuda.Event(enable_timing=True)
+
+
+def _matmul_ms(lib: Library, shape: str, prompt: int) -> float:
+    """Milliseconds ``lib``'s matmuls take for a prompt's weight GEMMs alone (no other work).
+
+    Each shape of :func:`_prefill_gemms` is timed with device events (the fastest of a few
+    groups of calls), then multiplied by its count. The operands are a block of random
+    bfloat16 values tiled to each shape (drawing a 128256 x 4096 head afresh would take
+    seconds). The ttft row divides its time by this: the share of the time to first token that
+    is not the GEMMs themselves, free of the square product's different rate.
+    """
+    import ml_dtypes
+
+    rng = np.random.default_rng(0)
+    block = (rng.standard_normal(_BLOCK_VALUES // 16, np.float32) * 0.1).astype(ml_dtypes.bfloat16)
+    linear, event = _linear_on(lib)
+    total = 0.0
+    for count, m, n, k in _prefill_gemms(shape, prompt):
+        x = lib.upload(np.resize(block, (m, k)), "bfloat16")
+        w = lib.upload(np.resize(block[::-1], (n, k)), "bfloat16")
+        linear(x, w)
+        best = float("inf")
+        for _ in range(_MATMUL_GROUPS):
+            start, end = event(), event()
+            start.record()
+            for _ in range(_MATMUL_CALLS):
+                linear(x, w)
+            end.record()
+            end.synchronize()
+            best = min(best, float(start.elapsed_time(end)) / _MATMUL_CALLS)
+        total += count * best
+        del x, w
+    return total
 
 
 def _prompts(ctx: SuiteContext, vocab: int, batch: int, length: int) -> np.ndarray:
@@ -479,13 +563,22 @@ def _generation_case(
         times: list[float] = []
 
         def timed_measure(i: int) -> float:
-            times.append(measure(i))
+            # A prefill is one call of tens of milliseconds: each sample is the median of a
+            # few, so one slow call (a clock step, a neighbour's burst) does not move the row.
+            runs = _TTFT_RUNS if ttft else 1
+            times.append(float(np.median([measure(i) for _ in range(runs)])))
             return times[-1]
 
         def metrics() -> dict[str, float | str]:
-            if not times or ttft:
+            if not times:
                 return {}
-            return {"tokens_per_s": round(batch * 1e3 / float(np.median(times)), 1)}
+            med = float(np.median(times))
+            if not ttft:
+                return {"tokens_per_s": round(batch * 1e3 / med, 1)}
+            if op != "ttft" or not ctx.on_gpu or batch != 1:
+                return {}
+            gemm = _matmul_ms(lib, shape, prompt)
+            return {"matmul_ms": round(gemm, 3), "ttft_over_matmul": round(med / gemm, 3)}
 
         return Timed(run=run, check=_check_tokens(vocab, n), measure=timed_measure,
                      metrics=metrics)  # fmt: skip
@@ -530,14 +623,20 @@ def _cases(ctx: SuiteContext) -> Iterator[Case]:
     # One anchor per shape serves every row: its cache fits the longest prompt and the
     # largest batch (not both at once: rows use one or the other).
     anchor_seq = max(max(prompts) + 8, decode_prompt + new + 8)
+    rows = set(env.items(ROWS_ENV) or ROW_KINDS)
     for shape in _shapes(ctx):
-        yield _load_case(shape)
-        for prompt in prompts:
-            yield _generation_case(ctx, shape, "ttft", 1, prompt, 1, anchor_seq)
-        for batch in _batches(ctx):
-            yield _generation_case(ctx, shape, "decode", batch, decode_prompt, new, anchor_seq)
-        yield _generation_case(ctx, shape, "ttft_hf", 1, max(prompts), 1, anchor_seq)
-        yield _generation_case(ctx, shape, "decode_hf", 1, decode_prompt, new, anchor_seq)
+        if "load" in rows:
+            yield _load_case(shape)
+        if "ttft" in rows:
+            for prompt in prompts:
+                yield _generation_case(ctx, shape, "ttft", 1, prompt, 1, anchor_seq)
+        if "decode" in rows:
+            for batch in _batches(ctx):
+                yield _generation_case(ctx, shape, "decode", batch, decode_prompt, new, anchor_seq)
+        if "ttft_hf" in rows:
+            yield _generation_case(ctx, shape, "ttft_hf", 1, max(prompts), 1, anchor_seq)
+        if "decode_hf" in rows:
+            yield _generation_case(ctx, shape, "decode_hf", 1, decode_prompt, new, anchor_seq)
 
 
 SUITE = Suite(

@@ -243,19 +243,24 @@ class Decoder:
         hist[:s] = prompt
         self.history[...] = hist
         self.pos[...] = np.array([s - 1], np.int32)
-        ids = gp.from_numpy(np.asarray(prompt, np.int32)[None, :])
-        positions = gp.from_numpy(np.arange(s, dtype=np.int32)[None, :])
-        slots = self.cache.prefill_slots(s)
-
-        def store(i: int, k: GPUArray, v: GPUArray) -> None:
-            self.cache.write(i, k, v, slots)
+        # The ids and the positions in one upload; the positions are also the cache slots.
+        host = np.empty((2, s), np.int32)
+        host[0], host[1] = prompt, np.arange(s)
+        both = gp.from_numpy(host)
+        ids, positions = both[0:1], both[1:2]
 
         if s <= self.cache.capacity:  # keys and values go straight into slots 0 .. s - 1
-            attend = self.model.attend_uncached(cache=(self.cache.k, self.cache.v))
+            cache = (self.cache.k, self.cache.v)
+            attend = self.model.attend_uncached(cache=cache, slots=positions)
         else:  # a sliding window keeps the last tokens only: written through the slot map
+            slots = self.cache.prefill_slots(s)
+
+            def store(i: int, k: GPUArray, v: GPUArray) -> None:
+                self.cache.write(i, k, v, slots)
+
             attend = self.model.attend_uncached(store)
-        x = self.model.hidden_states(ids, positions, attend)
-        self._sample(self.model.logits(x[:, s - 1]), p, gen)
+        x = self.model.hidden_states(ids, positions, attend, last_position_only=True)
+        self._sample(self.model.logits(x[:, 0]), p, gen)
         self._advance()
 
     def decode_step(self, p: SamplingParams, gen: ops.Generator | None = None) -> None:

@@ -5,7 +5,8 @@ shipped as per-SM cubins in ``_kernels/``) on the current stream and returns wit
 waiting; on the CPU backend the same call runs a NumPy version. Families:
 
 - :mod:`.normalization`: rmsnorm, layernorm and their fused residual-add forms;
-- :mod:`.rope`: rotary position embeddings (NeoX and GPT-J layouts);
+- :mod:`.rope`: rotary position embeddings (NeoX and GPT-J layouts); :mod:`.rope_paged`: a
+  batched decode step's q/k/v split, RoPE and paged KV write in one launch;
 - :mod:`.rope_scaling`: long-context RoPE frequencies (linear, llama3, yarn);
 - :mod:`.conv`: 1-D convolution and transposed convolution (stride, padding, dilation,
   groups, depthwise) over ``[B, C, L]`` signals;
@@ -54,6 +55,7 @@ from . import (
     quantization,
     recurrent,
     rope,
+    rope_paged,
     rope_scaling,
     sampling,
 )
@@ -80,6 +82,7 @@ __all__ = [
     *quantization.__all__,
     *recurrent.__all__,
     *rope.__all__,
+    *rope_paged.__all__,
     *rope_scaling.__all__,
     *sampling.__all__,
 ]
@@ -100,5 +103,6 @@ from .normalization import *  # noqa: F403
 from .quantization import *  # noqa: F403
 from .recurrent import *  # noqa: F403
 from .rope import *  # noqa: F403
+from .rope_paged import *  # noqa: F403
 from .rope_scaling import *  # noqa: F403
 from .sampling import *  # noqa: F403

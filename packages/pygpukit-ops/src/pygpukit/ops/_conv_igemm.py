@@ -1,7 +1,8 @@
 """Launch plans of the tap-major implicit GEMM (``kernels/conv_igemm.cu``) for both convolutions.
 
 One plan is two launches: the weight, rearranged tap-major and channel-padded into a scratch
-buffer of its own size (``conv_igemm_weights``), then the GEMM over 128 output rows x 64 or 128
+buffer of its own size (``conv_igemm_weights``; kept in the caller's ``weight_cache`` when it
+passes one, so later calls skip it), then the GEMM over 128 output rows x 64 or 128
 positions a CTA, with the input window staged position-major in shared memory so that every
 operand fragment is one ``ldmatrix`` whatever the stride, dilation or padding, and the bias in
 the epilogue. The transposed convolution of stride ``s`` (dilation 1) is the same GEMM over
@@ -122,10 +123,26 @@ class IgemmPlan:
     main: Launch
     dims: tuple[int, ...]
 
-    def __call__(self, x: Any, weight: Any, bias: Any, y: Any) -> None:
-        wp = gp.empty((self.scratch,), x.dtype)
-        self.prepare(weight, wp, *self.prepare_dims)
+    def __call__(
+        self, x: Any, weight: Any, bias: Any, y: Any, weight_cache: dict[Any, Any] | None = None
+    ) -> None:
+        wp = self.rearranged(weight, weight_cache)
         self.main(x, wp, bias if bias is not None else 0, y, *self.dims)
+
+    def rearranged(self, weight: Any, cache: dict[Any, Any] | None = None) -> Any:
+        """The tap-major weight copy, from ``cache`` when it holds this layout, else made now.
+
+        ``cache``: one weight's dict (``weight_cache`` of :func:`.conv.conv1d`), which keeps a
+        copy made here.
+        """
+        key = (self.prepare_dims, weight.dtype, weight.shape)
+        wp = cache.get(key) if cache is not None else None
+        if wp is None:
+            wp = gp.empty((self.scratch,), weight.dtype)
+            self.prepare(weight, wp, *self.prepare_dims)
+            if cache is not None:
+                cache[key] = wp
+        return wp
 
 
 def _tile_cost(cols: int, bn: int, others: int, sms: int) -> int:

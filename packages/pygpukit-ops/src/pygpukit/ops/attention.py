@@ -436,18 +436,26 @@ def _sm_count(device: int) -> int:
 #: (8K cached tokens, batch 8, on an H200: 74.0 us against 74.5, paged 76.5 against 78.2).
 #: The SIMT kernel (no shared memory, many CTAs per SM) does best at eight per SM.
 #: docs/ops-attention.md (Performance notes) has the split sweeps these come from.
-_DECODE_CTAS_PER_SM = {"mma": 2, "mma2": 2, "bulk2": 3, "simt": 8}
+_DECODE_CTAS_PER_SM: dict[str, float] = {"mma": 2, "mma2": 2, "bulk2": 3, "simt": 8}
+#: Key tiles (of DECODE_KEY_TILE tokens) beyond its shared-memory stages that each CTA of a
+#: two-stage tensor-core kernel asks into L2 ahead of use (a bulk prefetch per tile; SM 9.0 and
+#: later): more bytes in flight per SM than the stages hold. 0 turns it off.
+_DECODE_L2_AHEAD = {"bulk2": 0, "mma2": 0}
+#: Whether a split kernel whose last CTAs merge the partials (the fused combine) lets a kernel
+#: launched dependent after it start once its key loops are done (its blocks then take the block
+#: slots as the merging CTAs free them), rather than only when it exits.
+_DECODE_EARLY_LAUNCH = {"bulk2": False}
 
 
 def _decode_split(
-    batch: int, ctas: int, capacity: int, per_sm: int = _DECODE_CTAS_PER_SM["bulk2"]
+    batch: int, ctas: int, capacity: int, per_sm: float = _DECODE_CTAS_PER_SM["bulk2"]
 ) -> tuple[int, int]:
     """(splits, chunk): about ``per_sm`` CTAs per SM at most, chunks of at least 256 keys.
 
     ``ctas`` counts the CTAs of one split for one sequence. Sized by the cache capacity: the
     lengths live on the device and are not read back.
     """
-    want = max(1, per_sm * _sm_count(gp.get_device()) // max(1, batch * ctas))
+    want = max(1, int(per_sm * _sm_count(gp.get_device())) // max(1, batch * ctas))
     splits = max(
         1, min(constant("attention_decode", "DECODE_MAX_SPLITS"), want, -(-capacity // 256))
     )
@@ -501,8 +509,9 @@ def _smem_optin(device: int) -> int:
 class DecodePlan:
     """A decode launch, and how its split partial results are merged.
 
-    ``plan(q, k_cache, v_cache, seq_lens, block_table, out, scale, o_part, lse)`` enqueues it;
-    :meth:`workspace` makes the float32 partials a split plan writes. A split plan merges them
+    ``plan(q, k_cache, v_cache, seq_lens, block_table, out, scale[, o_part, lse])`` enqueues it;
+    :meth:`workspace` makes the float32 partials a split plan writes (without them, the plan
+    uses the current stream's, made on its first call there). A split plan merges them
     either in the same launch (``fused``: the last CTA of each sequence and head group to finish
     merges, counting on ``counters``) or with a second kernel (``combine``).
     """
@@ -513,12 +522,16 @@ class DecodePlan:
     partials: tuple[int, int, int]  # float32 elements of o_part and lse, and the splits
     dependent: bool = False  # both kernels by programmatic dependent launch
     fused: int = 0  # the fused combine's counters per stream (0: no fused combine)
+    l2_ahead: int = 0  # key tiles each CTA prefetches into L2 ahead of its stages
+    early: int = 0  # a fused-combine kernel lets its dependent successor launch after its key loop
     #: The fused combine's counters (int32, counted as unsigned), one zeroed array per stream
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
     #: and launches of the plan in two streams at once do not share them. Made by the first call
     #: on a stream; when that call is captured in a CUDA graph, the zeroing is a node of the
     #: graph (it runs at each replay).
     counters: dict[Any, GPUArray] = dataclasses.field(default_factory=dict)
+    #: The split partials of each stream the plan runs on, when the caller passes none.
+    workspaces: dict[Any, tuple[GPUArray, GPUArray]] = dataclasses.field(default_factory=dict)
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
         """New ``(o_part, lse)`` float32 arrays for a split plan; ``(0, 0)`` (none) unsplit."""
@@ -526,11 +539,23 @@ class DecodePlan:
             return 0, 0
         return gp.empty((self.partials[0],), gp.float32), gp.empty((self.partials[1],), gp.float32)
 
-    def _counters(self) -> GPUArray | int:
-        """The current stream's counters of the fused combine (made on first use), or 0."""
-        if not self.fused:
-            return 0
-        stream = gp.current_stream()
+    def _stream_workspace(self, stream: Any) -> tuple[GPUArray, GPUArray]:
+        """``stream``'s ``(o_part, lse)`` (a split plan's), made on its first call there.
+
+        Calls in one stream run one after another, so they can share one workspace (no
+        allocation per call); two streams get two, like the fused combine's counters.
+        """
+        found = self.workspaces.get(stream)
+        if found is None:
+            found = (
+                gp.empty((self.partials[0],), gp.float32),
+                gp.empty((self.partials[1],), gp.float32),
+            )
+            self.workspaces[stream] = found
+        return found
+
+    def _counters(self, stream: Any) -> GPUArray:
+        """``stream``'s counters of the fused combine (made on first use)."""
         found = self.counters.get(stream)
         if found is None:
             found = gp.zeros((self.fused,), np.int32, stream=stream)
@@ -546,17 +571,28 @@ class DecodePlan:
         block_table: GPUArray | None,
         out: GPUArray,
         scale: float,
-        o_part: GPUArray | int,
-        lse: GPUArray | int,
+        o_part: GPUArray | int | None = None,
+        lse: GPUArray | int | None = None,
     ) -> None:
         _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
         table = block_table if block_table is not None else 0
-        counters = self._counters()
+        counters: GPUArray | int = 0
+        if self.partials[2] > 1:  # split: partials (the stream's unless given) and counters
+            stream = gp.current_stream()
+            if o_part is None or lse is None:
+                o_part, lse = self._stream_workspace(stream)
+            if self.fused:
+                counters = self._counters(stream)
+        else:
+            o_part = lse = 0
         # Launched dependent (the dependent_launch knob), the kernel's CTAs may start while the
         # previous kernel drains: they prefetch their first keys into L2 and wait for it in the
         # kernel before reading anything it may write.
         main = self.launch
-        args = (q, k_cache, v_cache, seq_lens, table, out, o_part, lse, counters, *self.tail, scale)
+        args = (
+            q, k_cache, v_cache, seq_lens, table, out, o_part, lse, counters, *self.tail, scale,
+            self.l2_ahead, self.early,
+        )  # fmt: skip
         main.kernel.launch(
             main.grid, main.block, args, shared_mem=main.shared_mem, dependent=self.dependent
         )
@@ -589,8 +625,8 @@ class ReferenceDecode:
         block_table: GPUArray | None,
         out: GPUArray,
         scale: float,
-        o_part: GPUArray | int,
-        lse: GPUArray | int,
+        o_part: GPUArray | int | None = None,
+        lse: GPUArray | int | None = None,
     ) -> None:
         table = host(block_table) if block_table is not None else None
         reference.check_lengths_and_blocks(host(seq_lens), table, k_cache.shape, self.capacity)
@@ -617,8 +653,8 @@ class ComposedDecode:
         block_table: GPUArray | None,
         out: GPUArray,
         scale: float,
-        o_part: GPUArray | int,
-        lse: GPUArray | int,
+        o_part: GPUArray | int | None = None,
+        lse: GPUArray | int | None = None,
     ) -> None:
         _attention_fp32.decode(q, k_cache, v_cache, seq_lens, scale, out)
 
@@ -654,7 +690,9 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
     tail = (hq, hkv, cache_len, max_blocks, capacity, chunk)
     partials = (b * hq * splits * d, b * hq * splits, splits)
     dependent = config.get().dependent_launch == "on"
-    return DecodePlan(launch, combine, tail, partials, dependent, fused)
+    l2_ahead = _DECODE_L2_AHEAD.get(which, 0) if _has_bulk_copy(_device) else 0
+    early = int(bool(fused) and _DECODE_EARLY_LAUNCH.get(which, False))
+    return DecodePlan(launch, combine, tail, partials, dependent, fused, l2_ahead, early)
 
 
 def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:
@@ -691,40 +729,40 @@ def check_decode(
     check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
     check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
     check_array(seq_lens, "seq_lens", dtypes=[np.int32], ndim=1)
+    # Each shape read once (a property call per read, on every decode step).
     b, hq, d = q.shape
+    kshape, vshape = tuple(k_cache.shape), tuple(v_cache.shape)
     _check_head_dim(d, "q")
-    if tuple(k_cache.shape) != tuple(v_cache.shape):
-        raise ValueError(
-            f"k_cache and v_cache must have the same shape, got {k_cache.shape} and {v_cache.shape}"
-        )
-    hkv, cache_len = k_cache.shape[1], k_cache.shape[2]
-    if k_cache.shape[3] != d:
-        raise ValueError(f"k_cache head dim {k_cache.shape[3]} differs from q's ({d})")
+    if kshape != vshape:
+        raise ValueError(f"k_cache and v_cache must have the same shape, got {kshape} and {vshape}")
+    hkv, cache_len = kshape[1], kshape[2]
+    if kshape[3] != d:
+        raise ValueError(f"k_cache head dim {kshape[3]} differs from q's ({d})")
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of the KV heads ({hkv})")
-    if seq_lens.shape[0] != b:
-        raise ValueError(f"seq_lens must have shape ({b},), got {tuple(seq_lens.shape)}")
+    lens_shape = tuple(seq_lens.shape)
+    if lens_shape[0] != b:
+        raise ValueError(f"seq_lens must have shape ({b},), got {lens_shape}")
     max_blocks = 0
     if block_table is None:
-        if k_cache.shape[0] != b:
+        if kshape[0] != b:
             raise ValueError(
                 f"a contiguous k_cache must be [B={b}, Hkv, max_len, D], got "
-                f"{tuple(k_cache.shape)} (pass block_table for a paged cache)"
+                f"{kshape} (pass block_table for a paged cache)"
             )
         capacity = cache_len
     else:
         check_array(block_table, "block_table", dtypes=[np.int32], ndim=2)
-        if block_table.shape[0] != b:
-            raise ValueError(
-                f"block_table must be [B={b}, max_blocks], got {tuple(block_table.shape)}"
-            )
-        max_blocks = block_table.shape[1]
+        tshape = tuple(block_table.shape)
+        if tshape[0] != b:
+            raise ValueError(f"block_table must be [B={b}, max_blocks], got {tshape}")
+        max_blocks = tshape[1]
         capacity = max_blocks * cache_len
-        if k_cache.shape[0] == 0 and capacity > 0:
+        if kshape[0] == 0 and capacity > 0:
             # The kernel reads block block_table[b, i] unchecked: with no blocks any length > 0
             # would read outside the cache.
             raise ValueError(
-                f"the paged k_cache {tuple(k_cache.shape)} has no blocks but block_table gives "
+                f"the paged k_cache {kshape} has no blocks but block_table gives "
                 f"each sequence {max_blocks} of them; allocate at least one block"
             )
     if capacity >= 2**31:
@@ -761,10 +799,10 @@ def decode_attention(
 
     Lengths above the capacity (``max_len``, or ``max_blocks * block_size``) are clamped
     to it; a length of 0 gives zeros. Long caches are split across CTAs (flash decoding),
-    whose float32 partial results (a workspace of ``B * Hq * splits * (D + 1)`` values for
-    that call) the last CTA of each sequence and head group to finish merges, in the same
-    launch (``PYGPUKIT_DECODE_COMBINE=kernel``: a second kernel merges them). Returns
-    ``[B, Hq, D]``.
+    whose float32 partial results the last CTA of each sequence and head group to finish
+    merges, in the same launch (``PYGPUKIT_DECODE_COMBINE=kernel``: a second kernel merges
+    them); they take a workspace of ``B * Hq * splits * (D + 1)`` values, made by the first
+    such call on a stream and reused by the later ones there. Returns ``[B, Hq, D]``.
     """
     max_blocks, capacity, scale_f = check_decode(q, k_cache, v_cache, seq_lens, block_table, scale)
     b, hq, d = q.shape
@@ -773,5 +811,5 @@ def decode_attention(
     if res.size == 0:
         return res
     plan = decode_plan(q, k_cache, max_blocks, capacity)
-    plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f, *plan.workspace())
+    plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f)
     return res

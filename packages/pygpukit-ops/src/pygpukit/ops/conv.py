@@ -441,8 +441,10 @@ def _run(
     weight: GPUArray,
     bias: GPUArray | None,
     out: GPUArray | None,
+    weight_cache: dict[Any, Any] | None = None,
 ) -> GPUArray:
     """Check ``out``, make the output and enqueue the plan of ``s`` (either direction)."""
+    cache = _checked_cache(weight_cache)
     shape = (s.batch, s.c_out, s.out_length)
     if out is not None:
         c.check_out(out, shape, x.dtype)
@@ -450,12 +452,22 @@ def _run(
     else:
         y = gp.empty(shape, x.dtype)
     if y.size and x.size:
-        plans.get(s, x.dtype, gp.get_device())(x, weight, bias, y)
+        plan = plans.get(s, x.dtype, gp.get_device())
+        if isinstance(plan, IgemmPlan):
+            plan(x, weight, bias, y, cache)
+        else:
+            plan(x, weight, bias, y)
     elif y.size:  # no input channels or batch: the output is the bias alone
         y.fill(0)
         if bias is not None:
             y += bias.reshape(1, s.c_out, 1)
     return y
+
+
+def _checked_cache(cache: Any) -> dict[Any, Any] | None:
+    if cache is not None and not isinstance(cache, dict):
+        raise TypeError(f"weight_cache must be a dict (or None), got {type(cache).__name__}")
+    return cache
 
 
 def conv1d_plan(
@@ -483,6 +495,7 @@ def conv1d(
     dilation: int = 1,
     groups: int = 1,
     out: GPUArray | None = None,
+    weight_cache: dict[Any, Any] | None = None,
 ) -> GPUArray:
     """1-D convolution (cross-correlation, as PyTorch): ``[B, C_in, L] -> [B, C_out, L_out]``.
 
@@ -493,9 +506,14 @@ def conv1d(
     depthwise convolution. ``out`` ([B, C_out, L_out], x's dtype, not overlapping ``x``)
     receives the result. Raises ``ValueError`` / ``TypeError`` for shapes or dtypes that do not
     fit, before anything runs; returns without waiting on the GPU.
+
+    ``weight_cache``: a dict the caller keeps for this one weight (one per layer, say), empty
+    at first: the tensor-core path keeps its rearranged copy of the weight there, so later
+    calls skip that launch. Pass a fresh dict after changing the weight in place (the copy
+    would be stale). Nothing is kept where no copy is made.
     """
     s = _checked_shape("conv1d", x, weight, bias, (stride, padding, dilation, groups))
-    return _run(CONV_PLANS, s, x, weight, bias, out)
+    return _run(CONV_PLANS, s, x, weight, bias, out, weight_cache)
 
 
 def conv_transpose1d_plan(
@@ -526,14 +544,15 @@ def conv_transpose1d(
     groups: int = 1,
     dilation: int = 1,
     out: GPUArray | None = None,
+    weight_cache: dict[Any, Any] | None = None,
 ) -> GPUArray:
     """1-D transposed convolution (PyTorch's ``conv_transpose1d``): [B, C_in, L] -> [B, C_out, L'].
 
     ``weight`` is [C_in, C_out/groups, K] (``ConvTranspose1d``'s layout), ``bias`` [C_out].
     ``L_out = (L - 1)*stride - 2*padding + dilation*(K - 1) + output_padding + 1``;
-    ``output_padding`` must be smaller than ``stride`` or ``dilation``. Dtypes, ``groups`` and
-    ``out`` as :func:`conv1d`.
+    ``output_padding`` must be smaller than ``stride`` or ``dilation``. Dtypes, ``groups``,
+    ``out`` and ``weight_cache`` as :func:`conv1d`.
     """
     options = (stride, padding, output_padding, dilation, groups)
     s = _checked_shape("conv_transpose1d", x, weight, bias, options)
-    return _run(TRANSPOSE_PLANS, s, x, weight, bias, out)
+    return _run(TRANSPOSE_PLANS, s, x, weight, bias, out, weight_cache)

@@ -117,6 +117,61 @@ def _check_gather(x: GPUArray, gather: Gather, norm_weight: GPUArray | None) -> 
         raise ValueError("gather_ids needs norm_weight= (the gathered row is normalised)")
 
 
+def _check_fused_arguments(
+    x: GPUArray,
+    weight: GPUArray,
+    bias: GPUArray | None,
+    norm_weight: GPUArray | None,
+    epilogue: str | None,
+    residual: GPUArray | None,
+    rope_kv: RopeKV | Any | None,
+    *,
+    swiglu_multiple: int,
+) -> tuple[int, int]:
+    """The checks :func:`decode_linear` and ``decode_linear_rows`` share; returns ``(N, K)``.
+
+    The weight and its bias and norm weight (x's dtype), the epilogue name and the pairing of
+    ``residual`` / ``rope_kv`` with it, the residual's dtype, writability and independence of
+    ``x`` and the weight, the SwiGLU halves (``N`` a multiple of ``swiglu_multiple``) and the
+    q/k/v projection width of ``rope_kv`` (a :class:`RopeKV` or a paged one: anything with
+    ``shape``, ``k_cache``, ``v_cache`` and ``cos``). Each op checks ``x``, the residual's shape
+    and its ``rope_kv``'s positions and caches itself.
+    """
+    c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=2)
+    c.check_same_dtype(x, ("weight", weight), ("bias", bias), ("norm_weight", norm_weight))
+    n, k = weight.shape
+    if bias is not None:
+        c.check_array(bias, "bias", ndim=1)
+        c.check_shape(bias, "bias", (n,))
+    if norm_weight is not None:
+        c.check_array(norm_weight, "norm_weight", ndim=1)
+        c.check_shape(norm_weight, "norm_weight", (k,))
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {list(EPILOGUES)}, got {epilogue!r}")
+    if (epilogue == "residual") != (residual is not None):
+        raise ValueError("epilogue='residual' needs residual= (and only it takes one)")
+    if (epilogue == "rope_kv") != (rope_kv is not None):
+        raise ValueError("epilogue='rope_kv' needs rope_kv= (and only it takes one)")
+    if residual is not None:
+        c.check_array(residual, "residual", dtypes=[x.dtype])
+        c.check_writeable(residual, "residual")
+        check_no_overlap(residual, ("x", x), ("weight", weight))
+    if epilogue == "swiglu" and n % swiglu_multiple:
+        raise ValueError(
+            f"epilogue='swiglu' needs gate and up halves: an even N (a multiple of "
+            f"{swiglu_multiple}), got {n}"
+        )
+    if rope_kv is not None:
+        hq, hkv, d, _ = rope_kv.shape
+        c.check_same_dtype(x, ("k_cache", rope_kv.k_cache), ("v_cache", rope_kv.v_cache))
+        if n != (hq + 2 * hkv) * d or rope_kv.cos.shape[1] != d // 2:
+            raise ValueError(
+                f"weight has {n} rows; a q/k/v projection of {hq} + 2 x {hkv} heads of {d} "
+                f"needs {(hq + 2 * hkv) * d}, and cos/sin of width {d // 2}"
+            )
+    return n, k
+
+
 def _check(
     x: GPUArray,
     weight: GPUArray,
@@ -133,44 +188,20 @@ def _check(
         c.check_array(x, "x", dtypes=c.FLOAT_DTYPES, ndim=(1, 2))
         if x.ndim == 2 and x.shape[0] != 1:
             raise ValueError(f"decode_linear takes one row of x ([K] or [1, K]), got {x.shape}")
-    c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=2)
-    c.check_same_dtype(x, ("weight", weight), ("bias", bias), ("norm_weight", norm_weight))
-    n, k = weight.shape
+    n, k = _check_fused_arguments(
+        x, weight, bias, norm_weight, epilogue, residual, rope_kv, swiglu_multiple=2
+    )
     if x.shape[-1] != k:
         raise ValueError(f"x has {x.shape[-1]} features but weight is {tuple(weight.shape)}")
-    if bias is not None:
-        c.check_array(bias, "bias", ndim=1)
-        c.check_shape(bias, "bias", (n,))
-    if norm_weight is not None:
-        c.check_array(norm_weight, "norm_weight", ndim=1)
-        c.check_shape(norm_weight, "norm_weight", (k,))
-    if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue must be one of {list(EPILOGUES)}, got {epilogue!r}")
-    if (epilogue == "residual") != (residual is not None):
-        raise ValueError("epilogue='residual' needs residual= (and only it takes one)")
-    if (epilogue == "rope_kv") != (rope_kv is not None):
-        raise ValueError("epilogue='rope_kv' needs rope_kv= (and only it takes one)")
     if residual is not None:
-        c.check_array(residual, "residual", dtypes=[x.dtype])
         if residual.size != n:
             raise ValueError(f"residual must hold the N = {n} outputs, got {residual.shape}")
-        c.check_writeable(residual, "residual")
-        check_no_overlap(residual, ("x", x), ("weight", weight))
         if gather is not None:
             check_no_overlap(gather.out, ("residual", residual))
-    if epilogue == "swiglu" and n % 2:
-        raise ValueError(f"epilogue='swiglu' needs gate and up rows: an even N, got {n}")
     if rope_kv is not None:
-        hq, hkv, d, _ = rope_kv.shape
-        c.check_same_dtype(x, ("k_cache", rope_kv.k_cache), ("v_cache", rope_kv.v_cache))
         c.check_array(rope_kv.position, "position", dtypes=[np.int32])
-        if rope_kv.position.size != 1 or rope_kv.k_cache.shape[0] != 1 or d % 2:
+        if rope_kv.position.size != 1 or rope_kv.k_cache.shape[0] != 1 or rope_kv.shape[2] % 2:
             raise ValueError("rope_kv takes one int32 position and [1, Hkv, capacity, D] caches")
-        if n != (hq + 2 * hkv) * d or rope_kv.cos.shape[1] != d // 2:
-            raise ValueError(
-                f"weight has {n} rows; a q/k/v projection of {hq} + 2 x {hkv} heads of {d} "
-                f"needs {(hq + 2 * hkv) * d}, and cos/sin of width {d // 2}"
-            )
     return n, k
 
 

@@ -34,7 +34,7 @@ from . import _kernel_loader as kl
 from ._constants import constant
 from ._plan import Launch, per_backend
 from .decode_attention_single import SINGLE_PASS_HEAD_DIMS
-from .decode_linear import EPILOGUES
+from .decode_linear import EPILOGUES, _check_fused_arguments
 from .reference import activations as ref_act
 from .reference import attention as ref_attention
 from .reference import linear as ref_linear
@@ -87,44 +87,24 @@ def _check(
     rope_kv: PagedRopeKV | None,
 ) -> tuple[int, int, int]:
     c.check_array(x, "x", dtypes=c.HALF_DTYPES, ndim=2)
-    c.check_array(weight, "weight", ndim=2)
-    c.check_same_dtype(x, ("weight", weight), ("bias", bias), ("norm_weight", norm_weight))
+    # The kernel reads two pairs of SwiGLU outputs and of rotated elements at a time.
+    n, k = _check_fused_arguments(
+        x, weight, bias, norm_weight, epilogue, residual, rope_kv, swiglu_multiple=4
+    )
     m = x.shape[0]
-    n, k = weight.shape
     if x.shape[1] != k or k % 8 or k == 0:
         raise ValueError(
             f"x {tuple(x.shape)} must be [M, K] with weight [N, K] {tuple(weight.shape)} and K a "
             "positive multiple of 8"
         )
-    if bias is not None:
-        c.check_array(bias, "bias", ndim=1)
-        c.check_shape(bias, "bias", (n,))
-    if norm_weight is not None:
-        c.check_array(norm_weight, "norm_weight", ndim=1)
-        c.check_shape(norm_weight, "norm_weight", (k,))
-    if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue must be one of {list(EPILOGUES)}, got {epilogue!r}")
-    if (epilogue == "residual") != (residual is not None):
-        raise ValueError("epilogue='residual' needs residual= (and only it takes one)")
-    if (epilogue == "rope_kv") != (rope_kv is not None):
-        raise ValueError("epilogue='rope_kv' needs rope_kv= (and only it takes one)")
     if residual is not None:
-        c.check_array(residual, "residual", dtypes=[x.dtype])
         c.check_shape(residual, "residual", (m, n))
-        c.check_writeable(residual, "residual")
-    if epilogue == "swiglu" and n % 4:
-        raise ValueError(f"epilogue='swiglu' needs gate and up halves of even size, got N={n}")
     if rope_kv is not None:
-        hq, hkv, d, _ = rope_kv.shape
-        c.check_same_dtype(x, ("k_cache", rope_kv.k_cache), ("v_cache", rope_kv.v_cache))
         for name, a in (("positions", rope_kv.positions), ("slots", rope_kv.slots)):
             c.check_array(a, name, dtypes=[np.int32], ndim=1)
             c.check_shape(a, name, (m,))
-        if d % 4 or n != (hq + 2 * hkv) * d or rope_kv.cos.shape[1] != d // 2:
-            raise ValueError(
-                f"weight has {n} rows; a q/k/v projection of {hq} + 2 x {hkv} heads of {d} "
-                f"(a multiple of 4) needs {(hq + 2 * hkv) * d}, and cos/sin of width {d // 2}"
-            )
+        if rope_kv.shape[2] % 4:
+            raise ValueError(f"rope_kv's head dim must be a multiple of 4, got {rope_kv.shape[2]}")
     return m, n, k
 
 

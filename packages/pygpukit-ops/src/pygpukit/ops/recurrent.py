@@ -43,6 +43,8 @@ __all__ = ["lstm"]
 
 #: (w_ih, w_hh, b_ih, b_hh) of one direction.
 Direction = tuple[GPUArray, GPUArray, GPUArray | None, GPUArray | None]
+#: Each batch row's valid length: int32 on the host, an integer GPUArray, or None (all full).
+Lengths = np.ndarray | GPUArray | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,40 @@ def _row_strides(s: LstmShape) -> tuple[int, int]:
 
 
 @dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What both GPU plans start from: the input projections, the output and the lengths."""
+
+    xw: GPUArray  # [D, B*T, 4H]: x @ w_ih.T of every step and direction
+    y: GPUArray  # [B, T, D*H] (or [T, B, D*H]), to be written
+    lens: GPUArray | int  # int32 [B] valid lengths, or 0 for "every row is full"
+    weights: tuple[GPUArray | int, ...]  # w_hh, w_hh_reverse, b_ih, b_ih_reverse, b_hh, ...
+    rows: tuple[int, int]  # :func:`_row_strides`
+
+
+def _prepare(
+    s: LstmShape, x: GPUArray, directions: Sequence[Direction], lengths: Lengths
+) -> _Prepared:
+    """The projections, output buffer, lengths and recurrent weights of one call."""
+    fw, bw = directions[0], directions[-1]
+    return _Prepared(
+        xw=_input_projections(s, x, directions),
+        y=gp.empty((*x.shape[:2], s.dirs * s.hidden), x.dtype),
+        lens=_device_lengths(lengths),
+        weights=(fw[1], bw[1], _ptr(fw[2]), _ptr(bw[2]), _ptr(fw[3]), _ptr(bw[3])),
+        rows=_row_strides(s),
+    )
+
+
+def _device_lengths(lengths: Lengths) -> GPUArray | int:
+    """The kernels' int32 ``[B]`` lengths (host ones uploaded), or 0 for "no lengths"."""
+    if lengths is None:
+        return 0
+    if isinstance(lengths, GPUArray):
+        return lengths.astype(gp.int32, copy=False)
+    return gp.from_numpy(lengths)
+
+
+@dataclass(frozen=True, slots=True)
 class LstmPlan:
     """The GPU LSTM, one step kernel per time step: ``plan(x, directions, h0, c0, lengths)``."""
 
@@ -85,26 +121,21 @@ class LstmPlan:
         directions: Sequence[Direction],
         h0: GPUArray | None,
         c0: GPUArray | None,
-        lengths: np.ndarray | None,
+        lengths: Lengths,
     ) -> tuple[GPUArray, GPUArray, GPUArray]:
         s = self.s
-        xw = _input_projections(s, x, directions)
+        p = _prepare(s, x, directions, lengths)
         state = (s.dirs, s.batch, s.hidden)
         h = h0.astype(gp.float32) if h0 is not None else gp.zeros(state, gp.float32)
         h_next = gp.empty(state, gp.float32)
         cell = c0.astype(gp.float32) if c0 is not None else gp.zeros(state, gp.float32)
-        lens = gp.from_numpy(lengths) if lengths is not None else 0
-        y = gp.empty((*x.shape[:2], s.dirs * s.hidden), x.dtype)
-        fw, bw = directions[0], directions[-1]
-        weights = (fw[1], bw[1], _ptr(fw[2]), _ptr(bw[2]), _ptr(fw[3]), _ptr(bw[3]))
-        row_b, row_t = _row_strides(s)
         for step in range(s.steps):
             self.step(
-                xw, *weights, h, h_next, cell, y, lens, s.batch, s.steps, s.hidden, s.dirs,
-                step, row_b, row_t,
+                p.xw, *p.weights, h, h_next, cell, p.y, p.lens, s.batch, s.steps, s.hidden,
+                s.dirs, step, *p.rows,
             )  # fmt: skip
             h, h_next = h_next, h
-        return y, h.astype(x.dtype), cell.astype(x.dtype)
+        return p.y, h.astype(x.dtype), cell.astype(x.dtype)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,22 +155,17 @@ class SequenceLstmPlan:
         directions: Sequence[Direction],
         h0: GPUArray | None,
         c0: GPUArray | None,
-        lengths: np.ndarray | None,
+        lengths: Lengths,
     ) -> tuple[GPUArray, GPUArray, GPUArray]:
         s = self.s
-        xw = _input_projections(s, x, directions)
+        p = _prepare(s, x, directions, lengths)
         state = (s.dirs, s.batch, s.hidden)
         h_n, c_n = gp.empty(state, x.dtype), gp.empty(state, x.dtype)
-        y = gp.empty((*x.shape[:2], s.dirs * s.hidden), x.dtype)
-        lens = gp.from_numpy(lengths) if lengths is not None else 0
-        fw, bw = directions[0], directions[-1]
-        row_b, row_t = _row_strides(s)
         self.run(
-            xw, fw[1], bw[1], _ptr(fw[2]), _ptr(bw[2]), _ptr(fw[3]), _ptr(bw[3]),
-            _ptr(h0), _ptr(c0), h_n, c_n, y, lens, s.batch, s.steps,
-            s.hidden, s.dirs, self.slice_rows, row_b, row_t,
+            p.xw, *p.weights, _ptr(h0), _ptr(c0), h_n, c_n, p.y, p.lens, s.batch, s.steps,
+            s.hidden, s.dirs, self.slice_rows, *p.rows,
         )  # fmt: skip
-        return y, h_n, c_n
+        return p.y, h_n, c_n
 
 
 def _ptr(a: GPUArray | None) -> GPUArray | int:
@@ -158,9 +184,11 @@ class ReferenceLstm:
         directions: Sequence[Direction],
         h0: GPUArray | None,
         c0: GPUArray | None,
-        lengths: np.ndarray | None,
+        lengths: Lengths,
     ) -> tuple[GPUArray, GPUArray, GPUArray]:
         s = self.s
+        if isinstance(lengths, GPUArray):
+            lengths = lengths.to_numpy()
         xs = c.f32(x) if s.batch_first else c.f32(x).transpose(1, 0, 2)
         zeros = np.zeros((s.dirs, s.batch, s.hidden), xs.dtype)
         h_init = c.f32(h0) if h0 is not None else zeros
@@ -301,11 +329,19 @@ def _check_direction(
     return w_ih, w_hh, biases[0], biases[1]
 
 
-def _check_lengths(lengths: Any, batch: int, steps: int) -> np.ndarray | None:
+def _check_lengths(lengths: Any, batch: int, steps: int) -> Lengths:
     if lengths is None:
         return None
     if isinstance(lengths, GPUArray):
-        raise TypeError("lstm: lengths must be a host sequence of ints (a list or NumPy array)")
+        # Kept on the device (no host read, so a CUDA graph can capture the call): the values
+        # are the caller's to keep in [0, T].
+        lengths = c.check_array(lengths, "lengths", ndim=1)
+        if lengths.dtype.kind not in "iu" or lengths.shape != (batch,):
+            raise TypeError(
+                f"lstm: device lengths must be an integer GPUArray [{batch}], got "
+                f"{lengths.dtype} {tuple(lengths.shape)}"
+            )
+        return lengths
     values = np.asarray(lengths)
     if values.shape != (batch,) or not np.issubdtype(values.dtype, np.integer):
         raise ValueError(f"lstm: lengths must be {batch} integers (one per batch row)")
@@ -327,7 +363,7 @@ def lstm(
     b_hh_reverse: GPUArray | None = None,
     h0: GPUArray | None = None,
     c0: GPUArray | None = None,
-    lengths: Sequence[int] | np.ndarray | None = None,
+    lengths: Sequence[int] | np.ndarray | GPUArray | None = None,
     batch_first: bool = True,
 ) -> tuple[GPUArray, tuple[GPUArray, GPUArray]]:
     """One LSTM layer over a sequence, as ``torch.nn.LSTM`` (``num_layers=1``).
@@ -337,9 +373,10 @@ def lstm(
     g, o), all of ``x``'s dtype (float32, float16 or bfloat16). Passing ``w_ih_reverse`` and
     ``w_hh_reverse`` (and the optional reverse biases) makes it bidirectional: the output holds
     the forward then the backward hidden states on its last axis. ``h0``/``c0`` [D, B, H]
-    (D = 2 when bidirectional) default to zeros. ``lengths`` (B host ints in [0, T]) gives each
-    batch row's true length: later steps output zeros and leave the state alone, as PyTorch's
-    packed sequences.
+    (D = 2 when bidirectional) default to zeros. ``lengths`` (B host ints in [0, T], or an
+    integer GPUArray [B] taken as given: no host read, so the call can be captured in a CUDA
+    graph) gives each batch row's true length: later steps output zeros and leave the state
+    alone, as PyTorch's packed sequences.
 
     Returns ``(y, (h_n, c_n))``: ``y`` [B, T, D*H] (or [T, B, D*H]), ``h_n`` and ``c_n``
     [D, B, H], in ``x``'s dtype. Returns without waiting on the GPU.

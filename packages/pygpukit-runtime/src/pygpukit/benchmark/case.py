@@ -100,7 +100,11 @@ class Case:
     ``requires`` lists PyGPUkit attributes (``"sum"``, ``"GPUArray.__add__"``)
     without which the PyGPUkit column is skipped. Cases with the same
     ``peer_key`` share their peers' measurements (GEMM run twice for PyGPUkit's
-    two backends measures PyTorch once).
+    two backends measures PyTorch once). ``interleave`` times the libraries in
+    alternating repetitions instead of one after the other (each row measures its
+    peers afresh then): rows whose time is the host's launch cost, which a busy
+    neighbour on the machine changes from one second to the next, compare the
+    libraries under the same conditions.
     """
 
     suite: str
@@ -115,6 +119,7 @@ class Case:
     requires: tuple[str, ...] = ()
     peer_key: str | None = None
     skip: str | None = None
+    interleave: bool = False
 
     @property
     def key(self) -> str:

@@ -11,13 +11,15 @@ transposed-conv upsampling, AdaIN residual blocks with Snake, iSTFT).
 The weights are uploaded once (:class:`~pygpukit.tts._weights.DeviceWeights`) and every layer
 runs on GPUArrays through :mod:`pygpukit.ops` and the runtime's array operations; the CPU
 backend runs the same code on its NumPy versions. Per call the host sees two things: the
-integer durations (the hard alignment's shape depends on them) and the finished audio.
+integer durations (the hard alignment's shape depends on them) and the finished audio; so a
+call is two halves (:meth:`KokoroNetwork.phoneme_half`, :meth:`KokoroNetwork.frame_half`).
 
 Several utterances run as one padded batch: ALBERT masks the padded keys, the LSTMs stop at
 each utterance's length, convolutions see zero padding and AdaIN's statistics cover the valid
-frames only (:mod:`pygpukit.tts._masking`), so each utterance's audio is the one it gets alone,
-up to rounding and the last few milliseconds, where the source's STFT and the iSTFT see the
-next frames instead of the signal's end.
+frames only (:mod:`pygpukit.tts._masking`), and the source's STFT and the iSTFT end at each
+utterance's own end (:mod:`pygpukit.tts._edges`), so each utterance's audio is the one it gets
+alone, up to rounding. On the GPU a call replays two CUDA graphs, one per half, padded to a
+length bucket the same way (:mod:`pygpukit.tts._graphs`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ import numpy as np
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
-from pygpukit.ops.audio.stft import istft, stft
 from pygpukit.ops.linear import linear
 
+from ._edges import padded_istft, padded_stft
+from ._graphs import MAX_GRAPHS, SynthesisGraphs
 from ._masking import Lengths, ada_in
 from ._source import harmonic_sines, merged_source
 from ._weights import ALBERT_LAYER, DeviceWeights
@@ -87,7 +90,13 @@ class _Styles:
 
 
 class KokoroNetwork:
-    """Kokoro's forward pass over a KModel state dict (weight norm folded), on ``device``."""
+    """Kokoro's forward pass over a KModel state dict (weight norm folded), on ``device``.
+
+    ``cuda_graphs``: replay each half of a synthesis as a CUDA graph per length bucket
+    (:mod:`pygpukit.tts._graphs`; default: on the CUDA backend), keeping at most
+    ``max_graphs`` graphs per half. The padding to a bucket changes no valid sample beyond
+    rounding.
+    """
 
     def __init__(
         self,
@@ -96,6 +105,8 @@ class KokoroNetwork:
         *,
         device: int = 0,
         vocoder_dtype: str | np.dtype = "auto",
+        cuda_graphs: bool | None = None,
+        max_graphs: int = MAX_GRAPHS,
     ) -> None:
         self.config = config
         #: The host state dict it was built from (float32, KModel names).
@@ -106,6 +117,12 @@ class KokoroNetwork:
         with gp.Device(device):
             head_dim = config.albert_hidden // config.albert_heads
             self.weights = DeviceWeights(state, self.vocoder_dtype, 1.0 / math.sqrt(head_dim))
+        self._conv_copies: dict[str, dict] = {}
+        if cuda_graphs is None:
+            cuda_graphs = gp.backend_name() == "cuda"
+        #: The CUDA graphs that :meth:`batch` replays (:mod:`pygpukit.tts._graphs`), or None
+        #: where every call runs eagerly (``cuda_graphs=False``, the CPU backend).
+        self.graphs = SynthesisGraphs(self, max_graphs) if cuda_graphs else None
 
     # -- building blocks --------------------------------------------------------------------
     def _linear(self, x: GPUArray, prefix: str, activation: str | None = None) -> GPUArray:
@@ -118,8 +135,12 @@ class KokoroNetwork:
         w = self.weights
         return ops.conv1d(
             x, w[prefix + ".weight"], w.get(prefix + ".bias"), stride=stride, padding=padding,
-            dilation=dilation,
+            dilation=dilation, weight_cache=self._weight_cache(prefix),
         )  # fmt: skip
+
+    def _weight_cache(self, prefix: str) -> dict:
+        """The conv weight ``prefix``'s copy rearranged for the tensor-core kernel (kept)."""
+        return self._conv_copies.setdefault(prefix, {})
 
     def _lstm(self, x: GPUArray, prefix: str, lengths: Lengths) -> GPUArray:
         fw, bw = self.weights.lstm(prefix)
@@ -129,7 +150,7 @@ class KokoroNetwork:
         )  # fmt: skip
         return y
 
-    def _styles(self, ref: GPUArray) -> _Styles:
+    def styles(self, ref: GPUArray) -> _Styles:
         """Every block's gamma/beta for styles ``ref`` ``[B, 2 * style]`` in two matmuls."""
         s = self.config.style_dim
         halves = {"decoder": ref[:, :s].contiguous(), "predictor": ref[:, s:].contiguous()}
@@ -170,10 +191,7 @@ class KokoroNetwork:
         h = self._linear(x, "bert.encoder.embedding_hidden_mapping_in")
         heads, hidden = cfg.albert_heads, cfg.albert_hidden
         head_dim = hidden // heads
-        mask = None
-        if not tokens.full:
-            padded = np.arange(t)[None, :] >= tokens.lengths[:, None]
-            mask = gp.from_numpy(np.where(padded, _MASKED_SCORE, np.float32(0)).reshape(b, 1, 1, t))
+        mask = tokens.key_mask(_MASKED_SCORE)
         layer = ALBERT_LAYER
         for _ in range(cfg.albert_layers):
             qkv = linear(h, w.qkv_weight, w.qkv_bias)
@@ -354,10 +372,10 @@ class KokoroNetwork:
         """iSTFTNet: features ``[B, C, 2 frames]`` -> waveform ``[B, samples]``."""
         cfg, w = self.config, self.weights
         g = "decoder.generator"
-        magnitude, phase = stft(
-            self.harmonic_source(f0, rng), cfg.n_fft, cfg.hop_length, output="polar"
-        )
         up = math.prod(cfg.upsample_rates)
+        samples = lengths.scaled(up * cfg.hop_length)  # the source's and the audio's samples
+        source = self.harmonic_source(f0, rng)
+        magnitude, phase = padded_stft(source, samples, cfg.n_fft, cfg.hop_length)
         spectrum = lengths.scaled(up, 1)  # the source's STFT frames
         har = gp.concatenate([magnitude, phase], axis=1).astype(self.vocoder_dtype)
         har = spectrum.zero_padding(har)
@@ -383,7 +401,7 @@ class KokoroNetwork:
                 )
             x = ops.conv_transpose1d(
                 x, w[f"{g}.ups.{i}.weight"], w.get(f"{g}.ups.{i}.bias"), stride=u,
-                padding=(k - u) // 2,
+                padding=(k - u) // 2, weight_cache=self._weight_cache(f"{g}.ups.{i}"),
             )  # fmt: skip
             if last:  # ReflectionPad1d((1, 0))
                 x = gp.concatenate([x[:, :, 1:2], x], axis=-1)
@@ -401,28 +419,41 @@ class KokoroNetwork:
         bins = cfg.n_fft // 2 + 1
         magnitude = lengths.zero_padding(gp.exp(x[:, :bins]))
         phase = gp.sin(x[:, bins:])
-        return istft(magnitude, cfg.n_fft, cfg.hop_length, phase=phase)
+        return padded_istft(magnitude, phase, samples, cfg.n_fft, cfg.hop_length)
 
     # -- whole model ------------------------------------------------------------------------
-    def _prosody(
-        self, ids: GPUArray, ref: GPUArray, tokens: Lengths, speed: float
-    ) -> tuple[GPUArray, np.ndarray, _Styles]:
-        """The prosody front half of a padded batch, three results.
+    def phoneme_half(self, ids: GPUArray, ref: GPUArray, tokens: Lengths) -> PhonemeOutputs:
+        """Everything that runs per token, on the device (no host copy, no wait).
 
-        Duration features ``[B, T, hidden + style]``, frames per token ``[B, T]`` (on the host;
-        0 on padding) and the batch's style projections.
+        ``ids`` ``[B, T]``, styles ``ref`` ``[B, 2 * style]``: ALBERT, the duration encoder and
+        predictor, and the text encoder.
         """
-        styles = self._styles(ref)
+        styles = self.styles(ref)
         s_pro = ref[:, self.config.style_dim :].contiguous()
         d_en = self._linear(self.albert(ids, tokens), "bert_encoder")
         d = self.duration_encoder(d_en, s_pro, styles, tokens)
         x = self._lstm(d, "predictor.lstm", tokens)
         logits = self._linear(x, "predictor.duration_proj.linear_layer")
-        # The one download before the audio: the alignment's shape depends on the durations.
-        duration = gp.sum(gp.sigmoid(logits), axis=-1).to_numpy() / np.float32(speed)
-        durations = np.maximum(np.round(duration), 1).astype(np.int64)
-        durations[np.arange(durations.shape[1])[None, :] >= tokens.lengths[:, None]] = 0
-        return d, durations, styles
+        duration = gp.sum(gp.sigmoid(logits), axis=-1)
+        return PhonemeOutputs(d, self.text_encoder(ids, tokens), duration, styles)
+
+    def frame_half(
+        self,
+        en: GPUArray,
+        asr: GPUArray,
+        styles: _Styles,
+        frames: Lengths,
+        rng: np.random.Generator | None,
+    ) -> GPUArray:
+        """Everything that runs per frame: aligned features -> waveform ``[B, samples]``.
+
+        ``en`` ``[B, F, hidden + style]`` and ``asr`` ``[B, F, hidden]``: the duration and
+        text features of each frame's token (:func:`gather_frames`). With ``rng`` None, no host
+        copy and no wait.
+        """
+        f0, n, _ = self.f0_energy(en, styles, frames)
+        asr = frames.zero_padding(asr.transpose(0, 2, 1).contiguous())
+        return self.decoder(asr, f0, n, styles, frames, rng)
 
     def predict_durations(
         self, ids: np.ndarray, ref_s: np.ndarray, speed: float
@@ -434,10 +465,9 @@ class KokoroNetwork:
         """
         with gp.Device(self.device):
             tokens = Lengths(np.array([len(ids)]), len(ids))
-            d, durations, _ = self._prosody(
-                _upload_ids([ids], len(ids)), _upload_styles([ref_s]), tokens, speed
-            )
-        return d, durations[0]
+            out = self.phoneme_half(_upload_ids([ids], len(ids)), _upload_styles([ref_s]), tokens)
+            durations = frame_counts(out.duration.to_numpy(), tokens.lengths, speed)
+        return out.features, durations[0]
 
     def __call__(
         self,
@@ -466,57 +496,116 @@ class KokoroNetwork:
         """Several utterances in one padded batch: token ids ``[T_i]``, styles ``[256]`` each.
 
         ``durations`` (one array of frames per token each) replaces the predicted alignment.
+        Replays CUDA graphs where :attr:`graphs` is on and ``rng`` is None (the first call of
+        each length bucket runs eagerly and captures them).
         """
         if len(ids) != len(refs) or not ids:
             raise ValueError(f"{len(ids)} token arrays for {len(refs)} styles")
+        if durations is not None:
+            for i, want in enumerate(durations):
+                if want.shape != (len(ids[i]),) or (want < 1).any():
+                    raise ValueError(f"durations must be {(len(ids[i]),)} frame counts >= 1")
         with gp.Device(self.device):
-            return self._batch(ids, refs, speed, rng, durations)
+            if self.graphs is not None and rng is None:
+                audio, frames, counts = self.graphs.run(ids, refs, speed, durations)
+            else:
+                audio, frames, counts = self._eager(ids, refs, speed, rng, durations)
+        step = self.config.frame_samples
+        return [
+            NetworkOutput(
+                audio=np.ascontiguousarray(audio[i, : frames[i] * step]),
+                durations=counts[i, : len(ids[i])].copy(),
+            )
+            for i in range(len(ids))
+        ]
 
-    def _batch(
+    def _eager(
         self,
         ids: Sequence[np.ndarray],
         refs: Sequence[np.ndarray],
         speed: float,
         rng: np.random.Generator | None,
         forced: Sequence[np.ndarray] | None,
-    ) -> list[NetworkOutput]:
-        cfg = self.config
-        b = len(ids)
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Audio ``[B, samples]``, frames ``[B]`` and frames per token ``[B, T]``, eagerly."""
         width = max(len(i) for i in ids)
         tokens = Lengths(np.array([len(i) for i in ids]), width)
-        ids_gpu = _upload_ids(ids, width)
-        ref = _upload_styles(refs)
-        d, durations, styles = self._prosody(ids_gpu, ref, tokens, speed)
-        if forced is not None:
-            for i, want in enumerate(forced):
-                if want.shape != (len(ids[i]),) or (want < 1).any():
-                    raise ValueError(f"durations must be {(len(ids[i]),)} frame counts >= 1")
-                durations[i, : len(ids[i])] = want
-        frames = Lengths(durations.sum(axis=1), int(durations.sum(axis=1).max()))
-        # The hard alignment as a gather: frame f of utterance i reads token row i*T + token.
-        rows = np.zeros((b, frames.width), np.int64)
-        for i in range(b):
-            picked = np.repeat(np.arange(width), durations[i])
-            rows[i] = i * width
-            rows[i, : len(picked)] = picked + i * width
-        rows_gpu = gp.from_numpy(rows.reshape(-1))
-        en = gp.take(d.reshape(b * width, d.shape[2]), rows_gpu, axis=0)
-        en = en.reshape(b, frames.width, d.shape[2])
-        f0, n, _ = self.f0_energy(en, styles, frames)
-        t_en = self.text_encoder(ids_gpu, tokens)
-        asr = gp.take(t_en.reshape(b * width, t_en.shape[2]), rows_gpu, axis=0)
-        asr = frames.zero_padding(
-            asr.reshape(b, frames.width, t_en.shape[2]).transpose(0, 2, 1).contiguous()
-        )
-        audio = self.decoder(asr, f0, n, styles, frames, rng).to_numpy()
-        step = cfg.frame_samples
-        return [
-            NetworkOutput(
-                audio=np.ascontiguousarray(audio[i, : frames.lengths[i] * step]),
-                durations=durations[i, : len(ids[i])].copy(),
-            )
-            for i in range(b)
-        ]
+        ph = self.phoneme_half(_upload_ids(ids, width), _upload_styles(refs), tokens)
+        # The one download before the audio: the alignment's shape depends on the durations.
+        durations = frame_counts(ph.duration.to_numpy(), tokens.lengths, speed, forced)
+        lengths = durations.sum(axis=1)
+        frames = Lengths(lengths, int(lengths.max()))
+        rows = gp.from_numpy(alignment_rows(durations, frames.width))
+        en, asr = gather_frames(ph, rows)
+        audio = self.frame_half(en, asr, ph.styles, frames, rng)
+        return audio.to_numpy(), lengths, durations
+
+
+@dataclass
+class PhonemeOutputs:
+    """What the per-token half hands the per-frame half, all on the device."""
+
+    #: ``[B, T, hidden + style]``: the duration encoder's features.
+    features: GPUArray
+    #: ``[B, T, hidden]``: the text encoder's features.
+    text: GPUArray
+    #: ``[B, T]`` float32: each token's predicted frames at speed 1, before rounding.
+    duration: GPUArray
+    #: The batch's style projections.
+    styles: _Styles
+
+
+def frame_counts(
+    duration: np.ndarray,
+    lengths: np.ndarray,
+    speed: float,
+    forced: Sequence[np.ndarray] | None = None,
+) -> np.ndarray:
+    """Integer frames per token ``[B, T]`` from the predicted ``duration`` (0 on padding).
+
+    KModel's rounding: ``round(duration / speed)``, at least 1. ``forced`` (frames per token
+    of each utterance) replaces the prediction.
+    """
+    counts = np.maximum(np.round(duration / np.float32(speed)), 1).astype(np.int64)
+    counts[np.arange(counts.shape[1])[None, :] >= np.asarray(lengths)[:, None]] = 0
+    if forced is not None:
+        for i, want in enumerate(forced):
+            counts[i, : len(want)] = want
+    return counts
+
+
+def alignment_rows(durations: np.ndarray, width: int) -> np.ndarray:
+    """The hard alignment as gather indices ``[B * width]`` int64.
+
+    Frame ``f`` of utterance ``i`` reads token row ``i * T + token`` of the ``[B * T, C]``
+    features; padded frames read the utterance's first token (masked later).
+    """
+    b, t = durations.shape
+    rows = np.repeat(np.arange(b, dtype=np.int64) * t, width).reshape(b, width)
+    for i in range(b):
+        picked = np.repeat(np.arange(t), durations[i])
+        rows[i, : len(picked)] += picked
+    return rows.reshape(-1)
+
+
+def gather_frames(
+    ph: PhonemeOutputs,
+    rows: GPUArray,
+    out: tuple[GPUArray, GPUArray] | None = None,
+) -> tuple[GPUArray, GPUArray]:
+    """Each frame's duration and text features ``[B, F, C]`` (``rows``: :func:`alignment_rows`).
+
+    ``out``: two ``[B, F, C]`` arrays to write instead (a CUDA graph's inputs).
+    """
+    results = []
+    for i, src in enumerate((ph.features, ph.text)):
+        b, t, c = src.shape
+        frames = rows.shape[0] // b
+        # "clip": the indices are made on the host, in range; "raise" would read them back.
+        target = None if out is None else out[i].reshape(b * frames, c)
+        got = gp.take(src.reshape(b * t, c), rows, axis=0, mode="clip", out=target)
+        results.append(got.reshape(b, frames, c))
+    return results[0], results[1]
 
 
 def _upload_ids(ids: Sequence[np.ndarray], width: int) -> GPUArray:

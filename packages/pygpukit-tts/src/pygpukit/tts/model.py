@@ -12,7 +12,7 @@ from .audio import Audio
 from .config import KokoroConfig
 from .errors import PhonemeError, VoiceError
 from .kokoro import KokoroNetwork
-from .loading import read_checkpoint, read_voices
+from .loading import Checkpoint, read_checkpoint, read_voices
 from .loading.voices import check_voice
 from .text import as_token_array, chunk_phonemes, phonemes_to_ids, text_to_phonemes
 
@@ -55,9 +55,13 @@ class KokoroModel:
         voices: str | Path | None = None,
         device: int = 0,
         vocoder_dtype: str = "auto",
+        int8_activations: bool = False,
     ) -> KokoroModel:
         """Same as :func:`load` (the original project's name)."""
-        return load(path, voices=voices, device=device, vocoder_dtype=vocoder_dtype)
+        return load(
+            path, voices=voices, device=device, vocoder_dtype=vocoder_dtype,
+            int8_activations=int8_activations,
+        )  # fmt: skip
 
     def __repr__(self) -> str:
         return f"KokoroModel({self.path}, voices={self.voices})"
@@ -234,6 +238,7 @@ def load(
     voices: str | Path | None = None,
     device: int = 0,
     vocoder_dtype: str = "auto",
+    int8_activations: bool = False,
 ) -> KokoroModel:
     """Load a Kokoro model and its voices.
 
@@ -245,6 +250,9 @@ def load(
     ``vocoder_dtype``: the decoder's and generator's dtype, ``"auto"`` (bfloat16 on the GPU, where
     their convolutions run on tensor cores; float32 on the CPU backend), ``"float32"``,
     ``"bfloat16"`` or ``"float16"``; the prosody half (durations) is always float32.
+    ``int8_activations``: for kokoro-onnx's int8 file only, round the prosody path's activations
+    after ALBERT to 8 bits as that graph does (:mod:`pygpukit.tts.int8_activations`; docs/tts.md
+    says what it changes); ``ValueError`` for a model whose graph does not round them.
     """
     if not isinstance(device, int) or device < 0:
         raise ValueError(f"device must be a GPU ordinal >= 0, got {device!r}")
@@ -256,7 +264,21 @@ def load(
     else:
         for source in checkpoint.voice_sources:
             tables.update(read_voices(source, style))
-    network = KokoroNetwork(
+    network = _network_type(checkpoint, int8_activations)(
         checkpoint.config, checkpoint.state, device=device, vocoder_dtype=vocoder_dtype
     )
     return KokoroModel(network, tables, path=checkpoint.path, device=device)
+
+
+def _network_type(checkpoint: Checkpoint, int8_activations: bool) -> type[KokoroNetwork]:
+    """The network class for ``load(..., int8_activations=...)``."""
+    if not int8_activations:
+        return KokoroNetwork
+    if not checkpoint.int8_activations:
+        raise ValueError(
+            f"int8_activations=True reproduces the 8-bit activations of kokoro-onnx's int8 "
+            f"graph, but {checkpoint.path} does not quantize its activations; leave it False"
+        )
+    from .int8_activations import Int8ActivationNetwork
+
+    return Int8ActivationNetwork

@@ -210,6 +210,57 @@ class _InvariantStep:
         return self.head()
 
 
+class _PagedAttend:
+    """Decode attention of a padded step over the paged cache (an ``Attend`` strategy).
+
+    :meth:`from_projection` takes the fused q/k/v projection: one kernel
+    (:func:`pygpukit.ops.rope_kv_paged_write`) splits it, rotates q and k at each row's position
+    and writes k and v into the cache at the row's slot, where the three split copies, RoPE and
+    the paged write took five. Called with q, k and v (models with q/k norms), the keys and
+    values are written with :func:`pygpukit.ops.paged_kv_cache_write`.
+    """
+
+    def __init__(
+        self, model: LlamaModel, cache: PagedKVCache, b: int, slots: GPUArray, lens: GPUArray,
+        table: GPUArray,
+    ) -> None:  # fmt: skip
+        self.model, self.cache, self.b = model, cache, b
+        self.slots, self.lens, self.table = slots, lens, table
+
+    def from_projection(
+        self, i: int, qkv: GPUArray, positions: GPUArray, *, last_query_only: bool = False
+    ) -> GPUArray:
+        """Attention output ``[1, B, Hq * D]`` of layer ``i`` from its projection ``[1, B, W]``.
+
+        ``last_query_only`` changes nothing here: each of the ``B`` sequences has one query in a
+        decode step, which is already its last.
+        """
+        m, rot = self.model, self.model.rotary
+        q = ops.rope_kv_paged_write(
+            qkv, rot.cos, rot.sin, positions, self.cache.k[i], self.cache.v[i], self.slots,
+            q_heads=m.config.num_heads,
+        )  # fmt: skip
+        return self._attend(i, q)
+
+    def __call__(self, i: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
+        """Attention output ``[1, B, Hq * D]`` of layer ``i`` from its rotated q, k and v."""
+        cfg, b = self.model.config, self.b
+        ops.paged_kv_cache_write(
+            k.reshape(b, cfg.num_kv_heads, cfg.head_dim),
+            v.reshape(b, cfg.num_kv_heads, cfg.head_dim),
+            self.cache.k[i], self.cache.v[i], self.slots,
+        )  # fmt: skip
+        return self._attend(i, q.reshape(b, cfg.num_heads, cfg.head_dim))
+
+    def _attend(self, i: int, q: GPUArray) -> GPUArray:
+        cfg = self.model.config
+        o = ops.decode_attention(
+            q, self.cache.k[i], self.cache.v[i], self.lens, scale=self.model.attention.scale,
+            block_table=self.table,
+        )  # fmt: skip
+        return o.reshape(1, self.b, cfg.q_size)
+
+
 class DecodeGraphs:
     """Runs decode-only steps padded to a bucket, replaying one CUDA graph per shape.
 
@@ -248,6 +299,14 @@ class DecodeGraphs:
             0 < len(chunks) <= BATCH_BUCKETS[-1]
             and all(c.count == 1 for c in chunks)
         )  # fmt: skip
+
+    def takes_device_ids(self, chunks: Sequence[ScheduledChunk]) -> bool:
+        """Whether this step can run on token ids still on the device.
+
+        Every step :meth:`logits` runs can (``token_ids``: copied into the step's inputs on the
+        stream), the batch-invariant step too: its rows read the same inputs.
+        """
+        return self.accepts(chunks)
 
     def pack(self, chunks: Sequence[ScheduledChunk], bucket: int, width: int) -> np.ndarray:
         """The host image of a shape's ``packed`` inputs for these chunks (padding included).
@@ -331,29 +390,11 @@ class DecodeGraphs:
                     self._invariant_buffers[shape.bucket] = bufs
                 shape.invariant = _InvariantStep(self.model, self.cache, shape, bufs)
             return shape.invariant()
-        cfg, m = self.model.config, self.model
-        b = shape.bucket
+        m, b = self.model, shape.bucket
         ids, positions, slots, lens, table = shape.views()
-        k_cache, v_cache = self.cache.k, self.cache.v
-
-        def attend(layer: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
-            ops.paged_kv_cache_write(
-                k.reshape(b, cfg.num_kv_heads, cfg.head_dim),
-                v.reshape(b, cfg.num_kv_heads, cfg.head_dim),
-                k_cache[layer], v_cache[layer], slots,
-            )  # fmt: skip
-            o = ops.decode_attention(
-                q.reshape(b, cfg.num_heads, cfg.head_dim),
-                k_cache[layer],
-                v_cache[layer],
-                lens,
-                scale=m.attention.scale,
-                block_table=table,
-            )
-            return o.reshape(1, b, cfg.q_size)
-
+        attend = _PagedAttend(m, self.cache, b, slots, lens, table)
         x = m.hidden_states(ids, positions, attend)
-        return m.logits(x.reshape(b, cfg.hidden_size))
+        return m.logits(x.reshape(b, m.config.hidden_size))
 
     def shapes(self) -> list[tuple[int, int, bool]]:
         """``(bucket, width, captured)`` of every shape seen so far."""

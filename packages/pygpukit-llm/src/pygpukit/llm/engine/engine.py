@@ -46,6 +46,7 @@ from ..errors import LLMError
 from ..model import CausalLM, _kv_budget
 from .block_manager import BlockManager
 from .decode_graphs import DecodeGraphs, batch_bucket, table_width
+from .host_priority import HostPriority
 from .invariant import invariant_step_logits
 from .metrics import EngineMetrics
 from .paged_cache import BLOCK_SIZE, PagedKVCache, block_bytes
@@ -83,6 +84,8 @@ class _Launched:
     plan: StepPlan
     sampled: list[Request]
     pending: SampledTokens
+    #: Seconds the host spent queuing the step (inputs, forward pass, sampling).
+    launch_s: float = 0.0
 
 
 class Engine:
@@ -184,6 +187,10 @@ class Engine:
         #: Called on the engine thread with the :class:`StepTimes` of every step that ran a
         #: forward pass (for profiling where a step's time goes); None: nothing is timed.
         self.step_observer: Callable[[StepTimes], None] | None = None
+        #: Host turns shared with the process's other engines (:meth:`share_host`).
+        self.host_priority: HostPriority | None = None
+        self.protected = False
+        self._waiting: SampledTokens | None = None  # a protected engine's step being waited on
 
     # --- submission (any thread) ----------------------------------------------------------------
 
@@ -267,6 +274,55 @@ class Engine:
             self._aborts.add(request_id)
             self._wake.notify()
 
+    # --- host turns (engines sharing a process) ------------------------------------------------
+
+    def share_host(self, priority: HostPriority | None, *, protected: bool) -> None:
+        """Take host turns with the process's other engines (:mod:`.host_priority`).
+
+        ``protected``: this engine's host work goes first (a Guaranteed or Burstable model);
+        otherwise this engine's thread yields to protected engines between its phases. None
+        stops taking turns.
+        """
+        self.host_priority, self.protected = priority, protected and priority is not None
+        if priority is not None and protected:
+            priority.watch(self.host_due)
+
+    def host_due(self) -> bool:
+        """Whether the step this engine waits for is done on the device.
+
+        Its thread then wants the interpreter lock back now. Any thread may ask.
+        """
+        waiting = self._waiting
+        return waiting is not None and waiting.ready()
+
+    def yield_host(self, max_wait_s: float | None = None) -> bool:
+        """Let protected engines' host work go first; True when it waited.
+
+        Called between phases of work done for this engine (its thread, its streams' writes);
+        waits at most ``max_wait_s`` (default: the shared ``HostPriority``'s bound). A no-op
+        for a protected engine or one that takes no turns.
+        """
+        priority = self.host_priority
+        if priority is not None and not self.protected:
+            return priority.yield_turn(max_wait_s)
+        return False
+
+    def _wait_for(self, pending: SampledTokens) -> tuple[list[int], list[TokenLogprob | None]]:
+        """The step's sampled ids (its one host wait)."""
+        priority = self.host_priority
+        if priority is None:
+            return pending.result()
+        if not self.protected:
+            result = pending.result()
+            priority.yield_turn()
+            return result
+        self._waiting = pending
+        try:
+            with priority.paused():
+                return pending.result()
+        finally:
+            self._waiting = None
+
     # --- the step (engine thread) ---------------------------------------------------------------
 
     def _context(self) -> contextlib.ExitStack:
@@ -331,6 +387,16 @@ class Engine:
         The step is the one queued ahead by the previous call (lookahead), else one planned
         now; before waiting for its tokens, the next decode step may be queued behind it.
         """
+        priority = self.host_priority
+        if priority is None:
+            return self._step()
+        if self.protected:
+            with priority.host_phase():
+                return self._step()
+        priority.yield_turn()
+        return self._step()
+
+    def _step(self) -> bool:
         start = time.perf_counter()
         self._take_commands()
         current, self._inflight = self._inflight, None
@@ -348,7 +414,9 @@ class Engine:
             sampled = [c.request for c in plan.chunks if c.sample]
             try:
                 with self._context():
-                    current = _Launched(plan, sampled, SampledTokens(self._logits(plan), sampled))
+                    launch = time.perf_counter()
+                    pending = SampledTokens(self._logits(plan), sampled)
+                    current = _Launched(plan, sampled, pending, time.perf_counter() - launch)
             except Exception as exc:  # fail this step's requests, keep serving the others
                 self._fail(plan, exc)
                 return True
@@ -359,27 +427,28 @@ class Engine:
             self._fail(plan, exc)
             return True
         enqueued = time.perf_counter()
+        self.yield_host()
         self._flush()  # the previous step's text, while the GPU runs this one
         self._finish_out_of_room(plan)
         flushed = time.perf_counter()
         try:
             with self._context():
-                tokens, logprobs = current.pending.result()
+                tokens, logprobs = self._wait_for(current.pending)
         except Exception as exc:
             self._fail(plan, exc)
             return True
         sampled_at = time.perf_counter()
         self.planner.after_step(plan)
         now = time.perf_counter()
-        for request, token, lp in zip(sampled, tokens, logprobs, strict=True):
-            if request.status is RequestStatus.RUNNING:  # not ended by a stop string meanwhile
-                self._accept(request, token, lp, now)
+        self._accept_step(sampled, tokens, logprobs, now)
         m.record_step(len(sampled), now)
         self._update_gauges(plan)
         if self.step_observer is not None:
             decode_only = self.decode.accepts(plan.chunks)
             end = time.perf_counter()
-            times = StepTimes(start, enqueued, flushed, sampled_at, end, len(sampled), decode_only)
+            times = StepTimes(start, enqueued, flushed, sampled_at, end, len(sampled), decode_only,
+                              batch_tokens=sum(c.count for c in plan.chunks),
+                              launch_s=current.launch_s)  # fmt: skip
             self.step_observer(times)
         self._inflight = following
         return True
@@ -393,10 +462,10 @@ class Engine:
         """
         chunks = current.plan.chunks
         if (
-            self.batch_invariant  # its steps run the invariant kernels, planned from the host
-            or current.plan.preempted or current.plan.out_of_room
+            current.plan.preempted or current.plan.out_of_room
             or self.planner.waiting or self._incoming or self._aborts
-            or not self.decode.accepts(chunks) or not all(c.sample for c in chunks)
+            or not all(c.sample for c in chunks)
+            or not self.decode.takes_device_ids(chunks)
         ):  # fmt: skip
             return None
         bs = self.cache.block_size
@@ -430,13 +499,17 @@ class Engine:
                 return None
         for r in grow:
             r.blocks.append(self.blocks.allocate())
+        self.yield_host()
         ids = current.pending.ids
         with self._context():
+            launch = time.perf_counter()
             if len(rows) != len(chunks):
                 ids = gp.take(ids, upload(np.asarray(rows, np.int32)), axis=0)
             logits = self.decode.logits(ahead, token_ids=ids)
             sampled = [c.request for c in ahead]
-            launched = _Launched(StepPlan(chunks=ahead), sampled, SampledTokens(logits, sampled))
+            pending = SampledTokens(logits, sampled)
+            launched = _Launched(StepPlan(chunks=ahead), sampled, pending,
+                                 time.perf_counter() - launch)  # fmt: skip
         self.lookahead_steps += 1
         return launched
 
@@ -471,30 +544,54 @@ class Engine:
             return logits
         return gp.take(logits, gp.from_numpy(np.asarray(rows, np.int32)), axis=0)
 
-    def _accept(self, r: Request, token: int, lp: TokenLogprob | None, now: float) -> None:
-        """Record a sampled id (its text comes at the next :meth:`_flush`).
+    def _accept_step(
+        self, sampled: Sequence[Request], tokens: Sequence[int],
+        logprobs: Sequence[TokenLogprob | None], now: float,
+    ) -> None:  # fmt: skip
+        """Record a step's sampled ids (their text comes at the next :meth:`_flush`).
 
-        A request that ends here (EOS id, length) leaves the batch now, its blocks freed.
+        A request that ends here (EOS id, length) leaves the batch now, its blocks freed. A
+        request a stop string ended meanwhile gets nothing. One pass over the step's requests,
+        the latency histograms updated under one lock acquisition.
         """
-        reason = r.add(token)
-        if reason is None and len(r.tokens) >= self.max_model_len:
-            reason = "length"
-        m = self.metrics
-        with m.lock:
+        running = RequestStatus.RUNNING
+        limit = self.max_model_len
+        pending = self._pending
+        ended: list[Request] = []
+        first: list[float] = []
+        gaps: list[float] = []
+        for i, (r, token, lp) in enumerate(zip(sampled, tokens, logprobs, strict=True)):
+            if i % 16 == 15:
+                self.yield_host()
+            if r.status is not running:  # ended by a stop string or an abort meanwhile
+                continue
+            reason = r.add(token)
+            if reason is None and len(r.tokens) >= limit:
+                reason = "length"
             if r.first_token_at is None:
                 r.first_token_at = now
-                m.ttft.observe(now - r.arrival)
+                first.append(now - r.arrival)
             elif r.last_token_at is not None:
-                m.itl.observe(now - r.last_token_at)
-        r.last_token_at = now
-        if reason is not None:
+                gaps.append(now - r.last_token_at)
+            r.last_token_at = now
+            if reason is not None:
+                ended.append(r)
+            pending.append((r, token, lp, reason))
+        m = self.metrics
+        with m.lock:
+            for value in first:
+                m.ttft.observe(value)
+            for value in gaps:
+                m.itl.observe(value)
+        for r in ended:
             self.planner.remove(r)
-        self._pending.append((r, token, lp, reason))
 
     def _flush(self) -> bool:
         """Make the text of the recorded tokens and hand it out; False when there was none."""
         pending, self._pending = self._pending, []
-        for r, token, lp, reason in pending:
+        for i, (r, token, lp, reason) in enumerate(pending):
+            if i % 16 == 15:
+                self.yield_host()
             if r.status is RequestStatus.FINISHED:  # aborted since
                 continue
             text, reason = r.text_of(token, reason)

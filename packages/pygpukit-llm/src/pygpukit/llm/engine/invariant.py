@@ -105,5 +105,5 @@ def prefill_like_generate(
 
     ids = gp.from_numpy(np.asarray(r.tokens[:s], np.int32)[None, :])
     positions = gp.from_numpy(p.astype(np.int32)[None, :])
-    x = model.hidden_states(ids, positions, model.attend_uncached(store))
-    return model.logits(x[:, s - 1])
+    x = model.hidden_states(ids, positions, model.attend_uncached(store), last_position_only=True)
+    return model.logits(x[:, 0])

@@ -69,6 +69,10 @@ class SampledTokens:
         # it before reading these ids, and the read must not wait for that one too.
         self._ready = gp.Event().record()
 
+    def ready(self) -> bool:
+        """Whether the step's ids are computed (any thread may ask; never waits)."""
+        return bool(self._ready.query())
+
     @property
     def ids(self) -> GPUArray:
         """The sampled ids on the device (int32 ``[R]``), ready in stream order."""

@@ -23,7 +23,10 @@ class StepTimes:
     previous step's text was handed out (host work done while the device computes);
     ``sampled``: the sampled ids were on the host (the step's one wait ended, the lock taken
     back); ``end``: the ids were recorded. ``tokens``: requests that got a token;
-    ``decode_only``: the step ran the bucketed (graph-replayed) decode path.
+    ``decode_only``: the step ran the bucketed (graph-replayed) decode path;
+    ``batch_tokens``: tokens the forward pass computed (decode tokens and prefill chunks);
+    ``launch_s``: seconds the host took to queue the step's inputs, forward pass and
+    sampling (with lookahead this happened during the previous call).
     """
 
     start: float
@@ -33,6 +36,8 @@ class StepTimes:
     end: float
     tokens: int
     decode_only: bool
+    batch_tokens: int = 0
+    launch_s: float = 0.0
 
     @property
     def host_s(self) -> float:

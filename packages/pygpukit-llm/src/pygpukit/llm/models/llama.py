@@ -227,17 +227,36 @@ class LlamaModel:
         self.rotary(q, k, positions)
         return q, k, v
 
-    def hidden_states(self, ids: GPUArray, positions: GPUArray, attend: Attend) -> GPUArray:
-        """The final-norm hidden states ``[B, S, hidden]`` of token ids ``[B, S]`` (int32)."""
+    def hidden_states(
+        self,
+        ids: GPUArray,
+        positions: GPUArray,
+        attend: Attend,
+        *,
+        last_position_only: bool = False,
+    ) -> GPUArray:
+        """The final-norm hidden states ``[B, S, hidden]`` of token ids ``[B, S]`` (int32).
+
+        ``last_position_only`` (a prefill that wants the next token only): ``[B, 1, hidden]``,
+        the last position's. The last layer still projects every position to q/k/v (its keys
+        and values go to the cache) but attends with the last query only, and runs its output
+        projection, MLP and the final norm on that one row: about 1/L of the prompt's matmul
+        work that nothing reads.
+        """
         h = self.embed(ids)
         residual, x = h, self.layers[0].input_norm(h)
         # A strategy that takes the q/k/v projection itself (prefill) skips the split copies.
         project = getattr(attend, "from_projection", None)
+        last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
+            trim = last_position_only and i == last
             if project is not None and layer.q_norm is None and self._fused_rope_ok(positions):
-                o = project(i, layer.qkv(x), positions)
+                o = project(i, layer.qkv(x), positions, last_query_only=trim)
             else:
-                o = attend(i, *self._qkv(layer, x, positions))
+                q, k, v = self._qkv(layer, x, positions)
+                o = attend(i, q[:, -1:] if trim else q, k, v)
+            if trim:  # the residual stream of the last position only
+                residual = residual[:, -1:].contiguous()
             residual, x = layer.post_norm(layer.o_proj(o), residual)
             nxt = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.norm
             residual, x = nxt(layer.mlp(x), residual)
@@ -273,15 +292,18 @@ class LlamaModel:
         self,
         store: Callable[[int, GPUArray, GPUArray], None] | None = None,
         cache: tuple[list[GPUArray], list[GPUArray]] | None = None,
+        slots: GPUArray | None = None,
     ) -> Attend:
         """Attention of a sequence over itself (its sliding window, if any): ``forward``, prefill.
 
         In prefill ``store(layer, k, v)`` also writes the ``[B, Hkv, S, D]`` keys and values
         into a cache; or, with ``cache`` (per layer, the keys and values ``[B, Hkv, capacity,
         D]``, holding at least the prompt), they are written straight into slots ``0 .. S - 1``
-        of it and attention reads them there.
+        of it and attention reads them there. ``slots``: those slots as int32 ``[B, S]`` on the
+        device, when the caller has them already (a prompt's positions are the same numbers);
+        by default they are uploaded at the first layer.
         """
-        return _UncachedAttend(self, store, cache)
+        return _UncachedAttend(self, store, cache, slots)
 
 
 class _UncachedAttend:
@@ -301,12 +323,14 @@ class _UncachedAttend:
         model: LlamaModel,
         store: Callable[[int, GPUArray, GPUArray], None] | None,
         cache: tuple[list[GPUArray], list[GPUArray]] | None,
+        slots: GPUArray | None = None,
     ) -> None:
         self.model, self.store, self.cache = model, store, cache
-        self._slots: GPUArray | None = None
+        self._slots: GPUArray | None = slots
 
     def __call__(self, i: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
-        b, s = q.shape[0], q.shape[1]
+        # q may hold the last positions only (``last_position_only``): k and v hold them all.
+        b, sq, s = q.shape[0], q.shape[1], k.shape[1]
         qt, kt, vt = (t.transpose(0, 2, 1, 3).contiguous() for t in (q, k, v))
         if self.cache is not None:
             ops.kv_cache_append(
@@ -315,7 +339,7 @@ class _UncachedAttend:
         elif self.store is not None:
             self.store(i, kt, vt)
         o = self.model.attention.prefill(qt, kt, vt)
-        return o.transpose(0, 2, 1, 3).contiguous().reshape(b, s, self.model.config.q_size)
+        return o.transpose(0, 2, 1, 3).contiguous().reshape(b, sq, self.model.config.q_size)
 
     def _prompt_slots(self, b: int, s: int) -> GPUArray:
         """int32 ``[B, S]``: slot ``t`` for token ``t`` of each sequence (made once per shape)."""
@@ -323,8 +347,15 @@ class _UncachedAttend:
             self._slots = gp.from_numpy(np.tile(np.arange(s, dtype=np.int32), (b, 1)))
         return self._slots
 
-    def from_projection(self, i: int, qkv: GPUArray, positions: GPUArray) -> GPUArray:
-        """Attention output ``[B, S, Hq * D]`` of layer ``i`` from its q/k/v projection."""
+    def from_projection(
+        self, i: int, qkv: GPUArray, positions: GPUArray, *, last_query_only: bool = False
+    ) -> GPUArray:
+        """Attention output ``[B, S, Hq * D]`` of layer ``i`` from its q/k/v projection.
+
+        ``last_query_only``: ``[B, 1, Hq * D]``, the last position's (every key and value is
+        still rotated and stored; attention is causal, bottom-right aligned, so that query sees
+        them all).
+        """
         cfg, model = self.model.config, self.model
         b, s = qkv.shape[0], qkv.shape[1]
         if self.cache is not None:
@@ -340,5 +371,8 @@ class _UncachedAttend:
         k, v = k_dst[:, :, :s], v_dst[:, :, :s]
         if self.cache is None and self.store is not None:
             self.store(i, k, v)
+        if last_query_only:
+            q = q[:, -1:]
+        sq = q.shape[1]
         o = model.attention.prefill(q.transpose(0, 2, 1, 3), k, v)
-        return o.transpose(0, 2, 1, 3).contiguous().reshape(b, s, cfg.q_size)
+        return o.transpose(0, 2, 1, 3).contiguous().reshape(b, sq, cfg.q_size)

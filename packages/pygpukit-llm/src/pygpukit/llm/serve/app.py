@@ -33,6 +33,15 @@ __all__ = ["create_app"]
 #: Seconds between checks that a non-streaming client is still connected.
 _DISCONNECT_POLL_S = 0.25
 
+#: Times a stream of a model without a latency promise lets the event loop run other work
+#: first while a protected model's outputs wait to be written (see _Server.protected_first).
+_MAX_YIELDS = 8
+
+#: The event loop steps aside for a protected engine's host work (host turns) for at most
+#: this long at a time, and not again for as long after: it serves every model's clients, so
+#: a protected model's long host phase (a prefill) must not stall it.
+_LOOP_YIELD_S = 1e-3
+
 
 def _json_body(raw: bytes) -> Any:
     try:
@@ -55,11 +64,17 @@ class _Outbox:
         self._lock = threading.Lock()
         self._items: list[tuple[asyncio.Queue[RequestOutput], RequestOutput]] = []
         self._scheduled = False
+        #: An output of a protected model (host turns) is here, not delivered yet.
+        self.protected_waiting = False
 
-    def put(self, queue: asyncio.Queue[RequestOutput], out: RequestOutput) -> None:
-        """Queue ``out`` for ``queue`` (any thread)."""
+    def put(
+        self, queue: asyncio.Queue[RequestOutput], out: RequestOutput, *, protected: bool = False
+    ) -> None:
+        """Queue ``out`` for ``queue`` (any thread); ``protected``: a protected model's."""
         with self._lock:
             self._items.append((queue, out))
+            if protected:
+                self.protected_waiting = True
             if self._scheduled:
                 return
             self._scheduled = True
@@ -70,6 +85,7 @@ class _Outbox:
         with self._lock:
             items, self._items = self._items, []
             self._scheduled = False
+            self.protected_waiting = False
         for queue, out in items:
             queue.put_nowait(out)
 
@@ -84,6 +100,33 @@ class _Server:
         self.http_errors: dict[int, int] = {}
         self.closing = False
         self._outboxes: dict[asyncio.AbstractEventLoop, _Outbox] = {}
+        #: The output queues of the running requests of protected models (host turns, see
+        #: pygpukit.llm.engine.host_priority): the other models' streams let them go first.
+        self.protected_queues: set[asyncio.Queue[RequestOutput]] = set()
+        self._loop_yielded = 0.0  # when the event loop last stepped aside (perf_counter)
+
+    def loop_yield(self, engine: Engine) -> None:
+        """Step aside for a protected engine's due host work, on the event loop.
+
+        Called before writing a stream of ``engine`` (a model without a latency promise):
+        waits at most ``_LOOP_YIELD_S``, then not again for as long.
+        """
+        if time.perf_counter() - self._loop_yielded < _LOOP_YIELD_S:
+            return
+        if engine.yield_host(_LOOP_YIELD_S):
+            self._loop_yielded = time.perf_counter()
+
+    async def protected_first(self, box: _Outbox) -> None:
+        """Let the event loop write a protected model's waiting outputs first.
+
+        Called by a stream of another model before it writes: while such outputs wait (in
+        the outbox or in a protected request's queue), the stream goes to the back of the
+        loop's queue of ready work, at most ``_MAX_YIELDS`` times.
+        """
+        for _ in range(_MAX_YIELDS):
+            if not (box.protected_waiting or any(not q.empty() for q in self.protected_queues)):
+                return
+            await asyncio.sleep(0)
 
     def outbox(self) -> _Outbox:
         """The running loop's :class:`_Outbox` (made at its first use)."""
@@ -241,7 +284,7 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
                 param="max_tokens", code="context_length_exceeded",
             )  # fmt: skip
         queue: asyncio.Queue[RequestOutput] = asyncio.Queue()
-        sink = functools.partial(server.outbox().put, queue)
+        sink = functools.partial(server.outbox().put, queue, protected=engine.protected)
 
         try:
             rid = engine.submit(ids, parsed.params(max_tokens), sink,
@@ -258,6 +301,8 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
             raise APIError(503, str(exc), type="server_error") from None
         except ValueError as exc:
             raise APIError(400, str(exc), code="invalid_value") from None
+        if engine.protected:
+            server.protected_queues.add(queue)  # until its reader ends (stream, collect)
         return rid, queue
 
     async def collect(
@@ -279,6 +324,8 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
         except BaseException:
             engine.abort(rid)
             raise
+        finally:
+            server.protected_queues.discard(queue)
 
     def failed(last: RequestOutput) -> APIError | None:
         if last.finish_reason == "error":
@@ -290,6 +337,7 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
         chunk: Any, include_usage: bool,
     ) -> AsyncIterator[str]:  # fmt: skip
         done = False
+        box = server.outbox()
         try:
             if first is not None:
                 yield f"data: {json.dumps(first)}\n\n"
@@ -299,6 +347,11 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
                 outs = [await queue.get()]
                 while not queue.empty():
                     outs.append(queue.get_nowait())
+                if not engine.protected and server.protected_queues:
+                    # A model without a latency promise writes after the protected models'
+                    # host work (engine/host_priority.py) and their waiting outputs.
+                    server.loop_yield(engine)
+                    await server.protected_first(box)
                 events = []
                 for out in outs:
                     if (err := failed(out)) is not None:
@@ -317,6 +370,7 @@ def create_app(engines: Mapping[str, Engine], *, grace_s: float = 30.0) -> FastA
                     events.append("data: [DONE]\n\n")
                 yield "".join(events)
         finally:
+            server.protected_queues.discard(queue)
             if not done:  # the client went away (or the app is cancelling us): free the blocks
                 engine.abort(rid)
 

@@ -104,6 +104,7 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
 
     from ..engine import Engine
     from .partitions import create_partitions, parse_partition, parse_size
+    from .qos import share_host_turns
 
     named = [_named(m) for m in args.models]
     names = [n for n, _ in named]
@@ -139,7 +140,7 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
         engines[name] = Engine(
             model, name=name, max_batch=args.max_batch, max_queue=args.max_queue,
             max_batched_tokens=args.max_batched_tokens, kv_memory=kv, partition=part,
-            prefix_caching=args.prefix_caching and not args.batch_invariant,
+            prefix_caching=args.prefix_caching,
             lookahead=args.lookahead, batch_invariant=args.batch_invariant,
         )  # fmt: skip
         e = engines[name]
@@ -148,6 +149,7 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
             f"({e.cache.nbytes / 2**20:.0f} MiB)"
             f"{f', partition {part.id} ({part.qos_class.value})' if part else ''}\n"
         )
+    share_host_turns(engines, {s.name: s.qos for s in specs})
     return engines, scheduler
 
 
@@ -196,7 +198,11 @@ def serve_command(args: argparse.Namespace, err: TextIO = sys.stderr) -> int:
         raise SystemExit(f"pygpukit serve: {exc}") from None
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     interval = _switch_interval(args)
-    engines, scheduler = build_engines(args, err)
+    try:
+        engines, scheduler = build_engines(args, err)
+    except ValueError as exc:  # a model or options that cannot be served (say which)
+        err.write(f"pygpukit serve: {exc}\n")
+        raise SystemExit(1) from None
     _warm_up(engines)
     # The engine threads and the event loop share the interpreter lock (see .qos).
     apply_switch_interval(interval)

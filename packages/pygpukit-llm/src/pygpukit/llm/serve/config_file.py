@@ -48,7 +48,8 @@ DEFAULTS: dict[str, tuple[Any, tuple[type, ...]]] = {
     "max_model_len": (4096, (int,)),
     "dtype": ("bfloat16", (str,)),
     "device": (0, (int,)),
-    "prefix_caching": (True, (bool,)),
+    # None: the engine decides (on, except in batch-invariant mode, which cannot share prefixes).
+    "prefix_caching": (None, (bool,)),
     "lookahead": (True, (bool,)),
     "batch_invariant": (False, (bool,)),
     "grace": (30.0, (int, float)),

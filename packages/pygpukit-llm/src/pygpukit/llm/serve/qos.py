@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "SERVER_SWITCH_INTERVAL_S",
     "SHARED_SWITCH_INTERVAL_S",
     "apply_switch_interval",
     "host_switch_interval",
+    "share_host_turns",
 ]
 
 log = logging.getLogger("pygpukit.llm.serve")
@@ -73,3 +75,22 @@ def apply_switch_interval(seconds: float | None) -> float:
                  sys.getswitchinterval() * 1e3)  # fmt: skip
         sys.setswitchinterval(seconds)
     return sys.getswitchinterval()
+
+
+def share_host_turns(engines: Mapping[str, Any], classes: Mapping[str, str]) -> Any:
+    """Make the engines of a server take host turns; the shared ``HostPriority`` or None.
+
+    ``classes``: the QoS class of each model that has a partition (others have none). Turns
+    are taken when a model with a promise (Guaranteed, Burstable) shares the server with
+    another model: the promised models' engines are protected, the others yield to them.
+    """
+    from ..engine.host_priority import HostPriority
+
+    protected = {name for name, c in classes.items() if c in _PROTECTED and name in engines}
+    if len(engines) < 2 or not protected:
+        return None
+    priority = HostPriority()
+    for name, engine in engines.items():
+        engine.share_host(priority, protected=name in protected)
+    log.info("host turns: %s go first", ", ".join(sorted(protected)))
+    return priority

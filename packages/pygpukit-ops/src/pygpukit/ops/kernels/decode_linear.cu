@@ -49,10 +49,15 @@
 #include "pygpukit/kernel.cuh"
 
 using namespace pygpukit_linear;
+// The per-row pieces shared with the batched twin (decode_row.cuh): one definition each.
+using pgk_decode_row::norm_row;
+using pgk_decode_row::rope_pair;
+using pgk_decode_row::rounded;
+using pgk_decode_row::table_at;
 
 namespace {
 
-constexpr int kWarps = 4;        // warps per block
+constexpr int kWarps = pgk_decode_row::kNormWarps;  // warps per block (the norm prologue's)
 constexpr int kShortChunks = 4;  // decode_linear_short: rows of up to 32 * 4 chunks (K <= 1024)
 
 enum Mode : int { kStore = 0, kResidual = 1, kSwiGLU = 2, kRopeKV = 3 };
@@ -69,84 +74,6 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
-__device__ __forceinline__ float table_at(const void* __restrict__ t, long long i, int kind) {
-    if (kind == 1) return __half2float(static_cast<const __half*>(t)[i]);
-    if (kind == 2) return __bfloat162float(static_cast<const __nv_bfloat16*>(t)[i]);
-    return static_cast<const float*>(t)[i];
-}
-
-// Eight elements of x normalised by inv and scaled by the norm weight, rounded to T.
-template <typename T>
-__device__ __forceinline__ uint4 normalized(const uint4& xc, const uint4& wc, float inv) {
-    float f[8], g[8];
-    unpack8<T>(xc, f);
-    unpack8<T>(wc, g);
-    T r[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) r[e] = narrow<T>(f[e] * inv * g[e]);
-    return *reinterpret_cast<uint4*>(r);
-}
-
-// The rounded output of the unfused GEMV, widened again.
-template <typename T>
-__device__ __forceinline__ float rounded(float v) {
-    return widen(narrow<T>(v));
-}
-
-// RMSNorm of x [K] into xs (shared, rounded to T): xs = x * rsqrt(mean(x^2) + eps) * w.
-// A thread loads its first kHeld chunks of x and w together and keeps them in registers, so the
-// prologue costs one round trip to L2 (K up to kHeld * 8 * 128 = 4096); chunks past those are
-// read again from global memory for the second pass. x null: a row of zeros.
-template <typename T>
-__device__ __forceinline__ void norm_into_shared(const T* __restrict__ x, const T* __restrict__ w,
-                                                 float eps, T* xs, int K) {
-    constexpr int kHeld = 4;
-    __shared__ float warp_sums[kWarps];
-    const int chunks = K >> 3;
-    const uint4* xv = reinterpret_cast<const uint4*>(x);
-    const uint4* wv = reinterpret_cast<const uint4*>(w);
-    uint4* out = reinterpret_cast<uint4*>(xs);
-    auto x_at = [&](int c) { return xv != nullptr ? xv[c] : make_uint4(0, 0, 0, 0); };
-    uint4 xh[kHeld], wh[kHeld];
-#pragma unroll
-    for (int i = 0; i < kHeld; ++i) {
-        const int c = threadIdx.x + i * blockDim.x;
-        if (c < chunks) xh[i] = x_at(c), wh[i] = wv[c];
-    }
-    float acc = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kHeld; ++i) {
-        if (threadIdx.x + i * blockDim.x < chunks) {
-            float f[8];
-            unpack8<T>(xh[i], f);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc += f[e] * f[e];
-        }
-    }
-    for (int c = threadIdx.x + kHeld * blockDim.x; c < chunks; c += blockDim.x) {
-        float f[8];
-        unpack8<T>(x_at(c), f);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc += f[e] * f[e];
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = acc;
-    __syncthreads();
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kWarps; ++i) total += warp_sums[i];
-    const float inv = rsqrtf(total * (1.0f / static_cast<float>(K)) + eps);  // as the norm kernel
-#pragma unroll
-    for (int i = 0; i < kHeld; ++i) {
-        const int c = threadIdx.x + i * blockDim.x;
-        if (c < chunks) out[c] = normalized<T>(xh[i], wh[i], inv);
-    }
-    for (int c = threadIdx.x + kHeld * blockDim.x; c < chunks; c += blockDim.x)
-        out[c] = normalized<T>(x_at(c), wv[c], inv);
-    __syncthreads();
-}
-
 // The first U chunks of each of a warp's R weight rows (lane l: chunks l, l + 32, ...): loads
 // that depend on nothing the previous kernel writes, issued before waiting for it.
 template <int R, int U>
@@ -159,6 +86,26 @@ __device__ __forceinline__ void first_weight_loads(const uint4* const (&wrow)[R]
         for (int r = 0; r < R; ++r)
             wv[u][r] = live && c < chunks ? load_stream_now(wrow[r] + c) : make_uint4(0, 0, 0, 0);
     }
+}
+
+// A GEMV's start under programmatic dependent launch: the first weight loads (they do not depend
+// on the previous kernel) issued before waiting for it, and the next kernel let launch.
+template <int R, int U>
+__device__ __forceinline__ void begin_after_previous(const uint4* const (&wrow)[R], int chunks,
+                                                     int lane, bool live, uint4 (&wv)[U][R]) {
+    first_weight_loads<R, U>(wrow, chunks, lane, live, wv);
+    allow_next_kernel();
+    wait_for_previous_kernel();
+}
+
+// The row the GEMV reads: x, or (norm_w != null) x (null: zeros) RMS-normalised into the block's
+// shared memory `staged` (a block-wide step: every warp of the block must call it).
+template <typename T>
+__device__ __forceinline__ const uint4* input_row(const T* x, const T* __restrict__ norm_w,
+                                                  float eps, unsigned char* staged, int K) {
+    if (norm_w == nullptr) return reinterpret_cast<const uint4*>(x);
+    norm_row<T, true>(x, norm_w, eps, reinterpret_cast<T*>(staged), K);
+    return reinterpret_cast<const uint4*>(staged);
 }
 
 // The per-row arithmetic every decode GEMV shares (and that a batched twin must reproduce bit
@@ -283,20 +230,11 @@ __device__ __forceinline__ void decode_linear(
     for (int r = 0; r < R; ++r)  // rows past N re-read the last row; their sums are dropped
         wrow[r] = reinterpret_cast<const uint4*>(w + (size_t)min(rows[r], N - 1) * K);
 
-    // The first weight loads do not depend on the previous kernel: issue them before waiting.
     uint4 wv[U][R];
-    first_weight_loads<R, U>(wrow, chunks, lane, live, wv);
-    allow_next_kernel();
-    wait_for_previous_kernel();
-
-    const T* xs = gathered_row<T>(x, gather, vocab, gather_out, K);
-    if (norm_w != nullptr) {
-        T* staged = reinterpret_cast<T*>(smem_raw);
-        norm_into_shared<T>(xs, norm_w, eps, staged, K);
-        xs = staged;
-    }
+    begin_after_previous<R, U>(wrow, chunks, lane, live, wv);
+    const uint4* xv =
+        input_row<T>(gathered_row<T>(x, gather, vocab, gather_out, K), norm_w, eps, smem_raw, K);
     if (!live) return;  // after the block-wide prologue: every warp took part in its barriers
-    const uint4* xv = reinterpret_cast<const uint4*>(xs);
 
     // The epilogue's other inputs, loaded now so that their latency hides under the weight
     // stream: lane r < R the residual of its row (kResidual); lane t < R / 2 the position and
@@ -373,7 +311,7 @@ __device__ __forceinline__ void decode_linear(
         const float c = rc, s = rs;  // angle 0 outside [0, max_pos), as rope_<dtype>
         T* dst = h < q_heads ? static_cast<T*>(y) + (long long)h * head_dim
                              : k_cache + ((long long)(h - q_heads) * capacity + slot) * head_dim;
-        const float2 rot = pgk_decode_row::rope_pair(x0, x1, c, s);  // decode_rows' rounding
+        const float2 rot = rope_pair(x0, x1, c, s);  // decode_rows' rounding
         dst[j] = narrow<T>(rot.x);
         dst[j + half] = narrow<T>(rot.y);
     }
@@ -429,17 +367,8 @@ __device__ __forceinline__ void decode_head_argmax(
     };
     rows_of(min(g, groups - 1));
     uint4 wv[U][R];
-    first_weight_loads<R, U>(wrow, chunks, lane, g < groups, wv);
-    allow_next_kernel();
-    wait_for_previous_kernel();
-
-    const T* xs = x;
-    if (norm_w != nullptr) {
-        T* staged = reinterpret_cast<T*>(smem_raw);
-        norm_into_shared<T>(x, norm_w, eps, staged, K);
-        xs = staged;
-    }
-    const uint4* xv = reinterpret_cast<const uint4*>(xs);
+    begin_after_previous<R, U>(wrow, chunks, lane, g < groups, wv);
+    const uint4* xv = input_row<T>(x, norm_w, eps, smem_raw, K);
     unsigned long long mine = 0;
     for (; g < groups; g += stride) {
         float acc[R];

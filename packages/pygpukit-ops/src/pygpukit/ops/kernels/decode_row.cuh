@@ -1,11 +1,8 @@
-// The per-row arithmetic of the one-token decode GEMV (decode_linear.cu), as device functions a
-// batched kernel can run for each of its rows (decode_linear_batched.cu): the same 16-byte chunk
-// to lane assignment, the same fmaf order, the same butterfly and the same rounding points, so a
-// row computed in a batch is bitwise the row decode_linear computes alone.
-//
-// decode_linear.cu keeps its own copies of the helpers below (table_at, normalized, rounded, the
-// norm prologue: its owner keeps its file); it can include this header instead, unchanged in
-// value. The weight loads and unpacking come from linear_epilogue.cuh, which both include.
+// The per-row arithmetic of the decode GEMVs, one definition for the one-token kernel
+// (decode_linear.cu) and its batched twin (decode_linear_batched.cu): the RMSNorm prologue, the
+// table reads and rounding points of the epilogues, the butterfly. Both kernels run these same
+// functions, so a row computed in a batch is bitwise the row decode_linear computes alone. The
+// weight loads and unpacking come from linear_epilogue.cuh, the RoPE rotation from layers.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,9 +18,11 @@ using pygpukit_linear::narrow;
 using pygpukit_linear::unpack2;
 using pygpukit_linear::unpack8;
 using pygpukit_linear::widen;
+// The rotation of one RoPE pair (shared with rope.cu).
+using pgk_layers::rope_pair;
 
-// Threads of a block that RMS-normalises one row: decode_linear's block (4 warps). The sum of
-// squares is split over exactly these threads, so its rounding is decode_linear's.
+// Warps of a block that RMS-normalises one row: decode_linear's block. The sum of squares is
+// split over exactly these threads, so its rounding is the same in every kernel.
 constexpr int kNormWarps = 4;
 
 __device__ __forceinline__ float table_at(const void* __restrict__ t, long long i, int kind) {
@@ -44,24 +43,27 @@ __device__ __forceinline__ uint4 normalized(const uint4& xc, const uint4& wc, fl
     return *reinterpret_cast<uint4*>(r);
 }
 
-// RoPE of one NeoX pair (x0, x1) by angle (c, s): (x0 c - x1 s, x1 c + x0 s), with its roundings
-// written out (one fmaf each, the other product rounded first). Left as plain expressions, the
-// compiler picks which product to fuse per kernel, and two kernels of the same source could
-// round a pair differently.
-__device__ __forceinline__ float2 rope_pair(float x0, float x1, float c, float s) {
-    return make_float2(fmaf(x0, c, -__fmul_rn(x1, s)), fmaf(x0, s, __fmul_rn(x1, c)));
-}
-
 // The rounded output of the unfused GEMV, widened again.
 template <typename T>
 __device__ __forceinline__ float rounded(float v) {
     return widen(narrow<T>(v));
 }
 
-// RMSNorm of the row x [K] into out (rounded to T): out = x * rsqrt(mean(x^2) + eps) * w, by a
-// block of kNormWarps warps: thread i sums chunks i, i + 128, ... (its first kHeld chunks held in
-// registers), then a warp butterfly, then the four warp sums in order.
-template <typename T>
+// The warp's sum of one value per lane (xor butterfly 16, 8, 4, 2, 1: every lane gets it).
+__device__ __forceinline__ float butterfly_sum(float v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+// RMSNorm of the row x [K] into out (rounded to T, as the norm kernel stores it): out = x *
+// rsqrt(mean(x^2) + eps) * w, by a block of kNormWarps warps: thread i sums chunks i, i + 128,
+// ... then a warp butterfly, then the four warp sums in order. A thread loads its first kHeld
+// chunks of x and w together and keeps them in registers, so the prologue costs one round trip to
+// L2 (K up to kHeld * 8 * 128 = 4096); chunks past those are read again for the second pass.
+// kMayBeNull: x null is a row of zeros (decode_linear's gathered id outside the table); off, the
+// loads carry no test. Ends with a barrier: out may be shared memory the block reads next.
+template <typename T, bool kMayBeNull = false>
 __device__ __forceinline__ void norm_row(const T* __restrict__ x, const T* __restrict__ w,
                                          float eps, T* out_row, int K) {
     constexpr int kHeld = 4;
@@ -70,11 +72,15 @@ __device__ __forceinline__ void norm_row(const T* __restrict__ x, const T* __res
     const uint4* xv = reinterpret_cast<const uint4*>(x);
     const uint4* wv = reinterpret_cast<const uint4*>(w);
     uint4* out = reinterpret_cast<uint4*>(out_row);
+    auto x_at = [&](int c) {
+        if constexpr (kMayBeNull) return xv != nullptr ? xv[c] : make_uint4(0, 0, 0, 0);
+        return xv[c];
+    };
     uint4 xh[kHeld], wh[kHeld];
 #pragma unroll
     for (int i = 0; i < kHeld; ++i) {
         const int c = threadIdx.x + i * blockDim.x;
-        if (c < chunks) xh[i] = xv[c], wh[i] = wv[c];
+        if (c < chunks) xh[i] = x_at(c), wh[i] = wv[c];
     }
     float acc = 0.0f;
 #pragma unroll
@@ -88,12 +94,11 @@ __device__ __forceinline__ void norm_row(const T* __restrict__ x, const T* __res
     }
     for (int c = threadIdx.x + kHeld * blockDim.x; c < chunks; c += blockDim.x) {
         float f[8];
-        unpack8<T>(xv[c], f);
+        unpack8<T>(x_at(c), f);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc += f[e] * f[e];
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    acc = butterfly_sum(acc);
     if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = acc;
     __syncthreads();
     float total = 0.0f;
@@ -106,15 +111,8 @@ __device__ __forceinline__ void norm_row(const T* __restrict__ x, const T* __res
         if (c < chunks) out[c] = normalized<T>(xh[i], wh[i], inv);
     }
     for (int c = threadIdx.x + kHeld * blockDim.x; c < chunks; c += blockDim.x)
-        out[c] = normalized<T>(xv[c], wv[c], inv);
+        out[c] = normalized<T>(x_at(c), wv[c], inv);
     __syncthreads();
-}
-
-// The warp's sum of one value per lane (xor butterfly 16, 8, 4, 2, 1: every lane gets it).
-__device__ __forceinline__ float butterfly_sum(float v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
 }
 
 }  // namespace pgk_decode_row

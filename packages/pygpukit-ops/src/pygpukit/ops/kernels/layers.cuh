@@ -1,6 +1,6 @@
 // Shared pieces of the row-wise layer kernels (normalization.cu, activations.cu, rope.cu):
 // dtype conversions (also used by the linear, attention and sampling kernels), packed vector
-// loads/stores, and the row-group reductions.
+// loads/stores, the row-group reductions, and the rotation of one RoPE pair.
 //
 // Row kernels give each row a *group* of `group` consecutive threads: a power of two up to 32
 // (several rows per warp/block, reduced with warp shuffles alone), or the whole block (a multiple
@@ -114,6 +114,15 @@ __device__ __forceinline__ float group_reduce(float v, int group, float* slot) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) t = op(t, __shfl_xor_sync(0xffffffffu, t, o));
     return t;
+}
+
+// RoPE of one pair (x0, x1) by angle (c, s): (x0 c - x1 s, x1 c + x0 s), with its roundings
+// written out (one fmaf each, the other product rounded first). Left as plain expressions, the
+// compiler picks which product to fuse per kernel, and two kernels of the same source could
+// round a pair differently; every RoPE kernel (rope.cu, the decode GEMV epilogues) rotates
+// through this one, so their results agree bit for bit.
+__device__ __forceinline__ float2 rope_pair(float x0, float x1, float c, float s) {
+    return make_float2(fmaf(x0, c, -__fmul_rn(x1, s)), fmaf(x0, s, __fmul_rn(x1, c)));
 }
 
 }  // namespace pgk_layers

@@ -61,6 +61,14 @@ __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __re
             }
         }
     }
+    // The norm weight's packs, loaded now: their latency hides under the reduction (its barrier
+    // would otherwise hold them back to after it, one more round trip to L2 per row).
+    P wp[NV];
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+        const int c = lane + j * group;
+        if (live && c < nvec) wp[j] = *reinterpret_cast<const P*>(weight + c * VEC);
+    }
     float acc = 0.0f;
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
@@ -97,10 +105,10 @@ __device__ __forceinline__ void norm_rows(const T* __restrict__ x, const T* __re
     for (int j = 0; j < NV; ++j) {
         const int c = lane + j * group;
         if (c < nvec) {
-            float w[VEC], y[VEC];
-            load_f32<T, VEC>(weight + c * VEC, w);
+            float y[VEC];
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) y[k] = (widen(v[j].v[k]) - mean) * inv * w[k];
+            for (int k = 0; k < VEC; ++k)
+                y[k] = (widen(v[j].v[k]) - mean) * inv * widen(wp[j].v[k]);
             if (bias != nullptr) {
                 float b[VEC];
                 load_f32<T, VEC>(bias + c * VEC, b);

@@ -6,7 +6,8 @@
 // sin are [max_pos, rotary_dim / 2] tables (fp32 or the dtype of q), positions one int32 or int64
 // per token. Block b handles token b: every (head, pair) of q then k. The pair of element i of
 // the rotated part is (i, i + rotary_dim / 2) in the NeoX layout and (2i, 2i + 1) in the GPT-J
-// layout:  y0 = x0 cos - x1 sin,  y1 = x1 cos + x0 sin  (fp32 math, rounded once).
+// layout:  y0 = x0 cos - x1 sin,  y1 = x1 cos + x0 sin  (fp32 math, rounded once; the fmaf
+// roundings of layers.cuh's rope_pair, which every RoPE kernel shares).
 // Dimensions past rotary_dim pass through (copied when q_out/k_out are other arrays). A position
 // outside [0, max_pos) rotates by angle 0 (the values are passed through unchanged).
 //
@@ -54,9 +55,9 @@ __device__ __forceinline__ void rope_token(const T* q, const T* k, T* q_out, T* 
         }
         const int i0 = gptj ? 2 * j : j;
         const int i1 = gptj ? 2 * j + 1 : j + half;
-        const float x0 = widen(src[i0]), x1 = widen(src[i1]);
-        dst[i0] = narrow<T>(x0 * c - x1 * s);
-        dst[i1] = narrow<T>(x1 * c + x0 * s);
+        const float2 rot = rope_pair(widen(src[i0]), widen(src[i1]), c, s);
+        dst[i0] = narrow<T>(rot.x);
+        dst[i1] = narrow<T>(rot.y);
     }
     if ((flags & 4) == 0 || rotary_dim == head_dim) return;
     const int rest = head_dim - rotary_dim;
@@ -120,9 +121,9 @@ __device__ __forceinline__ void rope_kv_append_token(
         T* dst = h < q_heads
                      ? q_out + (t * q_heads + h) * head_dim
                      : k_cache + ((b * kv_heads + (h - q_heads)) * max_len + slot) * head_dim;
-        const float x0 = widen(src[j]), x1 = widen(src[j + half]);
-        dst[j] = narrow<T>(x0 * c - x1 * s);
-        dst[j + half] = narrow<T>(x1 * c + x0 * s);
+        const float2 rot = rope_pair(widen(src[j]), widen(src[j + half]), c, s);
+        dst[j] = narrow<T>(rot.x);
+        dst[j + half] = narrow<T>(rot.y);
     }
     if (!store) return;
     const T* v = row + static_cast<long long>(q_heads + kv_heads) * head_dim;
@@ -141,3 +142,72 @@ __device__ __forceinline__ void rope_kv_append_token(
                                 slots, max_pos, q_heads, kv_heads, head_dim, seq, max_len, kind); \
     }
 PGK_FLOAT_TYPES(PGK_ROPE_KV_APPEND)
+
+// A batched decode step's q/k/v straight from the fused projection into a paged cache, in one
+// launch (host side: ops/rope_paged.py, rope_kv_paged_write):
+//
+//   rope_kv_paged_<dtype>(qkv, q_out, k_cache, v_cache, cos, sin, positions, slots, max_pos,
+//                         q_heads, kv_heads, head_dim, block_size, num_blocks, kind)
+//
+// qkv is [tokens, (q_heads + 2 kv_heads) * head_dim] (q heads, k heads, v heads per row); q is
+// rotated into q_out [tokens, q_heads, head_dim]; k rotated and v as is go into the paged caches
+// [num_blocks, kv_heads, block_size, head_dim] at slot slots[t] = block * block_size + offset (a
+// negative slot, or one past the last block, stores nothing: padding rows). The same values as
+// slicing, rope_<dtype> and kv_paged_write, bit for bit: NeoX pairs over the whole head,
+// rope_pair's roundings. Grid (tokens, spread): the token's
+// (q_heads + 2 kv_heads) * head_dim / 2 pairs are spread over gridDim.y blocks, one pair a
+// thread, so a step of a few dozen tokens still fills the GPU. kind: the table dtype.
+template <typename T>
+__device__ __forceinline__ void rope_kv_paged_token(
+    const T* __restrict__ qkv, T* __restrict__ q_out, T* __restrict__ k_cache,
+    T* __restrict__ v_cache, const void* __restrict__ cos_table, const void* __restrict__ sin_table,
+    const int* __restrict__ positions, const int* __restrict__ slots, long long max_pos,
+    int q_heads, int kv_heads, int head_dim, int block_size, long long num_blocks, int kind) {
+    const long long t = blockIdx.x;
+    const long long pos = positions[t];
+    const long long slot = slots[t];
+    const long long blk = slot >= 0 ? slot / block_size : -1;
+    const bool in_range = pos >= 0 && pos < max_pos;
+    const bool store = blk >= 0 && blk < num_blocks;
+    const long long off = slot - blk * block_size;
+    const int half = head_dim / 2;
+    const int heads = q_heads + 2 * kv_heads;
+    const T* row = qkv + t * static_cast<long long>(heads) * head_dim;
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < heads * half;
+         i += gridDim.y * blockDim.x) {
+        const int h = i / half;
+        const int j = i - h * half;
+        if (h >= q_heads && !store) break;  // heads ascend with i: the rest are k and v too
+        const T* src = row + static_cast<long long>(h) * head_dim;
+        if (h >= q_heads + kv_heads) {  // a value head: stored as it is
+            T* dst = v_cache +
+                     ((blk * kv_heads + (h - q_heads - kv_heads)) * block_size + off) * head_dim;
+            dst[j] = src[j];
+            dst[j + half] = src[j + half];
+            continue;
+        }
+        T* dst = h < q_heads
+                     ? q_out + (t * q_heads + h) * head_dim
+                     : k_cache + ((blk * kv_heads + (h - q_heads)) * block_size + off) * head_dim;
+        float c = 1.0f, s = 0.0f;
+        if (in_range) {
+            c = table_at(cos_table, pos * half + j, kind);
+            s = table_at(sin_table, pos * half + j, kind);
+        }
+        const float2 rot = rope_pair(widen(src[j]), widen(src[j + half]), c, s);
+        dst[j] = narrow<T>(rot.x);
+        dst[j + half] = narrow<T>(rot.y);
+    }
+}
+
+#define PGK_ROPE_KV_PAGED(sfx, T)                                                                 \
+    PGK_KERNEL(rope_kv_paged_##sfx,                                                               \
+               (const T* qkv, T* q_out, T* k_cache, T* v_cache, const void* cos_table,            \
+                const void* sin_table, const int* positions, const int* slots, long long max_pos, \
+                int q_heads, int kv_heads, int head_dim, int block_size, long long num_blocks,    \
+                int kind)) {                                                                      \
+        rope_kv_paged_token<T>(qkv, q_out, k_cache, v_cache, cos_table, sin_table, positions,     \
+                               slots, max_pos, q_heads, kv_heads, head_dim, block_size,           \
+                               num_blocks, kind);                                                 \
+    }
+PGK_FLOAT_TYPES(PGK_ROPE_KV_PAGED)

@@ -148,13 +148,16 @@ class Linear:
         shape = (*lead, self.out_features)
         if out is not None:
             linear_ops.check_no_overlap(out, ("x", x))
+        if not (m and self.out_features):
+            return _checks.output(out, shape, self.out_dtype)
+        aligned = x.data_ptr % 16 == 0
+        plan = self._plans.get((m, aligned))
+        if plan is None:
+            plan = self.plan(m, aligned)
+        if out is None and isinstance(plan, WidenedPlan):
+            return plan.widened(x, self.weight, self.bias).reshape(shape)
         y = _checks.output(out, shape, self.out_dtype)
-        if m and self.out_features:
-            aligned = x.data_ptr % 16 == 0
-            plan = self._plans.get((m, aligned))
-            if plan is None:
-                plan = self.plan(m, aligned)
-            plan(x, self.weight, self.bias, y)
+        plan(x, self.weight, self.bias, y)
         return y
 
     def __repr__(self) -> str:
@@ -189,9 +192,17 @@ class WidenedPlan:
 
     def __call__(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None, y: GPUArray) -> None:
         """Enqueue the product into a fresh array of the weight's dtype, then widen into y."""
+        y[...] = self.widened(x, weight, bias).reshape(y.shape)
+
+    def widened(self, x: GPUArray, weight: GPUArray, bias: GPUArray | None) -> GPUArray:
+        """The product as a new float32 ``[m, n]`` array: one cast of the rounded product.
+
+        Without an ``out`` the layer returns this (assigning into a given float32 array casts
+        into a temporary first, then copies: a second pass over the logits).
+        """
         rounded = gp.empty((self.m, self.n), self.dtype)
         self.inner(x, weight, bias, rounded)
-        y[...] = rounded.reshape(y.shape)
+        return rounded.astype(gp.float32)
 
 
 class GatedMLP:

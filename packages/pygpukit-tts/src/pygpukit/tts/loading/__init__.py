@@ -16,7 +16,7 @@ import numpy as np
 
 from ..config import KokoroConfig
 from ..errors import ModelFileError
-from .onnx_graph import fill_untrained_defaults, read_onnx_state_dict
+from .onnx_graph import fill_untrained_defaults, read_onnx
 from .safetensors_io import read_safetensors, write_safetensors
 from .voices import read_voices
 
@@ -45,6 +45,8 @@ class Checkpoint:
     state: dict[str, np.ndarray]
     path: Path
     voice_sources: list[Path]
+    #: True for a graph that rounds its activations to 8 bits (kokoro-onnx's int8 export).
+    int8_activations: bool = False
 
 
 def _weight_norm(v: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -144,8 +146,9 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         )
     config_path = folder / "config.json"
     config = KokoroConfig.from_file(config_path) if config_path.is_file() else KokoroConfig()
+    int8_activations = False
     if suffix == ".onnx":
-        state = read_onnx_state_dict(weights)
+        state, int8_activations = read_onnx(weights)
     elif suffix == ".safetensors":
         state = fold_weight_norm(read_safetensors(weights))
         fill_untrained_defaults(state)
@@ -156,4 +159,4 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             path=str(weights),
         )
     _check_against_config(config, state, weights)
-    return Checkpoint(config, state, weights, _voice_sources(folder))
+    return Checkpoint(config, state, weights, _voice_sources(folder), int8_activations)

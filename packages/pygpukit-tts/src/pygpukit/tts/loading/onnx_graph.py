@@ -7,8 +7,9 @@ the exported convolutions, many weights lost their names (``onnx::MatMul_6547``,
 taken from the graph: each weight is found as an input of the node that uses it (ConvInteger,
 MatMulInteger, DynamicQuantizeLSTM, Gather + DequantizeLinear, Conv, ConvTranspose, MatMul),
 whose node name is the PyTorch module path. The int8 file's quantized weights are dequantized
-here, ``(q - zero_point) * scale``; the graph's 8-bit quantization of activations is not
-reproduced (results differ from onnxruntime's by that rounding).
+here, ``(q - zero_point) * scale``; whether the graph also rounds its activations to 8 bits
+(``DynamicQuantizeLinear`` / ``DynamicQuantizeLSTM`` nodes) is reported by :func:`read_onnx`, and
+:mod:`pygpukit.tts.int8_activations` can reproduce part of that rounding.
 
 Parameters the export dropped because they held their untrained defaults (the affine weight
 and bias of AdaIN's instance norm) are filled in with 1 and 0.
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..errors import ModelFileError
 
-__all__ = ["module_path", "read_onnx_state_dict"]
+__all__ = ["module_path", "read_onnx", "read_onnx_state_dict"]
 
 _GRAPH_INPUTS = ("tokens", "style", "speed")
 _REQUIRED = (
@@ -33,6 +34,11 @@ _REQUIRED = (
     "predictor.duration_proj.linear_layer.weight",
     "text_encoder.lstm.weight_ih_l0",
     "decoder.generator.conv_post.weight",
+)
+#: Nodes of a graph that rounds activations to 8 bits at run time (onnxruntime's
+#: ``quantize_dynamic``).
+_DYNAMIC_QUANT_OPS = frozenset(
+    {"DynamicQuantizeLinear", "DynamicQuantizeLSTM", "DynamicQuantizeMatMul"}
 )
 _PREDICTOR_CHILDREN = re.compile(r"^(?:F0|N)\.\d+$|^(?:shared|F0_proj|N_proj)$")
 _CALL_SUFFIX = re.compile(r"_\d+$")
@@ -173,7 +179,17 @@ def read_onnx_state_dict(path: Path) -> dict[str, np.ndarray]:
     Raises :class:`ModelFileError` for a file that is missing, truncated, not ONNX or not a
     Kokoro export.
     """
+    return read_onnx(path)[0]
+
+
+def read_onnx(path: Path) -> tuple[dict[str, np.ndarray], bool]:
+    """:func:`read_onnx_state_dict` and whether the graph rounds its activations to 8 bits.
+
+    The second result is True for ``kokoro-v1.0.int8.onnx`` (dynamically quantized), False for
+    the float ``kokoro-v1.0.onnx``.
+    """
     model = _load_model(path)
+    quantized = any(node.op_type in _DYNAMIC_QUANT_OPS for node in model.graph.node)
     inputs = {i.name for i in model.graph.input}
     if not set(_GRAPH_INPUTS) <= inputs:
         raise ModelFileError(
@@ -218,7 +234,7 @@ def read_onnx_state_dict(path: Path) -> dict[str, np.ndarray]:
             path=str(path),
         )
     fill_untrained_defaults(state)
-    return state
+    return state, quantized
 
 
 def fill_untrained_defaults(state: dict[str, np.ndarray]) -> None:

@@ -1,0 +1,329 @@
+"""Where one prefill's time goes: TTFT against the matmuls alone, kernels, GPU idle gaps, host.
+
+    python tools/prefill_profile.py [--shape llama-3.1-8b] [--layers 0] [--prompt 1024]
+
+Random bfloat16 weights are made on the GPU by PyTorch once and shared (DLPack, no copy) by
+``pygpukit.llm.CausalLM`` and the PyTorch anchor (eager prefill). Prints:
+
+- the median time to first token (``generate(max_new_tokens=1)``, prompt to the token on the
+  host) of PyGPUkit and of the anchor, in interleaved rounds;
+- the prefill's weight GEMMs alone at the prompt's own shapes (each timed with CUDA events,
+  summed over the layers, the head's one row added), in PyTorch and in PyGPUkit
+  (``ops.linear``), and PyTorch's bfloat16 8192^3 rate: TTFT as a multiple of each (the
+  acceptance asks for at most 1.3x of the FLOP time at the measured GEMM rate);
+- how long the host takes to enqueue the prefill (call to return, no wait) against the total;
+- one prefill under ``torch.profiler`` (CUPTI): kernel time by name, the GPU's busy span and
+  the idle time between kernels, with the largest gaps and the kernels around them;
+- a host profile (cProfile) of one ``generate``.
+
+Needs torch with CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import io
+import itertools
+import pstats
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+import pygpukit as gp
+from pygpukit import ops
+from pygpukit.llm import CausalLM
+from pygpukit.llm.benchmarks import SHAPES
+from pygpukit.llm.config import ModelConfig
+from pygpukit.llm.models.llama import checkpoint_tensors
+from pygpukit.llm.torch_anchor import TorchAnchor
+from pygpukit.ops.linear import linear
+
+
+def random_weights(cfg: ModelConfig) -> dict[str, Any]:
+    """bfloat16 torch tensors on the GPU under their Hugging Face names (norms are ones)."""
+    out = {}
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for name, shape, kind in checkpoint_tensors(cfg):
+        if kind == "norm":
+            out[name] = torch.ones(shape, dtype=torch.bfloat16, device="cuda")
+        else:
+            t = torch.randn(shape, generator=g, dtype=torch.float32, device="cuda") * 0.02
+            out[name] = t.to(torch.bfloat16)
+            del t
+    torch.cuda.synchronize()
+    return out
+
+
+def gemm_shapes(cfg: ModelConfig, rows: int) -> list[tuple[int, int, int, int]]:
+    """``(count, M, N, K)`` of the prefill's weight GEMMs (the head's last row included)."""
+    h, layers = cfg.hidden_size, cfg.num_layers
+    qkv = cfg.q_size + 2 * cfg.kv_size
+    return [
+        (layers, rows, qkv, h),
+        (layers, rows, h, cfg.q_size),
+        (layers, rows, 2 * cfg.intermediate_size, h),
+        (layers, rows, h, cfg.intermediate_size),
+        (1, 1, cfg.vocab_size, h),
+    ]
+
+
+def _event_ms(fn: Callable[[], object], reps: int, lib: str) -> float:
+    """Median GPU milliseconds per call over ``reps`` calls, each bracketed by ``lib``'s events.
+
+    PyGPUkit and PyTorch run on different streams: each is timed with its own stream's events.
+    """
+    fn()
+    times = []
+    for _ in range(reps):
+        if lib == "torch":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        else:
+            start, end = gp.Event(timing=True), gp.Event(timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(float(start.elapsed_time(end)))
+    return statistics.median(times)
+
+
+def matmul_ms(cfg: ModelConfig, rows: int, lib: str, reps: int = 10) -> dict[str, float]:
+    """Milliseconds of each prefill GEMM shape (all its layers), in ``lib`` (torch/pygpukit)."""
+    out = {}
+    for count, m, n, k in gemm_shapes(cfg, rows):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        if lib == "torch":
+            fn: Callable[[], object] = functools.partial(torch.matmul, a, w.T)
+        else:
+            ga, gw = gp.from_dlpack(a), gp.from_dlpack(w)
+            fn = functools.partial(linear, ga, gw)
+        torch.cuda.synchronize()
+        out[f"{m}x{n}x{k}"] = count * _event_ms(fn, reps, lib)
+    return out
+
+
+def square_rate(n: int = 8192, reps: int = 10) -> float:
+    """PyTorch's bfloat16 n^3 matmul rate in TFLOP/s (the suite's gemm_bfloat16 ceiling)."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = _event_ms(lambda: a @ b, reps, "torch")
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+def prefill_flops(cfg: ModelConfig, rows: int) -> int:
+    """The llm suite's matmul FLOPs of a prefill (``_prefill_flops``)."""
+    return sum(2 * c * m * n * k for c, m, n, k in gemm_shapes(cfg, rows))
+
+
+def kernel_report(fn: Callable[[], object], rows: int = 25) -> None:
+    """One call of ``fn`` under torch.profiler: kernels by name, busy span, idle gaps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    gp.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+        fn()
+        gp.synchronize()
+    kernels = []
+    for e in prof.events():
+        if e.device_type.name != "CUDA":
+            continue
+        kernels.append((e.time_range.start, e.time_range.end, e.name))
+    kernels.sort()
+    if not kernels:
+        print("no kernels recorded")
+        return
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for s, e, name in kernels:
+        by_name[name][0] += e - s
+        by_name[name][1] += 1
+    busy = sum(e - s for s, e, _ in kernels)
+    span = kernels[-1][1] - kernels[0][0]
+    gaps = []
+    for (_, e0, n0), (s1, _, n1) in itertools.pairwise(kernels):
+        if s1 > e0:
+            gaps.append((s1 - e0, n0, n1))
+    idle = sum(g for g, _, _ in gaps)
+    print(
+        f"-- one prefill: {len(kernels)} kernels, {busy / 1e3:.3f} ms kernel time, span "
+        f"{span / 1e3:.3f} ms first start to last end, {idle / 1e3:.3f} ms idle between kernels"
+    )
+    for name, (t, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:rows]:
+        print(f"  {t / 1e3:8.3f} ms {int(n):5d}x  {name[:100]}")
+    gaps.sort(reverse=True)
+    print("-- largest gaps (us, after -> before)")
+    for g, n0, n1 in gaps[:12]:
+        print(f"  {g:8.1f}  {n0[:50]} -> {n1[:50]}")
+    small = [g for g, _, _ in gaps]
+    if small:
+        short = sum(g for g in small if g < 20) / 1e3
+        print(f"  gaps: {len(small)}, median {statistics.median(small):.2f} us, "
+              f"sum of those under 20 us {short:.3f} ms")  # fmt: skip
+
+
+def host_report(fn: Callable[[], object], rows: int = 30) -> None:
+    """A host profile (cProfile) of one call of ``fn`` and the wait after it, by own time."""
+    pr = cProfile.Profile()
+    gp.synchronize()
+    pr.enable()
+    fn()
+    gp.synchronize()
+    pr.disable()
+    s = io.StringIO()
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(rows)
+    print("-- host profile of one generate (cProfile, by own time)")
+    print(s.getvalue())
+
+
+def graph_report(model: CausalLM, prompt: list[int], reps: int = 5) -> None:
+    """The prefill's device work (inputs already uploaded) eager and replayed as one graph.
+
+    The same kernels both ways: what the replay saves is the time the GPU waited for the host
+    between launches (and the launches' own latency).
+    """
+    m, cache = model._model, model._cache
+    s = len(prompt)
+    both = gp.from_numpy(np.stack([np.asarray(prompt, np.int32), np.arange(s, dtype=np.int32)]))
+    ids, positions = both[0:1], both[1:2]
+    token = gp.zeros((1,), gp.int32)
+
+    def body() -> None:
+        attend = m.attend_uncached(cache=(cache.k, cache.v), slots=positions)
+        x = m.hidden_states(ids, positions, attend, last_position_only=True)
+        ops.argmax(m.logits(x[:, 0]), out=token)
+
+    def wall(fn: Callable[[], object]) -> float:
+        gp.synchronize()
+        start = time.perf_counter()
+        fn()
+        gp.synchronize()
+        return (time.perf_counter() - start) * 1e3
+
+    body()
+    eager = statistics.median(wall(body) for _ in range(reps))
+    try:
+        with gp.graph_capture() as g:
+            body()
+        g.replay()
+        replay = statistics.median(wall(g.replay) for _ in range(reps))
+    except Exception as exc:  # a capture the prefill cannot take says why, the run goes on
+        print(f"prefill device work: eager {eager:.2f} ms; graph capture failed: {exc!r}")
+        return
+    print(f"prefill device work (inputs on the device): eager {eager:.2f} ms, one graph "
+          f"replayed {replay:.2f} ms")  # fmt: skip
+
+
+def main() -> None:
+    """Parse the arguments, build both models, print the reports."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
+    parser.add_argument("--layers", type=int, default=0, help="cut the model (0: all layers)")
+    parser.add_argument("--prompt", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--no-profile", action="store_true", help="timings only")
+    args = parser.parse_args()
+    conf = dict(SHAPES[args.shape])
+    if args.layers:
+        conf["num_hidden_layers"] = args.layers
+    cfg = ModelConfig.from_dict(conf)
+    t0 = time.perf_counter()
+    tw = random_weights(cfg)
+    arrays = {k: gp.from_dlpack(v) for k, v in tw.items()}
+    model = CausalLM(cfg, arrays, max_seq_len=args.prompt + 16)
+    anchor = TorchAnchor(cfg, tw, max_batch=1, max_seq_len=args.prompt + 16)
+    print(f"built in {time.perf_counter() - t0:.1f} s: {args.shape}, {cfg.num_layers} layers, "
+          f"{args.prompt}-token prompt, bf16, {torch.cuda.get_device_name()}")  # fmt: skip
+    rng = np.random.default_rng(0)
+    ids = rng.integers(3, cfg.vocab_size, (1, args.prompt))
+    prompt = ids[0].tolist()
+
+    def ours() -> object:
+        return model.generate(prompt, max_new_tokens=1).token_ids
+
+    def theirs() -> object:
+        anchor.prefill(ids)
+        return anchor.tokens(1, args.prompt, 1)
+
+    cases = {"pygpukit": ours, "anchor (torch eager)": theirs}
+    first = {name: fn() for name, fn in cases.items()}
+    for fn in cases.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(args.rounds):
+        for name, fn in cases.items():
+            torch.cuda.synchronize()
+            gp.synchronize()
+            start = time.perf_counter()
+            fn()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    anchor_med = statistics.median(times["anchor (torch eager)"])
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(f"{name:22s} TTFT {med:8.2f} ms (range {min(ts):.2f}-{max(ts):.2f}) "
+              f"x{anchor_med / med:.3f} vs anchor")  # fmt: skip
+    print(f"first tokens: pygpukit {first['pygpukit']}, anchor {first['anchor (torch eager)']}")
+    # The prefill trims its last layer to the last position; forward runs every position.
+    row = model.forward(ids).to_numpy()[0, -1]
+    top = np.sort(row)[-2:]
+    ours_first = int(np.asarray(first["pygpukit"]).reshape(-1)[0])
+    print(f"forward's last-row argmax {int(row.argmax())} (top-2 gap {top[1] - top[0]:.4f}): "
+          f"{'equal' if int(row.argmax()) == ours_first else 'DIFFERENT'}")  # fmt: skip
+    rate = square_rate()
+    flops = prefill_flops(cfg, args.prompt)
+    at_rate = flops / (rate * 1e12) * 1e3
+    mm_torch = matmul_ms(cfg, args.prompt, "torch")
+    mm_ours = matmul_ms(cfg, args.prompt, "pygpukit")
+    t_torch, t_ours = sum(mm_torch.values()), sum(mm_ours.values())
+    print(f"torch bf16 8192^3: {rate:.0f} TFLOP/s -> the prefill's {flops / 1e12:.2f} TFLOP "
+          f"take {at_rate:.2f} ms at that rate")  # fmt: skip
+    print(f"matmuls alone at the prefill's shapes: torch {t_torch:.2f} ms, pygpukit "
+          f"{t_ours:.2f} ms")  # fmt: skip
+    for key in mm_torch:
+        print(f"  {key:22s} torch {mm_torch[key]:8.3f} ms  pygpukit {mm_ours[key]:8.3f} ms")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        print(
+            f"{name:22s} TTFT {med:8.2f} ms: {at_rate / med:.1%} of the 8192^3 rate, "
+            f"{med / t_torch:.3f}x torch's matmuls alone, {med / t_ours:.3f}x ours"
+        )
+    # Host enqueue time of the prefill alone: call to return, then the wait.
+    dec = model.decoder
+    from pygpukit.llm.generate import SamplingParams
+
+    greedy = SamplingParams()
+    enq, total = [], []
+    for _ in range(3):
+        gp.synchronize()
+        start = time.perf_counter()
+        dec.prefill(prompt, greedy, None)
+        mid = time.perf_counter()
+        gp.synchronize()
+        end = time.perf_counter()
+        enq.append((mid - start) * 1e3)
+        total.append((end - start) * 1e3)
+    print(f"decoder.prefill: host enqueue {statistics.median(enq):.2f} ms, with the wait "
+          f"{statistics.median(total):.2f} ms")  # fmt: skip
+    graph_report(model, prompt)
+    if not args.no_profile:
+        kernel_report(ours)
+    if not args.layers:  # the llm suite's own measure of the same (its ttft rows' metric)
+        from pygpukit.benchmark.peers import PyGPUkitLibrary, TorchLibrary
+        from pygpukit.llm.benchmarks import _matmul_ms
+
+        suite = {lib.name: _matmul_ms(lib, args.shape, args.prompt)
+                 for lib in (PyGPUkitLibrary(), TorchLibrary())}  # fmt: skip
+        print(f"llm suite's matmul_ms: pygpukit {suite['pygpukit']:.2f} ms, torch "
+              f"{suite['torch']:.2f} ms")  # fmt: skip
+    if not args.no_profile:
+        host_report(ours)
+
+
+if __name__ == "__main__":
+    main()
