@@ -244,4 +244,4 @@ class SynthesisGraphs:
     def _frame_body(self, e: _Entry[GPUArray], lengths: np.ndarray, frames: int) -> GPUArray:
         net, x = self.network, e.inputs
         valid = Lengths(lengths, frames, device=x["lengths"])
-        return net.frame_half(x["en"], x["asr"], net._styles(x["ref"]), valid, None)
+        return net.frame_half(x["en"], x["asr"], net.styles(x["ref"]), valid, None)

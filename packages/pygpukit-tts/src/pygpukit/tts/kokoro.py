@@ -150,7 +150,7 @@ class KokoroNetwork:
         )  # fmt: skip
         return y
 
-    def _styles(self, ref: GPUArray) -> _Styles:
+    def styles(self, ref: GPUArray) -> _Styles:
         """Every block's gamma/beta for styles ``ref`` ``[B, 2 * style]`` in two matmuls."""
         s = self.config.style_dim
         halves = {"decoder": ref[:, :s].contiguous(), "predictor": ref[:, s:].contiguous()}
@@ -428,7 +428,7 @@ class KokoroNetwork:
         ``ids`` ``[B, T]``, styles ``ref`` ``[B, 2 * style]``: ALBERT, the duration encoder and
         predictor, and the text encoder.
         """
-        styles = self._styles(ref)
+        styles = self.styles(ref)
         s_pro = ref[:, self.config.style_dim :].contiguous()
         d_en = self._linear(self.albert(ids, tokens), "bert_encoder")
         d = self.duration_encoder(d_en, s_pro, styles, tokens)
