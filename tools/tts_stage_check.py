@@ -171,7 +171,7 @@ def stages(cfg: KokoroConfig, label: str, seed: int, vocoder: str) -> None:
     }  # fmt: skip
     for name, make in variants.items():
         with make():
-            alt = KokoroNetwork(cfg, state, vocoder_dtype=vocoder)(
+            alt = KokoroNetwork(cfg, state, vocoder_dtype=vocoder, cuda_graphs=False)(
                 ids, style, 1.0, durations=durations
             ).audio
         print(f"  audio with {name}: {rel(alt, ref.audio):.2e}")
