@@ -376,3 +376,15 @@ def test_engine_thread_and_partition(tiny, tiny_bf16, invariant):
         engine.shutdown()
         with pytest.raises(llm.LLMError, match="shut down"):
             engine.submit([1], RequestParams(), lambda out: None)
+
+
+def test_prefill_warm_up_runs_each_power_of_two_step_and_gives_every_block_back(tiny):
+    engine = Engine(tiny, kv_memory=_kv(tiny, 64), max_batched_tokens=256)
+    steps: list[int] = []
+    engine.step_observer = lambda times: steps.append(times.batch_tokens)
+    engine.warm_up_prefill(seed=int(np.random.default_rng().integers(1 << 20)))
+    assert {1 << k for k in range(9)} <= set(steps)  # 1, 2, 4, ... 256 prompt tokens a step
+    assert engine.blocks.used == 0 and engine.stats()["running"] == 0
+    prompt = np.random.default_rng().integers(3, 259, 20).tolist()
+    out = engine.generate(prompt, RequestParams(max_tokens=5))
+    assert list(out.token_ids) == tiny.generate(prompt, max_new_tokens=5).token_ids

@@ -154,11 +154,19 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
 
 
 def _warm_up(engines: dict[str, Any]) -> None:
-    """One short request per model, so the first client does not pay for kernel compilation."""
+    """Warm every model up: the first clients pay for no kernel compilation or GEMM planning.
+
+    One short request per model, then (on the GPU, where GEMMs are planned per row count) one
+    prefill step of each power-of-two token count.
+    """
+    import pygpukit as gp
+
     from ..engine import RequestParams
 
     for engine in engines.values():
         engine.generate([engine.model.config.bos_token_id or 0], RequestParams(max_tokens=2))
+        if gp.backend_name() == "cuda":
+            engine.warm_up_prefill()
 
 
 def _switch_interval(args: argparse.Namespace) -> float:
