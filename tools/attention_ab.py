@@ -6,9 +6,9 @@ Decode (32/8 heads, D=128, bf16): batch 8 over 8192 cached tokens, contiguous an
 blocks, shuffled; PyTorch's row always reads the contiguous cache), then batch 8 over 16K and
 batch 1 over 32K (``long``). PyTorch as the ``ops_attention`` suite calls it (SDPA with
 ``enable_gqa`` on ``q [B, Hq, 1, D]``) and pinned to each SDPA backend that takes these inputs;
-``bulk2`` with its split at 2 or 3 CTAs per SM and 0 to 4 key tiles prefetched into L2 ahead of
-its shared-memory stages; at 8K also the combine kernel and ``mma2``, the host time per call of
-both libraries, and a profile (torch.profiler) with each one's kernels and their device times.
+``bulk2`` with its split at 2 or 3 CTAs per SM, with and without the early launch of the next
+call, with the combine kernel, and ``mma2``; at 8K also the host time per call of both
+libraries and a profile (torch.profiler) with each one's kernels and their device times.
 Prefill (B=4, H=32, S=4096, D=128, bf16, causal and not) with each Hopper prefill kernel and
 schedules of the persistent one; the Llama-3.1-8B prefill shape (B=1, 32/8 heads, S=1024,
 causal) with q/k/v contiguous and as the strided views the model passes. Every variant and
@@ -60,7 +60,6 @@ Case = tuple[dict[str, Any] | None, Callable[[], object]]
 #: bulk2 decode split's CTAs per SM.
 _SCHEDULE = (attention._ITEM_OVERHEAD, attention._HEAD_GROUP)
 _PER_SM = attention._DECODE_CTAS_PER_SM["bulk2"]
-_L2_AHEAD = dict(attention._DECODE_L2_AHEAD)
 _EARLY = attention._DECODE_EARLY_LAUNCH["bulk2"]
 
 
@@ -78,9 +77,6 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
                 overhead, group = knobs.pop("schedule", _SCHEDULE)
                 attention._ITEM_OVERHEAD, attention._HEAD_GROUP = float(overhead), int(group)
                 attention._DECODE_CTAS_PER_SM["bulk2"] = float(knobs.pop("per_sm", _PER_SM))
-                ahead = knobs.pop("l2_ahead", None)
-                for kernel, default in _L2_AHEAD.items():
-                    attention._DECODE_L2_AHEAD[kernel] = default if ahead is None else int(ahead)
                 attention._DECODE_EARLY_LAUNCH["bulk2"] = bool(knobs.pop("early", _EARLY))
                 config.reload()
                 config.set(**knobs)
@@ -91,7 +87,6 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
             times[name].append(timer(fn, calls))
     attention._ITEM_OVERHEAD, attention._HEAD_GROUP = _SCHEDULE
     attention._DECODE_CTAS_PER_SM["bulk2"] = _PER_SM
-    attention._DECODE_L2_AHEAD.update(_L2_AHEAD)
     attention._DECODE_EARLY_LAUNCH["bulk2"] = _EARLY
     config.reload()
     base = statistics.median(times["torch"])
@@ -243,36 +238,14 @@ def _host_us(fn: Callable[[], object], sync: Callable[[], None], calls: int = 20
 
 
 #: Decode variants timed: label -> ops.config knobs and the tool's own (``per_sm``: the bulk2
-#: split's CTAs per SM; ``l2_ahead``: key tiles prefetched into L2 ahead of the stages;
-#: ``early``: the fused kernel lets its successor launch after its key loop).
-WIDE: dict[str, dict[str, Any]] = {
-    "bulk2 sm=3 l2=0": {"per_sm": 3, "l2_ahead": 0},
-    "bulk2 sm=3 l2=1": {"per_sm": 3, "l2_ahead": 1},
-    "bulk2 sm=3 l2=2": {"per_sm": 3, "l2_ahead": 2},
-    "bulk2 sm=3 l2=3": {"per_sm": 3, "l2_ahead": 3},
-    "bulk2 sm=3 l2=4": {"per_sm": 3, "l2_ahead": 4},
-    "bulk2 sm=2 l2=0": {"per_sm": 2, "l2_ahead": 0},
-    "bulk2 sm=2 l2=2": {"per_sm": 2, "l2_ahead": 2},
-    "bulk2 sm=2 l2=4": {"per_sm": 2, "l2_ahead": 4},
-    "bulk2 sm=2.5 l2=0": {"per_sm": 2.5, "l2_ahead": 0},
-    "bulk2 sm=2.5 l2=2": {"per_sm": 2.5, "l2_ahead": 2},
-    "bulk2 sm=3 l2=0 early": {"per_sm": 3, "l2_ahead": 0, "early": True},
-    "bulk2 sm=3 l2=2 early": {"per_sm": 3, "l2_ahead": 2, "early": True},
-    "bulk2 sm=3 l2=4 early": {"per_sm": 3, "l2_ahead": 4, "early": True},
-    "bulk2 combine=kernel": {"decode_combine": "kernel"},
-    "mma2 l2=0": {"decode_kernel": "mma2", "l2_ahead": 0},
-    "mma2 l2=2": {"decode_kernel": "mma2", "l2_ahead": 2},
-}
-FEW = {
-    k: WIDE[k]
-    for k in (
-        "bulk2 sm=3 l2=0",
-        "bulk2 sm=3 l2=1",
-        "bulk2 sm=3 l2=2",
-        "bulk2 sm=3 l2=4",
-        "bulk2 sm=2 l2=2",
-        "bulk2 sm=3 l2=2 early",
-    )
+#: split's CTAs per SM; ``early``: the fused kernel lets its successor launch after its key loop).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "bulk2 sm=3": {"per_sm": 3},
+    "bulk2 sm=2": {"per_sm": 2},
+    "bulk2 sm=3 early": {"per_sm": 3, "early": True},
+    "bulk2 sm=2 early": {"per_sm": 2, "early": True},
+    "bulk2 sm=2 combine=kernel": {"per_sm": 2, "decode_combine": "kernel"},
+    "mma2 sm=2": {"decode_kernel": "mma2"},
 }
 
 
@@ -335,11 +308,6 @@ def decode(
             f"torch {_host_us(theirs, torch.cuda.synchronize):.1f} us"
         )
         _profile(label, {"torch": theirs, "pygpukit (defaults)": fn})
-        attention._DECODE_L2_AHEAD["bulk2"] = 2
-        attention.DECODE_PLANS.clear()
-        _profile(label, {"pygpukit (l2_ahead=2)": fn})
-        attention._DECODE_L2_AHEAD.update(_L2_AHEAD)
-        attention.DECODE_PLANS.clear()
 
 
 def main() -> None:
@@ -358,11 +326,11 @@ def main() -> None:
     r, c = args.rounds, args.calls * 4
     for part in parts:
         if part == "decode":
-            decode(r, c, 8, 8192, paged=False, variants=WIDE, profile_it=True)
-            decode(r, c, 8, 8192, paged=True, variants=FEW)
+            decode(r, c, 8, 8192, paged=False, variants=VARIANTS, profile_it=True)
+            decode(r, c, 8, 8192, paged=True, variants=VARIANTS)
         elif part == "long":
-            decode(r, c, 8, 16384, paged=False, variants=FEW)
-            decode(r, c, 1, 32768, paged=False, variants=FEW)
+            decode(r, c, 8, 16384, paged=False, variants=VARIANTS)
+            decode(r, c, 1, 32768, paged=False, variants=VARIANTS)
         elif part in ("causal", "prefill"):
             prefill(args.rounds, args.calls, (True,) if part == "causal" else (True, False))
         elif part == "llama":

@@ -279,12 +279,13 @@ def test_decode_split_covers_the_cache(monkeypatch, sms, capacity, batch, ctas, 
 
 
 def test_decode_split_of_the_benchmark_shape(monkeypatch):
-    """B=8 with 8 head CTAs on 132 SMs: 6 splits of 1408 keys for bulk2 (three CTAs per SM,
-    all resident at once), 4 of 2048 for mma2 (two per SM), 16 of 512 for the SIMT kernel."""
+    """B=8 with 8 head CTAs on 132 SMs: 4 splits of 2048 keys for bulk2 and mma2 (two CTAs per
+    SM, all resident at once; 6 of 1408 at three per SM), 16 of 512 for the SIMT kernel."""
     from pygpukit.ops import attention
 
     monkeypatch.setattr(attention, "_sm_count", lambda device: 132)
-    assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["bulk2"]) == (6, 1408)
+    assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["bulk2"]) == (4, 2048)
+    assert attention._decode_split(8, 8, 8192, 3) == (6, 1408)
     assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["mma2"]) == (4, 2048)
     assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["simt"]) == (16, 512)
 

@@ -221,15 +221,12 @@ def test_decode_fused_combine_counters(launches, monkeypatch, rand: Rand, combin
 
 
 @pytest.mark.parametrize("bulk", [True, False])
-def test_decode_prefetch_early_launch_and_stream_workspace(
+def test_decode_early_launch_and_stream_workspace(
     launches, monkeypatch, rand: Rand, bulk: bool
 ) -> None:
-    """The L2 prefetch distance reaches a plan only where bulk prefetches exist (SM 9.0+), the
-    early launch only a fused-combine bulk2 plan; calls that pass no workspace share the stream's,
-    made by the first of them."""
+    """The early launch reaches only a fused-combine bulk2 plan; calls that pass no workspace
+    share the stream's, made by the first of them."""
     monkeypatch.setattr(attention, "_has_bulk_copy", lambda device: bulk)
-    monkeypatch.setitem(attention._DECODE_L2_AHEAD, "bulk2", 3)
-    monkeypatch.setitem(attention._DECODE_L2_AHEAD, "mma2", 2)
     monkeypatch.setitem(attention._DECODE_EARLY_LAUNCH, "bulk2", True)
     dt, b, hq, hkv, d, n = np.dtype(gp.bfloat16), 2, 32, 8, 128, 8192
     plans = {}
@@ -238,7 +235,6 @@ def test_decode_prefetch_early_launch_and_stream_workspace(
             plans[combine] = attention._plan_decode_cuda(b, hq, hkv, d, dt, n, 0, n, 0)
     fused = plans["fused"]
     assert fused.launch.kernel.name == f"attn_decode_{'bulk2' if bulk else 'mma2'}_d128_bf16"
-    assert fused.l2_ahead == (3 if bulk else 0) and plans["kernel"].l2_ahead == fused.l2_ahead
     assert fused.early == int(bulk) and plans["kernel"].early == 0
     q, kc = up(rand((b, hq, d), dt)), gp.empty((b, hkv, n, d), dt)
     lens = up(np.full(b, n, np.int32))

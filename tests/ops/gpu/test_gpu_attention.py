@@ -258,13 +258,11 @@ def test_decode_fused_combine(rand, rng, use_config, kernel, b, hq, hkv, d):
 
 
 @pytest.mark.parametrize("paged", [False, True])
-def test_decode_l2_prefetch_and_early_launch_change_no_bit(
-    rand, rng, use_config, monkeypatch, paged
-):
-    """bulk2's L2 prefetch ahead of its stages (1, 2 and 7 tiles) only moves bytes earlier, and
-    letting the next call launch after the key loops (early) only moves its start: calls back to
-    back, with two sets of lengths that end mid-tile, mid-block and past a split's last tile,
-    give bitwise the outputs of the plain kernel, which match float64 NumPy."""
+def test_decode_early_launch_changes_no_bit(rand, rng, use_config, monkeypatch, paged):
+    """Letting the next call launch after the key loops (bulk2's early launch) only moves its
+    start: calls back to back, with two sets of lengths that end mid-tile, mid-block and past a
+    split's last tile, give bitwise the outputs of the plain kernel, which match float64 NumPy;
+    with three and with two CTAs per SM planned."""
     use_config(decode_kernel="bulk2")
     b, hq, hkv, d, block, max_blocks = 4, 16, 4, 128, 16, 300
     dtype = gp.bfloat16
@@ -290,22 +288,22 @@ def test_decode_l2_prefetch_and_early_launch_change_no_bit(
     gq, gk, gv = (gp.from_numpy(x) for x in (q, kc, vc))
     glens = [gp.from_numpy(n) for n in lens]
     outs = {}
-    for ahead, early in ((0, False), (1, False), (2, False), (7, False), (0, True), (2, True)):
-        monkeypatch.setitem(attention._DECODE_L2_AHEAD, "bulk2", ahead)
+    for per_sm, early in ((3, False), (3, True), (2, False), (2, True)):
+        monkeypatch.setitem(attention._DECODE_CTAS_PER_SM, "bulk2", per_sm)
         monkeypatch.setitem(attention._DECODE_EARLY_LAUNCH, "bulk2", early)
         attention.DECODE_PLANS.clear()
         calls = [
             ops.decode_attention(gq, gk, gv, glens[i % 2], block_table=gtable) for i in range(4)
         ]
-        outs[ahead, early] = [c.to_numpy() for c in calls]
+        outs[per_sm, early] = [c.to_numpy() for c in calls]
     attention.DECODE_PLANS.clear()  # no plan with a patched knob outlives the test
-    base = outs[0, False]
-    for i in range(4):
-        assert rel_err(base[i], refs[i % 2]) < LIMIT[np.dtype(dtype)], i
-        assert np.all(base[i][lens[i % 2] == 0].astype(np.float32) == 0)
-    for key, got in outs.items():
+    for per_sm in (3, 2):  # the split differs with the CTAs per SM, and so do its roundings
+        base = outs[per_sm, False]
         for i in range(4):
-            assert np.array_equal(got[i].view(np.uint16), base[i].view(np.uint16)), (key, i)
+            assert rel_err(base[i], refs[i % 2]) < LIMIT[np.dtype(dtype)], (per_sm, i)
+            assert np.all(base[i][lens[i % 2] == 0].astype(np.float32) == 0)
+            early = outs[per_sm, True][i]
+            assert np.array_equal(early.view(np.uint16), base[i].view(np.uint16)), (per_sm, i)
 
 
 def test_decode_fused_combine_streams_and_layer(rand, rng):

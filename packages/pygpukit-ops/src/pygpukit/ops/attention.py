@@ -110,8 +110,10 @@ _TMA_KERNELS = ("wgmma_tma", "wgmma_persist")
 #: run together so its K and V stay in L2.
 _HEAD_GROUP = 8
 #: A work item's fixed cost, in key tiles, for the persistent kernel's schedule: the output
-#: stores and the turn hand-overs around an item.
-_ITEM_OVERHEAD = 0.5
+#: stores and the turn hand-overs around an item. One tile did best in two H200 runs of
+#: tools/attention_ab.py (B=4, H=32, S=4096, causal: 962 against 989 us at half a tile, and 891
+#: against 926 in an earlier run; 0.25 and 2 tiles in between).
+_ITEM_OVERHEAD = 1.0
 
 
 def _prefill_schedule(
@@ -432,15 +434,12 @@ def _sm_count(device: int) -> int:
 #: CTAs hold 72 KiB of shared memory (3 fit on an SM; the two-stage ones): at most three per SM
 #: keeps every CTA resident at once, so no partial last wave runs alone. With a combine kernel
 #: two per SM did best (fewer partials to merge; one per SM, and three or four stages, lost on an
-#: H200); ``bulk2``, whose last CTA merges the partials itself, streams best at three
-#: (8K cached tokens, batch 8, on an H200: 74.0 us against 74.5, paged 76.5 against 78.2).
+#: H200); ``bulk2``, whose last CTA merges the partials itself, too (8K cached tokens, batch 8,
+#: on an H200, both launched dependent: 72.9 us against 75.5 at three; an earlier comparison
+#: that favoured three set two against a launch that let the next call in early).
 #: The SIMT kernel (no shared memory, many CTAs per SM) does best at eight per SM.
 #: docs/ops-attention.md (Performance notes) has the split sweeps these come from.
-_DECODE_CTAS_PER_SM: dict[str, float] = {"mma": 2, "mma2": 2, "bulk2": 3, "simt": 8}
-#: Key tiles (of DECODE_KEY_TILE tokens) beyond its shared-memory stages that each CTA of a
-#: two-stage tensor-core kernel asks into L2 ahead of use (a bulk prefetch per tile; SM 9.0 and
-#: later): more bytes in flight per SM than the stages hold. 0 turns it off.
-_DECODE_L2_AHEAD = {"bulk2": 0, "mma2": 0}
+_DECODE_CTAS_PER_SM: dict[str, float] = {"mma": 2, "mma2": 2, "bulk2": 2, "simt": 8}
 #: Whether a split kernel whose last CTAs merge the partials (the fused combine) lets a kernel
 #: launched dependent after it start once its key loops are done (its blocks then take the block
 #: slots as the merging CTAs free them), rather than only when it exits.
@@ -522,7 +521,6 @@ class DecodePlan:
     partials: tuple[int, int, int]  # float32 elements of o_part and lse, and the splits
     dependent: bool = False  # both kernels by programmatic dependent launch
     fused: int = 0  # the fused combine's counters per stream (0: no fused combine)
-    l2_ahead: int = 0  # key tiles each CTA prefetches into L2 ahead of its stages
     early: int = 0  # a fused-combine kernel lets its dependent successor launch after its key loop
     #: The fused combine's counters (int32, counted as unsigned), one zeroed array per stream
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
@@ -591,7 +589,7 @@ class DecodePlan:
         main = self.launch
         args = (
             q, k_cache, v_cache, seq_lens, table, out, o_part, lse, counters, *self.tail, scale,
-            self.l2_ahead, self.early,
+            self.early,
         )  # fmt: skip
         main.kernel.launch(
             main.grid, main.block, args, shared_mem=main.shared_mem, dependent=self.dependent
@@ -690,9 +688,8 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
     tail = (hq, hkv, cache_len, max_blocks, capacity, chunk)
     partials = (b * hq * splits * d, b * hq * splits, splits)
     dependent = config.get().dependent_launch == "on"
-    l2_ahead = _DECODE_L2_AHEAD.get(which, 0) if _has_bulk_copy(_device) else 0
     early = int(bool(fused) and _DECODE_EARLY_LAUNCH.get(which, False))
-    return DecodePlan(launch, combine, tail, partials, dependent, fused, l2_ahead, early)
+    return DecodePlan(launch, combine, tail, partials, dependent, fused, early)
 
 
 def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:

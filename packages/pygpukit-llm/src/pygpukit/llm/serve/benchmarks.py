@@ -178,8 +178,11 @@ def _load_case(shape: str, clients: int, prompt: int, new: int) -> Case:
         results: list[LoadResult] = []
 
         def run(i: int) -> LoadResult:
+            # Prompts of their own per row and round: rows share the server, whose prefix
+            # cache would otherwise hold a round's prompts from an earlier row or round.
+            seed = (clients * 1_009 + prompt) * 1_000 + i
             return run_load(url, shape, clients=clients, prompt_tokens=prompt,
-                            output_tokens=new, vocab=vocab, seed=i)  # fmt: skip
+                            output_tokens=new, vocab=vocab, seed=seed)  # fmt: skip
 
         def measure(i: int) -> float:
             results.append(run(i))

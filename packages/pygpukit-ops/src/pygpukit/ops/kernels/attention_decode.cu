@@ -8,10 +8,8 @@
 //     then counts itself done on its (batch, head chunk)'s counter; the CTA that counts last
 //     merges every split's partials into the output and resets the counter to 0 for the next
 //     launch (the counters start at zero and are left at zero, so they need no clearing).
-// Two tuning arguments of the split kernels change no result: l2_ahead (key tiles the
-// two-stage tensor-core kernels prefetch into L2 past their stages, SM 9.0+; 0: none) and early
-// (a fused-combine kernel lets a dependent successor launch after its key loop; see
-// allow_combine).
+// The split kernels' argument `early` changes no result (a fused-combine kernel lets a dependent
+// successor launch after its key loop; see allow_combine).
 // Caches: contiguous [B, Hkv, cache_len, D] (block_table null), or paged
 // [num_blocks, Hkv, cache_len = block_size, D] with block_table int32 [B, max_blocks]. seq_lens
 // is read on the device; lengths are clamped to the cache capacity, length 0 gives zeros.
@@ -161,8 +159,7 @@ __device__ __forceinline__ void attn_decode(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
     float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
-    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int l2_ahead,
-    int early) {
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int early) {
     using C = DecodeConfig<D>;
     constexpr int kLanes = C::kLanes, kGroups = C::kGroups;
     __shared__ float sm_m[kGroups][kG], sm_l[kGroups][kG];
@@ -411,8 +408,7 @@ __device__ __forceinline__ void attn_decode_mma(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
     float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
-    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int l2_ahead,
-    int early) {
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int early) {
     constexpr int kS = D + 8, kChunks = D / 8, kDT = D / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
@@ -435,7 +431,7 @@ __device__ __forceinline__ void attn_decode_mma(
         // value only moves the prefetch's end by a token. Everything else (q, the lengths
         // that bound the keys, the block table, the workspace) is read after the wait.
         const int hint = min(__ldcg(seq_lens + b), capacity);
-        const int rows = min(min((kStages + l2_ahead) * kTcTile, chunk), hint - split * chunk);
+        const int rows = min(kStages * kTcTile, hint - split * chunk);
         if (block_table == nullptr && tid < 2 && rows > 0) {
             const T* first = (tid == 0 ? kc : vc) +
                              (((size_t)b * hkv + hk) * cache_len + (size_t)split * chunk) * D;
@@ -517,29 +513,6 @@ __device__ __forceinline__ void attn_decode_mma(
         }
     };
 
-    // l2_ahead > 0 (SM 9.0+, kStages > 1): the K and V rows of tile it + kStages - 1 + l2_ahead are
-    // asked into L2 (one bulk prefetch per contiguous run of rows: the tile's K and V of a
-    // contiguous cache, each block's rows of a paged one) while tile it + kStages - 1 is copied
-    // into shared memory, so more bytes are in flight per CTA than its shared-memory stages hold.
-    auto prefetch_tile = [&](int pbase) {
-        const int r = tid % kTcTile, tk = pbase + r;
-        if (tk >= t_end) return;
-        const int n = min(kTcTile - r, t_end - tk);  // rows of the tile from tk on
-        const T* cache = tid >= kTcTile ? vc : kc;
-        if (block_table == nullptr) {
-            if (r == 0)
-                bulk_prefetch_l2(cache + (((size_t)b * hkv + hk) * cache_len + tk) * D,
-                                 n * D * sizeof(T));
-        } else {
-            const int off = tk % cache_len;
-            if (r == 0 || off == 0) {
-                const int blk = block_table[(size_t)b * max_blocks + tk / cache_len];
-                bulk_prefetch_l2(cache + (((size_t)blk * hkv + hk) * cache_len + off) * D,
-                                 min(n, cache_len - off) * D * sizeof(T));
-            }
-        }
-    };
-
     // Tiles 0 .. kStages - 2 in flight before the loop; one commit group per tile, empty past
     // the end, so "all but the newest kStages - 1 groups done" always means "this tile landed".
 #pragma unroll
@@ -563,7 +536,6 @@ __device__ __forceinline__ void attn_decode_mma(
                 load_tile(ahead, (it + kStages - 1) % kStages);
             else if (!kBulk)
                 cp_async_commit();
-            if (l2_ahead > 0) prefetch_tile(ahead + l2_ahead * kTcTile);
             if constexpr (kBulk) {
                 bar_wait(smem_addr(&full[st]), (it / kStages) & 1);  // tile it
             } else {
@@ -694,11 +666,11 @@ __device__ __forceinline__ void attn_decode_mma(
 // split combiner attn_decode_combine_<dtype>.
 #define PGK_DECODE_CALL                                                                         \
     q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, counters, hq, hkv, cache_len, \
-        max_blocks, capacity, chunk, scale, l2_ahead, early
+        max_blocks, capacity, chunk, scale, early
 #define PGK_DECODE_PARAMS(T)                                                                      \
     (const T* q, const T* k_cache, const T* v_cache, const int* seq_lens, const int* block_table, \
      T* out, float* o_part, float* lse, unsigned* counters, int hq, int hkv, int cache_len,       \
-     int max_blocks, int capacity, int chunk, float scale, int l2_ahead, int early)
+     int max_blocks, int capacity, int chunk, float scale, int early)
 #define PGK_DECODE(sfx, T, D)                                                           \
     PGK_KERNEL_BOUNDS(attn_decode_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) {       \
         attn_decode<T, D>(PGK_DECODE_CALL);                                             \
