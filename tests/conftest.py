@@ -7,11 +7,23 @@ a missing GPU fails the run instead of skipping every test silently.
 
 from __future__ import annotations
 
+import os
 import secrets
+import tempfile
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+
+# librosa's numba functions cache their compiled code beside the installed package. Parallel
+# workers (pytest-xdist) compiling the same function at once can load each other's half-written
+# cache (a segfault in a fresh virtualenv), so each worker of a run gets its own cache folder;
+# numba reads the variable when it is first imported, after this file.
+if os.environ.get("PYTEST_XDIST_WORKER") and "NUMBA_CACHE_DIR" not in os.environ:
+    os.environ["NUMBA_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(),
+        f"pygpukit-tests-numba-{os.getppid()}-{os.environ['PYTEST_XDIST_WORKER']}",
+    )
 
 
 def _cuda_available() -> bool:
