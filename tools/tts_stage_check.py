@@ -12,7 +12,10 @@ op's float32 error against float64 NumPy (``tools/tts_op_precision.py``), which 
 16-bit path taken for float32. Needs the tests folder (``tests/tts/kokoro_numpy_reference.py``).
 Run from the repository root::
 
-    python tools/tts_stage_check.py --ops
+    python tools/tts_stage_check.py --ops --real-shape 150
+
+``--real-shape N`` adds the duration path at Kokoro-82M's shape, stage by stage (ALBERT,
+``bert_encoder``, duration encoder, LSTM, logits, frame counts).
 """
 
 from __future__ import annotations
@@ -185,6 +188,43 @@ def audio_ops(seed: int) -> None:
     print(f"istft {rel(back, back_ref):.2e}")
 
 
+def prosody_stages(cfg: KokoroConfig, label: str, seed: int, tokens: int) -> None:
+    """The duration path alone, stage by stage against the float32 NumPy network.
+
+    ALBERT's output, ``bert_encoder``, the duration encoder, the duration LSTM, the projection's
+    logits and the frame counts, at the real shape (``--real-shape``): random float weights
+    are smooth, so a float32 device path lands near 1e-6 at every stage, and a product rounded
+    to TF32 or 16 bits shows as 1e-4 or more from its stage on.
+    """
+    rng = np.random.default_rng(seed)
+    state = random_state(cfg, seed=seed)
+    style = random_voice(cfg, seed=seed + 1)[tokens, 0].reshape(1, -1)
+    ids = np.array([0, *rng.integers(1, 170, tokens), 0])
+    ref_net, net = ReferenceNetwork(cfg, state), KokoroNetwork(cfg, state)
+    width = len(ids)
+    lengths = Lengths(np.array([width]), width)
+    ids_gpu, refs = _upload_ids([ids], width), _upload_styles([style[0]])
+    s_pro = style[:, cfg.style_dim :]
+    h_ref = ref_net.albert(ids[None].astype(np.int64))
+    d_en_ref = ref_net._linear(h_ref, "bert_encoder")
+    d_ref = ref_net.duration_encoder(d_en_ref, s_pro)
+    x_ref = ref_net._lstm(d_ref, "predictor.lstm")
+    logits_ref = ref_net._linear(x_ref, "predictor.duration_proj.linear_layer")
+    styles = net.styles(refs)
+    h = net.albert(ids_gpu, lengths)
+    d_en = net._linear(h, "bert_encoder")
+    d = net.duration_encoder(d_en, refs[:, cfg.style_dim :].contiguous(), styles, lengths)
+    x = net._lstm(d, "predictor.lstm", lengths)
+    logits = net._linear(x, "predictor.duration_proj.linear_layer")
+    _, durations = net.predict_durations(ids, style[0], 1.0)
+    _, durations_ref = ref_net.predict_durations(ids, style, 1.0)
+    print(f"== prosody {label} (seed {seed}, {width} tokens): ALBERT "
+          f"{rel(h.to_numpy(), h_ref):.2e}  bert_encoder {rel(d_en.to_numpy(), d_en_ref):.2e}  "
+          f"duration encoder {rel(d.to_numpy(), d_ref):.2e}  lstm {rel(x.to_numpy(), x_ref):.2e}  "
+          f"logits {rel(logits.to_numpy(), logits_ref):.2e}  "
+          f"frames equal {np.mean(durations == durations_ref):.3f}")  # fmt: skip
+
+
 def main() -> None:
     """The op table (``--ops``), the audio ops, then both random configs per vocoder dtype."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -192,10 +232,16 @@ def main() -> None:
     parser.add_argument("--ops", action="store_true", help="print the op table first")
     parser.add_argument("--vocoder", default="float32,auto", help="vocoder dtypes, comma-separated")
     parser.add_argument("--configs", default="tiny,small", help="random configs: tiny, small")
+    parser.add_argument(
+        "--real-shape", type=int, default=0, metavar="TOKENS",
+        help="first the duration path at Kokoro-82M's shape for this many tokens (random weights)",
+    )  # fmt: skip
     args = parser.parse_args()
     print("backend", gp.backend_name())
     if args.ops:
         tts_op_precision.run(args.seed, 1e-5)
+    if args.real_shape:
+        prosody_stages(KokoroConfig(), "real shape", args.seed, args.real_shape)
     audio_ops(args.seed)
     configs = {"tiny": TINY_CONFIG, "small": SMALL}
     for vocoder in args.vocoder.split(","):

@@ -60,6 +60,32 @@ const BuiltinKernel& kernel_for(int itemsize) {
     throw std::invalid_argument("strided copy: unsupported itemsize " + std::to_string(itemsize));
 }
 
+// Copies the innermost dimension in wider units where it is contiguous on both sides and every
+// address and stride allows it: `wide` bytes per thread instead of `itemsize` (the kernels for
+// 1, 2, 4 and 8 bytes), so fewer index computations and wider loads. The attention output's
+// [B, H, S, D] -> [B, S, H, D] transpose of bfloat16 rows of 128 moves 8 bytes a thread instead
+// of 2. Returns the element size to copy with; `l` and `n` are rewritten in those units.
+int widen(StridedLayout& l, uint64_t dst, uint64_t src, int itemsize, unsigned long long& n) {
+    if (l.ndim == 0) return itemsize;
+    const int last = l.ndim - 1;
+    if (l.dst_strides[last] != itemsize || l.src_strides[last] != itemsize) return itemsize;
+    const long long bytes = l.shape[last] * itemsize;
+    for (int wide = 8; wide > itemsize; wide /= 2) {
+        bool ok = bytes % wide == 0 && dst % wide == 0 && src % wide == 0;
+        for (int d = 0; ok && d < last; ++d) {
+            ok = l.dst_strides[d] % wide == 0 && l.src_strides[d] % wide == 0;
+        }
+        if (!ok) continue;
+        l.shape[last] = bytes / wide;
+        l.dst_strides[last] = wide;
+        l.src_strides[last] = wide;
+        n = n / static_cast<unsigned long long>(bytes / itemsize) *
+            static_cast<unsigned long long>(bytes / wide);
+        return wide;
+    }
+    return itemsize;
+}
+
 }  // namespace
 
 void strided_copy(uint64_t dst, const Dims& dst_strides, uint64_t src, const Dims& src_strides,
@@ -67,7 +93,8 @@ void strided_copy(uint64_t dst, const Dims& dst_strides, uint64_t src, const Dim
     unsigned long long n = static_cast<unsigned long long>(Array::checked_size(shape));
     if (n == 0) return;
     StridedLayout layout = coalesce(shape, dst_strides, src_strides);
-    CUfunction f = kernel_for(itemsize).get(stream.device());
+    const int unit = widen(layout, dst, src, itemsize, n);
+    CUfunction f = kernel_for(unit).get(stream.device());
     void* args[] = {&dst, &src, &layout, &n};
     launch_kernel(f, launch_config_1d(n, stream.device()), stream, args);
 }

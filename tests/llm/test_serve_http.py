@@ -60,13 +60,16 @@ def _health(url: str) -> dict:
 
 def _wait_idle(url: str) -> dict:
     """The engine's counts once nothing runs or waits (requests end a step after their last
-    token is read, so poll briefly)."""
-    for _ in range(200):
+    token is read, so poll; the generous bound only keeps a hung engine from hanging the run,
+    a loaded machine may take seconds)."""
+    deadline = time.monotonic() + 60
+    while True:
         h = _health(url)
         if h["running"] == 0 and h["waiting"] == 0:
             return h
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the engine is still busy after 60 s: {h}")
         time.sleep(0.05)
-    raise AssertionError(f"the engine is still busy: {h}")
 
 
 def _generate_past_eos(model, prompt: str, max_tokens: int):

@@ -45,8 +45,8 @@ def test_lengths_limit_each_row_and_keep_the_padding(rng):
     np.testing.assert_array_equal(got, onnxruntime_quant_dequant(x, lengths))
     np.testing.assert_array_equal(got[1, 4:], x[1, 4:])
     np.testing.assert_array_equal(got[3], x[3])
-    counts = gp.from_numpy(lengths.astype(np.int64) * 16)  # device counts of values: no upload
-    again = dynamic_quant_dequant(gp.from_numpy(x), lengths=counts).to_numpy()
+    on_device = gp.from_numpy(lengths.astype(np.int64))  # no upload (a CUDA graph's input)
+    again = dynamic_quant_dequant(gp.from_numpy(x), lengths=on_device).to_numpy()
     np.testing.assert_array_equal(again, got)
 
 
@@ -67,6 +67,8 @@ def test_errors():
         dynamic_quant_dequant(x, lengths=[1, 4])
     with pytest.raises(ValueError, match="batch axis"):
         dynamic_quant_dequant(gp.from_numpy(np.float32(1.0).reshape(())))
+    with pytest.raises(ValueError, match="2 dimensions"):
+        dynamic_quant_dequant(gp.from_numpy(np.ones(4, np.float32)), lengths=[1, 2, 3, 4])
     with pytest.raises(ValueError, match="entries"):
         dynamic_quant_dequant(x, lengths=gp.from_numpy(np.ones(3, np.int64)))
 
@@ -81,10 +83,10 @@ def test_cuda_plan_launches_one_block_per_row(monkeypatch, rng):
     monkeypatch.setattr(kl, "kernel", lambda file, func: Kernel())
     monkeypatch.setattr(kl, "constant", lambda file, name: 1024)
     x, y = gp.from_numpy(rng.standard_normal((3, 40), dtype=np.float32)), gp.empty((3, 40))
-    plan = dynamic_quant._plan_cuda(3, 40, 0)
+    plan = dynamic_quant._plan_cuda(3, 40, 8, 0)
     plan(x, y, None)
-    counts = gp.from_numpy(np.array([40, 10, 0], np.int64))
-    plan(x, y, counts)
+    lengths = gp.from_numpy(np.array([5, 2, 0], np.int64))
+    plan(x, y, lengths)
     (grid, block, args), (_, _, args2) = launches
-    assert grid == 3 and block == 1024 and args[3:] == (40, 0) and args2[2] is counts
-    assert args2[4] == 1
+    assert grid == 3 and block == 1024 and args[3:] == (40, 8, 0) and args2[2] is lengths
+    assert args2[5] == 1

@@ -12,8 +12,9 @@ import pytest
 
 import pygpukit as gp
 from pygpukit.ops.audio.stft import istft, stft
+from pygpukit.tts import _graphs
 from pygpukit.tts._edges import padded_istft, padded_stft
-from pygpukit.tts._graphs import MIN_STEP, bucket
+from pygpukit.tts._graphs import MIN_STEP, bucket, token_bucket
 from pygpukit.tts._masking import Lengths
 from pygpukit.tts.kokoro import KokoroNetwork
 from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
@@ -27,6 +28,9 @@ def test_bucket_pads_less_than_a_sixteenth_or_one_step():
     assert len(set(sizes)) < 150  # a few graphs cover every length
     assert bucket(500, limit=512) == 512 and bucket(509, limit=510) == 510
     assert bucket(511, limit=510) == 511  # never below the length
+    ids = [np.zeros(n, np.int64) for n in (150, 152)]
+    assert token_bucket(ids, 512) == 160
+    assert token_bucket(ids * 8, 512) is None  # 16 x 160 tokens: the GPU sets the pace
 
 
 def _lengths(valid: list[int], width: int, on_device: bool) -> Lengths:
@@ -85,3 +89,24 @@ def test_bucketed_network_equals_the_unpadded_one():
     np.testing.assert_array_equal(padded.durations, plain.durations)
     assert len(padded.audio) == len(plain.audio) == frames * TINY_CONFIG.frame_samples
     assert np.linalg.norm(padded.audio - plain.audio) <= 1e-5 * np.linalg.norm(plain.audio)
+
+
+def test_big_batches_run_eagerly_unpadded(monkeypatch):
+    """Past the graph limits a half runs eagerly at the batch's own width: the same audio."""
+    rng = np.random.default_rng()
+    seed = int(rng.integers(1 << 20))
+    state = random_state(TINY_CONFIG, seed=seed)
+    style = random_voice(TINY_CONFIG, seed=seed + 1)[8, 0]
+    ids = np.array([0, *rng.integers(1, 170, 7), 0])
+    plain = KokoroNetwork(TINY_CONFIG, state, cuda_graphs=False)(ids, style, 1.0)
+    net = KokoroNetwork(TINY_CONFIG, state, cuda_graphs=True)
+    assert net.graphs is not None
+    monkeypatch.setattr(_graphs, "MAX_GRAPH_FRAMES", 8)
+    frames_eager = net(ids, style, 1.0)
+    assert len(net.graphs.phonemes.entries) == 1 and not net.graphs.frames.entries
+    monkeypatch.setattr(_graphs, "MAX_GRAPH_TOKENS", 8)
+    all_eager = net(ids, style, 1.0)
+    assert net.graphs.phonemes.eager == 1  # the second call did not reach the graphs
+    for got in (frames_eager, all_eager):
+        np.testing.assert_array_equal(got.durations, plain.durations)
+        assert np.linalg.norm(got.audio - plain.audio) <= 1e-5 * np.linalg.norm(plain.audio)

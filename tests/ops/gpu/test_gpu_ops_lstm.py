@@ -201,6 +201,21 @@ def test_lstm_gpu_lengths_and_time_first(rand: Rand, kernel: str) -> None:
         check(got, run_torch(torch, x, fw, bw, "float32", h0, c0, lengths), 1e-5, "torch")
 
 
+def test_lstm_gpu_device_lengths_equal_host_lengths(rand: Rand, kernel: str) -> None:
+    """Lengths given as a device array (a CUDA graph's input) give the host lengths' result."""
+    batch, steps, inputs, hidden = 3, 19, 40, 64
+    x = rand((batch, steps, inputs))
+    fw, bw = weights(rand, inputs, hidden, np.float32), weights(rand, inputs, hidden, np.float32)
+    lengths = [19, 7, 12]
+    want = run_ours(x, fw, bw, lengths=lengths)
+    for dtype in (np.int32, np.int64):
+        device = gp.from_numpy(np.array(lengths, dtype))
+        got = run_ours(x, fw, bw, lengths=device)  # type: ignore[arg-type]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    check(want, run_numpy(x, fw, bw, None, None, lengths), 1e-5, "float64 NumPy")
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_lstm_gpu_zero_lengths_keep_the_initial_state(rand: Rand, kernel: str, dtype: str) -> None:
     """A row of length 0 outputs zeros and returns h0, c0 (PyTorch refuses such rows)."""

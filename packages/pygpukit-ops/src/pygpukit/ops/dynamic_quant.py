@@ -32,62 +32,70 @@ __all__ = ["dynamic_quant_dequant"]
 
 @dataclass(frozen=True, slots=True)
 class QuantPlan:
-    """``plan(x, y, counts)`` enqueues one block per batch row (``counts`` None: whole rows)."""
+    """``plan(x, y, lengths)`` enqueues one block per batch row (``lengths`` None: whole rows).
+
+    ``lengths`` is an int64 device array of valid steps per row, ``inner`` values each.
+    """
 
     launch: Launch
     row: int
+    inner: int
 
-    def __call__(self, x: GPUArray, y: GPUArray, counts: GPUArray | None) -> None:
-        self.launch(x, y, counts if counts is not None else x, self.row, int(counts is not None))
+    def __call__(self, x: GPUArray, y: GPUArray, lengths: GPUArray | None) -> None:
+        has = lengths is not None
+        self.launch(x, y, lengths if has else x, self.row, self.inner, int(has))
 
 
 @dataclass(frozen=True, slots=True)
 class ReferenceQuant:
     """The CPU backend's version: :mod:`.reference.dynamic_quant` on the host buffers."""
 
-    def __call__(self, x: GPUArray, y: GPUArray, counts: GPUArray | None) -> None:
-        n = None if counts is None else c.host(counts)
-        c.write_into(y, reference.dynamic_quant_dequant(c.host(x), n))
+    inner: int
+
+    def __call__(self, x: GPUArray, y: GPUArray, lengths: GPUArray | None) -> None:
+        counts = None if lengths is None else c.host(lengths) * self.inner
+        c.write_into(y, reference.dynamic_quant_dequant(c.host(x), counts))
 
 
-def _plan_cuda(batch: int, row: int, device: int) -> QuantPlan:
+def _plan_cuda(batch: int, row: int, inner: int, device: int) -> QuantPlan:
     block = kl.constant("dynamic_quant", "DYNAMIC_QUANT_BLOCK")
     launch = Launch(kl.kernel("dynamic_quant", "dynamic_quant_dequant_f32"), batch, block)
-    return QuantPlan(launch, row)
+    return QuantPlan(launch, row, inner)
 
 
-def _plan_numpy(batch: int, row: int, device: int) -> ReferenceQuant:
-    return ReferenceQuant()
+def _plan_numpy(batch: int, row: int, inner: int, device: int) -> ReferenceQuant:
+    return ReferenceQuant(inner)
 
 
-#: Plans by (batch, row size, device).
+#: Plans by (batch, row size, values per step, device).
 QUANT_PLANS: PlanCache[QuantPlan | ReferenceQuant] = PlanCache(
     "dynamic_quant", per_backend(cpu=_plan_numpy, cuda=_plan_cuda)
 )
 
 
-def _counts(lengths: Any, x: GPUArray) -> GPUArray | None:
-    """Per-row numbers of values to quantize (int64 on the device), or None for whole rows."""
+def _device_lengths(lengths: Any, x: GPUArray) -> GPUArray | None:
+    """The valid steps of each row as an int64 device array, or None for whole rows."""
     if lengths is None:
         return None
+    if x.ndim < 2:
+        raise ValueError(f"lengths needs x of at least 2 dimensions ([B, T, ...]), got {x.shape}")
     if isinstance(lengths, GPUArray):
-        counts = c.check_array(lengths, "lengths", dtypes=(gp.int64,), ndim=1)
-        if counts.shape[0] != x.shape[0]:
-            raise ValueError(f"lengths has {counts.shape[0]} entries for {x.shape[0]} rows of x")
-        return counts  # already counts of values, on the device
+        lengths = c.check_array(lengths, "lengths", dtypes=(gp.int64,), ndim=1)
+        if lengths.shape[0] != x.shape[0]:
+            raise ValueError(f"lengths has {lengths.shape[0]} entries for {x.shape[0]} rows of x")
+        return lengths  # values outside [0, T] are clamped by the kernel
     host = np.asarray(lengths)
     if host.ndim != 1 or host.shape[0] != x.shape[0] or not np.issubdtype(host.dtype, np.integer):
         raise ValueError(
             f"lengths must be {x.shape[0]} integers (one per row of x), got {host.shape} "
             f"{host.dtype}"
         )
-    if x.ndim < 2 or (host < 0).any() or (host > x.shape[1]).any():
+    if (host < 0).any() or (host > x.shape[1]).any():
         raise ValueError(
-            f"lengths must lie in [0, {x.shape[1] if x.ndim > 1 else 0}] (x.shape[1]) for x of "
-            f"shape {x.shape}, got {host.tolist()}"
+            f"lengths must lie in [0, {x.shape[1]}] (x.shape[1]) for x of shape {x.shape}, "
+            f"got {host.tolist()}"
         )
-    inner = int(np.prod(x.shape[2:], dtype=np.int64))
-    return gp.from_numpy(np.ascontiguousarray(host.astype(np.int64) * inner))
+    return gp.from_numpy(np.ascontiguousarray(host, dtype=np.int64))
 
 
 def dynamic_quant_dequant(
@@ -104,17 +112,18 @@ def dynamic_quant_dequant(
     scale``, bit for bit onnxruntime's ``(q - zero_point) * scale``. ``lengths`` (B host ints,
     for ``x`` of at least 2 dimensions) limits row ``b`` to its first ``lengths[b]`` entries of
     axis 1, the valid steps of a padded batch; the rest is copied unchanged. A device int64
-    array instead holds each row's count of values directly (``lengths[b]`` times the product
-    of ``x.shape[2:]``), with no upload. ``out`` may be ``x`` (in place).
+    array of the same lengths needs no upload (a CUDA graph's input: there, lengths outside
+    ``[0, T]`` are clamped, not refused). ``out`` may be ``x`` (in place).
     """
     x = c.check_array(x, "x", dtypes=(gp.float32,))
     if x.ndim < 1:
         raise ValueError(f"x must have a batch axis, got shape {x.shape}")
-    counts = _counts(lengths, x)
+    steps = _device_lengths(lengths, x)
     c.check_out(out, x.shape, x.dtype)
     y = c.result(out, x.shape, x.dtype)
     if x.size == 0:
         return y
     row = x.size // x.shape[0]
-    QUANT_PLANS.get(x.shape[0], row, gp.get_device())(x, y, counts)
+    inner = row // x.shape[1] if x.ndim > 1 else row
+    QUANT_PLANS.get(x.shape[0], row, inner, gp.get_device())(x, y, steps)
     return y

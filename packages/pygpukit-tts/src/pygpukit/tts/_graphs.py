@@ -19,9 +19,12 @@ its bucket. Buckets round up to a sixteenth of the length's power of two (at lea
 :data:`MIN_STEP`): at most about 6 % padding, a logarithmic number of graphs. A bucket's first
 call runs eagerly on the same buffers (warming every kernel and plan cache and making the
 conv weights' rearranged copies, none of which a capture can do: a copy made in a capture
-would only be written at a replay) and then captures; later calls replay. Each graph keeps its intermediate buffers in
-a private pool region (its peak working set), so at most :data:`MAX_GRAPHS` graphs of each half
-are kept, least recently used dropped first.
+would only be written at a replay) and then captures; later calls replay. Each graph keeps its
+intermediate buffers in a private pool region (its peak working set), so at most
+:data:`MAX_GRAPHS` graphs of each half are kept, least recently used dropped first.
+
+Graphs pay where the host sets the pace: a batch past :data:`MAX_GRAPH_TOKENS` padded tokens
+runs eagerly, and a frame half past :data:`MAX_GRAPH_FRAMES` padded frames too.
 """
 
 from __future__ import annotations
@@ -43,7 +46,15 @@ from ._masking import Lengths
 if TYPE_CHECKING:
     from .kokoro import KokoroNetwork, PhonemeOutputs
 
-__all__ = ["MAX_GRAPHS", "MIN_STEP", "SynthesisGraphs", "bucket"]
+__all__ = [
+    "MAX_GRAPHS",
+    "MAX_GRAPH_FRAMES",
+    "MAX_GRAPH_TOKENS",
+    "MIN_STEP",
+    "SynthesisGraphs",
+    "bucket",
+    "token_bucket",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +62,11 @@ log = logging.getLogger(__name__)
 MIN_STEP = 16
 #: Graphs kept per half (each holds its working set: about 0.1-0.2 GB at batch 1).
 MAX_GRAPHS = 6
+#: The largest padded batch (utterances x bucket) each half is captured for. Past it the GPU,
+#: not the host, sets the pace, and replaying measured slower than launching (batch 16 x 464
+#: frames: 151 vs 132 ms on an H200), so such a call runs eagerly, unpadded.
+MAX_GRAPH_TOKENS = 1024
+MAX_GRAPH_FRAMES = 2048
 
 
 def bucket(length: int, limit: int | None = None) -> int:
@@ -123,6 +139,15 @@ class _Half(Generic[Outputs]):
         return out
 
 
+def token_bucket(ids: Sequence[np.ndarray], limit: int) -> int | None:
+    """The token bucket of a batch's phoneme graph, or None where the batch is too big for one.
+
+    ``limit``: the longest bucket (ALBERT's positions).
+    """
+    width = bucket(max(len(i) for i in ids), limit)
+    return width if len(ids) * width <= MAX_GRAPH_TOKENS else None
+
+
 class SynthesisGraphs:
     """Replays :class:`~pygpukit.tts.kokoro.KokoroNetwork`'s two halves as CUDA graphs.
 
@@ -145,18 +170,30 @@ class SynthesisGraphs:
         speed: float,
         forced: Sequence[np.ndarray] | None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Audio ``[B, samples]``, frames ``[B]`` and frames per token ``[B, T]`` of a batch."""
+        """Audio ``[B, samples]``, frames ``[B]`` and frames per token ``[B, T]`` of a batch.
+
+        The batch must fit a phoneme graph (:func:`token_bucket`); a frame half past
+        :data:`MAX_GRAPH_FRAMES` runs eagerly, unpadded.
+        """
         from .kokoro import alignment_rows, frame_counts, gather_frames
 
         with self._lock:
             b = len(ids)
-            width = bucket(max(len(i) for i in ids), self.network.weights.positions.shape[0])
+            width = token_bucket(ids, self.network.weights.positions.shape[0])
+            if width is None:
+                raise ValueError(f"a batch of {b} this long does not fit a phoneme graph")
             token_lengths = np.array([len(i) for i in ids], np.int64)
             styles = np.stack([np.asarray(r, np.float32).reshape(-1) for r in refs])
             ph = self._phoneme_half(b, width, ids, token_lengths, styles)
             durations = frame_counts(ph.duration.to_numpy(), token_lengths, speed, forced)
             lengths = durations.sum(axis=1)
             frames = bucket(int(lengths.max()))
+            if b * frames > MAX_GRAPH_FRAMES:
+                valid = Lengths(lengths, int(lengths.max()))
+                rows = gp.from_numpy(alignment_rows(durations, valid.width))
+                en, asr = gather_frames(ph, rows)
+                audio = self.network.frame_half(en, asr, ph.styles, valid, None)
+                return audio.to_numpy(), lengths, durations
             e = self.frames.entry((b, frames), lambda: self._frame_inputs(ph, styles, frames))
             rows = gp.from_numpy(alignment_rows(durations, frames))
             gather_frames(ph, rows, out=(e.inputs["en"], e.inputs["asr"]))

@@ -36,7 +36,7 @@ from pygpukit.array import GPUArray
 from pygpukit.ops.linear import linear
 
 from ._edges import padded_istft, padded_stft
-from ._graphs import MAX_GRAPHS, SynthesisGraphs
+from ._graphs import MAX_GRAPHS, SynthesisGraphs, token_bucket
 from ._masking import Lengths, ada_in
 from ._source import harmonic_sines, merged_source
 from ._weights import ALBERT_LAYER, DeviceWeights
@@ -465,9 +465,22 @@ class KokoroNetwork:
         """
         with gp.Device(self.device):
             tokens = Lengths(np.array([len(ids)]), len(ids))
-            out = self.phoneme_half(_upload_ids([ids], len(ids)), _upload_styles([ref_s]), tokens)
-            durations = frame_counts(out.duration.to_numpy(), tokens.lengths, speed)
-        return out.features, durations[0]
+            d, durations, _ = self._prosody(
+                _upload_ids([ids], len(ids)), _upload_styles([ref_s]), tokens, speed
+            )
+        return d, durations[0]
+
+    def _prosody(
+        self, ids: GPUArray, ref: GPUArray, tokens: Lengths, speed: float
+    ) -> tuple[GPUArray, np.ndarray, _Styles]:
+        """The per-token half of a padded batch, with its durations read back.
+
+        Duration features ``[B, T, hidden + style]``, frames per token ``[B, T]`` (on the host;
+        0 on padding) and the batch's style projections.
+        """
+        out = self.phoneme_half(ids, ref, tokens)
+        durations = frame_counts(out.duration.to_numpy(), tokens.lengths, speed)
+        return out.features, durations, out.styles
 
     def __call__(
         self,
@@ -496,7 +509,8 @@ class KokoroNetwork:
         """Several utterances in one padded batch: token ids ``[T_i]``, styles ``[256]`` each.
 
         ``durations`` (one array of frames per token each) replaces the predicted alignment.
-        Replays CUDA graphs where :attr:`graphs` is on and ``rng`` is None (the first call of
+        Replays CUDA graphs where :attr:`graphs` is on, ``rng`` is None and the batch is small
+        enough for the host to set the pace (:mod:`pygpukit.tts._graphs`; the first call of
         each length bucket runs eagerly and captures them).
         """
         if len(ids) != len(refs) or not ids:
@@ -506,7 +520,8 @@ class KokoroNetwork:
                 if want.shape != (len(ids[i]),) or (want < 1).any():
                     raise ValueError(f"durations must be {(len(ids[i]),)} frame counts >= 1")
         with gp.Device(self.device):
-            if self.graphs is not None and rng is None:
+            limit = self.weights.positions.shape[0]
+            if self.graphs is not None and rng is None and token_bucket(ids, limit) is not None:
                 audio, frames, counts = self.graphs.run(ids, refs, speed, durations)
             else:
                 audio, frames, counts = self._eager(ids, refs, speed, rng, durations)

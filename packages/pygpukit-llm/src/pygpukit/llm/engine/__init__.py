@@ -13,7 +13,8 @@ Modules, one job each: ``block_manager`` (which KV blocks a request holds, prefi
 ``paged_cache`` (the device arrays), ``planner`` (what runs each step), ``runner`` (the forward
 pass over a flattened batch), ``sampler`` (per-request sampling and seeds), ``metrics``
 (Prometheus text), ``step_times`` (what a step observer is told), ``side_stream`` (a step's
-small uploads and downloads beside the compute stream), ``engine`` (the public API and its
+small uploads and downloads beside the compute stream), ``host_priority`` (host turns: a
+protected model's host work before the other engines'), ``engine`` (the public API and its
 thread). Guide: docs/serve.md.
 """
 

@@ -23,6 +23,10 @@ new requests wait, a request asks for log-probabilities or a repetition penalty 
 host's tokens), a block cannot be had without preemption, or the step's shape has no CUDA
 graph yet.
 
+Engines that share a process with a model that has a latency promise take host turns
+(:meth:`Engine.share_host`, :mod:`.host_priority`): the protected engine's host work goes
+first, the others step aside between their phases.
+
 Without the thread, :meth:`step` can be called directly (tests) and :meth:`generate` runs one
 request to its end.
 """

@@ -1,12 +1,13 @@
 // ONNX DynamicQuantizeLinear followed by its dequantization, per batch row (host side:
 // ops/dynamic_quant.py):
 //
-//   dynamic_quant_dequant_f32  for row b (one block each) over its first count[b] values:
+//   dynamic_quant_dequant_f32  for row b (one block each) over its first lengths[b] * inner
+//                              values (all of them without lengths):
 //                              lo = min(min(x), 0), hi = max(max(x), 0),
 //                              scale = (hi - lo) / 255 (1 where hi == lo),
 //                              zp = rint(clamp(0 - lo / scale, 0, 255)),
 //                              y = rint(clamp(x / scale, -zp, 255 - zp)) * scale;
-//                              the row's values past count[b] are copied unchanged.
+//                              the row's values past them are copied unchanged.
 //
 // The arithmetic is onnxruntime's (GetQuantizationParameter and MlasQuantizeLinear): float32
 // throughout, an IEEE division by the scale (not a multiply by its reciprocal) and rounding half
@@ -18,14 +19,15 @@
 // Threads per block (a multiple of 32).
 PGK_CONSTANT(DYNAMIC_QUANT_BLOCK, 1024);
 
-PGK_KERNEL(dynamic_quant_dequant_f32,
-           (const float* __restrict__ x, float* __restrict__ y, const long long* __restrict__ count,
-            long long row, int has_count)) {
+PGK_KERNEL(dynamic_quant_dequant_f32, (const float* __restrict__ x, float* __restrict__ y,
+                                       const long long* __restrict__ lengths, long long row,
+                                       long long inner, int has_lengths)) {
     __shared__ float lo_warp[32];
     __shared__ float hi_warp[32];
     __shared__ float params[2];
     const long long base = static_cast<long long>(blockIdx.x) * row;
-    const long long n = has_count ? min(max(count[blockIdx.x], 0LL), row) : row;
+    // Lengths live on the device (a CUDA graph's input, rewritten between replays): clamped here.
+    const long long n = has_lengths ? min(max(lengths[blockIdx.x], 0LL) * inner, row) : row;
     float lo = 0.0f;  // the range always includes zero
     float hi = 0.0f;
     for (long long i = threadIdx.x; i < n; i += blockDim.x) {
