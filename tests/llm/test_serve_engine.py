@@ -388,3 +388,11 @@ def test_prefill_warm_up_runs_each_power_of_two_step_and_gives_every_block_back(
     prompt = np.random.default_rng().integers(3, 259, 20).tolist()
     out = engine.generate(prompt, RequestParams(max_tokens=5))
     assert list(out.token_ids) == tiny.generate(prompt, max_new_tokens=5).token_ids
+
+
+def test_prefill_warm_up_stays_within_the_queue_and_batch_limits(tiny):
+    engine = Engine(tiny, kv_memory=_kv(tiny, 64), max_batched_tokens=512, max_batch=1, max_queue=2)
+    steps: list[int] = []
+    engine.step_observer = lambda times: steps.append(times.batch_tokens)
+    engine.warm_up_prefill()  # a 512-token step needs 3 prompts of this 256-token model: skipped
+    assert max(steps) <= tiny.max_seq_len and engine.blocks.used == 0

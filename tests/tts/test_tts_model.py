@@ -27,7 +27,9 @@ def tiny_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny(tiny_dir):
-    return tts.load(tiny_dir[0])
+    # float32 everywhere, so the batch-vs-alone checks hold to float32 rounding on the GPU too
+    # (the bfloat16 vocoder's padding-dependent rounding has its own GPU test and limit).
+    return tts.load(tiny_dir[0], vocoder_dtype="float32")
 
 
 def test_load_folder_folds_weight_norm_and_finds_voices(tiny_dir, tiny):

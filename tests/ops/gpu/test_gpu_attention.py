@@ -250,8 +250,11 @@ def test_decode_fused_combine(rand, rng, use_config, kernel, b, hq, hkv, d):
         for combine in ("fused", "kernel"):
             with config.override(decode_combine=combine):
                 outs[combine] = ops.decode_attention(gq, gk, gv, gp.from_numpy(lens)).to_numpy()
-            assert rel_err(outs[combine], ref) < LIMIT[np.dtype(dtype)], (combine, lens)
-            assert np.all(outs[combine][lens == 0].astype(np.float32) == 0)
+            live = lens > 0  # an empty row's output is exactly zero (no relative error of it)
+            if live.any():
+                err = rel_err(outs[combine][live], ref[live])
+                assert err < LIMIT[np.dtype(dtype)], (combine, lens)
+            assert np.all(outs[combine][~live].astype(np.float32) == 0)
         np.testing.assert_allclose(
             outs["fused"].astype(np.float32), outs["kernel"].astype(np.float32), rtol=0, atol=2e-2
         )

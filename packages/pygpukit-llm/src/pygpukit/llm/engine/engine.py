@@ -716,7 +716,8 @@ class Engine:
         timed once per power-of-two bucket of rows, on first use: for an 8B model about 100 ms
         a new bucket, which the first clients of a server would otherwise wait for. The prompts
         are random (no prefix-cache hits) and make one token each; their blocks go back to the
-        pool when they end.
+        pool when they end. Token counts that need more prompts than ``max_batch`` or
+        ``max_queue`` allow are skipped.
         """
         rng = np.random.default_rng(seed)
         vocab = self.model.config.vocab_size
@@ -728,6 +729,8 @@ class Engine:
             lengths = [longest] * (count // longest) + (
                 [count % longest] if count % longest else []
             )
+            if len(lengths) > min(self.max_queue, self.planner.max_batch):
+                break  # no step of this many tokens can happen here
             pending = threading.Semaphore(0)
 
             def sink(out: RequestOutput, done: threading.Semaphore = pending) -> None:
