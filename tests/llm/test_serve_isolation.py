@@ -71,7 +71,7 @@ def test_the_isolation_row_runs_and_reports_both_loads(tmp_path, monkeypatch):
 
     monkeypatch.setenv(llm_benchmarks.BENCH_DIR_ENV, str(tmp_path))
     load = benchmarks.IsolationLoad(
-        guaranteed_clients=1, besteffort_clients=2, requests=1, besteffort_requests=4,
+        guaranteed_clients=1, besteffort_clients=2, requests=1, besteffort_requests=24,
         prompt=16, new=5, memory=("64MiB", "64MiB"),
     )  # fmt: skip
     case = benchmarks._isolation_case("tiny", "tiny", load)
