@@ -411,13 +411,13 @@ __device__ __forceinline__ void fence_to_bulk() {
 // [rows, D] tensor maps with boxes of 64 columns (128 bytes, the 128-byte swizzle) by kTcTile
 // rows (contiguous caches: one box per column block of a whole tile) or by block_size rows
 // (paged caches with block sizes of 8 to 64 dividing 64, or multiples of 64: one box per block
-// and column block). One thread issues a stage's few copies, so each SM's copy engine takes a
-// handful of large requests per tile instead of 128 of 256 bytes. A tile holds D / 64 column
-// blocks of kTcTile rows x 128 bytes; 16-byte chunk c of row r sits at chunk c ^ (r % 8) of its
-// row (the swizzle, which keeps ldmatrix free of bank conflicts without padding). Rows past a
-// sequence's end may hold anything (the next head's keys, stale or never written slots): their
-// scores are masked, and the V rows are zeroed in shared memory before use (a zero weight times
-// a NaN would still be NaN).
+// and column block). One thread (paged: one lane per block) issues a stage's few copies, so each
+// SM's copy engine takes a handful of large requests per tile instead of 128 of 256 bytes. A tile
+// holds D / 64 column blocks of kTcTile rows x 128 bytes; 16-byte chunk c of row r sits at chunk c
+// ^ (r % 8) of its row (the swizzle, which keeps ldmatrix free of bank conflicts without padding).
+// Rows past a sequence's end may hold anything (the next head's keys, stale or never written
+// slots): their scores are masked, and the V rows are zeroed in shared memory before use (a zero
+// weight times a NaN would still be NaN).
 constexpr int kTileRowBytes = 128;  // one swizzled row of a column block: 64 16-bit values
 __device__ __forceinline__ void tma_load_2d(unsigned dst, const CUtensorMap* map, int col, int row,
                                             unsigned bar) {
@@ -508,11 +508,12 @@ __device__ __forceinline__ void attn_decode_mma(
         T* sK = sK0 + st * 2 * kTcTile * kS;
         T* sV = sK + kTcTile * kS;
         if constexpr (kTiles) {
-            if (tid != 0) return;
+            if (tid >= 32) return;  // warp 0 issues the copies
             const unsigned bar = smem_addr(&full[st]);
             const unsigned dk = smem_addr(tiles0 + st * kStageBytes), dv = dk + kTileBytes;
             constexpr int kBlocks = (D + 63) / 64;  // column blocks of 64 values
             if (block_table == nullptr) {
+                if (tid != 0) return;
                 bar_expect_tx(bar, kStageBytes);  // whole boxes (zeros past the tensor's end)
                 const int row = ((b * hkv + hk) * cache_len) + base;
 #pragma unroll
@@ -522,18 +523,20 @@ __device__ __forceinline__ void attn_decode_mma(
                     tma_load_2d(dv + off, v_map, cb * 64, row, bar);
                 }
             } else {
-                // Boxes of min(block size, 64) rows; the blocks past the end are not read
-                // (their table entries may be anything).
+                // Boxes of min(block size, 64) rows, lane i the i-th block's (so the table
+                // entries load in parallel); the blocks past the end are not read (their table
+                // entries may be anything). The bytes are announced before any copy is issued.
                 const int box = min(cache_len, kTcTile);
                 const int n = min(kTcTile / box, (t_end - base + box - 1) / box);
-                bar_expect_tx(bar, 2 * n * box * kTileRowBytes * kBlocks);
-                for (int i = 0; i < n; ++i) {
-                    const int tk = base + i * box;
+                if (tid == 0) bar_expect_tx(bar, 2 * n * box * kTileRowBytes * kBlocks);
+                __syncwarp();
+                if (tid < n) {
+                    const int tk = base + tid * box;
                     const int blk = block_table[(size_t)b * max_blocks + tk / cache_len];
                     const int row = (blk * hkv + hk) * cache_len + tk % cache_len;
 #pragma unroll
                     for (int cb = 0; cb < kBlocks; ++cb) {
-                        const unsigned off = (cb * kTcTile + i * box) * kTileRowBytes;
+                        const unsigned off = (cb * kTcTile + tid * box) * kTileRowBytes;
                         tma_load_2d(dk + off, k_map, cb * 64, row, bar);
                         tma_load_2d(dv + off, v_map, cb * 64, row, bar);
                     }
