@@ -284,6 +284,11 @@ SERVE_VARIANTS: dict[str, dict[str, Any]] = {
     "tma2 chunk>=64 sm=3": {"decode_kernel": "tma2", "min_chunk": 64, "per_sm": 3},
     "tma2 chunk>=64 combine=kernel": {"decode_kernel": "tma2", "min_chunk": 64, **_KERNEL},
     "mma chunk>=64 sm=3": {"decode_kernel": "mma", "min_chunk": 64, "per_sm": 3},
+    # More CTAs than fit at once (batch 64: 512 per split, 396 resident at three per SM):
+    # splitting shrinks the partial last wave.
+    "bulk2 chunk>=64 sm=8": {"min_chunk": 64, "per_sm": 8},
+    "tma2 chunk>=64 sm=8": {"decode_kernel": "tma2", "min_chunk": 64, "per_sm": 8},
+    "tma2 chunk>=64 sm=16": {"decode_kernel": "tma2", "min_chunk": 64, "per_sm": 16},
 }
 #: The serving shapes: (batch, cached tokens per sequence).
 SERVE_SHAPES = ((64, 128), (64, 512), (16, 128), (16, 512), (32, 256))
