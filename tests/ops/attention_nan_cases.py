@@ -105,7 +105,11 @@ def check_decode_nan(rand: Rand, where: str, paged: bool, capacity: int) -> None
         blk, off = cache_at(seq, 0)
         vc[blk, 1, off, 9] = np.nan
         expect[seq, 2:4, 9] = True
-    else:  # "k past the length": never read, no effect
+    elif where == "k past the length":  # no effect (a kernel may read it, but masks its score)
         blk, off = cache_at(2, int(lens[2]) + 3)
         kc[blk, 0, off, 2] = np.nan
+    else:  # "v past the length": no effect, though it sits in the last tile a kernel reads
+        blk, off = cache_at(2, int(lens[2]) + 3)
+        vc[blk, :, off, :] = np.nan
+        vc[blk, :, off + 1, :] = np.inf
     _compare(run(), clean, expect)

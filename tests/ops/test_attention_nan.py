@@ -22,6 +22,8 @@ def test_prefill_propagates_nan(rand: Rand, where: str, causal: bool) -> None:
 
 
 @pytest.mark.parametrize("paged", [False, True])
-@pytest.mark.parametrize("where", ["q", "k inside", "v inside", "k past the length"])
+@pytest.mark.parametrize(
+    "where", ["q", "k inside", "v inside", "k past the length", "v past the length"]
+)
 def test_decode_propagates_nan(rand: Rand, where: str, paged: bool) -> None:
     check_decode_nan(rand, where, paged, capacity=64)

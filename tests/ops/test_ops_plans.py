@@ -202,7 +202,7 @@ def test_decode_fused_combine_counters(launches, monkeypatch, rand: Rand, combin
     once per stream and reused by later calls; the kernel combine passes no counters."""
     monkeypatch.setattr(attention, "_has_bulk_copy", lambda device: True)  # as on SM 9.0
     dt, b, hq, hkv, d, n = np.dtype(gp.bfloat16), 2, 32, 8, 128, 8192
-    with config.override(decode_combine=combine):
+    with config.override(decode_kernel="bulk2", decode_combine=combine):
         plan = attention._plan_decode_cuda(b, hq, hkv, d, dt, n, 0, n, 0)
     q, kc = up(rand((b, hq, d), dt)), gp.empty((b, hkv, n, d), dt)
     lens = up(np.full(b, n, np.int32))
@@ -231,7 +231,7 @@ def test_decode_early_launch_and_stream_workspace(
     dt, b, hq, hkv, d, n = np.dtype(gp.bfloat16), 2, 32, 8, 128, 8192
     plans = {}
     for combine in ("fused", "kernel"):
-        with config.override(decode_combine=combine):
+        with config.override(decode_kernel="bulk2", decode_combine=combine):
             plans[combine] = attention._plan_decode_cuda(b, hq, hkv, d, dt, n, 0, n, 0)
     fused = plans["fused"]
     assert fused.launch.kernel.name == f"attn_decode_{'bulk2' if bulk else 'mma2'}_d128_bf16"

@@ -35,7 +35,9 @@ def test_prefill_kernels_propagate_nan(
 @pytest.mark.parametrize("kernel", ["mma", "mma2", "bulk2", "bulk3", "tma2", "tma3", "simt"])
 @pytest.mark.parametrize("capacity", [64, 4096])  # one split; several splits and the combine
 @pytest.mark.parametrize("paged", [False, True])
-@pytest.mark.parametrize("where", ["q", "k inside", "v inside", "k past the length"])
+@pytest.mark.parametrize(
+    "where", ["q", "k inside", "v inside", "k past the length", "v past the length"]
+)
 def test_decode_kernels_propagate_nan(
     rand: Rand, monkeypatch: pytest.MonkeyPatch, kernel: str, capacity: int, paged: bool, where: str
 ) -> None:
