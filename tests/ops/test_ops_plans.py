@@ -8,6 +8,7 @@ GPU tests (tests/ops/gpu) check the results.
 
 from __future__ import annotations
 
+import gc
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -293,6 +294,35 @@ def test_decode_tensor_copy_plans(
         assert plan.launch.shared_mem == 16 * (d + 8) * 2 + 1024 + 2 * stages * 64 * d * 2
     else:
         assert plan.launch.shared_mem == (16 + 2 * stages * 64) * (d + 8) * 2
+
+
+def test_decode_tensor_maps_are_made_once_per_cache(launches, monkeypatch, rand: Rand) -> None:
+    """A tma plan encodes the K and V caches' tensor maps on their first call only (boxes of
+    64 rows x 64 values, 128-byte swizzle, over the caches seen as [rows, D]), and forgets
+    them when the cache arrays go."""
+    made: list[tuple[tuple[int, ...], tuple[int, ...], int]] = []
+
+    class FakeMap:  # the CPU backend has no tensor maps
+        def __init__(self, array: GPUArray, box: tuple[int, ...], swizzle: int) -> None:
+            made.append((tuple(array.shape), tuple(box), swizzle))
+
+    monkeypatch.setattr(gp, "TensorMap", FakeMap)
+    monkeypatch.setattr(attention, "_has_bulk_copy", lambda device: True)  # as on SM 9.0
+    dt, b, hq, hkv, d, n = np.dtype(gp.bfloat16), 2, 32, 8, 128, 4096
+    with config.override(decode_kernel="tma2"):
+        plan = attention._plan_decode_cuda(b, hq, hkv, d, dt, n, 0, n, 0)
+    q, lens = up(rand((b, hq, d), dt)), up(np.full(b, n, np.int32))
+    kc, vc = gp.empty((b, hkv, n, d), dt), gp.empty((b, hkv, n, d), dt)
+    for _ in range(3):
+        plan(q, kc, vc, lens, None, gp.empty((b, hq, d), dt), 0.08)
+    assert made == [((b * hkv * n, d), (64, 64), 128)] * 2 and len(launches) == 3
+    assert launches[0][0] == "attn_decode_tma2_d128_bf16"
+    del kc
+    gc.collect()
+    assert len(plan.maps) == 1  # v's
+    kc = gp.empty((b, hkv, n, d), dt)
+    plan(q, kc, vc, lens, None, gp.empty((b, hq, d), dt), 0.08)
+    assert len(made) == 3 and len(plan.maps) == 2
 
 
 @pytest.mark.parametrize("epilogue", [None, "residual", "swiglu", "rope_kv", "f32"])

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import heapq
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -556,9 +557,12 @@ class DecodePlan:
     dependent: bool = False  # both kernels by programmatic dependent launch
     fused: int = 0  # the fused combine's counters per stream (0: no fused combine)
     early: int = 0  # a fused-combine kernel lets its dependent successor launch after its key loop
-    #: The tensor-copy kernels' box rows (0: a kernel without tensor maps). Their maps are made
-    #: at each call (a host-side driver call): a plan holds no cache array alive.
+    #: The tensor-copy kernels' box rows (0: a kernel without tensor maps).
     box: int = 0
+    #: Their tensor maps by the id of the cache array each describes (encoding one is a
+    #: host-side driver call, too slow for every call). An entry goes when its array is
+    #: collected, so the plan keeps no cache's memory alive past its array.
+    maps: dict[int, tuple[Any, gp.TensorMap]] = dataclasses.field(default_factory=dict)
     #: The fused combine's counters (int32, counted as unsigned), one zeroed array per stream
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
     #: and launches of the plan in two streams at once do not share them. Made by the first call
@@ -588,6 +592,17 @@ class DecodePlan:
             )
             self.workspaces[stream] = found
         return found
+
+    def _tensor_map(self, x: GPUArray, d: int) -> gp.TensorMap:
+        """The tensor map of cache ``x`` seen as ``[rows, d]`` (made on first use)."""
+        found = self.maps.get(id(x))
+        if found is not None and found[0]() is x:
+            return found[1]
+        made = gp.TensorMap(x.reshape(-1, d), (self.box, 64), 128)
+        key = id(x)
+        self.maps[key] = (weakref.ref(x), made)
+        weakref.finalize(x, self.maps.pop, key, None)
+        return made
 
     def _counters(self, stream: Any) -> GPUArray:
         """``stream``'s counters of the fused combine (made on first use)."""
@@ -630,9 +645,7 @@ class DecodePlan:
         )  # fmt: skip
         if self.box:
             d = q.shape[2]
-            args += tuple(
-                gp.TensorMap(x.reshape(-1, d), (self.box, 64), 128) for x in (k_cache, v_cache)
-            )
+            args += (self._tensor_map(k_cache, d), self._tensor_map(v_cache, d))
         main.kernel.launch(
             main.grid, main.block, args, shared_mem=main.shared_mem, dependent=self.dependent
         )
