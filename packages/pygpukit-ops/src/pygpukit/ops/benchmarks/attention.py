@@ -13,8 +13,8 @@
   one query token per sequence, B=8, 32 query / 8 KV heads, D=128, 8192 cached tokens
   (``--seq-lens`` sets the context), once per PyGPUkit decode kernel on the GPU
   (``kernel=mma``: tensor cores, one K/V stage per CTA; ``kernel=mma2``: two stages;
-  ``kernel=bulk2``: two stages filled by bulk copies, one per cached row, the default on SM
-  9.0; ``kernel=tma2``: the same stages filled by tensor copies of whole swizzled tiles;
+  ``kernel=bulk2``: two stages filled by bulk copies, one per cached row; ``kernel=tma2``: the
+  same stages filled by tensor copies of whole swizzled tiles, the default on SM 9.0;
   ``kernel=simt``; their splits merged by the last CTA to finish, and once more,
   ``kernel=bulk2, combine=kernel``, by a second kernel). On the GPU also ``decode_paged`` at the
   serving engine's shape: batch 64 over 256 cached tokens each, every kernel.
