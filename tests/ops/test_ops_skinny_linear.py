@@ -9,7 +9,15 @@ import pytest
 from ops_references import linear_ref, rel_err
 
 import pygpukit as gp
-from pygpukit.ops import SKINNY_MAX_ROWS, skinny_linear, skinny_splits
+from pygpukit.ops import (
+    SKINNY_MAX_ROWS,
+    config,
+    linear,
+    skinny_linear,
+    skinny_preferred,
+    skinny_splits,
+)
+from pygpukit.ops.layers import Linear
 
 LIMITS = {np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
 
@@ -72,3 +80,30 @@ def test_split_fills_one_wave_of_two_ctas_per_sm() -> None:
     assert skinny_splits(28672, 4096, 132) == 1  # 224 tiles fill the GPU alone
     assert skinny_splits(4096, 256, 132) == 1  # one 256-k chunk: nothing to split
     assert skinny_splits(4096, 4096, 132, clusters=False) == 1
+
+
+def test_preferred_only_where_the_kernel_runs() -> None:
+    with config.override(skinny_linear="on"):
+        assert skinny_preferred(16, 4096, 4096, gp.bfloat16)
+        assert not skinny_preferred(16, 4096, 4096, np.float32)
+        assert not skinny_preferred(65, 4096, 4096, gp.bfloat16)
+        assert not skinny_preferred(16, 4096, 4100, gp.float16)
+    with config.override(skinny_linear="off"):
+        assert not skinny_preferred(16, 4096, 4096, gp.bfloat16)
+
+
+def test_linear_layer_takes_the_skinny_plan_when_preferred(
+    rand: Callable[..., np.ndarray],
+) -> None:
+    """A float32-output layer at 16 rows: the skinny plan stores the sums unrounded, the
+    cuBLASLt path rounds them to bfloat16 first."""
+    x, w = rand((16, 64), gp.bfloat16), rand((40, 64), gp.bfloat16)
+    ref = linear_ref(x, w, None, None)
+    with config.override(skinny_linear="on"):
+        layer = Linear(gp.from_numpy(w), out_dtype=gp.float32)
+        on = layer(gp.from_numpy(x)).to_numpy()
+        assert rel_err(linear(gp.from_numpy(x), gp.from_numpy(w)).to_numpy(), ref) < 1e-2
+    with config.override(skinny_linear="off"):
+        off = Linear(gp.from_numpy(w), out_dtype=gp.float32)(gp.from_numpy(x)).to_numpy()
+    assert rel_err(on, ref) < 1e-6
+    assert rel_err(off, ref) > 1e-4  # rounded to bfloat16 (about 2e-3)

@@ -26,17 +26,31 @@ from pygpukit.array import GPUArray
 
 from . import _common as c
 from . import _kernel_loader as kl
+from . import config
 from ._constants import constant
 from ._plan import Launch, PlanCache, per_backend
 from .reference import linear as reference
 
-__all__ = ["SKINNY_MAX_ROWS", "SkinnyPlan", "plan_skinny", "skinny_linear", "skinny_splits"]
+__all__ = [
+    "SKINNY_AUTO_ROWS",
+    "SKINNY_MAX_ROWS",
+    "SkinnyPlan",
+    "plan_skinny",
+    "skinny_linear",
+    "skinny_preferred",
+    "skinny_splits",
+]
 
 #: Most rows of x the kernel takes (eight tiles of 8 tokens).
 SKINNY_MAX_ROWS = constant("skinny_gemm", "SKINNY_MAX_ROWS")
 _TILE_N = constant("skinny_gemm", "SKINNY_TILE_N")
 _CHUNK_K = constant("skinny_gemm", "SKINNY_CHUNK_K")
 _MAX_SPLITS = constant("skinny_gemm", "SKINNY_MAX_SPLITS")
+#: Where the ``skinny_linear`` knob's ``auto`` takes the kernel over cuBLASLt in ops.linear and
+#: the Linear layers: GPU compute capability -> the rows of x (inclusive range) at which it
+#: measured faster at every Llama-class decode shape (tools/skinny_gemm_bench.py; the numbers are
+#: in docs/ops-linear-sampling.md). A GPU not listed keeps cuBLASLt.
+SKINNY_AUTO_ROWS: dict[tuple[int, int], tuple[int, int]] = {}
 #: CTAs the split aims at per multiprocessor (the kernel's launch bounds keep two resident).
 _CTAS_PER_SM = 2
 
@@ -66,6 +80,27 @@ def skinny_splits(n: int, k: int, sm_count: int, clusters: bool = True) -> int:
     ):
         split *= 2
     return split
+
+
+def skinny_preferred(m: int, n: int, k: int, dtype: Any) -> bool:
+    """Whether ops.linear plans ``[M, K] x [N, K]^T`` on the skinny kernel (current device).
+
+    Never for shapes it cannot take (float32, K not a multiple of 8, more than 64 rows);
+    otherwise by the ``skinny_linear`` knob of :mod:`.config`: ``on`` always, ``off`` never,
+    ``auto`` (the default) where :data:`SKINNY_AUTO_ROWS` lists this GPU and M.
+    """
+    if np.dtype(dtype) not in c.HALF_DTYPES or not 1 <= m <= SKINNY_MAX_ROWS:
+        return False
+    if k <= 0 or k % 8 or n <= 0:
+        return False
+    choice = config.get().skinny_linear
+    if choice != "auto":
+        return choice == "on"
+    if not SKINNY_AUTO_ROWS:
+        return False
+    sm = gp.get_device_info(gp.get_device())["sm"]  # None on the CPU backend
+    rows = SKINNY_AUTO_ROWS.get(tuple(sm)) if sm is not None else None
+    return rows is not None and rows[0] <= m <= rows[1]
 
 
 class SkinnyPlan:
