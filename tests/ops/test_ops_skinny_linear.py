@@ -11,6 +11,7 @@ from ops_references import linear_ref, rel_err
 import pygpukit as gp
 from pygpukit.ops import (
     SKINNY_MAX_ROWS,
+    SkinnyRule,
     config,
     linear,
     skinny_linear,
@@ -107,3 +108,10 @@ def test_linear_layer_takes_the_skinny_plan_when_preferred(
         off = Linear(gp.from_numpy(w), out_dtype=gp.float32)(gp.from_numpy(x)).to_numpy()
     assert rel_err(on, ref) < 1e-6
     assert rel_err(off, ref) > 1e-4  # rounded to bfloat16 (about 2e-3)
+
+
+def test_rule_covers_its_ranges() -> None:
+    rule = SkinnyRule(rows=(16, 64), n=(4096, 6144))
+    assert rule.covers(16, 4096, 4096) and rule.covers(64, 6144, 14336)
+    assert not rule.covers(8, 4096, 4096) and not rule.covers(16, 28672, 4096)
+    assert not SkinnyRule(rows=(1, 64), k=(8, 4096)).covers(16, 4096, 14336)

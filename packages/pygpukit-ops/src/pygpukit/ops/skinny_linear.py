@@ -32,9 +32,10 @@ from ._plan import Launch, PlanCache, per_backend
 from .reference import linear as reference
 
 __all__ = [
-    "SKINNY_AUTO_ROWS",
+    "SKINNY_AUTO",
     "SKINNY_MAX_ROWS",
     "SkinnyPlan",
+    "SkinnyRule",
     "plan_skinny",
     "skinny_linear",
     "skinny_preferred",
@@ -46,11 +47,26 @@ SKINNY_MAX_ROWS = constant("skinny_gemm", "SKINNY_MAX_ROWS")
 _TILE_N = constant("skinny_gemm", "SKINNY_TILE_N")
 _CHUNK_K = constant("skinny_gemm", "SKINNY_CHUNK_K")
 _MAX_SPLITS = constant("skinny_gemm", "SKINNY_MAX_SPLITS")
+
+
+@dataclass(frozen=True, slots=True)
+class SkinnyRule:
+    """Shapes ``[M, K] x [N, K]^T`` (inclusive ranges) where the skinny kernel measured faster."""
+
+    rows: tuple[int, int]
+    n: tuple[int, int] = (1, 2**31 - 1)
+    k: tuple[int, int] = (8, 2**31 - 1)
+
+    def covers(self, m: int, n: int, k: int) -> bool:
+        """Whether ``(m, n, k)`` lies in every range."""
+        return all(lo <= v <= hi for v, (lo, hi) in ((m, self.rows), (n, self.n), (k, self.k)))
+
+
 #: Where the ``skinny_linear`` knob's ``auto`` takes the kernel over cuBLASLt in ops.linear and
-#: the Linear layers: GPU compute capability -> the rows of x (inclusive range) at which it
-#: measured faster at every Llama-class decode shape (tools/skinny_gemm_bench.py; the numbers are
-#: in docs/ops-linear-sampling.md). A GPU not listed keeps cuBLASLt.
-SKINNY_AUTO_ROWS: dict[tuple[int, int], tuple[int, int]] = {}
+#: the Linear layers: GPU compute capability -> the shapes where it measured faster
+#: (tools/skinny_gemm_bench.py; the numbers are in docs/ops-linear-sampling.md). A GPU not listed
+#: keeps cuBLASLt.
+SKINNY_AUTO: dict[tuple[int, int], tuple[SkinnyRule, ...]] = {}
 #: CTAs the split aims at per multiprocessor (the kernel's launch bounds keep two resident).
 _CTAS_PER_SM = 2
 
@@ -87,7 +103,7 @@ def skinny_preferred(m: int, n: int, k: int, dtype: Any) -> bool:
 
     Never for shapes it cannot take (float32, K not a multiple of 8, more than 64 rows);
     otherwise by the ``skinny_linear`` knob of :mod:`.config`: ``on`` always, ``off`` never,
-    ``auto`` (the default) where :data:`SKINNY_AUTO_ROWS` lists this GPU and M.
+    ``auto`` (the default) where a :data:`SKINNY_AUTO` rule of this GPU covers the shape.
     """
     if np.dtype(dtype) not in c.HALF_DTYPES or not 1 <= m <= SKINNY_MAX_ROWS:
         return False
@@ -96,11 +112,11 @@ def skinny_preferred(m: int, n: int, k: int, dtype: Any) -> bool:
     choice = config.get().skinny_linear
     if choice != "auto":
         return choice == "on"
-    if not SKINNY_AUTO_ROWS:
+    if not SKINNY_AUTO:
         return False
     sm = gp.get_device_info(gp.get_device())["sm"]  # None on the CPU backend
-    rows = SKINNY_AUTO_ROWS.get(tuple(sm)) if sm is not None else None
-    return rows is not None and rows[0] <= m <= rows[1]
+    rules = SKINNY_AUTO.get(tuple(sm), ()) if sm is not None else ()
+    return any(rule.covers(m, n, k) for rule in rules)
 
 
 class SkinnyPlan:
