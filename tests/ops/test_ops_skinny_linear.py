@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import numpy as np
@@ -20,6 +21,8 @@ from pygpukit.ops import (
 )
 from pygpukit.ops.layers import Linear
 
+# The module (pygpukit.ops.skinny_linear is the function of that name).
+skinny_module = importlib.import_module("pygpukit.ops.skinny_linear")
 LIMITS = {np.dtype(gp.float16): 3e-3, np.dtype(gp.bfloat16): 1e-2}
 
 
@@ -115,3 +118,19 @@ def test_rule_covers_its_ranges() -> None:
     assert rule.covers(16, 4096, 4096) and rule.covers(64, 6144, 14336)
     assert not rule.covers(8, 4096, 4096) and not rule.covers(16, 28672, 4096)
     assert not SkinnyRule(rows=(1, 64), k=(8, 4096)).covers(16, 4096, 14336)
+
+
+@pytest.mark.parametrize(
+    ("device", "m", "expected"),
+    [("NVIDIA H100 80GB HBM3", 16, True), ("NVIDIA H100 80GB HBM3", 8, False),
+     ("NVIDIA H200", 16, False)],
+)  # fmt: skip
+def test_auto_follows_the_rules_of_this_gpu_model(
+    monkeypatch: pytest.MonkeyPatch, device: str, m: int, expected: bool
+) -> None:
+    monkeypatch.setattr(skinny_module, "SKINNY_AUTO", {"H100": (SkinnyRule(rows=(16, 64)),)})
+    monkeypatch.setattr(
+        skinny_module.gp, "get_device_info", lambda _d=None: {"sm": (9, 0), "name": device}
+    )
+    with config.override(skinny_linear="auto"):
+        assert skinny_preferred(m, 4096, 4096, gp.bfloat16) is expected

@@ -63,10 +63,11 @@ class SkinnyRule:
 
 
 #: Where the ``skinny_linear`` knob's ``auto`` takes the kernel over cuBLASLt in ops.linear and
-#: the Linear layers: GPU compute capability -> the shapes where it measured faster
+#: the Linear layers: GPU model (a part of the device name, e.g. ``"H100"``; one compute
+#: capability spans GPUs of different memory bandwidths) -> the shapes where it measured faster
 #: (tools/skinny_gemm_bench.py; the numbers are in docs/ops-linear-sampling.md). A GPU not listed
 #: keeps cuBLASLt.
-SKINNY_AUTO: dict[tuple[int, int], tuple[SkinnyRule, ...]] = {}
+SKINNY_AUTO: dict[str, tuple[SkinnyRule, ...]] = {}
 #: CTAs the split aims at per multiprocessor (the kernel's launch bounds keep two resident).
 _CTAS_PER_SM = 2
 
@@ -103,7 +104,7 @@ def skinny_preferred(m: int, n: int, k: int, dtype: Any) -> bool:
 
     Never for shapes it cannot take (float32, K not a multiple of 8, more than 64 rows);
     otherwise by the ``skinny_linear`` knob of :mod:`.config`: ``on`` always, ``off`` never,
-    ``auto`` (the default) where a :data:`SKINNY_AUTO` rule of this GPU covers the shape.
+    ``auto`` (the default) where a :data:`SKINNY_AUTO` rule of this GPU model covers the shape.
     """
     if np.dtype(dtype) not in c.HALF_DTYPES or not 1 <= m <= SKINNY_MAX_ROWS:
         return False
@@ -114,8 +115,11 @@ def skinny_preferred(m: int, n: int, k: int, dtype: Any) -> bool:
         return choice == "on"
     if not SKINNY_AUTO:
         return False
-    sm = gp.get_device_info(gp.get_device())["sm"]  # None on the CPU backend
-    rules = SKINNY_AUTO.get(tuple(sm), ()) if sm is not None else ()
+    info = gp.get_device_info(gp.get_device())
+    if info["sm"] is None:  # the CPU backend
+        return False
+    name = str(info["name"])
+    rules = [r for gpu, rs in SKINNY_AUTO.items() if gpu in name for r in rs]
     return any(rule.covers(m, n, k) for rule in rules)
 
 
