@@ -15,10 +15,12 @@ together) and one steady-state run (``--requests`` per client, back to back), an
 Usage (GPU machine; the ``llm`` suite's random-weight checkpoint, written if absent)::
 
     python tools/engine_mix_rounds.py [--shape llama-3.1-8b] [--clients 64] [--prompt 128]
-        [--new 128] [--requests 8] [--chunks 256,0,128] [--json OUT]
+        [--new 128] [--requests 8] [--variants 256,old,0,128] [--json OUT]
 
-A chunk of 0 is the policy without a cap (prompts take what the decode rows leave of
-``--max-batched-tokens``).
+A variant is a prefill cap (``0``: no cap, prompts take what the decode rows leave of
+``--max-batched-tokens``), or ``old``: no cap, and no step queued ahead while requests wait
+for admission (the engine before stall-free prefill: waiting prompts were always planned from
+the host, in a step of their own).
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", type=int, default=128)
     p.add_argument("--requests", type=int, default=8, help="requests per client, steady run")
     p.add_argument("--max-batched-tokens", type=int, default=2048)
-    p.add_argument("--chunks", default="256,0", help="prefill caps to run, in order (0: none)")
+    p.add_argument("--variants", default="256,old",
+                   help="prefill caps (0: none) or old, run in this order")  # fmt: skip
     p.add_argument("--no-wave", action="store_true", help="steady runs only")
     p.add_argument("--json", help="also write the numbers here")
     a = p.parse_args(argv)
@@ -133,8 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     _load(url, a, vocab, 1, seed=0)  # one wave: every batch bucket's graph is captured
     report: dict[str, Any] = {}
     seed = 1
-    for chunk in (int(c) for c in a.chunks.split(",")):
-        engine.planner.prefill_chunk = chunk or None
+    queue_ahead = engine._queue_ahead
+
+    def old_queue_ahead(current: Any) -> Any:
+        waiting = engine.planner.waiting or engine._incoming
+        if waiting or not engine.decode.accepts(current.plan.chunks):
+            return None
+        return queue_ahead(current)
+
+    for chunk in a.variants.split(","):
+        engine.planner.prefill_chunk = None if chunk in ("0", "old") else int(chunk)
+        engine._queue_ahead = old_queue_ahead if chunk == "old" else queue_ahead
         runs = [("steady", a.requests)] if a.no_wave else [("wave", 1), ("steady", a.requests)]
         for kind, per_client in runs:
             rows.clear()

@@ -18,10 +18,12 @@ device (copied into its inputs on the GPU), before the host reads them. The GPU 
 waits for the host between decode steps. A request that step N ends (an EOS id, a stop string)
 had its step N+1 row computed for nothing: that token is dropped, and the key and value it
 wrote land in the request's own block before the block can be handed out again (one stream
-orders both). Lookahead stops, and the next step is planned from the host's state, whenever
-new requests wait, a request asks for log-probabilities or a repetition penalty (both need the
-host's tokens), a block cannot be had without preemption, or the step's shape has no CUDA
-graph yet.
+orders both). Requests waiting for admission join such a step: their prompt chunks run beside
+the decode rows (the flattened path, whose decode rows take the device-side ids too), and the
+step after them is queued ahead in turn. Lookahead stops, and the next step is planned from
+the host's state, whenever a prompt is left half done, a request asks for log-probabilities or
+a repetition penalty (both need the host's tokens), a block cannot be had without preemption,
+or the step's shape has no CUDA graph yet.
 
 Engines that share a process with a model that has a latency promise take host turns
 (:meth:`Engine.share_host`, :mod:`.host_priority`): the protected engine's host work goes
@@ -496,19 +498,23 @@ class Engine:
         return True
 
     def _queue_ahead(self, current: _Launched) -> _Launched | None:
-        """Queue the decode step after ``current`` on its device-side ids; None when it can't.
+        """Queue the step after ``current`` on its device-side ids; None when it can't.
 
         Every request of ``current`` that its sampled token cannot end by length decodes one
-        more token; the ids come from ``current``'s sampler on the GPU. Blocks a position needs
-        are taken now (never by preemption: without free blocks, None).
+        more token; the ids come from ``current``'s sampler on the GPU. Waiting requests are
+        admitted beside those rows (prompt chunks within the step's budget and prefill cap):
+        the step then runs the flattened path, decode rows first, instead of a decode graph.
+        Blocks a position needs are taken now (never by preemption: without free blocks, None).
         """
         chunks = current.plan.chunks
         if (
-            current.plan.preempted or current.plan.out_of_room
-            or self.planner.waiting or self._incoming or self._aborts
+            current.plan.preempted or current.plan.out_of_room or self._aborts
             or not all(c.sample for c in chunks)
-            or not self.decode.takes_device_ids(chunks)
         ):  # fmt: skip
+            return None
+        if self.batch_invariant and (
+            self.planner.waiting or self._incoming or not self.decode.takes_device_ids(chunks)
+        ):  # its prompts are planned whole from the host
             return None
         bs = self.cache.block_size
         rows: list[int] = []
@@ -521,7 +527,7 @@ class Engine:
                 continue  # ended (EOS, stop string, abort): its text may still be on its way
             if r.params.logprobs is not None or r.params.sampling.repetition_penalty != 1:
                 return None  # these read the host's tokens or logits
-            position = c.start + 1  # of the token `current` samples
+            position = c.start + c.count  # of the token `current` samples
             if len(r.tokens) != position:
                 return None
             if r.num_output + 1 >= r.params.max_tokens or position + 1 >= self.max_model_len:
@@ -530,30 +536,48 @@ class Engine:
                 grow.append(r)
             rows.append(j)
             ahead.append(ScheduledChunk(r, position, 1, sample=True))
-        if not ahead or len(grow) > self.blocks.available:
+        admitting = bool(self.planner.waiting) and not self.batch_invariant
+        if not (ahead or admitting) or len(grow) > self.blocks.available:
             return None
-        if self.decode.use_graphs:
-            # A step of a shape not captured yet would capture now, while the previous step's
-            # download may still be waiting on the stream: plan it from the host instead.
-            blocks = max(len(c.request.blocks) + (c.request in grow) for c in ahead)
-            key = (batch_bucket(len(ahead)), table_width(blocks))
-            if not any((b, w) == key and captured for b, w, captured in self.decode.shapes()):
-                return None
+        if not admitting and not self._captured(ahead, grow):
+            return None
         for r in grow:
             r.blocks.append(self.blocks.allocate())
+        plan = self.planner.plan_admissions(len(ahead)) if admitting else StepPlan()
+        self.metrics.prefix_queried_blocks += plan.prefix_queried
+        self.metrics.prefix_hit_blocks += plan.prefix_hit
+        if not plan.chunks and not (ahead and self._captured(ahead, [])):
+            return None  # nothing admitted after all (a full batch, too few blocks)
+        plan.chunks[:0] = ahead  # decode rows first: their ids are the first rows' ids
         self.yield_host()
-        ids = current.pending.ids
         with self._context():
             launch = time.perf_counter()
-            if len(rows) != len(chunks):
+            ids = current.pending.ids if ahead else None
+            if ids is not None and len(rows) != len(chunks):
                 ids = gp.take(ids, upload(np.asarray(rows, np.int32)), axis=0)
-            logits = self.decode.logits(ahead, token_ids=ids)
-            sampled = [c.request for c in ahead]
+            if len(plan.chunks) > len(ahead):
+                inputs = build_inputs(plan.chunks, BLOCK_SIZE)
+                logits = self.runner.logits(inputs, token_ids=ids)
+            else:
+                logits = self.decode.logits(ahead, token_ids=ids)
+            sampled = [c.request for c in plan.chunks if c.sample]
             pending = SampledTokens(logits, sampled)
-            launched = _Launched(StepPlan(chunks=ahead), sampled, pending,
-                                 time.perf_counter() - launch)  # fmt: skip
+            launched = _Launched(plan, sampled, pending, time.perf_counter() - launch)
         self.lookahead_steps += 1
         return launched
+
+    def _captured(self, ahead: Sequence[ScheduledChunk], grow: Sequence[Request]) -> bool:
+        """Whether the decode-only step ``ahead`` replays a captured graph (or runs eagerly).
+
+        A step of a shape not captured yet would capture now, while the previous step's
+        download may still be waiting on the stream: such a step is planned from the host.
+        ``grow``: requests that get one more block before it runs.
+        """
+        if not self.decode.use_graphs:
+            return True
+        blocks = max(len(c.request.blocks) + (c.request in grow) for c in ahead)
+        key = (batch_bucket(len(ahead)), table_width(blocks))
+        return any((b, w) == key and captured for b, w, captured in self.decode.shapes())
 
     def _fail(self, plan: StepPlan, exc: Exception) -> None:
         log.exception("an engine step failed")

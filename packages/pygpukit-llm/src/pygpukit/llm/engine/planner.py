@@ -173,6 +173,26 @@ class StepPlanner:
                 ScheduledChunk(request, request.num_computed, count, sample=count == left)
             )
             budget -= count
+        self._admit_waiting(plan, budget, prefill)
+        return plan
+
+    def plan_admissions(self, decode_rows: int) -> StepPlan:
+        """The prompt chunks of waiting requests admitted beside ``decode_rows`` decode rows.
+
+        For a step planned ahead of the host (the engine's lookahead): the running requests
+        each decode one token, planned by the engine; this admits what the step's budget and
+        prefill cap leave room for. Never preempts (an admission needs its whole prompt's
+        blocks free). Not for whole prompts.
+        """
+        plan = StepPlan()
+        budget = max(0, self.max_batched_tokens - decode_rows)
+        cap = self.prefill_chunk
+        prefill = min(budget, cap) if decode_rows and cap is not None else budget
+        self._admit_waiting(plan, budget, prefill)
+        return plan
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, prefill: int) -> None:
+        """Admit waiting requests, first come first served, and schedule their prompt chunks."""
         while (
             self.waiting and min(budget, prefill) > 0 and len(self.running) < self.max_batch
             and not plan.preempted
@@ -197,7 +217,6 @@ class StepPlanner:
                 ScheduledChunk(request, request.num_computed, count, sample=count == left)
             )
             budget = max(0, budget - count)
-        return plan
 
     def _prefill_budget(self, budget: int) -> int:
         """Prompt tokens this step may take: ``prefill_chunk`` while a request decodes.
