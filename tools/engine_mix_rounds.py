@@ -18,9 +18,10 @@ Usage (GPU machine; the ``llm`` suite's random-weight checkpoint, written if abs
         [--new 128] [--requests 8] [--variants 256,old,0,128] [--json OUT]
 
 A variant is a prefill cap (``0``: no cap, prompts take what the decode rows leave of
-``--max-batched-tokens``), or ``old``: no cap, and no step queued ahead while requests wait
-for admission (the engine before stall-free prefill: waiting prompts were always planned from
-the host, in a step of their own).
+``--max-batched-tokens``), optionally with a hold (``256h3``: waiting prompts that do not fill
+the cap wait up to 3 steps while requests decode; the planner's ``prefill_hold``), or
+``old``: no cap, and no step queued ahead while requests wait for admission (the engine before
+stall-free prefill: waiting prompts were always planned from the host).
 """
 
 from __future__ import annotations
@@ -145,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         return queue_ahead(current)
 
     for chunk in a.variants.split(","):
-        engine.planner.prefill_chunk = None if chunk in ("0", "old") else int(chunk)
+        cap, _, hold = chunk.partition("h")
+        engine.planner.prefill_chunk = None if cap in ("0", "old") else int(cap)
+        engine.planner.prefill_hold = int(hold or 0)
         engine._queue_ahead = old_queue_ahead if chunk == "old" else queue_ahead
         runs = [("steady", a.requests)] if a.no_wave else [("wave", 1), ("steady", a.requests)]
         for kind, per_client in runs:

@@ -130,3 +130,32 @@ def test_whole_prompts_ignore_the_cap():
         (first, 1),
         (second, len(second.prompt_ids)),
     ]
+
+
+def test_held_prompts_wait_at_most_the_hold_and_never_on_an_idle_batch():
+    """``prefill_hold``: while requests decode, a lone waiting prompt that does not fill the
+    chunk waits up to that many steps; enough prompt tokens, or a batch with nothing
+    decoding, are admitted at once."""
+    rng = np.random.default_rng()
+    hold = int(rng.integers(1, 4))
+    planner = StepPlanner(BlockManager(1024, BLOCK), max_batch=16, max_batched_tokens=512,
+                          prefill_chunk=64)  # fmt: skip
+    planner.prefill_hold = hold
+    alone = _request(rng, 0, 10, 20, 100)
+    planner.waiting.append(alone)
+    plan = planner.plan()  # nothing decodes: admitted at once
+    assert [c.request for c in plan.chunks] == [alone]
+    _finish_step(planner, plan, rng)
+    small = _request(rng, 1, 10, 20, 3)
+    planner.waiting.append(small)
+    for _ in range(hold):  # held: 10-19 tokens of a 64-token chunk
+        plan = planner.plan()
+        assert [c.request for c in plan.chunks] == [alone]
+        _finish_step(planner, plan, rng)
+    plan = planner.plan()
+    assert [c.request for c in plan.chunks] == [alone, small]
+    _finish_step(planner, plan, rng)
+    big = _request(rng, 2, 70, 90, 3)  # fills the chunk: no wait
+    planner.waiting.append(big)
+    plan = planner.plan()
+    assert big in [c.request for c in plan.chunks]

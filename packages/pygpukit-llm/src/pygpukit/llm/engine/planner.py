@@ -66,6 +66,11 @@ class StepPlanner:
         #: Prompt tokens a step takes at most while some request decodes (None: no cap but the
         #: step's budget). Whole prompts ignore it: a prompt is never split there.
         self.prefill_chunk = prefill_chunk
+        #: Steps that waiting prompts may be held back while requests decode, until together
+        #: they fill ``prefill_chunk`` (0: admitted at once). Fewer, fuller steps with prompt
+        #: chunks: each costs the decoding streams a step's fixed overhead.
+        self.prefill_hold = 0
+        self._held = 0  # consecutive steps prompts were held back
         #: Schedule each prompt in one chunk and every later token alone (batch-invariant
         #: engines): a prompt that does not fit the step's budget waits for a step whose budget
         #: it fits (one longer than the whole budget runs as the step's only prompt); a
@@ -151,7 +156,11 @@ class StepPlanner:
         """Pick the next step's chunks (empty when nothing can run)."""
         plan = StepPlan()
         budget = self.max_batched_tokens
-        prefill = self._prefill_budget(budget)
+        # Prompt tokens this step may take: ``prefill_chunk`` while a request decodes. Whole
+        # prompts are never capped (the step's budget alone decides, see _prompt_waits).
+        decoding = self._decoding() and not self.whole_prompts
+        cap = self.prefill_chunk
+        prefill = min(budget, cap) if decoding and cap is not None else budget
         for request in list(self.running):
             if budget == 0:
                 break
@@ -173,7 +182,8 @@ class StepPlanner:
                 ScheduledChunk(request, request.num_computed, count, sample=count == left)
             )
             budget -= count
-        self._admit_waiting(plan, budget, prefill)
+        if not self._hold(decoding, prefill):
+            self._admit_waiting(plan, budget, prefill)
         return plan
 
     def plan_admissions(self, decode_rows: int) -> StepPlan:
@@ -188,8 +198,34 @@ class StepPlanner:
         budget = max(0, self.max_batched_tokens - decode_rows)
         cap = self.prefill_chunk
         prefill = min(budget, cap) if decode_rows and cap is not None else budget
-        self._admit_waiting(plan, budget, prefill)
+        if not self._hold(decode_rows > 0, prefill):
+            self._admit_waiting(plan, budget, prefill)
         return plan
+
+    def _hold(self, decoding: bool, prefill: int) -> bool:
+        """Whether this step holds the waiting prompts back (``prefill_hold``).
+
+        Only while requests decode, for at most ``prefill_hold`` steps in a row, and only while
+        the waiting prompts' tokens fall short of a full chunk (``prefill`` tokens) and their
+        number of the batch's free places.
+        """
+        free = self.max_batch - len(self.running)
+        if (
+            not (self.prefill_hold and decoding and self.waiting) or self.whole_prompts
+            or len(self.waiting) >= free
+        ):  # fmt: skip
+            self._held = 0
+            return False
+        tokens = 0
+        for request in self.waiting:
+            tokens += len(request.tokens)
+            if tokens >= prefill:
+                break
+        if tokens >= prefill or self._held >= self.prefill_hold:
+            self._held = 0
+            return False
+        self._held += 1
+        return True
 
     def _admit_waiting(self, plan: StepPlan, budget: int, prefill: int) -> None:
         """Admit waiting requests, first come first served, and schedule their prompt chunks."""
@@ -218,20 +254,12 @@ class StepPlanner:
             )
             budget = max(0, budget - count)
 
-    def _prefill_budget(self, budget: int) -> int:
-        """Prompt tokens this step may take: ``prefill_chunk`` while a request decodes.
-
-        A request decodes when its next token is its only one left to compute. Whole prompts
-        are never capped (the step's budget alone decides, as ``_prompt_waits`` says).
-        """
-        cap = self.prefill_chunk
-        if cap is None or self.whole_prompts:
-            return budget
-        decoding = any(
+    def _decoding(self) -> bool:
+        """Whether a running request decodes: its next token is its only one left to compute."""
+        return any(
             r.status is RequestStatus.RUNNING and len(r.tokens) - r.num_computed == 1
             for r in self.running
         )
-        return min(budget, cap) if decoding else budget
 
     @staticmethod
     def _prompt_left(request: Request) -> int:
