@@ -39,8 +39,9 @@ engine and streams step aside while the Guaranteed one's host work is due);
 ``--variant``: another loaded phase with one thing changed, then changed back:
 ``turns=on|off``, ``keep_gil=on|off`` (the protected engine's launches keep the interpreter
 lock in its host phase: ``pygpukit.llm.engine.host_priority``), ``si=SECONDS`` (the switch
-interval), ``be_mbt=N`` (the BestEffort engine's tokens per step), ``pacing_hold=SECONDS``
-(the longest a paced launch is held). Give the
+interval), ``be_mbt=N`` (the BestEffort engine's tokens per step), ``be_chunk=N`` (its prompt
+tokens per step while requests decode), ``pacing_hold=SECONDS`` (the longest a paced launch
+is held); settings joined by commas change together (``be_mbt=2048,be_chunk=2048``). Give the
 BestEffort clients enough work for every loaded phase with ``--be-requests``.
 """
 
@@ -280,8 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare-turns", action="store_true",
                    help="a second loaded phase with host turns switched the other way")  # fmt: skip
     p.add_argument("--variant", action="append", default=[],
-                   help="a loaded phase with turns=on|off, keep_gil=on|off, si=S, be_mbt=N or "
-                   "pacing_hold=S (repeatable)")  # fmt: skip
+                   help="a loaded phase with turns=on|off, keep_gil=on|off, si=S, be_mbt=N, "
+                   "be_chunk=N or pacing_hold=S, or several joined by commas "
+                   "(repeatable)")  # fmt: skip
     p.add_argument("--be-requests", type=int, default=2,
                    help="requests per BestEffort client (it must outlast the phases)")  # fmt: skip
     p.add_argument("--slow-top", type=float, default=0.01,
@@ -372,7 +374,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=1), flush=True)
 
     def apply(variant: str) -> Any:
-        """Set one variant; returns what undoes it."""
+        """Set one variant (settings joined by commas); returns what undoes it."""
+        if "," in variant:
+            undos = [apply(part) for part in variant.split(",")]
+            return lambda: [undo() for undo in reversed(undos)]
         key, _, value = variant.partition("=")
         if key == "turns":
             was = any(e.host_priority is not None for e in engines.values())
@@ -387,6 +392,11 @@ def main(argv: list[str] | None = None) -> int:
             was_mbt = planner.max_batched_tokens
             planner.max_batched_tokens = int(value)
             return lambda: setattr(planner, "max_batched_tokens", was_mbt)
+        if key == "be_chunk" and hasattr(engines[be].planner, "prefill_chunk"):
+            chunked = engines[be].planner
+            was_chunk = chunked.prefill_chunk
+            chunked.prefill_chunk = int(value)
+            return lambda: setattr(chunked, "prefill_chunk", was_chunk)
         if key == "keep_gil" and priority is not None:
             was_keep = priority.launches_keep_gil
             priority.launches_keep_gil = value == "on"
@@ -395,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
             gp.scheduler.set_pacing_max_hold(float(value))
             return lambda: gp.scheduler.set_pacing_max_hold(0.05)
         raise SystemExit(f"unknown variant {variant!r} (turns=on|off, keep_gil=on|off, si=S, "
-                         "be_mbt=N, pacing_hold=S)")  # fmt: skip
+                         "be_mbt=N, be_chunk=N, pacing_hold=S)")  # fmt: skip
 
     variants = list(a.variant)
     if a.compare_turns and priority is not None:
