@@ -60,20 +60,41 @@ def batch_vs_alone(seed: int) -> str:
         return "; ".join(parts)
 
 
+class _F0Reference(ReferenceNetwork):
+    """The NumPy network, keeping the F0 curve it computed (to see voicing-threshold flips)."""
+
+    f0: np.ndarray
+
+    def f0_energy(self, *args: object) -> tuple[np.ndarray, np.ndarray]:
+        f0, n = super().f0_energy(*args)  # type: ignore[arg-type]
+        self.f0 = np.asarray(f0)
+        return f0, n
+
+
+def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
+    """``(start, length)`` of each run of True in ``mask``."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], mask.astype(np.int8), [0]])))
+    return [(int(a), int(b - a)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
 def network_vs_numpy(seed: int) -> str:
     """The test's comparison with its random draw replaced by ``seed``."""
     state = random_state(TINY_CONFIG, seed=seed)
     voice = random_voice(TINY_CONFIG, seed=seed + 1)
     ids = np.array([0, *np.random.default_rng(seed).integers(1, 150, 23), 0])
     net = KokoroNetwork(TINY_CONFIG, state, vocoder_dtype="float32")
-    ref = ReferenceNetwork(TINY_CONFIG, state)(ids, voice[22, 0], 1.0)
+    reference = _F0Reference(TINY_CONFIG, state)
+    ref = reference(ids, voice[22, 0], 1.0)
     ours = net(ids, voice[22, 0], 1.0, durations=ref.durations)
     scale = np.abs(ref.audio).max()
     err = np.abs(ours.audio - ref.audio) / scale
-    where = np.argsort(err)[-3:]
+    up = len(ref.audio) // reference.f0.shape[-1]
+    near = np.abs(reference.f0 - 10.0)  # the voiced threshold, Hz
     return (
         f"max {err.max():.2e} of peak, over 1e-4: {int((err > 1e-4).sum())}/{err.size}, "
-        f"rel L2 {_rel(ours.audio, ref.audio):.2e}, worst samples {where.tolist()} of {err.size}"
+        f"rel L2 {_rel(ours.audio, ref.audio):.2e}; runs over 1e-4 (start, length) "
+        f"{_runs(err > 1e-4)[:6]}; {up} samples per F0 frame, F0 nearest the 10 Hz "
+        f"threshold {near.min():.2e} Hz away at frame {int(near.argmin())}"
     )
 
 
