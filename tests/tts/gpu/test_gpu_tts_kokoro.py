@@ -96,7 +96,8 @@ def test_gpu_log_mel_matches_onnxruntime(kokoro_model, reference, key, voice):
     tokens = as_token_array(ids)
     audio_ref, durations_ref = reference.audio_and_durations(tokens, style)
     audio = kokoro_model.synthesize(phonemes=PHONEMES[key], voice=voice)
-    assert (audio.durations == durations_ref[1:-1]).mean() >= 0.95
+    # The durations are test_gpu_durations_match_onnxruntime's subject; this one is the audio's,
+    # on onnxruntime's alignment wherever a frame count differs.
     if np.array_equal(audio.durations, durations_ref[1:-1]):
         samples = audio.samples
     else:
