@@ -307,7 +307,7 @@ def compare_digests(capture: Capture, values: dict[str, np.ndarray], path: str) 
     """Step 3: the first tensor where another machine's onnxruntime gave different bits."""
     ours, theirs = digests(capture, values), json.loads(pathlib.Path(path).read_text())
     differ = [n for n in capture.names if n in theirs and theirs[n] != ours[n]]
-    print(f"vs {path}: {len(differ)} of {len(ours)} tensors differ")
+    print(f"vs {path}: {len(differ)} of {len(ours)} tensors differ", flush=True)
     for node in capture.nodes:
         if differ and differ[0] in node.output:
             ins_equal = all(ours.get(i) == theirs.get(i) for i in node.input if i in ours)
@@ -342,12 +342,12 @@ def main() -> None:
     capture = Capture(model_path)
     values = capture.run(ids)
     integer_products(capture, values)
-    if not args.skip_ops:
-        ops_in_isolation(capture, values)
     if args.save_digests:
         pathlib.Path(args.save_digests).write_text(json.dumps(digests(capture, values)))
     if args.compare_digests:
         compare_digests(capture, values, args.compare_digests)
+    if not args.skip_ops:
+        ops_in_isolation(capture, values)
 
 
 if __name__ == "__main__":
