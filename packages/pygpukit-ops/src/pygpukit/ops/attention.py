@@ -40,6 +40,8 @@ from ._common import (
     check_int32,
     check_out,
     check_same_dtype,
+    check_shape,
+    check_writeable,
     host,
     kernel_suffix,
     result,
@@ -218,9 +220,43 @@ def _mask_strides(mask: GPUArray, target: tuple[int, int, int, int]) -> tuple[in
     return tuple(strides)
 
 
+def seq_major_out(out: GPUArray) -> bool:
+    """Whether ``out`` ``[B, Hq, Sq, D]`` is the transposed view of a ``[B, Sq, Hq, D]`` array.
+
+    That is ``x.transpose(0, 2, 1, 3)`` of a C-contiguous ``x``: the kernels write it in place
+    (the layout an output projection reads, so no copy follows attention). False for a
+    C-contiguous ``out``.
+    """
+    if out.is_contiguous():
+        return False
+    return out.ndim == 4 and out.transpose(0, 2, 1, 3).is_contiguous()
+
+
+def check_prefill_out(out: GPUArray | None, shape: tuple[int, ...], dtype: Any) -> GPUArray:
+    """``out`` when given (checked), else a new ``[B, Hq, Sq, D]`` array.
+
+    ``out`` must have the shape and dtype, be writeable, and be C-contiguous or
+    :func:`seq_major_out`.
+    """
+    if out is None:
+        return gp.empty(shape, dtype)
+    check_array(out, "out", dtypes=[dtype], contiguous=False)
+    check_shape(out, "out", shape)
+    check_writeable(out, "out")
+    if not out.is_contiguous() and not seq_major_out(out):
+        raise ValueError(
+            f"out must be C-contiguous [B, Hq, Sq, D] or x.transpose(0, 2, 1, 3) of a "
+            f"C-contiguous [B, Sq, Hq, D] x; got strides {out.strides}"
+        )
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class PrefillPlan:
-    """A prefill launch: ``plan(q, k, v, out, mask, mask_strides, scale)`` enqueues it."""
+    """A prefill launch: ``plan(q, k, v, out, mask, mask_strides, scale)`` enqueues it.
+
+    ``out`` is C-contiguous or :func:`seq_major_out` (the kernels write either layout).
+    """
 
     launch: Launch
     mask_kind: int
@@ -246,9 +282,10 @@ class PrefillPlan:
         _check_aligned(("q", q), ("k", k), ("v", v), ("out", out))
         maps = _tma_maps(q, k, v) if self.tma else ()
         extra = (self.sched,) if self.sched is not None else ()
+        o_seq = 0 if out.is_contiguous() else 1  # else seq_major_out (checked by the caller)
         self.launch(
             q, k, v, out, mask if mask is not None else 0, self.mask_kind, *strides,
-            *self.sizes, scale, self.causal, *maps, *extra,
+            *self.sizes, scale, self.causal, o_seq, *maps, *extra,
         )  # fmt: skip
 
 
@@ -290,7 +327,12 @@ class ComposedPrefill:
         scale: float,
     ) -> None:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, out)
+        if out.is_contiguous():
+            _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, out)
+            return
+        res = gp.empty(tuple(out.shape), out.dtype)  # a seq_major_out view: written after
+        _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, res)
+        out[...] = res
 
 
 def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
@@ -414,12 +456,14 @@ def scaled_dot_product_attention(
     ``[B, Hq, Sq, Sk]``; ``is_causal`` hides key ``j`` from query ``i`` when
     ``j > i + (Sk - Sq)`` (bottom-right aligned; PyTorch's rule when ``Sq == Sk``) and
     may be combined with a mask. ``scale`` defaults to ``1 / sqrt(D)``. Rows that see
-    no key output zeros. Raises ``TypeError``/``ValueError`` for wrong arguments.
+    no key output zeros. ``out`` (optional) receives the result: C-contiguous, or
+    ``x.transpose(0, 2, 1, 3)`` of a C-contiguous ``[B, Sq, Hq, D]`` ``x`` (written in place:
+    ``x.reshape(B, Sq, Hq * D)`` is then the input of an output projection, no copy between).
+    Raises ``TypeError``/``ValueError`` for wrong arguments.
     """
     scale_f, strides = check_prefill(q, k, v, attn_mask, is_causal, scale)
     is_causal = bool(is_causal)
-    check_out(out, tuple(q.shape), q.dtype)
-    res = result(out, tuple(q.shape), q.dtype)
+    res = check_prefill_out(out, tuple(q.shape), q.dtype)
     if res.size == 0:
         return res
     prefill_plan(q, k, v, attn_mask, is_causal)(q, k, v, res, attn_mask, strides, scale_f)
