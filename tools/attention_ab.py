@@ -12,6 +12,8 @@ with the combine kernel, with the early launch of the next call, and ``mma2``; a
 (``decode``) also the host time per call of both libraries and a profile (torch.profiler) with
 each one's kernels and their device times. ``serve``: paged decode at the serving engine's
 shapes (batch 16-64, 128-512 cached tokens), every kernel and splits of shorter chunks.
+``--graph`` times CUDA-graph replays of the calls instead (GPU time alone; the shorter serve
+shapes are otherwise bound by each library's host time per call).
 Prefill (B=4, H=32, S=4096, D=128, bf16, causal and not) with each Hopper prefill kernel and
 schedules of the persistent one; the Llama-3.1-8B prefill shape (B=1, 32/8 heads, S=1024,
 causal) with q/k/v contiguous and as the strided views the model passes. Every variant and
@@ -44,6 +46,38 @@ def _gp_us(fn: Callable[[], object], calls: int) -> float:
     end.record()
     end.synchronize()
     return float(start.elapsed_time(end)) * 1e3 / calls
+
+
+def _gp_graph_us(fn: Callable[[], object], calls: int) -> float:
+    """GPU microseconds per call of ``fn``, without host time: one CUDA graph of the calls.
+
+    ``calls`` calls are captured in one graph, replayed once to warm up, then once between two
+    events.
+    """
+    with gp.graph_capture() as graph:
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    return _gp_us(graph.replay, 1) / calls
+
+
+def _torch_graph_us(fn: Callable[[], object], calls: int) -> float:
+    """PyTorch's counterpart of :func:`_gp_graph_us` (torch.cuda.CUDAGraph)."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()  # warm-up on the capture's side stream, as torch asks
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    return _torch_us(graph.replay, 1) / calls
+
+
+#: Whether the decode cases time graph replays (--graph: GPU time only, no host time).
+_GRAPH = [False]
 
 
 def _torch_us(fn: Callable[[], object], calls: int) -> float:
@@ -100,7 +134,10 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
                 attention.PREFILL_PLANS.clear()  # the warm-up call below plans again
                 attention.DECODE_PLANS.clear()
             fn()
-            timer = _torch_us if knobs is None else _gp_us
+            if _GRAPH[0]:
+                timer = _torch_graph_us if knobs is None else _gp_graph_us
+            else:
+                timer = _torch_us if knobs is None else _gp_us
             times[name].append(timer(fn, calls))
     _restore_knobs()
     base = statistics.median(times["torch"])
@@ -372,7 +409,14 @@ def main() -> None:
     parser.add_argument(
         "--exclude", default="", help="leave out the decode variants whose names contain this"
     )
+    parser.add_argument(
+        "--graph",
+        action="store_true",
+        help="time CUDA graphs of the calls (GPU time alone: short serve-shape calls are "
+        "otherwise bound by each library's host time)",
+    )
     args = parser.parse_args()
+    _GRAPH[0] = args.graph
     if args.exclude:
         for table in (VARIANTS, SERVE_VARIANTS):
             for name in [n for n in table if args.exclude in n]:
