@@ -18,8 +18,10 @@ process. Rows:
   BestEffort 8B-shape model under 64 (``--quick``: SmolLM2-135M beside Qwen2.5-0.5B), each in
   its own scheduler partition of one server; the metrics compare the small model's
   inter-token latency p50/p99 with the big one idle and saturated (the samples of every
-  timed round together: ``--iterations 3`` gives three rounds), and give the big one's
-  output tokens/s beside it. The 64 BestEffort clients run in a load-generator process of
+  timed round together: ``--iterations 3`` gives three rounds; ``round_ratios``: each
+  round's own p99 ratio), and give the big one's output tokens/s beside it. Each measured
+  client sends 6 requests, so a loaded round spans a whole BestEffort request (see
+  :class:`IsolationLoad`). The 64 BestEffort clients run in a load-generator process of
   their own, so that parsing their streams does not delay the measured clients.
 
 ``$PYGPUKIT_SERVE_BENCH_MODELS`` picks the shapes of the startup and load rows,
@@ -271,12 +273,17 @@ class IsolationLoad:
     The defaults are the acceptance's: 4 clients on the Guaranteed model, 64 on the
     BestEffort one, 128-in/128-out; ``memory``: the two partitions' sizes. The BestEffort
     load must outlast the measured one (the row fails otherwise).
+
+    The measured clients send 6 requests each (about 3,000 inter-token latencies a round,
+    where 2 gave a p99 set by a dozen samples), so that each loaded round spans one whole
+    BestEffort request: its clients' answers ending together and their next 64 prompts'
+    prefill, besides steady decoding. The BestEffort clients send 3 each, which outlasts that.
     """
 
     guaranteed_clients: int = 4
     besteffort_clients: int = 64
-    requests: int = 2
-    besteffort_requests: int = 2
+    requests: int = 6
+    besteffort_requests: int = 3
     prompt: int = 128
     new: int = 128
     memory: tuple[str, str] = ("8GiB", "56GiB")
@@ -369,11 +376,18 @@ def _isolation_case(small: str, big: str, load: IsolationLoad | None = None) -> 
                 return {}
             alone, loaded, big = pooled("alone"), pooled("loaded"), pooled("besteffort")
             p99 = alone.percentile("itl", 99), loaded.percentile("itl", 99)
+            # Each timed round's own ratio: how far one round's p99 can be from the pooled one.
+            each = [seen["loaded"][i].percentile("itl", 99) / a.percentile("itl", 99)
+                    for i, a in seen["alone"].items()
+                    if i in seen["loaded"] and (i > 0 or len(seen["loaded"]) == 1)
+                    and a.percentile("itl", 99) > 0]  # fmt: skip
             return {"itl_p99_alone_ms": round(p99[0] * 1e3, 2),
                     "itl_p99_loaded_ms": round(p99[1] * 1e3, 2),
                     "itl_p50_alone_ms": round(alone.percentile("itl", 50) * 1e3, 2),
                     "itl_p50_loaded_ms": round(loaded.percentile("itl", 50) * 1e3, 2),
                     "ratio": round(p99[1] / p99[0], 2) if p99[0] else "n/a",
+                    "round_ratios": "/".join(f"{r:.2f}" for r in each) or "n/a",
+                    "itl_samples": len(loaded.itl_s),
                     "besteffort_tok_s": round(big.output_tokens_per_s, 1),
                     "rounds": len(seen["besteffort"])}  # fmt: skip
 
