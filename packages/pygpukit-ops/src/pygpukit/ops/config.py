@@ -17,8 +17,9 @@ variable                       values                                        def
                                dims 64 and 128, else mma), ``mma``,
                                ``wgmma_pipe``, ``wgmma_tma``,
                                ``wgmma_persist``
-``PYGPUKIT_DECODE_KERNEL``     ``bulk2`` (mma2 before SM 9.0), ``mma2``,     ``bulk2``
-                               ``mma``, ``simt``
+``PYGPUKIT_DECODE_KERNEL``     ``bulk2`` (mma2 before SM 9.0), ``bulk3``,    ``bulk2``
+                               ``tma2``, ``tma3``, ``mma2``, ``mma``,
+                               ``simt``
 ``PYGPUKIT_DECODE_COMBINE``    ``fused`` (the last split CTA merges the      ``fused``
                                partials), ``kernel`` (a second kernel)
 ``PYGPUKIT_CONV_KERNEL``       ``auto`` (the tap-major implicit GEMM for     ``auto``
@@ -62,7 +63,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "decode_kernel": (
         "PYGPUKIT_DECODE_KERNEL",
-        ("bulk2", "mma2", "mma", "simt"),
+        ("bulk2", "bulk3", "tma2", "tma3", "mma2", "mma", "simt"),
     ),
     "decode_combine": ("PYGPUKIT_DECODE_COMBINE", ("fused", "kernel")),
     "conv_kernel": (
@@ -82,7 +83,10 @@ _DESCRIPTIONS = {
     "head dims 64 and 128, else mma), mma everywhere, or one Hopper kernel (wgmma_pipe, "
     "wgmma_tma, wgmma_persist) where auto would pick one.",
     "decode_kernel": "Which decode attention kernel runs: bulk2 (tensor cores, two K/V stages "
-    "filled by bulk copies; mma2 before SM 9.0), mma2 (the same stages filled by cp.async), mma "
+    "filled by bulk copies, one per cached row; mma2 before SM 9.0), bulk3 (three such stages; "
+    "bulk2 where three do not fit), tma2 / tma3 (two / three stages filled by tensor copies of "
+    "whole swizzled tiles; the bulk kernel of as many stages for head dims other than 64, 128 "
+    "and 256 or paged blocks they cannot box), mma2 (the same stages filled by cp.async), mma "
     "(one stage) or simt (CUDA cores).",
     "decode_combine": "How split decode attention merges its per-split partial results: fused "
     "(the last CTA of each sequence and head group to finish merges them, one launch) or kernel "
