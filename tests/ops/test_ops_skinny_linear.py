@@ -76,13 +76,14 @@ def test_mismatched_shapes_and_dtypes_are_refused(rand: Callable[..., np.ndarray
                       gp.from_numpy(rand((7,), gp.bfloat16)))  # fmt: skip
 
 
-def test_split_fills_one_wave_of_two_ctas_per_sm() -> None:
-    """The Llama-3.1-8B shapes on 132 SMs: N / 128 tiles times the split stays within 264."""
+def test_split_fills_the_gpu_once() -> None:
+    """The Llama-3.1-8B shapes on 132 SMs: N / 128 tiles times the split within 198 CTAs."""
     assert skinny_splits(6144, 4096, 132) == 4  # 48 tiles
-    assert skinny_splits(4096, 4096, 132) == 8  # 32 tiles (8 is the largest split)
-    assert skinny_splits(4096, 14336, 132) == 8
+    assert skinny_splits(4096, 4096, 132) == 4  # 32 tiles
+    assert skinny_splits(4096, 14336, 132) == 4
     assert skinny_splits(28672, 4096, 132) == 1  # 224 tiles fill the GPU alone
-    assert skinny_splits(4096, 256, 132) == 1  # one 256-k chunk: nothing to split
+    assert skinny_splits(1024, 4096, 132) == 8  # 8 tiles: the largest split
+    assert skinny_splits(1024, 512, 132) == 2  # two 256-k chunks: no more splits than chunks
     assert skinny_splits(4096, 4096, 132, clusters=False) == 1
 
 
