@@ -5,6 +5,7 @@
 #include "bindings/bindings.hpp"
 #include "core/device.hpp"
 #include "core/event.hpp"
+#include "core/gil.hpp"
 #include "core/graph.hpp"
 #include "core/stream.hpp"
 
@@ -52,6 +53,16 @@ void bind_stream(py::module_& m) {
         py::arg("stream"), py::arg("device") = py::none(),
         "Make `stream` current for its device on this thread; None restores the default.");
     m.def("priority_range", &priority_range, py::arg("device"));
+    m.def(
+        "set_launches_keep_gil",
+        [](bool keep) {
+            const bool was = t_launches_keep_gil;
+            t_launches_keep_gil = keep;
+            return was;
+        },
+        py::arg("keep"),
+        "Whether this thread's kernel launches and graph replays keep the GIL (default False: "
+        "they release it); returns the previous setting.");
 
     py::class_<Event, std::shared_ptr<Event>>(m, "Event")
         .def(py::init<int, bool>(), py::arg("device"), py::arg("timing") = false)

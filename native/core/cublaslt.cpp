@@ -17,6 +17,7 @@
 #include "core/driver.hpp"
 #include "core/dynlib.hpp"
 #include "core/errors.hpp"
+#include "core/gil.hpp"
 #include "core/launch.hpp"
 #include "core/rust_api.hpp"
 #include "jit/builtin.hpp"
@@ -133,18 +134,6 @@ const char* status_name(cublasStatus_t s) {
 void check_lt(cublasStatus_t s, const char* what) {
     if (s != 0) throw CudaError(s, status_name(s), std::string(what) + " failed");
 }
-
-// Releases the GIL for its scope when the calling thread holds it.
-class GilRelease {
-  public:
-    GilRelease() : state_(PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
-    ~GilRelease() {
-        if (state_ != nullptr) PyEval_RestoreThread(state_);
-    }
-
-  private:
-    PyThreadState* state_;
-};
 
 // Everything cuBLASLt needs for one problem shape, made once under g_mutex and shared by every
 // thread that runs that shape. The descriptor, layouts and candidates are never written after
@@ -595,10 +584,12 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
     const void* beta = dtype == DType::f64 ? static_cast<const void*>(&zero64) : &zero32;
     const pgk_api& api = rust_api();
     auto enqueue = [&](const cublasLtMatmulAlgo_t& algo) {
-        GilRelease nogil;
+        // A launch: kept by a thread whose launches keep the GIL (core/gil.hpp).
+        GilRelease nogil(!t_launches_keep_gil);
         // Held across the whole call: its kernels must reach the stream without another
         // thread's kernels over the same workspace between them. Taken without the GIL and
-        // before the ticket (nothing waits for the GIL or for a ticket while holding it).
+        // before the ticket (nothing waits for the GIL or for a ticket while holding it; the
+        // workspace is the stream's, and a thread that keeps the GIL launches on its own).
         std::lock_guard<std::mutex> exclusive(workspace.enqueue);
         DispatchTicket ticket(api, device, stream->id());
         const cublasStatus_t s = g_lt.cublasLtMatmul(

@@ -17,7 +17,7 @@ void dispatch(const Stream& stream, const char* what, Enqueue&& enqueue) {
     const pgk_api& api = rust_api();
     CUresult r;
     {
-        GilRelease nogil;
+        GilRelease nogil(!t_launches_keep_gil);
         DispatchTicket ticket(api, stream.device(), stream.id());
         r = enqueue();
         ticket.end(r == CUDA_SUCCESS);

@@ -20,7 +20,8 @@ struct LaunchConfig {
 
 // Enqueue `function` on `stream` with `args` (an array of pointers to each parameter's value,
 // cuLaunchKernel's convention). The GIL, when held, is released while the dispatch controller
-// may block. Throws CudaError when the launch fails.
+// may block, unless the thread keeps it through its launches (t_launches_keep_gil, core/gil.hpp).
+// Throws CudaError when the launch fails.
 void launch_kernel(CUfunction function, const LaunchConfig& config, const Stream& stream,
                    void** args);
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from pygpukit.backend.select import backend
 from pygpukit.llm.engine.host_priority import HostPriority
 from pygpukit.llm.serve.qos import share_host_turns
 
@@ -76,9 +77,37 @@ def test_a_yield_never_waits_past_its_bound():
         HostPriority(max_wait_s=0)
 
 
+def _launches_keep_gil() -> bool:
+    """This thread's setting (read by setting it and putting it back)."""
+    b = backend()
+    was = b.set_launches_keep_gil(False)
+    b.set_launches_keep_gil(was)
+    return was
+
+
+def test_the_protected_thread_keeps_the_lock_in_its_launches_during_its_host_phase():
+    assert not _launches_keep_gil()
+    with HostPriority().host_phase():
+        assert _launches_keep_gil()
+        others: list[bool] = []
+        other = threading.Thread(target=lambda: others.append(_launches_keep_gil()))
+        other.start()
+        other.join(60)
+        assert others == [False]  # another thread's launches still give the lock up
+    assert not _launches_keep_gil()
+    with HostPriority(launches_keep_gil=False).host_phase():
+        assert not _launches_keep_gil()
+
+
+class _Partition:
+    def __init__(self, pacing: tuple[float, float, bool]) -> None:
+        self.pacing = pacing
+
+
 class _Engine:
-    def __init__(self) -> None:
+    def __init__(self, partition: _Partition | None = None) -> None:
         self.turns: tuple[object, bool] | None = None
+        self.partition = partition
 
     def share_host(self, priority: object, *, protected: bool) -> None:
         self.turns = (priority, protected)
@@ -91,6 +120,27 @@ def test_a_promised_model_beside_another_protects_only_the_promised_one():
     assert engines["chat"].turns == (priority, True)
     assert engines["bulk"].turns == (priority, False)
     assert engines["plain"].turns == (priority, False)
+
+
+def test_launches_keep_the_lock_only_where_no_protected_launch_can_be_held():
+    from pygpukit.llm.serve.partitions import create_partitions, parse_partition
+
+    specs = [parse_partition("g=64MiB,0.25,guaranteed"), parse_partition("b=64MiB,0.25,burstable")]
+    scheduler, parts = create_partitions(specs, 0)
+    try:
+        # A Guaranteed partition is unpaced by default; a Burstable one yields to Guaranteed.
+        assert parts["g"].pacing[0] >= 1 and not parts["g"].pacing[2]
+        assert parts["b"].pacing[2]
+        for protected, keeps in (({"g"}, True), ({"g", "b"}, False)):
+            engines = {n: _Engine(parts[n]) for n in protected} | {"bulk": _Engine()}
+            classes = {n: parts[n].qos_class.value for n in protected} | {"bulk": "besteffort"}
+            priority = share_host_turns(engines, classes)
+            assert priority is not None and priority.launches_keep_gil is keeps
+    finally:
+        scheduler.shutdown()
+    rated = {"chat": _Engine(_Partition((0.5, 20.0, False))), "bulk": _Engine()}
+    priority = share_host_turns(rated, {"chat": "guaranteed", "bulk": "besteffort"})
+    assert priority is not None and not priority.launches_keep_gil
 
 
 @pytest.mark.parametrize(

@@ -219,6 +219,15 @@ class Backend(Protocol):
         """``(least, greatest)`` stream priority; lower numbers are higher priority."""
         ...
 
+    def set_launches_keep_gil(self, keep: bool) -> bool:
+        """Whether the calling thread's launches keep the interpreter lock; the old setting.
+
+        Off by default: a launch releases the lock while the dispatch controller may hold it.
+        For a thread whose launches are never held and whose host work must not wait for the
+        lock to come back after each one (a protected engine's, ``pygpukit.llm.engine``).
+        """
+        ...
+
     def begin_capture(self, stream: StreamImpl) -> None:
         """Start capturing the work enqueued on ``stream`` into a graph."""
         ...

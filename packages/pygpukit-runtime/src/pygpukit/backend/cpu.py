@@ -197,6 +197,16 @@ def priority_range(device: int) -> tuple[int, int]:
     return (0, -5)
 
 
+def set_launches_keep_gil(keep: bool) -> bool:
+    """Record whether this thread's launches keep the interpreter lock; the old setting.
+
+    Host "launches" run the work at once under the lock either way, so it is only recorded.
+    """
+    was = bool(getattr(_local, "launches_keep_gil", False))
+    _local.launches_keep_gil = bool(keep)
+    return was
+
+
 def begin_capture(stream: Any) -> None:
     """Raise: CUDA graphs need a GPU."""
     raise DeviceNotSupportedError(_NEEDS_GPU.format(what="CUDA graphs (gp.graph_capture)"))

@@ -76,6 +76,7 @@ arch = _native.target_arch
 Stream = _native.Stream
 Event = _native.Event
 priority_range = _native.priority_range
+set_launches_keep_gil = _native.set_launches_keep_gil
 begin_capture = _native.begin_capture
 end_capture = _native.end_capture
 

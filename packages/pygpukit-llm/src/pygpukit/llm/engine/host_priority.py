@@ -16,6 +16,15 @@ points where stopping is safe: while a protected engine is in its host phase, or
 sampled ids are ready, the caller waits (the lock released) until it is done, at most
 ``max_wait_s`` per call, so a protected model that runs without pause slows the others down
 but never stops them.
+
+Host turns only order the threads at those points; inside its host phase a protected engine
+still gives the lock up at every kernel launch and graph replay (the runtime releases it in
+case the dispatch controller holds the launch), and each time waits to get it back while
+another thread runs Python: up to the interpreter's switch interval per launch, a dozen times
+a decode step. So the protected engine's thread keeps the lock through its launches during
+its host phase (``launches_keep_gil``): its launches are never held (a protected partition is
+never paced behind another), and a thread that wants the lock still gets it after a switch
+interval, as from any thread running Python.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+
+from pygpukit.backend.select import backend as _backend
 
 __all__ = ["HostPriority"]
 
@@ -35,10 +46,13 @@ MAX_WAIT_S = 0.003
 class HostPriority:
     """Host turns of one process (see the module docstring); shared by a server's engines."""
 
-    def __init__(self, *, max_wait_s: float = MAX_WAIT_S) -> None:
+    def __init__(self, *, max_wait_s: float = MAX_WAIT_S, launches_keep_gil: bool = True) -> None:
         if not max_wait_s > 0:
             raise ValueError(f"max_wait_s must be > 0 seconds, got {max_wait_s!r}")
         self.max_wait_s = max_wait_s
+        #: A protected engine's thread keeps the interpreter lock through its launches during
+        #: its host phase (see the module docstring); False: they release it, as elsewhere.
+        self.launches_keep_gil = launches_keep_gil
         self._cond = threading.Condition(threading.Lock())
         self._busy = 0
         self._due: list[Callable[[], bool]] = []
@@ -58,12 +72,19 @@ class HostPriority:
 
     @contextlib.contextmanager
     def host_phase(self) -> Iterator[None]:
-        """Mark a protected engine's host work: others yield to it until the block ends."""
+        """Mark a protected engine's host work: others yield to it until the block ends.
+
+        Called on the protected engine's thread, whose launches keep the interpreter lock
+        meanwhile (when ``launches_keep_gil``).
+        """
         with self._cond:
             self._busy += 1
+        kept = _backend().set_launches_keep_gil(True) if self.launches_keep_gil else None
         try:
             yield
         finally:
+            if kept is not None:
+                _backend().set_launches_keep_gil(kept)
             with self._cond:
                 self._busy -= 1
                 if self._busy == 0:

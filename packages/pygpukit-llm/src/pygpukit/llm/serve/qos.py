@@ -77,6 +77,19 @@ def apply_switch_interval(seconds: float | None) -> float:
     return sys.getswitchinterval()
 
 
+def _never_paced(engine: Any) -> bool:
+    """Whether no launch of ``engine`` can be held by the scheduler's pacing.
+
+    True for a partition at the whole rate that does not yield to higher classes (a
+    Guaranteed partition's default).
+    """
+    part = getattr(engine, "partition", None)
+    if part is None:
+        return False
+    rate, _, yields = part.pacing
+    return rate >= 1 and not yields
+
+
 def share_host_turns(engines: Mapping[str, Any], classes: Mapping[str, str]) -> Any:
     """Make the engines of a server take host turns; the shared ``HostPriority`` or None.
 
@@ -89,7 +102,11 @@ def share_host_turns(engines: Mapping[str, Any], classes: Mapping[str, str]) -> 
     protected = {name for name, c in classes.items() if c in _PROTECTED and name in engines}
     if len(engines) < 2 or not protected:
         return None
-    priority = HostPriority()
+    # Keeping the lock through a launch is safe only where no launch can be held by pacing
+    # (a held launch would then stall every thread of the server).
+    priority = HostPriority(
+        launches_keep_gil=all(_never_paced(engines[name]) for name in protected)
+    )
     for name, engine in engines.items():
         engine.share_host(priority, protected=name in protected)
     log.info("host turns: %s go first", ", ".join(sorted(protected)))
