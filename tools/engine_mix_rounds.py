@@ -9,8 +9,11 @@ together) and one steady-state run (``--requests`` per client, back to back), an
 - what the clients measured: output tokens/s over the run, TTFT and ITL p50/p99;
 - the engine's steps: how many ran a prompt chunk beside decode rows ("mixed") and how many
   were decode-only, the mean time between consecutive step ends of each kind (what a mixed
-  step costs the decoding streams), the mean tokens of a mixed step and the host time to
-  queue it, and how many steps were queued ahead on device-side ids (lookahead).
+  step costs the decoding streams), the mean tokens of a mixed step, the host time to queue
+  it and its device time (CUDA events around the flattened pass), and how many steps were
+  queued ahead on device-side ids (lookahead);
+- ``--profile-mixed N``: a host profile (cProfile, by own time) of the first N mixed steps'
+  launches after the warm-up, at the end.
 
 Usage (GPU machine; the ``llm`` suite's random-weight checkpoint, written if absent)::
 
@@ -19,9 +22,10 @@ Usage (GPU machine; the ``llm`` suite's random-weight checkpoint, written if abs
 
 A variant is a prefill cap (``0``: no cap, prompts take what the decode rows leave of
 ``--max-batched-tokens``), optionally with a hold (``256h3``: waiting prompts that do not fill
-the cap wait up to 3 steps while requests decode; the planner's ``prefill_hold``), or
-``old``: no cap, and no step queued ahead while requests wait for admission (the engine before
-stall-free prefill: waiting prompts were always planned from the host).
+the cap wait up to 3 steps while requests decode; the planner's ``prefill_hold``) and a step
+budget (``0b8192``: ``--max-batched-tokens`` 8192 for that variant), or ``old``: no cap, and
+no step queued ahead while requests wait for admission (the engine before stall-free prefill:
+waiting prompts were always planned from the host).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -75,6 +80,44 @@ def _steps(rows: list[Any]) -> dict[str, Any]:
     }
 
 
+class MixedSteps:
+    """Device time (CUDA events) of every flattened pass; a host profile of the first few."""
+
+    def __init__(self, engine: Any, profile: int) -> None:
+        import cProfile
+
+        import pygpukit as gp
+
+        self.device_ms: list[float] = []
+        self.profile_left = 0
+        self.profiler = cProfile.Profile()
+        self._profile = profile
+        self._open: list[tuple[Any, Any]] = []
+        inner = engine.runner.logits
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = gp.Event(timing=True).record()
+            if self.profile_left > 0:
+                self.profile_left -= 1
+                out = self.profiler.runcall(inner, *args, **kwargs)
+            else:
+                out = inner(*args, **kwargs)
+            self._open.append((start, gp.Event(timing=True).record()))
+            return out
+
+        engine.runner.logits = timed
+
+    def start_profile(self) -> None:
+        """Profile the next ``profile`` flattened passes."""
+        self.profile_left = self._profile
+
+    def take(self) -> list[float]:
+        """Device ms of the passes since the last take (their events are done by now)."""
+        done = [a.elapsed_time(b) for a, b in self._open if b.query()]
+        self._open = []
+        return done
+
+
 def _load(url: str, a: argparse.Namespace, vocab: int, per_client: int, seed: int) -> Any:
     from pygpukit.llm.serve.loadgen import LoadResult
 
@@ -100,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variants", default="256,old",
                    help="prefill caps (0: none) or old, run in this order")  # fmt: skip
     p.add_argument("--no-wave", action="store_true", help="steady runs only")
+    p.add_argument("--profile-mixed", type=int, default=0, metavar="N",
+                   help="host profile of the first N mixed steps after the warm-up")  # fmt: skip
     p.add_argument("--json", help="also write the numbers here")
     a = p.parse_args(argv)
 
@@ -124,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_switch_interval(_switch_interval(args))
     rows: list[Any] = []
     engine.step_observer = rows.append
+    mixed = MixedSteps(engine, a.profile_mixed)
     server = uvicorn.Server(uvicorn.Config(create_app(engines), host="127.0.0.1", port=0,
                                            log_level="warning"))  # fmt: skip
     thread = threading.Thread(target=server.run, daemon=True, name="event-loop")
@@ -135,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"server up in {time.perf_counter() - t0:.1f} s; capturing the decode graphs",
           flush=True)  # fmt: skip
     _load(url, a, vocab, 1, seed=0)  # one wave: every batch bucket's graph is captured
+    mixed.take()
+    mixed.start_profile()
     report: dict[str, Any] = {}
     seed = 1
     queue_ahead = engine._queue_ahead
@@ -145,16 +193,22 @@ def main(argv: list[str] | None = None) -> int:
             return None
         return queue_ahead(current)
 
+    budget = engine.planner.max_batched_tokens
     for chunk in a.variants.split(","):
-        cap, _, hold = chunk.partition("h")
+        parsed = re.fullmatch(r"(old|\d+)(?:h(\d+))?(?:b(\d+))?", chunk)
+        if parsed is None:
+            raise SystemExit(f"bad variant {chunk!r}: CAP[hHOLD][bBUDGET] or old")
+        cap, hold, tokens = parsed.groups()
         engine.planner.prefill_chunk = None if cap in ("0", "old") else int(cap)
         engine.planner.prefill_hold = int(hold or 0)
+        engine.planner.max_batched_tokens = int(tokens or budget)
         engine._queue_ahead = old_queue_ahead if chunk == "old" else queue_ahead
         runs = [("steady", a.requests)] if a.no_wave else [("wave", 1), ("steady", a.requests)]
         for kind, per_client in runs:
             rows.clear()
             ahead = engine.lookahead_steps
             result = _load(url, a, vocab, per_client, seed)
+            device = mixed.take()
             seed += 1
             out = {
                 "tok_s": round(result.output_tokens_per_s, 1),
@@ -162,11 +216,17 @@ def main(argv: list[str] | None = None) -> int:
                 "ttft": _summary(list(result.ttft_s)),
                 "itl": _summary(list(result.itl_s)),
                 **_steps(list(rows)),
+                "mixed_device_ms": round(float(np.mean(device)), 2) if device else "-",
                 "lookahead_steps": engine.lookahead_steps - ahead,
             }
             report[f"chunk={chunk} {kind}"] = out
             print(f"--- chunk={chunk} {kind} ({per_client} per client)", flush=True)
             print(json.dumps(out), flush=True)
+    if a.profile_mixed:
+        import pstats
+
+        print(f"--- host profile of {a.profile_mixed} mixed steps' launches", flush=True)
+        pstats.Stats(mixed.profiler, stream=sys.stdout).sort_stats("tottime").print_stats(30)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -80,10 +80,11 @@ def kernel_report(fn: Callable[[], object], rows: int = 25, timeline: int = 40) 
         gp.synchronize()
     kernels, launches, call = [], [], None
     for e in prof.events():
-        if e.device_type.name == "CUDA":
+        if e.name == "generate":  # the marker (CPU range, and its GPU-side twin)
+            if e.device_type.name != "CUDA":
+                call = (e.time_range.start, e.time_range.end)
+        elif e.device_type.name == "CUDA":
             kernels.append((e.time_range.start, e.time_range.end, e.name))
-        elif e.name == "generate":
-            call = (e.time_range.start, e.time_range.end)
         elif e.name.startswith(_ENQUEUES):
             launches.append((e.time_range.start, e.time_range.end, e.name))
     kernels.sort()

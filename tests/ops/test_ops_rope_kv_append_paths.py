@@ -50,3 +50,32 @@ def test_aligned_and_unaligned_calls_agree(
     for aligned, shifted in zip(*outs, strict=True):
         np.testing.assert_array_equal(aligned, shifted)
     assert not np.array_equal(outs[0][1], kc)  # the keys were written
+
+
+def test_plan_checked_once_serves_other_arrays(rng: np.random.Generator, rand: Rand) -> None:
+    """A plan made (and checked) on one layer's arrays gives rope_kv_append's bits on another's."""
+    from pygpukit.ops.rope import rope_kv_append_plan
+
+    b, t, hq, hkv, d, max_len = 2, 7, 4, 2, 64, 12
+    cos, sin = ops.rope_cos_sin(32, d)
+    positions = gp.from_numpy(rng.integers(0, 32, (b, t)).astype(np.int32))
+    slot_h = np.stack([rng.permutation(max_len)[:t] for _ in range(b)]).astype(np.int32)
+    slots = gp.from_numpy(slot_h)
+
+    def layer() -> tuple[gp.GPUArray, ...]:
+        return (gp.from_numpy(rand((b, t, (hq + 2 * hkv) * d), "bfloat16")),
+                gp.from_numpy(rand((b, hkv, max_len, d), "bfloat16")),
+                gp.from_numpy(rand((b, hkv, max_len, d), "bfloat16")))  # fmt: skip
+
+    first, second = layer(), layer()
+    want_k, want_v = gp.from_numpy(second[1].to_numpy()), gp.from_numpy(second[2].to_numpy())
+    plan = rope_kv_append_plan(first[0], cos, sin, positions, first[1], first[2], slots, q_heads=hq)
+    q = gp.empty((b, t, hq, d), gp.bfloat16)
+    plan(second[0], q, second[1], second[2], cos, sin, positions, slots)
+    want = ops.rope_kv_append(second[0], cos, sin, positions, want_k, want_v, slots, q_heads=hq)
+    np.testing.assert_array_equal(q.to_numpy(), want.to_numpy())
+    np.testing.assert_array_equal(second[1].to_numpy(), want_k.to_numpy())
+    np.testing.assert_array_equal(second[2].to_numpy(), want_v.to_numpy())
+    with pytest.raises(ValueError, match="empty call"):
+        rope_kv_append_plan(first[0][:, :0], cos, sin, positions[:, :0], first[1], first[2],
+                            slots[:, :0], q_heads=hq)  # fmt: skip

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from leak_checks import module_level_arrays
 
 from pygpukit import memory
 from pygpukit.errors import OutOfMemoryError
@@ -35,20 +36,14 @@ def no_limit() -> Iterator[None]:
     memory.empty_cache(HOST)
 
 
-def _ran_alone(name: str) -> bool:
-    """Run this file's test ``name`` in a fresh interpreter and return True; False inside it.
-
-    The test needs the host pool to itself, and a test worker process may still hold pool
-    memory from other files (cached plans keep per-stream workspaces for the process's life).
-    """
-    if os.environ.get("PGK_TEST_ALONE") == name:
-        return False
-    env = dict(os.environ, PGK_TEST_ALONE=name)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-           f"{__file__}::{name}"]  # fmt: skip
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    return True
+def _pool_to_itself() -> None:
+    """The limit and statistics tests need the host pool to themselves: nothing from an earlier
+    test file may still hold a block (a module-level device array would, for the process)."""
+    held = memory.stats(HOST)["allocated_bytes"]
+    assert held == 0, (
+        f"{held} bytes of the host pool are still held from earlier tests; module-level "
+        f"arrays: {module_level_arrays()}"
+    )
 
 
 def test_host_buffer_is_pool_memory_holding_data() -> None:
@@ -71,8 +66,7 @@ def test_host_buffer_is_pool_memory_holding_data() -> None:
 
 
 def test_limit_raises_out_of_memory_then_recovers() -> None:
-    if _ran_alone("test_limit_raises_out_of_memory_then_recovers"):
-        return
+    _pool_to_itself()
     memory.set_limit(8 * MIB, device=HOST)
     assert memory.get_limit(HOST) == 8 * MIB
     held = memory.host_buffer(6 * MIB)
@@ -115,8 +109,7 @@ def test_limit_forms_and_invalid_values() -> None:
 
 
 def test_stats_track_peaks_and_empty_cache_releases_segments() -> None:
-    if _ran_alone("test_stats_track_peaks_and_empty_cache_releases_segments"):
-        return
+    _pool_to_itself()
     rng = np.random.default_rng()
     sizes = rng.integers(1, 3 * MIB, 20)
     bufs = [memory.host_buffer(int(n)) for n in sizes]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from leak_checks import module_level_arrays
 
 import pygpukit as gp
 from pygpukit.ops.audio.stft import istft, stft
@@ -110,3 +111,14 @@ def test_big_batches_run_eagerly_unpadded(monkeypatch):
     for got in (frames_eager, all_eager):
         np.testing.assert_array_equal(got.durations, plain.durations)
         assert np.linalg.norm(got.audio - plain.audio) <= 1e-5 * np.linalg.norm(plain.audio)
+
+
+def test_a_synthesis_keeps_no_array_at_module_level():
+    """Its constants (harmonic numbers, the iSTFT's end correction) live with the network."""
+    rng = np.random.default_rng()
+    seed = int(rng.integers(1 << 20))
+    net = KokoroNetwork(TINY_CONFIG, random_state(TINY_CONFIG, seed=seed), cuda_graphs=False)
+    style = random_voice(TINY_CONFIG, seed=seed + 1)[6, 0]
+    out = net(np.array([0, *rng.integers(1, 170, 6), 0]), style, 1.0)
+    assert out.audio.size > 0 and np.abs(out.audio).max() > 0
+    assert module_level_arrays() == []

@@ -105,10 +105,18 @@ def test_stream_cuts_the_first_chunk_short(tiny):
 
 
 def _close(got, want):
-    """Equal up to rounding (relative L2), the last samples included: each utterance's STFT and
-    iSTFT end at its own end, not at the batch's padding."""
+    """Equal up to float32 rounding, the last samples included: each utterance's STFT and iSTFT
+    end at its own end, not at the batch's padding.
+
+    A padded batch sums in other orders than one utterance alone (its norms reduce over padded
+    widths), so the two differ as two float32 evaluations of the network do. The limits are that
+    budget, measured on an H100 over 10 random models (``tools/tts_tolerance_probe.py``): batch
+    against alone up to 3.1e-5 (relative L2) and 2.2e-5 of the peak (one sample); the same
+    network against the independently ordered float32 NumPy network up to 6.7e-5 and 3.9e-5.
+    A padding or edge bug moves whole frames, orders of magnitude above these."""
     assert len(got) == len(want)
-    assert np.linalg.norm(got - want) <= 1e-5 * np.linalg.norm(want)
+    assert np.linalg.norm(got - want) <= 1e-4 * np.linalg.norm(want)
+    assert np.abs(got - want).max() <= 1e-3 * np.abs(want).max()
 
 
 def test_batch_matches_each_utterance_alone(tiny):

@@ -141,7 +141,15 @@ def test_style_pack_columns_are_each_projection():
 
 def test_network_matches_the_numpy_reference():
     """The float32 network (asked for by name: the GPU's default vocoder is bfloat16, checked
-    against its own limit below) within float32 rounding of the float32 NumPy network."""
+    against its own limit below) within float32 rounding of the float32 NumPy network.
+
+    Each float32 op is within 1e-6 (relative) of float64 on the GPU (``tools/tts_op_precision.py``;
+    the harmonic source aside, silent in these unvoiced models), but some random tiny models
+    amplify those roundings far more than others: over 10
+    random models on an H100 (``tools/tts_tolerance_probe.py``) the audio differed by up to
+    6.7e-5 (relative L2) and 3.9e-5 of the peak (one sample), and one earlier draw had 74 of
+    3000 samples above 1e-4 of the peak. The limits leave that budget a margin of 3 in L2 and
+    25 at the worst sample; a wrong op or alignment is off by far more."""
     seed = int(np.random.default_rng().integers(1 << 20))
     state = random_state(TINY_CONFIG, seed=seed)
     voice = random_voice(TINY_CONFIG, seed=seed + 1)
@@ -152,8 +160,8 @@ def test_network_matches_the_numpy_reference():
     assert (ours.durations == ref.durations).mean() >= 0.95
     if not np.array_equal(ours.durations, ref.durations):
         ours = net(ids, voice[22, 0], 1.0, durations=ref.durations)
-    scale = np.abs(ref.audio).max()
-    np.testing.assert_allclose(ours.audio, ref.audio, atol=1e-4 * scale)
+    assert np.linalg.norm(ours.audio - ref.audio) <= 2e-4 * np.linalg.norm(ref.audio)
+    np.testing.assert_allclose(ours.audio, ref.audio, atol=1e-3 * np.abs(ref.audio).max())
 
 
 @pytest.mark.parametrize(("dtype", "limit"), [("bfloat16", 0.15), ("float16", 0.03)])

@@ -38,74 +38,107 @@ pub const PGK_DEVICE_TO_HOST: i32 = 1;
 
 type Ctx = *mut c_void;
 
-/// Mirror of `pgk_device_backend`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct PgkDeviceBackend {
-    pub ctx: Ctx,
-    pub mem_alloc: Option<unsafe extern "C" fn(Ctx, i32, u64, *mut u64) -> c_int>,
-    pub mem_free: Option<unsafe extern "C" fn(Ctx, i32, u64) -> c_int>,
-    pub mem_get_info: Option<unsafe extern "C" fn(Ctx, i32, *mut u64, *mut u64) -> c_int>,
-    pub host_alloc: Option<unsafe extern "C" fn(Ctx, u64, *mut *mut c_void) -> c_int>,
-    pub host_free: Option<unsafe extern "C" fn(Ctx, *mut c_void) -> c_int>,
-    pub event_create: Option<unsafe extern "C" fn(Ctx, i32, *mut u64) -> c_int>,
-    pub event_destroy: Option<unsafe extern "C" fn(Ctx, u64) -> c_int>,
-    pub event_record: Option<unsafe extern "C" fn(Ctx, u64, u64) -> c_int>,
-    pub event_query: Option<unsafe extern "C" fn(Ctx, u64) -> c_int>,
-    pub event_synchronize: Option<unsafe extern "C" fn(Ctx, u64) -> c_int>,
-    pub stream_wait_event: Option<unsafe extern "C" fn(Ctx, u64, u64) -> c_int>,
-    pub memcpy_async: Option<unsafe extern "C" fn(Ctx, u64, u64, u64, u64) -> c_int>,
-    pub stream_is_capturing: Option<unsafe extern "C" fn(Ctx, u64, *mut c_int) -> c_int>,
-    /// Optional (version 5): NULL when the backend has no upload kernel.
-    pub pull_launch: Option<unsafe extern "C" fn(Ctx, i32, u64, *const PgkPullArgs) -> c_int>,
+/// Declares a `#[repr(C)]` mirror of a C struct and its `layout()`: size, alignment and every
+/// field's offset by name, in declaration order. `capi_layout` reports these, so the field list
+/// is written once, here.
+macro_rules! c_mirror {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $($(#[$field_meta:meta])* pub $field:ident: $ty:ty,)*
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        pub struct $name {
+            $($(#[$field_meta])* pub $field: $ty,)*
+        }
+
+        impl $name {
+            /// `(size, align, [(field, offset), ...])` as Rust lays the struct out.
+            pub fn layout() -> (usize, usize, Vec<(&'static str, usize)>) {
+                (
+                    std::mem::size_of::<Self>(),
+                    std::mem::align_of::<Self>(),
+                    vec![$((stringify!($field), std::mem::offset_of!(Self, $field)),)*],
+                )
+            }
+        }
+    };
 }
 
-/// Mirror of `pgk_pull_args` (see [`PullArgs`]).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct PgkPullArgs {
-    pub dst: u64,
-    pub ring: u64,
-    pub ready: u64,
-    pub freed: u64,
-    pub counter: u64,
-    pub first_seq: u64,
-    pub nbytes: u64,
-    pub chunk_bytes: u64,
-    pub slots: u32,
-    pub ctas: u32,
+c_mirror! {
+    /// Mirror of `pgk_device_backend`.
+    #[derive(Clone, Copy)]
+    pub struct PgkDeviceBackend {
+        pub ctx: Ctx,
+        pub mem_alloc: Option<unsafe extern "C" fn(Ctx, i32, u64, *mut u64) -> c_int>,
+        pub mem_free: Option<unsafe extern "C" fn(Ctx, i32, u64) -> c_int>,
+        pub mem_get_info: Option<unsafe extern "C" fn(Ctx, i32, *mut u64, *mut u64) -> c_int>,
+        pub host_alloc: Option<unsafe extern "C" fn(Ctx, u64, *mut *mut c_void) -> c_int>,
+        pub host_free: Option<unsafe extern "C" fn(Ctx, *mut c_void) -> c_int>,
+        pub event_create: Option<unsafe extern "C" fn(Ctx, i32, *mut u64) -> c_int>,
+        pub event_destroy: Option<unsafe extern "C" fn(Ctx, u64) -> c_int>,
+        pub event_record: Option<unsafe extern "C" fn(Ctx, u64, u64) -> c_int>,
+        pub event_query: Option<unsafe extern "C" fn(Ctx, u64) -> c_int>,
+        pub event_synchronize: Option<unsafe extern "C" fn(Ctx, u64) -> c_int>,
+        pub stream_wait_event: Option<unsafe extern "C" fn(Ctx, u64, u64) -> c_int>,
+        pub memcpy_async: Option<unsafe extern "C" fn(Ctx, u64, u64, u64, u64) -> c_int>,
+        pub stream_is_capturing: Option<unsafe extern "C" fn(Ctx, u64, *mut c_int) -> c_int>,
+        /// Optional (version 5): NULL when the backend has no upload kernel.
+        pub pull_launch: Option<unsafe extern "C" fn(Ctx, i32, u64, *const PgkPullArgs) -> c_int>,
+    }
 }
 
-/// Mirror of `pgk_block`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PgkBlock {
-    pub id: u64,
-    pub ptr: u64,
-    pub size: u64,
+c_mirror! {
+    /// Mirror of `pgk_pull_args` (see [`PullArgs`]).
+    #[derive(Clone, Copy, Debug)]
+    pub struct PgkPullArgs {
+        pub dst: u64,
+        pub ring: u64,
+        pub ready: u64,
+        pub freed: u64,
+        pub counter: u64,
+        pub first_seq: u64,
+        pub nbytes: u64,
+        pub chunk_bytes: u64,
+        pub slots: u32,
+        pub ctas: u32,
+    }
 }
 
-/// Mirror of `pgk_api`.
-#[repr(C)]
-pub struct PgkApi {
-    pub version: u32,
-    pub struct_size: u32,
-    pub register_backend: unsafe extern "C" fn(*const PgkDeviceBackend, i32) -> PgkStatus,
-    pub pool_alloc: unsafe extern "C" fn(i32, u64, u64, u32, *mut PgkBlock) -> PgkStatus,
-    pub pool_free: unsafe extern "C" fn(u64, u64),
-    pub pool_touch: unsafe extern "C" fn(u64, u64, *mut PgkBlock) -> PgkStatus,
-    pub pool_graph_begin: unsafe extern "C" fn(i32, u64, *mut u64) -> PgkStatus,
-    pub pool_graph_end: unsafe extern "C" fn(u64) -> PgkStatus,
-    pub pool_graph_release: unsafe extern "C" fn(u64),
-    pub dispatch_begin: unsafe extern "C" fn(i32, u64, *mut u64) -> PgkStatus,
-    pub dispatch_end: unsafe extern "C" fn(u64, c_int),
-    pub last_error: unsafe extern "C" fn(*mut u8, usize) -> usize,
-    pub transfer_configure: unsafe extern "C" fn(i32, u64, u64, u64, u64, u32) -> PgkStatus,
-    pub transfer_submit: unsafe extern "C" fn(i32, i32, u64, u64, u64, i32, *mut u64) -> PgkStatus,
-    pub transfer_stream_wait: unsafe extern "C" fn(u64, u64) -> PgkStatus,
-    pub transfer_wait: unsafe extern "C" fn(u64) -> PgkStatus,
-    pub transfer_release: unsafe extern "C" fn(u64),
-    pub pool_touch_all: unsafe extern "C" fn(*const u64, usize, u64, *mut PgkBlock) -> PgkStatus,
+c_mirror! {
+    /// Mirror of `pgk_block`.
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct PgkBlock {
+        pub id: u64,
+        pub ptr: u64,
+        pub size: u64,
+    }
+}
+
+c_mirror! {
+    /// Mirror of `pgk_api`.
+    pub struct PgkApi {
+        pub version: u32,
+        pub struct_size: u32,
+        pub register_backend: unsafe extern "C" fn(*const PgkDeviceBackend, i32) -> PgkStatus,
+        pub pool_alloc: unsafe extern "C" fn(i32, u64, u64, u32, *mut PgkBlock) -> PgkStatus,
+        pub pool_free: unsafe extern "C" fn(u64, u64),
+        pub pool_touch: unsafe extern "C" fn(u64, u64, *mut PgkBlock) -> PgkStatus,
+        pub pool_graph_begin: unsafe extern "C" fn(i32, u64, *mut u64) -> PgkStatus,
+        pub pool_graph_end: unsafe extern "C" fn(u64) -> PgkStatus,
+        pub pool_graph_release: unsafe extern "C" fn(u64),
+        pub dispatch_begin: unsafe extern "C" fn(i32, u64, *mut u64) -> PgkStatus,
+        pub dispatch_end: unsafe extern "C" fn(u64, c_int),
+        pub last_error: unsafe extern "C" fn(*mut u8, usize) -> usize,
+        pub transfer_configure: unsafe extern "C" fn(i32, u64, u64, u64, u64, u32) -> PgkStatus,
+        pub transfer_submit: unsafe extern "C" fn(i32, i32, u64, u64, u64, i32, *mut u64) -> PgkStatus,
+        pub transfer_stream_wait: unsafe extern "C" fn(u64, u64) -> PgkStatus,
+        pub transfer_wait: unsafe extern "C" fn(u64) -> PgkStatus,
+        pub transfer_release: unsafe extern "C" fn(u64),
+        pub pool_touch_all: unsafe extern "C" fn(*const u64, usize, u64, *mut PgkBlock) -> PgkStatus,
+    }
 }
 
 /// The table the capsule points to; it lives as long as the process.

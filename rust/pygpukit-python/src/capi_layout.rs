@@ -14,20 +14,18 @@ use crate::capi::{
 use pygpukit_core::backend::PULL_FLAG_STRIDE;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use std::mem::{align_of, offset_of, size_of};
 
 /// `{"size": ..., "align": ..., "fields": [(name, offset), ...]}` of one struct, fields in
-/// declaration order.
-macro_rules! struct_layout {
-    ($py:expr, $ty:ty, [$($field:ident),* $(,)?]) => {{
-        let entry = PyDict::new($py);
-        entry.set_item("size", size_of::<$ty>())?;
-        entry.set_item("align", align_of::<$ty>())?;
-        let fields = PyList::empty($py);
-        $( fields.append((stringify!($field), offset_of!($ty, $field)))?; )*
-        entry.set_item("fields", fields)?;
-        entry
-    }};
+/// declaration order (from a `c_mirror!` struct's `layout()`).
+fn struct_layout<'py>(
+    py: Python<'py>,
+    (size, align, fields): (usize, usize, Vec<(&'static str, usize)>),
+) -> PyResult<Bound<'py, PyDict>> {
+    let entry = PyDict::new(py);
+    entry.set_item("size", size)?;
+    entry.set_item("align", align)?;
+    entry.set_item("fields", PyList::new(py, fields)?)?;
+    Ok(entry)
 }
 
 /// The C API version, the size, alignment and field offsets of every struct in it (by their C
@@ -35,77 +33,14 @@ macro_rules! struct_layout {
 #[pyfunction]
 pub fn capi_layout(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let structs = PyDict::new(py);
-    structs.set_item(
-        "pgk_device_backend",
-        struct_layout!(
-            py,
-            PgkDeviceBackend,
-            [
-                ctx,
-                mem_alloc,
-                mem_free,
-                mem_get_info,
-                host_alloc,
-                host_free,
-                event_create,
-                event_destroy,
-                event_record,
-                event_query,
-                event_synchronize,
-                stream_wait_event,
-                memcpy_async,
-                stream_is_capturing,
-                pull_launch,
-            ]
-        ),
-    )?;
-    structs.set_item(
-        "pgk_pull_args",
-        struct_layout!(
-            py,
-            PgkPullArgs,
-            [
-                dst,
-                ring,
-                ready,
-                freed,
-                counter,
-                first_seq,
-                nbytes,
-                chunk_bytes,
-                slots,
-                ctas
-            ]
-        ),
-    )?;
-    structs.set_item("pgk_block", struct_layout!(py, PgkBlock, [id, ptr, size]))?;
-    structs.set_item(
-        "pgk_api",
-        struct_layout!(
-            py,
-            PgkApi,
-            [
-                version,
-                struct_size,
-                register_backend,
-                pool_alloc,
-                pool_free,
-                pool_touch,
-                pool_graph_begin,
-                pool_graph_end,
-                pool_graph_release,
-                dispatch_begin,
-                dispatch_end,
-                last_error,
-                transfer_configure,
-                transfer_submit,
-                transfer_stream_wait,
-                transfer_wait,
-                transfer_release,
-                pool_touch_all,
-            ]
-        ),
-    )?;
+    for (name, layout) in [
+        ("pgk_device_backend", PgkDeviceBackend::layout()),
+        ("pgk_pull_args", PgkPullArgs::layout()),
+        ("pgk_block", PgkBlock::layout()),
+        ("pgk_api", PgkApi::layout()),
+    ] {
+        structs.set_item(name, struct_layout(py, layout)?)?;
+    }
     let constants = PyDict::new(py);
     for (name, value) in [
         ("PGK_OK", PGK_OK as i64),

@@ -243,7 +243,9 @@ class Decoder:
         s, length = len(prompt), self.cache.max_seq_len
         # One upload: the ids, the positions (also the cache slots), the history and the last
         # position; the state arrays take theirs by device copies, which need no host wait
-        # (every host-to-device copy is one the GPU idles through at the start of a prefill).
+        # (every host-to-device copy is one the GPU idles through at the start of a prefill),
+        # queued after the layers: only the sampling and the state's advance read them, and the
+        # host's time before the first layer is time the GPU waits.
         ids_host = np.asarray(prompt, np.int32)  # no copy for the int32 ids generate passes
         host = np.empty(2 * s + length + 1, np.int32)
         host[:s] = ids_host
@@ -252,8 +254,6 @@ class Decoder:
         host[2 * s : 3 * s] = ids_host
         host[-1] = s - 1
         block = gp.from_numpy(host)
-        self.history[...] = block[2 * s : 2 * s + length]
-        self.pos[...] = block[-1:]
         ids, positions = block[:s].reshape(1, s), block[s : 2 * s].reshape(1, s)
 
         if s <= self.cache.capacity:  # keys and values go straight into slots 0 .. s - 1
@@ -267,6 +267,8 @@ class Decoder:
 
             attend = self.model.attend_uncached(store)
         x = self.model.hidden_states(ids, positions, attend, last_position_only=True)
+        self.history[...] = block[2 * s : 2 * s + length]
+        self.pos[...] = block[-1:]
         self._sample(self.model.logits(x[:, 0]), p, gen)
         self._advance()
 

@@ -33,9 +33,6 @@ variable                       values                                        def
 ``PYGPUKIT_LSTM_KERNEL``       ``auto`` (one launch per sequence on SM 9.0+  ``auto``
                                for hidden sizes 8 to 256, else one per
                                step), ``step``
-``PYGPUKIT_SKINNY_LINEAR``     ``auto`` (the skinny kernel where it measured ``auto``
-                               faster than cuBLASLt), ``on`` (wherever it
-                               runs), ``off``
 =============================  ===========================================  =========
 
 An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
@@ -73,7 +70,6 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "dependent_launch": ("PYGPUKIT_DEPENDENT_LAUNCH", ("on", "off")),
     "lstm_kernel": ("PYGPUKIT_LSTM_KERNEL", ("auto", "step")),
-    "skinny_linear": ("PYGPUKIT_SKINNY_LINEAR", ("auto", "on", "off")),
 }
 
 
@@ -103,9 +99,6 @@ _DESCRIPTIONS = {
     "lstm_kernel": "Which kernel runs ops.lstm's recurrence: auto (the sequence kernel, one "
     "launch per call with the recurrent weights held on chip, on SM 9.0+ for hidden sizes 8 to "
     "256; the step kernel elsewhere) or step (one launch per time step everywhere).",
-    "skinny_linear": "Whether ops.linear and the Linear layers run 9 to 64 rows of x in 16-bit "
-    "types through the skinny-M kernel (ops.skinny_linear) instead of cuBLASLt: auto at the "
-    "shapes and GPUs where it measured faster, on wherever it can run, off never.",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
@@ -131,7 +124,6 @@ class OpsConfig:
     conv_kernel: str = "auto"
     dependent_launch: str = "on"
     lstm_kernel: str = "auto"
-    skinny_linear: str = "auto"
 
     def __post_init__(self) -> None:
         for name, (variable, choices) in ENV.items():

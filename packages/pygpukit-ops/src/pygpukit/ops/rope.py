@@ -445,6 +445,26 @@ def rope_kv_append(
     raise ``ValueError`` on the CPU backend; on the GPU such a token is not rotated (as
     :func:`apply_rope`).
     """
+    shape, key = _checked_kv_key(qkv, cos, sin, positions, k_cache, v_cache, slots, q_heads)
+    c.check_out(out, shape, qkv.dtype)
+    q = c.result(out, shape, qkv.dtype)
+    if 0 in shape:
+        return q
+    KV_PLANS.get(*key)(qkv, q, k_cache, v_cache, cos, sin, positions, slots)
+    return q
+
+
+def _checked_kv_key(
+    qkv: GPUArray,
+    cos: GPUArray,
+    sin: GPUArray,
+    positions: GPUArray,
+    k_cache: GPUArray,
+    v_cache: GPUArray,
+    slots: GPUArray,
+    q_heads: int,
+) -> tuple[tuple[int, int, int, int], tuple[Any, ...]]:
+    """Every check of :func:`rope_kv_append`; the shape of q and the plan key."""
     q_heads = validation.size(q_heads, "q_heads", "rope_kv_append", minimum=1)
     qkv, cos, sin, k_cache, v_cache, kv_heads, d, max_pos, kind = _check_qkv_rope(
         "rope_kv_append", qkv, cos, sin, k_cache, v_cache, q_heads=q_heads, qkv_ndim=3,
@@ -457,11 +477,30 @@ def rope_kv_append(
     slots = c.check_array(slots, "slots", dtypes=[np.int32], ndim=2)
     c.check_shape(positions, "positions", (b, t))
     c.check_shape(slots, "slots", (b, t))
-    shape = (b, t, q_heads, d)
-    c.check_out(out, shape, qkv.dtype)
-    q = c.result(out, shape, qkv.dtype)
-    if b * t == 0:
-        return q
     key = (b, t, q_heads, kv_heads, d, max_pos, max_len, kind, qkv.dtype, gp.get_device())
-    KV_PLANS.get(*key)(qkv, q, k_cache, v_cache, cos, sin, positions, slots)
-    return q
+    return (b, t, q_heads, d), key
+
+
+def rope_kv_append_plan(
+    qkv: GPUArray,
+    cos: GPUArray,
+    sin: GPUArray,
+    positions: GPUArray,
+    k_cache: GPUArray,
+    v_cache: GPUArray,
+    slots: GPUArray,
+    *,
+    q_heads: int,
+) -> RopeKVPlan | ReferenceRopeKVPlan:
+    """The launch :func:`rope_kv_append` makes for these arguments, after every check it makes.
+
+    ``plan(qkv, q_out, k_cache, v_cache, cos, sin, positions, slots)``, with ``q_out`` a new
+    ``[B, T, q_heads, D]`` array of qkv's dtype, enqueues the same call for any arrays of the
+    same shapes, dtypes and layouts as these (C-contiguous qkv, writeable caches): a model
+    whose layers make one call shape checks it once, not once a layer. Raises what
+    :func:`rope_kv_append` raises, and ``ValueError`` for an empty call (no launch to plan).
+    """
+    shape, key = _checked_kv_key(qkv, cos, sin, positions, k_cache, v_cache, slots, q_heads)
+    if 0 in shape:
+        raise ValueError(f"rope_kv_append_plan: an empty call (q would be {shape}) has no launch")
+    return KV_PLANS.get(*key)

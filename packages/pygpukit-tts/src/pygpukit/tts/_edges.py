@@ -75,25 +75,29 @@ def end_envelope_ratio(n_fft: int, hop: int) -> np.ndarray:
     return ((present + squared[:hop]) / present).astype(np.float32)
 
 
-_RATIOS: dict[tuple[int, int, int], GPUArray] = {}
+def ratio_table(n_fft: int, hop: int) -> GPUArray:
+    """``[1, ratios..., 1]`` float32 on the current device: :func:`padded_istft`'s correction.
 
-
-def _ratio_table(n_fft: int, hop: int) -> GPUArray:
-    """``[1, ratios..., 1]`` on the current device (uploaded once: a graph cannot upload)."""
-    key = (gp.get_device(), n_fft, hop)
-    if key not in _RATIOS:
-        table = np.concatenate([[1.0], end_envelope_ratio(n_fft, hop), [1.0]]).astype(np.float32)
-        _RATIOS[key] = gp.from_numpy(table)
-    return _RATIOS[key]
+    An upload: a caller that replays :func:`padded_istft` in a CUDA graph makes it once,
+    outside the capture, and keeps it as long as it synthesizes (a network does).
+    """
+    table = np.concatenate([[1.0], end_envelope_ratio(n_fft, hop), [1.0]]).astype(np.float32)
+    return gp.from_numpy(table)
 
 
 def padded_istft(
-    magnitude: GPUArray, phase: GPUArray, samples: Lengths, n_fft: int, hop: int
+    magnitude: GPUArray,
+    phase: GPUArray,
+    samples: Lengths,
+    n_fft: int,
+    hop: int,
+    ratios: GPUArray | None = None,
 ) -> GPUArray:
     """Inverse polar STFT (Hann, ``center=True``) ``[B, samples.width]``.
 
     Each row ends at its valid length ``samples``; the frames past each end must have zero
-    magnitude.
+    magnitude. ``ratios``: :func:`ratio_table` ``(n_fft, hop)``, made here when not given (an
+    upload, which a CUDA graph capture refuses: captured callers pass their own).
     """
     audio = istft(magnitude, n_fft, hop, phase=phase)
     if samples.full:
@@ -104,6 +108,6 @@ def padded_istft(
     valid = samples.device.reshape(b, 1)
     start = gp.where(valid < width, valid - (hop + 1), width)
     place = gp.clip(gp.arange(width) - start, 0, hop + 1)
-    return audio * gp.take(_ratio_table(n_fft, hop), place.reshape(-1), mode="clip").reshape(
-        b, width
-    )
+    if ratios is None:
+        ratios = ratio_table(n_fft, hop)
+    return audio * gp.take(ratios, place.reshape(-1), mode="clip").reshape(b, width)

@@ -32,19 +32,13 @@ _SINE_AMP = 0.1
 _NOISE_STD = 0.003
 
 
-_ORDERS: dict[int, GPUArray] = {}
-
-
 def _orders() -> GPUArray:
     """``[1, HARMONICS, 1]`` float64 harmonic numbers on the current device.
 
-    Uploaded once, so that a call makes no host copy (and can be captured in a CUDA graph).
+    Made by a kernel at each call (no host copy, so a CUDA graph can capture it), not cached:
+    a module-level array would outlive every model and pin its pool segment for the process.
     """
-    device = gp.get_device()
-    if device not in _ORDERS:
-        values = np.arange(1, HARMONICS + 1, dtype=np.float64).reshape(1, -1, 1)
-        _ORDERS[device] = gp.from_numpy(values)
-    return _ORDERS[device]
+    return gp.arange(1, HARMONICS + 1, dtype=gp.float64).reshape(1, HARMONICS, 1)
 
 
 def _phase_tables(f0: GPUArray, up: int, sample_rate: int) -> tuple[GPUArray, GPUArray]:

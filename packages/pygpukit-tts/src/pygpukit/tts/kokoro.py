@@ -35,7 +35,7 @@ from pygpukit import ops
 from pygpukit.array import GPUArray
 from pygpukit.ops.linear import linear
 
-from ._edges import padded_istft, padded_stft
+from ._edges import padded_istft, padded_stft, ratio_table
 from ._graphs import MAX_GRAPHS, SynthesisGraphs, token_bucket
 from ._masking import Lengths, ada_in
 from ._source import harmonic_sines, merged_source
@@ -117,6 +117,8 @@ class KokoroNetwork:
         with gp.Device(device):
             head_dim = config.albert_hidden // config.albert_heads
             self.weights = DeviceWeights(state, self.vocoder_dtype, 1.0 / math.sqrt(head_dim))
+            # The iSTFT's end correction, uploaded once here: a captured synthesis cannot upload.
+            self._istft_ratios = ratio_table(config.n_fft, config.hop_length)
         self._conv_copies: dict[str, dict] = {}
         if cuda_graphs is None:
             cuda_graphs = gp.backend_name() == "cuda"
@@ -419,7 +421,9 @@ class KokoroNetwork:
         bins = cfg.n_fft // 2 + 1
         magnitude = lengths.zero_padding(gp.exp(x[:, :bins]))
         phase = gp.sin(x[:, bins:])
-        return padded_istft(magnitude, phase, samples, cfg.n_fft, cfg.hop_length)
+        return padded_istft(
+            magnitude, phase, samples, cfg.n_fft, cfg.hop_length, self._istft_ratios
+        )
 
     # -- whole model ------------------------------------------------------------------------
     def phoneme_half(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +25,7 @@ import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
 from pygpukit.ops.layers import Attention, Embedding, GatedMLP, Linear, RMSNorm, Rotary
+from pygpukit.ops.rope import rope_kv_append_plan
 
 from ..config import ModelConfig
 from ..errors import CheckpointError
@@ -328,6 +330,7 @@ class _UncachedAttend:
     ) -> None:
         self.model, self.store, self.cache = model, store, cache
         self._slots: GPUArray | None = slots
+        self._rope: tuple[tuple[Any, ...], Callable[..., None]] | None = None
 
     def __call__(self, i: int, q: GPUArray, k: GPUArray, v: GPUArray) -> GPUArray:
         # q may hold the last positions only (``last_position_only``): k and v hold them all.
@@ -366,9 +369,16 @@ class _UncachedAttend:
             k_dst, v_dst = gp.empty(shape, qkv.dtype), gp.empty(shape, qkv.dtype)
         rot = model.rotary
         slots = self._prompt_slots(b, s)
-        q = ops.rope_kv_append(
-            qkv, rot.cos, rot.sin, positions, k_dst, v_dst, slots, q_heads=cfg.num_heads
-        )
+        # Every layer makes the same call on arrays the model made: checked at the first layer
+        # (rope_kv_append_plan), launched as planned at the others (host time a layer saved).
+        key = (tuple(qkv.shape), qkv.dtype, tuple(k_dst.shape), k_dst.dtype, id(positions))
+        if self._rope is None or self._rope[0] != key:
+            plan = rope_kv_append_plan(
+                qkv, rot.cos, rot.sin, positions, k_dst, v_dst, slots, q_heads=cfg.num_heads
+            )
+            self._rope = (key, plan)
+        q = gp.empty((b, s, cfg.num_heads, cfg.head_dim), qkv.dtype)
+        self._rope[1](qkv, q, k_dst, v_dst, rot.cos, rot.sin, positions, slots)
         k, v = k_dst[:, :, :s], v_dst[:, :, :s]
         if self.cache is None and self.store is not None:
             self.store(i, k, v)

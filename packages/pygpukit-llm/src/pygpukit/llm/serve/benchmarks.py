@@ -365,11 +365,7 @@ def _isolation_case(small: str, big: str, load: IsolationLoad | None = None) -> 
             rounds = [r for i, r in sorted(seen[kind].items()) if i > 0] or list(
                 seen[kind].values()
             )
-            return LoadResult(
-                sum(r.requests for r in rounds), sum(r.output_tokens for r in rounds),
-                sum(r.wall_s for r in rounds), tuple(t for r in rounds for t in r.ttft_s),
-                tuple(t for r in rounds for t in r.itl_s),
-            )  # fmt: skip
+            return LoadResult.pooled(rounds)
 
         def metrics() -> dict[str, float | str]:
             if not seen["besteffort"]:

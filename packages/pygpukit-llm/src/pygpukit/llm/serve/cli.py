@@ -46,7 +46,8 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prefill-chunk", type=int,
                         help="prompt tokens per step at most while requests decode, so that "
                         "prefill rides beside the decode rows (0: no cap below "
-                        f"--max-batched-tokens) {default('prefill_chunk')}")  # fmt: skip
+                        f"--max-batched-tokens; see docs/serve.md) "
+                        f"{default('prefill_chunk')}")  # fmt: skip
     parser.add_argument("--kv-memory",
                         help="KV cache size per model: a fraction of the device (or of the "
                         "model's partition, less its weights) or a size such as 4GiB "
