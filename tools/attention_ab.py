@@ -1,14 +1,17 @@
 """Interleaved A/B timing of the attention kernels against PyTorch on one GPU.
 
-    python tools/attention_ab.py [--rounds 3] [--calls 50] [--only decode,long,causal,prefill,llama]
+    python tools/attention_ab.py [--rounds 3] [--calls 50]
+        [--only decode,decode8k,serve,long,causal,prefill,llama]
 
 Decode (32/8 heads, D=128, bf16): batch 8 over 8192 cached tokens, contiguous and paged (16-token
 blocks, shuffled; PyTorch's row always reads the contiguous cache), then batch 8 over 16K and
 batch 1 over 32K (``long``). PyTorch as the ``ops_attention`` suite calls it (SDPA with
 ``enable_gqa`` on ``q [B, Hq, 1, D]``) and pinned to each SDPA backend that takes these inputs;
-``bulk2`` with its split at 2 or 3 CTAs per SM, with and without the early launch of the next
-call, with the combine kernel, and ``mma2``; at 8K also the host time per call of both
-libraries and a profile (torch.profiler) with each one's kernels and their device times.
+``bulk2``, ``bulk3``, ``tma2`` and ``tma3`` with their split at 2 or 3 CTAs per SM, fused or
+with the combine kernel, with the early launch of the next call, and ``mma2``; at 8K
+(``decode``) also the host time per call of both libraries and a profile (torch.profiler) with
+each one's kernels and their device times. ``serve``: paged decode at the serving engine's
+shapes (batch 16-64, 128-512 cached tokens), every kernel and splits of shorter chunks.
 Prefill (B=4, H=32, S=4096, D=128, bf16, causal and not) with each Hopper prefill kernel and
 schedules of the persistent one; the Llama-3.1-8B prefill shape (B=1, 32/8 heads, S=1024,
 causal) with q/k/v contiguous and as the strided views the model passes. Every variant and
@@ -57,10 +60,20 @@ def _torch_us(fn: Callable[[], object], calls: int) -> float:
 #: "schedule" sets the persistent prefill kernel's (item overhead, heads per group) instead.
 Case = tuple[dict[str, Any] | None, Callable[[], object]]
 #: The persistent prefill schedule's defaults (attention._prefill_schedule); "per_sm" sets the
-#: bulk2 decode split's CTAs per SM.
+#: decode split's CTAs per SM (of the case's decode kernel), "min_chunk" its fewest keys a split.
 _SCHEDULE = (attention._ITEM_OVERHEAD, attention._HEAD_GROUP)
-_PER_SM = attention._DECODE_CTAS_PER_SM["bulk2"]
+_PER_SM = dict(attention._DECODE_CTAS_PER_SM)
 _EARLY = attention._DECODE_EARLY_LAUNCH["bulk2"]
+_MIN_CHUNK = attention._DECODE_MIN_CHUNK
+
+
+def _restore_knobs() -> None:
+    """The module defaults the cases change, back."""
+    attention._ITEM_OVERHEAD, attention._HEAD_GROUP = _SCHEDULE
+    attention._DECODE_CTAS_PER_SM.update(_PER_SM)
+    attention._DECODE_EARLY_LAUNCH["bulk2"] = _EARLY
+    attention._DECODE_MIN_CHUNK = _MIN_CHUNK
+    config.reload()
 
 
 def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
@@ -74,21 +87,22 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
         for name, (knobs, fn) in cases.items():
             if knobs is not None:
                 knobs = dict(knobs)
+                _restore_knobs()
                 overhead, group = knobs.pop("schedule", _SCHEDULE)
                 attention._ITEM_OVERHEAD, attention._HEAD_GROUP = float(overhead), int(group)
-                attention._DECODE_CTAS_PER_SM["bulk2"] = float(knobs.pop("per_sm", _PER_SM))
+                kernel = knobs.get("decode_kernel", "bulk2")
+                if "per_sm" in knobs:
+                    attention._DECODE_CTAS_PER_SM[kernel] = float(knobs.pop("per_sm"))
+                    attention._DECODE_CTAS_PER_SM["bulk2"] = attention._DECODE_CTAS_PER_SM[kernel]
                 attention._DECODE_EARLY_LAUNCH["bulk2"] = bool(knobs.pop("early", _EARLY))
-                config.reload()
+                attention._DECODE_MIN_CHUNK = int(knobs.pop("min_chunk", _MIN_CHUNK))
                 config.set(**knobs)
                 attention.PREFILL_PLANS.clear()  # the warm-up call below plans again
                 attention.DECODE_PLANS.clear()
             fn()
             timer = _torch_us if knobs is None else _gp_us
             times[name].append(timer(fn, calls))
-    attention._ITEM_OVERHEAD, attention._HEAD_GROUP = _SCHEDULE
-    attention._DECODE_CTAS_PER_SM["bulk2"] = _PER_SM
-    attention._DECODE_EARLY_LAUNCH["bulk2"] = _EARLY
-    config.reload()
+    _restore_knobs()
     base = statistics.median(times["torch"])
     for name, ts in times.items():
         med = statistics.median(ts)
@@ -239,14 +253,45 @@ def _host_us(fn: Callable[[], object], sync: Callable[[], None], calls: int = 20
 
 #: Decode variants timed: label -> ops.config knobs and the tool's own (``per_sm``: the bulk2
 #: split's CTAs per SM; ``early``: the fused kernel lets its successor launch after its key loop).
+_KERNEL = {"decode_combine": "kernel"}
 VARIANTS: dict[str, dict[str, Any]] = {
-    "bulk2 sm=3": {"per_sm": 3},
     "bulk2 sm=2": {"per_sm": 2},
-    "bulk2 sm=3 early": {"per_sm": 3, "early": True},
+    "bulk2 sm=2 combine=kernel": {"per_sm": 2, **_KERNEL},
+    "tma2 sm=2": {"decode_kernel": "tma2", "per_sm": 2},
+    "tma2 sm=2 combine=kernel": {"decode_kernel": "tma2", "per_sm": 2, **_KERNEL},
+    "tma3 sm=2": {"decode_kernel": "tma3", "per_sm": 2},
+    "tma3 sm=2 combine=kernel": {"decode_kernel": "tma3", "per_sm": 2, **_KERNEL},
+    "tma2 sm=3": {"decode_kernel": "tma2", "per_sm": 3},
+    "tma2 sm=3 combine=kernel": {"decode_kernel": "tma2", "per_sm": 3, **_KERNEL},
+    "bulk3 sm=2": {"decode_kernel": "bulk3", "per_sm": 2},
+    "bulk3 sm=2 combine=kernel": {"decode_kernel": "bulk3", "per_sm": 2, **_KERNEL},
+    "bulk2 sm=3 combine=kernel": {"per_sm": 3, **_KERNEL},
     "bulk2 sm=2 early": {"per_sm": 2, "early": True},
-    "bulk2 sm=2 combine=kernel": {"per_sm": 2, "decode_combine": "kernel"},
     "mma2 sm=2": {"decode_kernel": "mma2"},
 }
+#: Variants at the serving engine's shapes (many sequences, short caches): each kernel at its
+#: default split, then splits of shorter chunks for the batches that leave SMs idle.
+SERVE_VARIANTS: dict[str, dict[str, Any]] = {
+    "bulk2": {},
+    "tma2": {"decode_kernel": "tma2"},
+    "tma3": {"decode_kernel": "tma3"},
+    "bulk3": {"decode_kernel": "bulk3"},
+    "mma2": {"decode_kernel": "mma2"},
+    "mma": {"decode_kernel": "mma"},
+    "simt": {"decode_kernel": "simt"},
+    "bulk2 chunk>=64": {"min_chunk": 64},
+    "tma2 chunk>=64": {"decode_kernel": "tma2", "min_chunk": 64},
+    "tma2 chunk>=64 sm=3": {"decode_kernel": "tma2", "min_chunk": 64, "per_sm": 3},
+    "tma2 chunk>=64 combine=kernel": {"decode_kernel": "tma2", "min_chunk": 64, **_KERNEL},
+    "mma chunk>=64 sm=3": {"decode_kernel": "mma", "min_chunk": 64, "per_sm": 3},
+    # More CTAs than fit at once (batch 64: 512 per split, 396 resident at three per SM):
+    # splitting shrinks the partial last wave.
+    "bulk2 chunk>=64 sm=8": {"min_chunk": 64, "per_sm": 8},
+    "tma2 chunk>=64 sm=8": {"decode_kernel": "tma2", "min_chunk": 64, "per_sm": 8},
+    "tma2 chunk>=64 sm=16": {"decode_kernel": "tma2", "min_chunk": 64, "per_sm": 16},
+}
+#: The serving shapes: (batch, cached tokens per sequence).
+SERVE_SHAPES = ((64, 128), (64, 512), (16, 128), (16, 512), (32, 256))
 
 
 def decode(
@@ -258,6 +303,7 @@ def decode(
     paged: bool,
     variants: dict[str, dict[str, Any]],
     profile_it: bool = False,
+    torch_pinned: bool = True,
 ) -> None:
     """Decode over ``n`` cached tokens (32/8 heads, D 128, bf16), contiguous or paged.
 
@@ -274,10 +320,11 @@ def decode(
     lens = gp.from_numpy(np.full(b, n, np.int32))
     table = None
     if paged:
-        nb = n // block
+        nb = -(-n // block)
         perm = rng.permutation(b * nb).astype(np.int32)
 
         def page(x: np.ndarray) -> np.ndarray:
+            x = np.pad(x, ((0, 0), (0, 0), (0, nb * block - n), (0, 0)))
             blocks = x.reshape(b, hkv, nb, block, d).transpose(0, 2, 1, 3, 4)
             out = np.empty_like(blocks.reshape(b * nb, hkv, block, d))
             out[perm] = blocks.reshape(b * nb, hkv, block, d)
@@ -295,7 +342,7 @@ def decode(
     def fn() -> object:
         return ops.decode_attention(q, kc, vc, lens, block_table=table)
 
-    cases = _torch_backends(tq, tk, tv, pinned_too=not paged)
+    cases = _torch_backends(tq, tk, tv, pinned_too=torch_pinned and not paged)
     for name, knobs in variants.items():
         cases[name] = ({"decode_kernel": "bulk2", **knobs}, fn)
     _interleave(cases, rounds, calls)
@@ -318,16 +365,27 @@ def main() -> None:
     parser.add_argument(
         "--only",
         default="decode,long,prefill,llama",
-        help="comma-separated parts, run in this order: decode, long, causal (prefill, causal"
-        " only), prefill, llama",
+        help="comma-separated parts, run in this order: decode (8K, with a profile), decode8k "
+        "(8K contiguous and paged, no profile), serve (paged decode at the serving engine's "
+        "shapes), long, causal (prefill, causal only), prefill, llama",
+    )
+    parser.add_argument(
+        "--exclude", default="", help="leave out the decode variants whose names contain this"
     )
     args = parser.parse_args()
+    if args.exclude:
+        for table in (VARIANTS, SERVE_VARIANTS):
+            for name in [n for n in table if args.exclude in n]:
+                del table[name]
     parts = args.only.split(",")
     r, c = args.rounds, args.calls * 4
     for part in parts:
-        if part == "decode":
-            decode(r, c, 8, 8192, paged=False, variants=VARIANTS, profile_it=True)
+        if part in ("decode", "decode8k"):
+            decode(r, c, 8, 8192, paged=False, variants=VARIANTS, profile_it=part == "decode")
             decode(r, c, 8, 8192, paged=True, variants=VARIANTS)
+        elif part == "serve":
+            for b, n in SERVE_SHAPES:
+                decode(r, c, b, n, paged=True, variants=SERVE_VARIANTS, torch_pinned=False)
         elif part == "long":
             decode(r, c, 8, 16384, paged=False, variants=VARIANTS)
             decode(r, c, 1, 32768, paged=False, variants=VARIANTS)

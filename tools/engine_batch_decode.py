@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from llm_torch_common import random_weights
 
 import pygpukit as gp
 from pygpukit.llm import CausalLM
@@ -26,25 +27,10 @@ from pygpukit.llm.benchmarks import SHAPES
 from pygpukit.llm.config import ModelConfig
 from pygpukit.llm.engine import Engine, RequestParams
 from pygpukit.llm.engine.paged_cache import BLOCK_SIZE, block_bytes
-from pygpukit.llm.models.llama import checkpoint_tensors
 from pygpukit.llm.torch_anchor import TorchAnchor
 
 PROMPT, NEW = 32, 64
 BATCHES = (1, 4, 16, 64)
-
-
-def random_weights(cfg: ModelConfig) -> dict[str, Any]:
-    """bfloat16 torch tensors on the GPU under their Hugging Face names (norms are ones)."""
-    out = {}
-    g = torch.Generator(device="cuda").manual_seed(0)
-    for name, shape, kind in checkpoint_tensors(cfg):
-        if kind == "norm":
-            out[name] = torch.ones(shape, dtype=torch.bfloat16, device="cuda")
-        else:
-            t = torch.randn(shape, generator=g, dtype=torch.float32, device="cuda") * 0.02
-            out[name] = t.to(torch.bfloat16)
-    torch.cuda.synchronize()
-    return out
 
 
 def _collect(into: list[int], output: Any) -> None:

@@ -6,16 +6,20 @@ Random bfloat16 weights are made on the GPU by PyTorch once and shared (DLPack, 
 ``pygpukit.llm.CausalLM`` and the PyTorch anchor (eager prefill). Prints:
 
 - the median time to first token (``generate(max_new_tokens=1)``, prompt to the token on the
-  host) of PyGPUkit and of the anchor, in interleaved rounds;
+  host) of PyGPUkit (also with Python's garbage collector paused) and of the anchor, in
+  interleaved rounds;
 - the prefill's weight GEMMs alone at the prompt's own shapes (each timed with CUDA events,
   summed over the layers, the head's one row added), in PyTorch and in PyGPUkit
   (``ops.linear``), and PyTorch's bfloat16 8192^3 rate: TTFT as a multiple of each (the
   acceptance asks for at most 1.3x of the FLOP time at the measured GEMM rate);
 - how long the host takes to enqueue the prefill (call to return, no wait) against the total;
 - one prefill under ``torch.profiler`` (CUPTI): kernel time by name, the GPU's busy span and
-  the idle time between kernels, with the largest gaps and the kernels around them;
+  the idle time between kernels, with the largest gaps and the kernels around them, the host
+  time before the first kernel and after the last, and the first launches and kernels in
+  time order (which ones the GPU waited for);
 - a host profile (cProfile) of one ``generate``.
 
+Setup and timing helpers are shared with ``prefill_ttft.py`` (``llm_torch_common.py``).
 Needs torch with CUDA.
 """
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import functools
+import gc
 import io
 import itertools
 import pstats
@@ -31,90 +35,23 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import torch
+from llm_torch_common import event_ms, gemm_shapes, interleaved_ms, matmul_ms, prefill_pair
 
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.llm import CausalLM
 from pygpukit.llm.benchmarks import SHAPES
 from pygpukit.llm.config import ModelConfig
-from pygpukit.llm.models.llama import checkpoint_tensors
-from pygpukit.llm.torch_anchor import TorchAnchor
-from pygpukit.ops.linear import linear
-
-
-def random_weights(cfg: ModelConfig) -> dict[str, Any]:
-    """bfloat16 torch tensors on the GPU under their Hugging Face names (norms are ones)."""
-    out = {}
-    g = torch.Generator(device="cuda").manual_seed(0)
-    for name, shape, kind in checkpoint_tensors(cfg):
-        if kind == "norm":
-            out[name] = torch.ones(shape, dtype=torch.bfloat16, device="cuda")
-        else:
-            t = torch.randn(shape, generator=g, dtype=torch.float32, device="cuda") * 0.02
-            out[name] = t.to(torch.bfloat16)
-            del t
-    torch.cuda.synchronize()
-    return out
-
-
-def gemm_shapes(cfg: ModelConfig, rows: int) -> list[tuple[int, int, int, int]]:
-    """``(count, M, N, K)`` of the prefill's weight GEMMs (the head's last row included)."""
-    h, layers = cfg.hidden_size, cfg.num_layers
-    qkv = cfg.q_size + 2 * cfg.kv_size
-    return [
-        (layers, rows, qkv, h),
-        (layers, rows, h, cfg.q_size),
-        (layers, rows, 2 * cfg.intermediate_size, h),
-        (layers, rows, h, cfg.intermediate_size),
-        (1, 1, cfg.vocab_size, h),
-    ]
-
-
-def _event_ms(fn: Callable[[], object], reps: int, lib: str) -> float:
-    """Median GPU milliseconds per call over ``reps`` calls, each bracketed by ``lib``'s events.
-
-    PyGPUkit and PyTorch run on different streams: each is timed with its own stream's events.
-    """
-    fn()
-    times = []
-    for _ in range(reps):
-        if lib == "torch":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        else:
-            start, end = gp.Event(timing=True), gp.Event(timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(float(start.elapsed_time(end)))
-    return statistics.median(times)
-
-
-def matmul_ms(cfg: ModelConfig, rows: int, lib: str, reps: int = 10) -> dict[str, float]:
-    """Milliseconds of each prefill GEMM shape (all its layers), in ``lib`` (torch/pygpukit)."""
-    out = {}
-    for count, m, n, k in gemm_shapes(cfg, rows):
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        if lib == "torch":
-            fn: Callable[[], object] = functools.partial(torch.matmul, a, w.T)
-        else:
-            ga, gw = gp.from_dlpack(a), gp.from_dlpack(w)
-            fn = functools.partial(linear, ga, gw)
-        torch.cuda.synchronize()
-        out[f"{m}x{n}x{k}"] = count * _event_ms(fn, reps, lib)
-    return out
 
 
 def square_rate(n: int = 8192, reps: int = 10) -> float:
     """PyTorch's bfloat16 n^3 matmul rate in TFLOP/s (the suite's gemm_bfloat16 ceiling)."""
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ms = _event_ms(lambda: a @ b, reps, "torch")
+    ms = event_ms(lambda: a @ b, reps, "torch")
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 
@@ -123,20 +60,34 @@ def prefill_flops(cfg: ModelConfig, rows: int) -> int:
     return sum(2 * c * m * n * k for c, m, n, k in gemm_shapes(cfg, rows))
 
 
-def kernel_report(fn: Callable[[], object], rows: int = 25) -> None:
-    """One call of ``fn`` under torch.profiler: kernels by name, busy span, idle gaps."""
-    from torch.profiler import ProfilerActivity, profile
+#: Host-side CUDA calls (runtime and driver API) that put work on the GPU, by name prefix.
+_ENQUEUES = ("cudaLaunch", "cuLaunch", "cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset")
+
+
+def kernel_report(fn: Callable[[], object], rows: int = 25, timeline: int = 40) -> None:
+    """One call of ``fn`` under torch.profiler: kernels by name, busy span, idle gaps.
+
+    Also where the call's time goes around the GPU's busy span (host work before the first
+    kernel, after the last), each large gap's place (the index of the kernel after it), and a
+    timeline of the first ``timeline`` launches and kernels: which of them the GPU waited for.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     gp.synchronize()
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
-        fn()
+        with record_function("generate"):
+            fn()
         gp.synchronize()
-    kernels = []
+    kernels, launches, call = [], [], None
     for e in prof.events():
-        if e.device_type.name != "CUDA":
-            continue
-        kernels.append((e.time_range.start, e.time_range.end, e.name))
+        if e.device_type.name == "CUDA":
+            kernels.append((e.time_range.start, e.time_range.end, e.name))
+        elif e.name == "generate":
+            call = (e.time_range.start, e.time_range.end)
+        elif e.name.startswith(_ENQUEUES):
+            launches.append((e.time_range.start, e.time_range.end, e.name))
     kernels.sort()
+    launches.sort()
     if not kernels:
         print("no kernels recorded")
         return
@@ -147,25 +98,44 @@ def kernel_report(fn: Callable[[], object], rows: int = 25) -> None:
     busy = sum(e - s for s, e, _ in kernels)
     span = kernels[-1][1] - kernels[0][0]
     gaps = []
-    for (_, e0, n0), (s1, _, n1) in itertools.pairwise(kernels):
+    for i, ((_, e0, n0), (s1, _, n1)) in enumerate(itertools.pairwise(kernels)):
         if s1 > e0:
-            gaps.append((s1 - e0, n0, n1))
-    idle = sum(g for g, _, _ in gaps)
+            gaps.append((s1 - e0, i + 1, n0, n1))
+    idle = sum(g[0] for g in gaps)
     print(
         f"-- one prefill: {len(kernels)} kernels, {busy / 1e3:.3f} ms kernel time, span "
         f"{span / 1e3:.3f} ms first start to last end, {idle / 1e3:.3f} ms idle between kernels"
     )
+    if call is not None:
+        total, before = (call[1] - call[0]) / 1e3, (kernels[0][0] - call[0]) / 1e3
+        print(
+            f"  generate() {total:.3f} ms: {before:.3f} ms before the first GPU activity, "
+            f"{(call[1] - kernels[-1][1]) / 1e3:.3f} ms after the last; {len(launches)} "
+            "launch/copy calls on the host"
+        )
     for name, (t, n) in sorted(by_name.items(), key=lambda kv: -kv[1][0])[:rows]:
         print(f"  {t / 1e3:8.3f} ms {int(n):5d}x  {name[:100]}")
-    gaps.sort(reverse=True)
-    print("-- largest gaps (us, after -> before)")
-    for g, n0, n1 in gaps[:12]:
-        print(f"  {g:8.1f}  {n0[:50]} -> {n1[:50]}")
-    small = [g for g, _, _ in gaps]
+    print("-- largest gaps (us, #index of the kernel after, after -> before)")
+    for g, i, n0, n1 in sorted(gaps, reverse=True)[:12]:
+        print(f"  {g:8.1f} #{i:<4d} {n0[:48]} -> {n1[:48]}")
+    small = [g[0] for g in gaps]
     if small:
         short = sum(g for g in small if g < 20) / 1e3
         print(f"  gaps: {len(small)}, median {statistics.median(small):.2f} us, "
               f"sum of those under 20 us {short:.3f} ms")  # fmt: skip
+    if call is None:
+        return
+    # Host calls (H) and GPU work (G) merged in time, from the call's start: a G row that starts
+    # right after its H row is work the GPU waited for.
+    merged = [(s, e, "H", n) for s, e, n in launches] + [(s, e, "G", n) for s, e, n in kernels]
+    merged.sort()
+    print(f"-- the first {timeline} host calls (H) and GPU activities (G), us from the call")
+    shown = 0
+    for s, e, kind, name in merged:
+        print(f"  {kind} {(s - call[0]):9.1f} {(e - s):8.1f}  {name[:70]}")
+        shown += kind == "G"
+        if shown >= timeline // 2:
+            break
 
 
 def host_report(fn: Callable[[], object], rows: int = 30) -> None:
@@ -229,15 +199,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-profile", action="store_true", help="timings only")
     args = parser.parse_args()
-    conf = dict(SHAPES[args.shape])
-    if args.layers:
-        conf["num_hidden_layers"] = args.layers
-    cfg = ModelConfig.from_dict(conf)
     t0 = time.perf_counter()
-    tw = random_weights(cfg)
-    arrays = {k: gp.from_dlpack(v) for k, v in tw.items()}
-    model = CausalLM(cfg, arrays, max_seq_len=args.prompt + 16)
-    anchor = TorchAnchor(cfg, tw, max_batch=1, max_seq_len=args.prompt + 16)
+    cfg, _weights, model, anchor = prefill_pair(args.shape, args.layers, args.prompt)
     print(f"built in {time.perf_counter() - t0:.1f} s: {args.shape}, {cfg.num_layers} layers, "
           f"{args.prompt}-token prompt, bf16, {torch.cuda.get_device_name()}")  # fmt: skip
     rng = np.random.default_rng(0)
@@ -251,18 +214,17 @@ def main() -> None:
         anchor.prefill(ids)
         return anchor.tokens(1, args.prompt, 1)
 
-    cases = {"pygpukit": ours, "anchor (torch eager)": theirs}
-    first = {name: fn() for name, fn in cases.items()}
-    for fn in cases.values():
-        fn()
-    times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(args.rounds):
-        for name, fn in cases.items():
-            torch.cuda.synchronize()
-            gp.synchronize()
-            start = time.perf_counter()
-            fn()
-            times[name].append((time.perf_counter() - start) * 1e3)
+    def ours_no_gc() -> object:
+        # The same with Python's cyclic collector paused: what a collection in the middle of
+        # a prefill's launches costs the time to first token.
+        gc.disable()
+        try:
+            return ours()
+        finally:
+            gc.enable()
+
+    cases = {"pygpukit": ours, "pygpukit, gc off": ours_no_gc, "anchor (torch eager)": theirs}
+    first, times = interleaved_ms(cases, args.rounds)
     anchor_med = statistics.median(times["anchor (torch eager)"])
     for name, ts in times.items():
         med = statistics.median(ts)

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "core/device.hpp"
 #include "core/driver.hpp"
@@ -23,25 +24,76 @@ struct ActiveCapture {
 };
 std::unordered_map<CUstream, ActiveCapture> g_captures;  // by capturing stream
 
-}  // namespace
+// Captures begun and not yet ended in this process, and the releases waiting for them to end.
+// Leaked: destructors may run during interpreter exit, after static destruction.
+std::mutex& g_release_mutex = *new std::mutex;
+auto& g_deferred_releases = *new std::vector<std::function<void()>>;
+int g_open_captures = 0;  // under g_release_mutex
 
-Graph::~Graph() {
+void open_capture() {
+    std::lock_guard<std::mutex> lock(g_release_mutex);
+    ++g_open_captures;
+}
+
+// After cuStreamEndCapture (or a failed begin): the last capture to end runs what waited.
+void close_capture() {
+    std::vector<std::function<void()>> due;
+    {
+        std::lock_guard<std::mutex> lock(g_release_mutex);
+        if (--g_open_captures > 0) return;
+        due.swap(g_deferred_releases);
+    }
+    for (auto& release : due) {
+        try {
+            release();
+        } catch (const std::exception&) {
+            // A release runs for a destructor: it has nobody to report to.
+        }
+    }
+}
+
+// The driver calls of a graph that is gone (see Graph::~Graph).
+void destroy_graph(CUgraph graph, CUgraphExec exec, uint64_t pool_id, int device,
+                   const StreamPtr& capture_stream, const std::vector<StreamPtr>& replayed_on) {
     if (!driver_loaded()) return;
-    drv().cuGraphExecDestroy(exec_);
-    drv().cuGraphDestroy(graph_);
-    if (pool_id_ == 0) return;
+    drv().cuGraphExecDestroy(exec);
+    drv().cuGraphDestroy(graph);
+    if (pool_id == 0) return;
     // The region's ranges are reused in the capture stream's order: make that order include the
     // replays still pending elsewhere (no host wait).
-    for (const StreamPtr& other : replayed_on_) {
+    for (const StreamPtr& other : replayed_on) {
         try {
-            Event done(device_, false);
+            Event done(device, false);
             done.record(*other);
-            capture_stream_->wait_event(done);
+            capture_stream->wait_event(done);
         } catch (const std::exception&) {
             // A foreign stream destroyed by its owner has no pending replay left to wait for.
         }
     }
-    rust_api().pool_graph_release(pool_id_);
+    rust_api().pool_graph_release(pool_id);
+}
+
+}  // namespace
+
+void release_outside_capture(std::function<void()> release) {
+    {
+        std::lock_guard<std::mutex> lock(g_release_mutex);
+        if (g_open_captures > 0) {
+            g_deferred_releases.push_back(std::move(release));
+            return;
+        }
+    }
+    release();
+}
+
+Graph::~Graph() {
+    // Python's garbage collector may drop a graph while another one is being captured, where
+    // cuGraphExecDestroy (and a wait on the capture stream) would invalidate that capture.
+    release_outside_capture([graph = graph_, exec = exec_, pool_id = pool_id_, device = device_,
+                             capture_stream = std::move(capture_stream_),
+                             replayed_on = std::move(replayed_on_)] {
+        destroy_graph(graph, exec, pool_id, device, capture_stream, replayed_on);
+    });
 }
 
 void Graph::replay(const StreamPtr& stream) {
@@ -67,8 +119,14 @@ void begin_capture(const StreamPtr& stream) {
         }
     }
     const pgk_api& api = rust_api();
-    check(drv().cuStreamBeginCapture(stream->handle(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
-          "cuStreamBeginCapture");
+    // Counted open before the driver starts capturing, so that no release slips in between.
+    open_capture();
+    const CUresult begun =
+        drv().cuStreamBeginCapture(stream->handle(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (begun != CUDA_SUCCESS) {
+        close_capture();
+        throw_cuda_error(begun, "cuStreamBeginCapture");
+    }
     // The pool checks that the stream is capturing, so its graph region opens second.
     uint64_t pool_id = 0;
     if (api.pool_graph_begin(stream->device(), stream->id(), &pool_id) != PGK_OK) {
@@ -78,6 +136,7 @@ void begin_capture(const StreamPtr& stream) {
             discarded != nullptr) {
             drv().cuGraphDestroy(discarded);
         }
+        close_capture();
         throw CudaError(CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "pool_graph_begin: " + reason);
     }
     std::lock_guard<std::mutex> lock(g_capture_mutex);
@@ -106,6 +165,7 @@ std::shared_ptr<Graph> end_capture(const StreamPtr& stream) {
     CUgraph graph = nullptr;
     CUresult r = drv().cuStreamEndCapture(stream->handle(), &graph);
     api.pool_graph_end(pool_id);
+    close_capture();
     if (r != CUDA_SUCCESS) {
         api.pool_graph_release(pool_id);
         throw_cuda_error(r, "cuStreamEndCapture");

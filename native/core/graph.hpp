@@ -7,6 +7,7 @@
 
 #include <cuda.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -40,5 +41,12 @@ class Graph {
 
 void begin_capture(const StreamPtr& stream);
 std::shared_ptr<Graph> end_capture(const StreamPtr& stream);
+
+// Runs `release` (driver calls that destroy a graph or unload a module) now, or, while a stream of
+// this process is being captured, once the last capture has ended. The driver does not permit
+// such calls during a capture: it invalidates the capture without an error of its own, and the
+// capture's next launch fails with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED. Destructors reach here
+// from Python's garbage collector, which may run in the middle of any capture.
+void release_outside_capture(std::function<void()> release);
 
 }  // namespace pgk

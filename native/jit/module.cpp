@@ -4,6 +4,7 @@
 
 #include "core/device.hpp"
 #include "core/driver.hpp"
+#include "core/graph.hpp"
 
 namespace pgk {
 
@@ -13,7 +14,12 @@ Module::Module(const std::string& image, int device) : device_(device) {
 }
 
 Module::~Module() {
-    if (module_ != nullptr && driver_loaded()) drv().cuModuleUnload(module_);
+    if (module_ == nullptr) return;
+    // cuModuleUnload during a capture would invalidate it (the garbage collector may drop a
+    // module in the middle of one).
+    release_outside_capture([module = module_] {
+        if (driver_loaded()) drv().cuModuleUnload(module);
+    });
 }
 
 CUfunction Module::function(const std::string& name) const {

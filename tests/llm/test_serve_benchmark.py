@@ -31,6 +31,8 @@ def test_serve_suite_cases_run(tmp_path, monkeypatch, rng):
             if case.op == "load":
                 m = result.metrics
                 assert m["output_tok_s"] > 0 and m["ttft_p99_ms"] >= m["ttft_p50_ms"] > 0
+                assert m["itl_p99_ms"] >= m["itl_p50_ms"] >= 0
+                assert m["wave_tok_s"] > 0 and m["wave_ttft_p99_ms"] >= m["wave_ttft_p50_ms"] > 0
     finally:
         benchmarks._stop_all()
     assert rows == [("load", 1), ("load", 4), ("startup", None)]
@@ -49,6 +51,11 @@ def test_models_variable_picks_the_shapes_and_gpu_rows(monkeypatch, rng):
     cases = list(benchmarks.SUITE.cases(ctx))
     assert {c.params["model"] for c in cases if "model" in c.params} == {"smollm2-135m"}
     assert [c.params.get("clients") for c in cases if c.op == "load"] == [1, 16, 64]
+    assert all(c.params["requests"] > 1 for c in cases if c.op == "load")  # steady state
+    monkeypatch.setenv(benchmarks.CLIENTS_ENV, "64")
+    picked = [c.params for c in benchmarks.SUITE.cases(ctx) if c.op == "load"]
+    assert [p["clients"] for p in picked] == [64]
+    monkeypatch.delenv(benchmarks.CLIENTS_ENV)
     iso = [c.params for c in cases if c.op == "isolation"]
     assert iso == [{"guaranteed": "smollm2-135m", "besteffort": "qwen2.5-0.5b"}]
     monkeypatch.delenv(benchmarks.MODELS_ENV)

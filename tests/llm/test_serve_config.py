@@ -26,8 +26,8 @@ def test_defaults_without_a_file(tmp_path):
     args = _args("m=/models/x", "--port", "9001", "--no-prefix-caching")
     assert args.models == ["m=/models/x"] and args.port == 9001
     assert args.prefix_caching is False
-    for key in ("host", "max_batch", "max_queue", "max_batched_tokens", "max_model_len",
-                "dtype", "device", "grace", "log_level"):  # fmt: skip
+    for key in ("host", "max_batch", "max_queue", "max_batched_tokens", "prefill_chunk",
+                "max_model_len", "dtype", "device", "grace", "log_level"):  # fmt: skip
         assert getattr(args, key) == DEFAULTS[key][0], key
     assert args.kv_memory == "0.5" and args.partition == []
 

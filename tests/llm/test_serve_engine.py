@@ -159,6 +159,34 @@ def test_concurrent_greedy_equals_generate_with_chunks_and_preemption(tiny, tiny
     assert engine.blocks.used == 0 and engine.stats()["running"] == 0
 
 
+@BATCH_VARIANT_ON_GPU
+def test_prefill_capped_beside_decode_rows_keeps_greedy_answers(tiny):
+    """Prompts arriving while others decode are prefilled ``prefill_chunk`` tokens a step
+    (every decode row still runs); the answers are generate's."""
+    rng = np.random.default_rng()
+    cap = int(rng.integers(5, 12))
+    prompts = _prompts(rng, 4, 24, 40)
+    refs = [tiny.generate(p, max_new_tokens=8).token_ids for p in prompts]
+    engine = Engine(tiny, kv_memory=_kv(tiny, 64), max_batch=8, max_batched_tokens=48,
+                    prefill_chunk=cap)  # fmt: skip
+    steps: list[tuple[int, int]] = []  # (decode rows, prompt tokens)
+    logits = engine._logits
+
+    def recorded(plan):
+        # A row whose token is its request's last one to compute decodes (a prompt's last
+        # token too: it costs a step what a decode row costs).
+        decode = [c for c in plan.chunks if c.count == 1 and c.sample]
+        steps.append((len(decode), sum(c.count for c in plan.chunks) - len(decode)))
+        return logits(plan)
+
+    engine._logits = recorded
+    assert _run_all(engine, [(p, RequestParams(max_tokens=8)) for p in prompts]) == refs
+    assert steps[0] == (0, 48)  # nothing decodes yet: the whole budget
+    assert all(prompt <= cap for rows, prompt in steps if rows)
+    assert sum(prompt for rows, prompt in steps if rows) > 0  # prompts rode beside decode rows
+    assert engine.blocks.used == 0
+
+
 def _invariant_tiny(path_factory):
     # bfloat16 on every backend: the batch-invariant step runs the fused one-token kernels'
     # twins, which take half types (the CPU backend runs their references).

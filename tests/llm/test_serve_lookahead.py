@@ -116,3 +116,56 @@ def test_an_abort_while_a_step_is_in_flight(tiny):
     assert [o.finish_reason for o in outs[ids[0]]][-1] == "length"
     assert sum(len(o.token_ids) for o in outs[ids[2]]) == 40
     assert engine.blocks.used == 0
+
+
+# On the GPU (bfloat16) the new requests join one step later with lookahead (the step they
+# would join is already queued), so the steps' row counts differ from the host-planned run's.
+@pytest.mark.xfail(
+    TEST_DTYPE == "bfloat16",
+    reason="batches of other sizes round differently (no batch-invariant kernels here)",
+    strict=False,
+)
+def test_requests_arriving_while_others_decode_join_a_step_queued_ahead(tiny):
+    """New prompts ride in a step queued ahead on the device-side ids (the flattened path,
+    decode rows first), capped by the prefill chunk; the answers are those of host-planned
+    steps, and the step after them is queued ahead too."""
+    rng = np.random.default_rng()
+    first = [rng.integers(3, 259, int(rng.integers(5, 20))).tolist() for _ in range(3)]
+    later = [rng.integers(3, 259, int(rng.integers(5, 30))).tolist() for _ in range(4)]
+    params = RequestParams(max_tokens=12, ignore_eos=True)
+
+    def run(engine: Engine) -> tuple[list[list[int]], list[tuple[int, int]]]:
+        tokens: list[list[int]] = [[] for _ in first + later]
+        mixed: list[tuple[int, int]] = []  # (decode rows, prompt tokens) of mixed lookahead steps
+        logits = engine.runner.logits
+
+        def recorded(inputs, *, token_ids=None):
+            if token_ids is not None:
+                mixed.append((int(token_ids.shape[0]), len(inputs.ids) - token_ids.shape[0]))
+            return logits(inputs, token_ids=token_ids)
+
+        engine.runner.logits = recorded
+        for i, p in enumerate(first):
+            engine.submit(p, params, lambda o, i=i: tokens[i].extend(o.token_ids))
+        for _ in range(3):  # the first prompts, then they decode
+            engine.step()
+        for i, p in enumerate(later, start=len(first)):
+            engine.submit(p, params, lambda o, i=i: tokens[i].extend(o.token_ids))
+            engine.step()
+        while engine.step() or engine.has_work():
+            pass
+        return tokens, mixed
+
+    per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
+    cap = int(rng.integers(4, 12))
+
+    def engine(lookahead: bool) -> Engine:
+        return Engine(tiny, kv_memory=96 * per_block, max_batch=16, max_batched_tokens=256,
+                      prefill_chunk=cap, lookahead=lookahead, prefix_caching=False)  # fmt: skip
+
+    want, _ = run(engine(False))
+    on = engine(True)
+    got, mixed = run(on)
+    assert got == want and all(len(t) == 12 for t in got)
+    assert mixed and all(rows > 0 and 0 < prompt <= cap for rows, prompt in mixed)
+    assert on.blocks.used == 0

@@ -20,6 +20,7 @@ from signal_references import conv1d_ref, conv_transpose1d_ref
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.ops import config
+from pygpukit.ops import conv as conv_module
 from pygpukit.ops.reference import conv as numpy_conv
 
 Rand = Callable[..., np.ndarray]
@@ -134,3 +135,35 @@ def nan_positions(rand: Rand, kernel: str) -> list[int]:
         y = ops.conv1d(*[gp.from_numpy(a) for a in (x, w, b)], padding=1).to_numpy()
     bad = np.isnan(y.astype(np.float32)).any(axis=1)[0]
     return [int(i) for i in np.flatnonzero(bad)]
+
+
+def case_error(
+    rand: Rand,
+    dtype: str,
+    case: tuple[int, ...],
+    kernel: str,
+    plan_type: type | None = None,
+    *,
+    against: str = "numpy",
+) -> float:
+    """The relative error of a conv case (9 fields) or transpose case (10 fields) run with
+    ``conv_kernel=kernel``, against the float64 reference (``against="torch"``: PyTorch's).
+
+    With ``plan_type``, the case must plan that kernel family (not fall back to another path).
+    """
+    transposed = len(case) == 10
+    x, w, b = (transpose_inputs if transposed else conv_inputs)(rand, dtype, case)
+    options = (transpose_options if transposed else conv_options)(case)
+    args = [gp.from_numpy(a) for a in (x, w, b)]
+    plan_of = conv_module.conv_transpose1d_plan if transposed else conv_module.conv1d_plan
+    op = ops.conv_transpose1d if transposed else ops.conv1d
+    with config.override(conv_kernel=kernel):
+        if plan_type is not None:
+            plan, _ = plan_of(*args, **options)
+            assert isinstance(plan, plan_type), f"{kernel} planned {type(plan).__name__}"
+        y = op(*args, **options).to_numpy()
+    if against == "torch":
+        want = torch_reference(transposed, x, w, b, **options)
+    else:
+        want = (transpose_reference if transposed else conv_reference)(x, w, b, case)
+    return float(rel_err(y, want))

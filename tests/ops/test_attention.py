@@ -288,6 +288,11 @@ def test_decode_split_of_the_benchmark_shape(monkeypatch):
     assert attention._decode_split(8, 8, 8192, 3) == (6, 1408)
     assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["mma2"]) == (4, 2048)
     assert attention._decode_split(8, 8, 8192, attention._DECODE_CTAS_PER_SM["simt"]) == (16, 512)
+    # A short cache stays whole unless its chunks may be shorter (then the idle SMs split it).
+    assert attention._decode_split(16, 8, 128, 2) == (1, 128)
+    monkeypatch.setattr(attention, "_DECODE_MIN_CHUNK", 64)
+    assert attention._decode_split(16, 8, 128, 2) == (2, 64)
+    assert attention._decode_split(64, 8, 512, 2) == (1, 512)  # 512 CTAs fill the SMs already
 
 
 def test_bulk_decode_needs_sm90():
@@ -296,13 +301,18 @@ def test_bulk_decode_needs_sm90():
 
     assert attention._decode_stages("bulk2", 128, 227 * 1024, bulk_ok=False)[0] == "mma2"
     assert attention._decode_stages("bulk2", 128, 227 * 1024, bulk_ok=True)[0] == "bulk2"
+    assert attention._decode_stages("bulk3", 128, 227 * 1024, bulk_ok=False)[0] == "mma2"
+    assert attention._decode_stages("bulk3", 128, 227 * 1024, bulk_ok=True)[0] == "bulk3"
 
 
 @pytest.mark.parametrize(
     ("kernel", "d", "optin", "expect"),
     [("mma2", 256, 99 * 1024, "mma"), ("mma2", 128, 99 * 1024, "mma2"),
      ("mma", 256, 48 * 1024, "mma"), ("mma2", 64, 227 * 1024, "mma2"),
-     ("bulk2", 256, 227 * 1024, "bulk2"), ("bulk2", 256, 99 * 1024, "mma")],
+     ("bulk2", 256, 227 * 1024, "bulk2"), ("bulk2", 256, 99 * 1024, "mma"),
+     ("bulk3", 256, 227 * 1024, "bulk3"), ("bulk3", 128, 99 * 1024, "bulk2"),
+     ("bulk3", 256, 99 * 1024, "mma"), ("tma3", 256, 227 * 1024, "tma3"),
+     ("tma3", 256, 160 * 1024, "tma2"), ("tma2", 96, 227 * 1024, "bulk2")],
 )  # fmt: skip
 def test_decode_stages_fall_back_to_what_fits(kernel, d, optin, expect):
     """A decode kernel whose K/V stages do not fit the GPU's shared memory gives way to the one
@@ -311,8 +321,11 @@ def test_decode_stages_fall_back_to_what_fits(kernel, d, optin, expect):
 
     got, smem = attention._decode_stages(kernel, d, optin)
     assert got == expect
-    stages = int(got.lstrip("bulkma") or 1)
-    assert smem == (16 + 2 * stages * 64) * (d + 8) * 2
+    stages = int(got.lstrip("bulkmat") or 1)
+    if got.startswith("tma"):  # unpadded tiles, 1 KiB aligned
+        assert smem == 16 * (d + 8) * 2 + 1024 + 2 * stages * 64 * d * 2
+    else:
+        assert smem == (16 + 2 * stages * 64) * (d + 8) * 2
     assert smem <= optin or got == "mma"
 
 

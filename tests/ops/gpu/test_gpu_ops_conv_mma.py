@@ -13,16 +13,12 @@ import numpy as np
 import pytest
 from conv_checks import (
     Rand,
+    case_error,
     conv_inputs,
     conv_options,
-    conv_reference,
     misaligned_weight_error,
     nan_positions,
     scaled_inputs,
-    torch_reference,
-    transpose_inputs,
-    transpose_options,
-    transpose_reference,
 )
 from ops_references import rel_err
 
@@ -78,29 +74,15 @@ TRANSPOSE_CASES = [
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv1d_mma(rand: Rand, dtype: str, kernel: str, case: tuple[int, ...]) -> None:
-    x, w, b = conv_inputs(rand, dtype, case)
-    args = [gp.from_numpy(a) for a in (x, w, b)]
-    options = conv_options(case)
-    with config.override(conv_kernel=kernel):
-        plan, _ = conv_module.conv1d_plan(*args, **options)
-        assert isinstance(plan, MmaConvPlan)
-        y = ops.conv1d(*args, **options).to_numpy()
     tol = TOL_3XTF32 if dtype == "float32" else TOL[dtype]
-    assert rel_err(y, conv_reference(x, w, b, case)) < tol
+    assert case_error(rand, dtype, case, kernel, MmaConvPlan) < tol
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", TRANSPOSE_CASES)
 def test_conv_transpose1d_mma(rand: Rand, dtype: str, case: tuple[int, ...]) -> None:
-    x, w, b = transpose_inputs(rand, dtype, case)
-    args = [gp.from_numpy(a) for a in (x, w, b)]
-    options = transpose_options(case)
-    with config.override(conv_kernel="mma_64x64"):
-        plan, _ = conv_module.conv_transpose1d_plan(*args, **options)
-        assert isinstance(plan, MmaConvPlan)
-        y = ops.conv_transpose1d(*args, **options).to_numpy()
     tol = TOL_3XTF32 if dtype == "float32" else TOL[dtype]
-    assert rel_err(y, transpose_reference(x, w, b, case)) < tol
+    assert case_error(rand, dtype, case, "mma_64x64", MmaConvPlan) < tol
 
 
 @pytest.mark.parametrize("transposed", [False, True])
@@ -129,11 +111,7 @@ def test_conv_mma_nan_propagates(rand: Rand) -> None:
 
 @pytest.mark.parametrize("case", [CONV_CASES[0], CONV_CASES[1], CONV_CASES[4]])
 def test_conv1d_mma_against_torch(rand: Rand, case: tuple[int, ...]) -> None:
-    x, w, b = conv_inputs(rand, "bfloat16", case)
-    options = conv_options(case)
-    with config.override(conv_kernel="mma_64x128"):
-        y = ops.conv1d(*[gp.from_numpy(a) for a in (x, w, b)], **options).to_numpy()
-    assert rel_err(y, torch_reference(False, x, w, b, **options)) < TOL["bfloat16"]
+    assert case_error(rand, "bfloat16", case, "mma_64x128", against="torch") < TOL["bfloat16"]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

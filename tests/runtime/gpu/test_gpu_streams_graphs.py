@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -133,3 +135,75 @@ def test_dropped_streams_give_their_matmul_workspace_back(make, monkeypatch):
     gc.collect()
     grown = gp.memory.stats()["allocated_bytes"] - before
     assert grown <= 32 * 2**20, f"{grown / 2**20:.0f} MiB still allocated after 40 dropped streams"
+
+
+class _Cycle:
+    """Holds ``payload`` in a reference cycle: only the cyclic garbage collector frees it."""
+
+    def __init__(self, payload: object) -> None:
+        self.payload = payload
+        self.me = self
+
+
+@contextmanager
+def _collector_off() -> Iterator[None]:
+    """No automatic collection inside: only the test's ``gc.collect`` frees cycles."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _capture_around_collection(kernel, y, stream):
+    """Capture two kernels on ``y`` with a garbage collection between them; the graph."""
+    with stream, gp.graph_capture() as graph:
+        kernel(y, 3.0, 0.5, y.size)
+        gc.collect()  # frees what only a cycle held, in the middle of the capture
+        kernel(y, 1.0, -1.0, y.size)
+    return graph
+
+
+@pytest.mark.parametrize("replayed_elsewhere", [False, True])
+def test_a_graph_collected_during_another_capture_leaves_it_intact(make, replayed_elsewhere):
+    """The collector may free an old graph while a new one is captured (any allocation in
+    Python can run it); destroying a graph's executable then would invalidate the capture."""
+    kernel = gp.jit(AFFINE, func="affine")
+    hx, hy = make((4096,), "float32"), make((4096,), "float32")
+    x, y = gp.from_numpy(hx), gp.from_numpy(hy)
+    stream = gp.Stream()
+    with stream, gp.graph_capture() as old:
+        kernel(x, 2.0, 1.0, x.size)
+    old.replay(stream)
+    if replayed_elsewhere:  # its release then also orders the capture stream after that one
+        other = gp.Stream()
+        old.replay(other)
+        other.synchronize()
+    stream.synchronize()
+    with _collector_off():
+        _Cycle(old)
+        del old
+        graph = _capture_around_collection(kernel, y, stream)
+    graph.replay(stream)
+    stream.synchronize()
+    np.testing.assert_allclose(y.to_numpy(), (hy * 3.0 + 0.5) - 1.0, rtol=1e-6)
+
+
+def test_a_module_collected_during_a_capture_leaves_it_intact(make):
+    """cuModuleUnload during a capture would invalidate it as well."""
+    from pygpukit.backend import select
+
+    b = select.backend()
+    cubin, _, _ = b.compile(AFFINE, "affine.cu", [], [])
+    kernel = gp.jit(AFFINE, func="affine")
+    hy = make((4096,), "float32")
+    y = gp.from_numpy(hy)
+    stream = gp.Stream()
+    with _collector_off():
+        _Cycle(b.load_module(bytes(cubin), gp.get_device()))
+        graph = _capture_around_collection(kernel, y, stream)
+    graph.replay(stream)
+    stream.synchronize()
+    np.testing.assert_allclose(y.to_numpy(), (hy * 3.0 + 0.5) - 1.0, rtol=1e-6)

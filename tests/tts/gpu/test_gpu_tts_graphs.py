@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tts_random_inputs import SMALL_RATES, token_ids
 
 from pygpukit.tts import KokoroConfig
 from pygpukit.tts._graphs import bucket
@@ -17,21 +18,6 @@ from pygpukit.tts.kokoro import KokoroNetwork
 from pygpukit.tts.random_model import random_state, random_voice
 
 pytestmark = pytest.mark.gpu
-
-SMALL_RATES = KokoroConfig(
-    hidden_dim=64,
-    style_dim=32,
-    albert_hidden=64,
-    albert_heads=4,
-    albert_intermediate=128,
-    albert_layers=2,
-    albert_embedding=32,
-    upsample_initial_channel=32,
-)
-
-
-def _ids(rng: np.random.Generator, n: int) -> np.ndarray:
-    return np.array([0, *rng.integers(1, 170, n), 0])
 
 
 def _rel(got: np.ndarray, want: np.ndarray) -> float:
@@ -72,7 +58,7 @@ def test_gpu_replay_equals_eager(dtype):
     rng = np.random.default_rng()
     net, eager, voice = _networks(SMALL_RATES, dtype)
     assert net.graphs is not None
-    first, other = _ids(rng, 37), _ids(rng, 34)  # 39 and 36 tokens: one bucket (48)
+    first, other = token_ids(rng, 37), token_ids(rng, 34)  # 39 and 36 tokens: one bucket (48)
     style = voice[30, 0]
     captured = net(first, style, 1.0)  # eager at the bucket, then captured
     replayed = net(first, style, 1.0)
@@ -90,7 +76,7 @@ def test_gpu_replay_equals_eager(dtype):
 def test_gpu_batch_replay_equals_each_utterance_alone():
     rng = np.random.default_rng()
     net, eager, voice = _networks(SMALL_RATES, "float32")
-    ids = [_ids(rng, n) for n in (40, 11, 27)]
+    ids = [token_ids(rng, n) for n in (40, 11, 27)]
     refs = [voice[len(i) - 3, 0] for i in ids]
     for _ in range(2):  # captured, then replayed
         batch = net.batch(ids, refs, 1.0)
@@ -106,12 +92,12 @@ def test_gpu_graphs_are_kept_per_bucket_and_dropped_least_recent_first():
     assert g is not None
     lengths = (10, 40, 90)  # three token buckets: 16, 48, 96
     for n in (*lengths, lengths[-1]):
-        net(_ids(rng, n), voice[n, 0], 1.0)
+        net(token_ids(rng, n), voice[n, 0], 1.0)
     assert g.phonemes.eager == 3 and g.phonemes.replays == 1
     assert [k[1] for k in g.phonemes.entries] == [bucket(42), bucket(92)]
     assert len(g.frames.entries) <= 2
     # Speed changes the frame count only: the token graph replays.
-    net(_ids(rng, 90), voice[90, 0], 0.8)
+    net(token_ids(rng, 90), voice[90, 0], 0.8)
     assert g.phonemes.replays == 2
 
 
@@ -123,7 +109,7 @@ def test_gpu_real_shape_replay_equals_eager():
     this random model amplifies by several percent, so the comparison with it is in float32.
     """
     rng = np.random.default_rng()
-    ids = _ids(rng, 150)
+    ids = token_ids(rng, 150)
     net, _, voice = _networks(KokoroConfig(), "auto")
     style = voice[150, 0]
     first = net(ids, style, 1.0)

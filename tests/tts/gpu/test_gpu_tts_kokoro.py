@@ -5,7 +5,8 @@ and every voice, the predicted frames per phoneme equal onnxruntime's for at lea
 tokens with the total within 1 %, and the log-mel spectrogram correlates at least 0.95 with
 onnxruntime's (with onnxruntime's alignment where a duration flipped), with the generator's
 STFT/iSTFT on the CUDA backend's ``pygpukit.ops.audio`` kernels. Also a padded batch of every
-voice: each utterance's durations are the ones it gets alone.
+voice: each utterance's durations are the ones it gets alone. And the duration path alone on
+onnxruntime's own ALBERT output, the same 95 % and 1 % in every case.
 """
 
 from __future__ import annotations
@@ -52,6 +53,25 @@ def test_gpu_durations_match_onnxruntime(kokoro_model, reference, key, voice):
     assert abs(int(ours.sum()) - int(theirs.sum())) <= 0.01 * theirs.sum()
 
 
+@pytest.mark.parametrize("key", ["short", "medium", "long"])
+@pytest.mark.parametrize("voice", VOICES)
+def test_gpu_duration_path_matches_onnxruntime_given_its_albert(
+    kokoro_model, reference, key, voice
+):
+    """The duration path alone (duration encoder, LSTM, projection, rounding) on onnxruntime's
+    own ``bert_encoder`` output: ALBERT's 8-bit activation rounding makes its output move with
+    any float32 ulp upstream (onnxruntime against itself with every ALBERT LayerNorm moved by
+    one ulp: 93.9-100 % of the tokens equal, ``tools/tts_onnx_sensitivity.py``), so this is the
+    comparison that measures this implementation rather than that rounding."""
+    ids = as_token_array(phonemes_to_ids(PHONEMES[key], kokoro_model.config.vocab))
+    style = kokoro_model._style_table(voice)[len(ids) - 1, 0]
+    features = reference.bert_features(ids)
+    _, ours = kokoro_model.network.predict_durations(ids, style, 1.0, bert_features=features)
+    theirs = reference.durations(ids, style)
+    assert (ours == theirs).mean() >= 0.95, (ours, theirs)
+    assert abs(int(ours.sum()) - int(theirs.sum())) <= 0.01 * theirs.sum()
+
+
 def test_gpu_batch_durations_equal_single(kokoro_model):
     """Five voices, three lengths, one padded batch: each utterance as it is alone.
 
@@ -76,7 +96,8 @@ def test_gpu_log_mel_matches_onnxruntime(kokoro_model, reference, key, voice):
     tokens = as_token_array(ids)
     audio_ref, durations_ref = reference.audio_and_durations(tokens, style)
     audio = kokoro_model.synthesize(phonemes=PHONEMES[key], voice=voice)
-    assert (audio.durations == durations_ref[1:-1]).mean() >= 0.95
+    # The durations are test_gpu_durations_match_onnxruntime's subject; this one is the audio's,
+    # on onnxruntime's alignment wherever a frame count differs.
     if np.array_equal(audio.durations, durations_ref[1:-1]):
         samples = audio.samples
     else:

@@ -13,6 +13,7 @@ import functools
 import numpy as np
 import pytest
 from kokoro_numpy_reference import ReferenceNetwork
+from tts_random_inputs import SMALL_RATES, token_ids
 
 from pygpukit.tts import KokoroConfig
 from pygpukit.tts.kokoro import KokoroNetwork
@@ -20,22 +21,6 @@ from pygpukit.tts.model import FIRST_CHUNK, KokoroModel
 from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
 
 pytestmark = pytest.mark.gpu
-
-SMALL_RATES = KokoroConfig(
-    hidden_dim=64,
-    style_dim=32,
-    albert_hidden=64,
-    albert_heads=4,
-    albert_intermediate=128,
-    albert_layers=2,
-    albert_embedding=32,
-    upsample_initial_channel=32,
-)
-
-
-def _ids(rng: np.random.Generator, n: int) -> np.ndarray:
-    return np.array([0, *rng.integers(1, 170, n), 0])
-
 
 # Relative L2 error of the audio against the float32 NumPy reference, by vocoder dtype.
 LIMITS = {"float32": 1e-2, "float16": 3e-2, "bfloat16": 0.15}
@@ -52,7 +37,7 @@ def _reference(name: str) -> tuple:
     seed = int(rng.integers(1 << 20))
     state = random_state(config, seed=seed)
     style = random_voice(config, seed=seed + 1)[30, 0]
-    ids = _ids(rng, 29)
+    ids = token_ids(rng, 29)
     return state, style, ids, ReferenceNetwork(config, state)(ids, style, 1.0)
 
 
@@ -76,7 +61,7 @@ def test_gpu_real_shape_durations_match_the_numpy_reference():
     seed = int(rng.integers(1 << 20))
     state = random_state(config, seed=seed)
     style = random_voice(config, seed=seed + 1)[150, 0]
-    ids = _ids(rng, 150)
+    ids = token_ids(rng, 150)
     _, ours = KokoroNetwork(config, state).predict_durations(ids, style, 1.0)
     _, ref = ReferenceNetwork(config, state).predict_durations(ids, style, 1.0)
     assert (ours == ref).mean() >= 0.95
@@ -90,7 +75,7 @@ def test_gpu_batch_matches_each_utterance_alone(dtype, limit):
     config = SMALL_RATES
     net = KokoroNetwork(config, random_state(config, seed=seed), vocoder_dtype=dtype)
     voice = random_voice(config, seed=seed + 1)
-    ids = [_ids(rng, n) for n in (40, 11, 27, 40)]
+    ids = [token_ids(rng, n) for n in (40, 11, 27, 40)]
     refs = [voice[len(i) - 3, 0] for i in ids]
     batch = net.batch(ids, refs, 1.0)
     for i, r, got in zip(ids, refs, batch, strict=True):

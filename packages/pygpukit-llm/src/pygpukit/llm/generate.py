@@ -236,18 +236,25 @@ class Decoder:
 
     # --- the host-side API ---------------------------------------------------------------------
 
-    def prefill(self, prompt: Sequence[int], p: SamplingParams, gen: ops.Generator | None) -> None:
+    def prefill(
+        self, prompt: Sequence[int] | np.ndarray, p: SamplingParams, gen: ops.Generator | None
+    ) -> None:
         """Run the prompt through the model in one pass, fill the cache, sample the first token."""
-        s = len(prompt)
-        hist = np.full(self.cache.max_seq_len, -1, np.int32)
-        hist[:s] = prompt
-        self.history[...] = hist
-        self.pos[...] = np.array([s - 1], np.int32)
-        # The ids and the positions in one upload; the positions are also the cache slots.
-        host = np.empty((2, s), np.int32)
-        host[0], host[1] = prompt, np.arange(s)
-        both = gp.from_numpy(host)
-        ids, positions = both[0:1], both[1:2]
+        s, length = len(prompt), self.cache.max_seq_len
+        # One upload: the ids, the positions (also the cache slots), the history and the last
+        # position; the state arrays take theirs by device copies, which need no host wait
+        # (every host-to-device copy is one the GPU idles through at the start of a prefill).
+        ids_host = np.asarray(prompt, np.int32)  # no copy for the int32 ids generate passes
+        host = np.empty(2 * s + length + 1, np.int32)
+        host[:s] = ids_host
+        host[s : 2 * s] = np.arange(s)
+        host[2 * s : 2 * s + length] = -1
+        host[2 * s : 3 * s] = ids_host
+        host[-1] = s - 1
+        block = gp.from_numpy(host)
+        self.history[...] = block[2 * s : 2 * s + length]
+        self.pos[...] = block[-1:]
+        ids, positions = block[:s].reshape(1, s), block[s : 2 * s].reshape(1, s)
 
         if s <= self.cache.capacity:  # keys and values go straight into slots 0 .. s - 1
             cache = (self.cache.k, self.cache.v)
@@ -320,7 +327,11 @@ class Decoder:
         return self._graphs[key]
 
     def run(
-        self, prompt: Sequence[int], max_new: int, p: SamplingParams, eos: frozenset[int]
+        self,
+        prompt: Sequence[int] | np.ndarray,
+        max_new: int,
+        p: SamplingParams,
+        eos: frozenset[int],
     ) -> Iterator[tuple[int, float]]:
         """Yield ``(token id, arrival time)`` for up to ``max_new`` tokens; stops after an EOS.
 

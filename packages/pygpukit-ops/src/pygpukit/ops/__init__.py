@@ -16,6 +16,7 @@ waiting; on the CPU backend the same call runs a NumPy version. Families:
 - :mod:`.attention`: flash attention for prefill, decode attention over a KV cache;
 - :mod:`.kv_cache`: writes into contiguous and paged KV caches;
 - :mod:`.linear`: GEMV / skinny GEMM and linear layers with fused epilogues;
+  :mod:`.skinny_linear`: 1 to 64 rows of x on tensor cores at the weights' streaming rate;
 - :mod:`.decode_linear`: a one-token decode layer's GEMVs with RMSNorm, residual, SwiGLU and
   RoPE + KV-cache writes fused in; :mod:`.decode_state`: a decode step's bookkeeping;
   :mod:`.decode_head`: a greedy step's head GEMV, argmax and bookkeeping in one launch;
@@ -58,6 +59,7 @@ from . import (
     rope_paged,
     rope_scaling,
     sampling,
+    skinny_linear,
 )
 
 # Collected before the star imports: they bind the function linear() over the module of
@@ -85,6 +87,7 @@ __all__ = [
     *rope_paged.__all__,
     *rope_scaling.__all__,
     *sampling.__all__,
+    *skinny_linear.__all__,
 ]
 
 from .activations import *  # noqa: F403
@@ -106,3 +109,4 @@ from .rope import *  # noqa: F403
 from .rope_paged import *  # noqa: F403
 from .rope_scaling import *  # noqa: F403
 from .sampling import *  # noqa: F403
+from .skinny_linear import *  # type: ignore[no-redef]  # noqa: F403

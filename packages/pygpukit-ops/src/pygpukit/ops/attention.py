@@ -39,6 +39,8 @@ from ._common import (
     check_int32,
     check_out,
     check_same_dtype,
+    check_shape,
+    check_writeable,
     host,
     kernel_suffix,
     result,
@@ -62,6 +64,7 @@ HEAD_DIMS = (64, 80, 96, 128, 256)
 #: The ``decode_kernel`` knob of :mod:`.config` picks the decode kernel: ``bulk2`` (tensor
 #: cores, two K/V stages per CTA filled by bulk copies, one per cached row: the default, 82% of
 #: the copy bandwidth for 8K cached tokens on an H200, 78% paged; ``mma2`` before SM 9.0),
+#: ``bulk3`` (three such stages),
 #: ``mma2`` (the same stages filled by 16-byte cp.async: 79%, 63% paged), ``mma`` (one stage,
 #: 71%) or ``simt`` (CUDA cores, 69%).
 DECODE_KERNEL_ENV = config.ENV["decode_kernel"][0]
@@ -214,9 +217,43 @@ def _mask_strides(mask: GPUArray, target: tuple[int, int, int, int]) -> tuple[in
     return tuple(strides)
 
 
+def seq_major_out(out: GPUArray) -> bool:
+    """Whether ``out`` ``[B, Hq, Sq, D]`` is the transposed view of a ``[B, Sq, Hq, D]`` array.
+
+    That is ``x.transpose(0, 2, 1, 3)`` of a C-contiguous ``x``: the kernels write it in place
+    (the layout an output projection reads, so no copy follows attention). False for a
+    C-contiguous ``out``.
+    """
+    if out.is_contiguous():
+        return False
+    return out.ndim == 4 and out.transpose(0, 2, 1, 3).is_contiguous()
+
+
+def check_prefill_out(out: GPUArray | None, shape: tuple[int, ...], dtype: Any) -> GPUArray:
+    """``out`` when given (checked), else a new ``[B, Hq, Sq, D]`` array.
+
+    ``out`` must have the shape and dtype, be writeable, and be C-contiguous or
+    :func:`seq_major_out`.
+    """
+    if out is None:
+        return gp.empty(shape, dtype)
+    check_array(out, "out", dtypes=[dtype], contiguous=False)
+    check_shape(out, "out", shape)
+    check_writeable(out, "out")
+    if not out.is_contiguous() and not seq_major_out(out):
+        raise ValueError(
+            f"out must be C-contiguous [B, Hq, Sq, D] or x.transpose(0, 2, 1, 3) of a "
+            f"C-contiguous [B, Sq, Hq, D] x; got strides {out.strides}"
+        )
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class PrefillPlan:
-    """A prefill launch: ``plan(q, k, v, out, mask, mask_strides, scale)`` enqueues it."""
+    """A prefill launch: ``plan(q, k, v, out, mask, mask_strides, scale)`` enqueues it.
+
+    ``out`` is C-contiguous or :func:`seq_major_out` (the kernels write either layout).
+    """
 
     launch: Launch
     mask_kind: int
@@ -242,9 +279,10 @@ class PrefillPlan:
         _check_aligned(("q", q), ("k", k), ("v", v), ("out", out))
         maps = _tma_maps(q, k, v) if self.tma else ()
         extra = (self.sched,) if self.sched is not None else ()
+        o_seq = 0 if out.is_contiguous() else 1  # else seq_major_out (checked by the caller)
         self.launch(
             q, k, v, out, mask if mask is not None else 0, self.mask_kind, *strides,
-            *self.sizes, scale, self.causal, *maps, *extra,
+            *self.sizes, scale, self.causal, o_seq, *maps, *extra,
         )  # fmt: skip
 
 
@@ -286,7 +324,12 @@ class ComposedPrefill:
         scale: float,
     ) -> None:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-        _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, out)
+        if out.is_contiguous():
+            _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, out)
+            return
+        res = gp.empty(tuple(out.shape), out.dtype)  # a seq_major_out view: written after
+        _attention_fp32.sdpa(q, k, v, mask, self.causal, scale, res)
+        out[...] = res
 
 
 def _plan_prefill_cuda(*key: Any) -> PrefillPlan | ReferencePrefill | ComposedPrefill:
@@ -410,12 +453,14 @@ def scaled_dot_product_attention(
     ``[B, Hq, Sq, Sk]``; ``is_causal`` hides key ``j`` from query ``i`` when
     ``j > i + (Sk - Sq)`` (bottom-right aligned; PyTorch's rule when ``Sq == Sk``) and
     may be combined with a mask. ``scale`` defaults to ``1 / sqrt(D)``. Rows that see
-    no key output zeros. Raises ``TypeError``/``ValueError`` for wrong arguments.
+    no key output zeros. ``out`` (optional) receives the result: C-contiguous, or
+    ``x.transpose(0, 2, 1, 3)`` of a C-contiguous ``[B, Sq, Hq, D]`` ``x`` (written in place:
+    ``x.reshape(B, Sq, Hq * D)`` is then the input of an output projection, no copy between).
+    Raises ``TypeError``/``ValueError`` for wrong arguments.
     """
     scale_f, strides = check_prefill(q, k, v, attn_mask, is_causal, scale)
     is_causal = bool(is_causal)
-    check_out(out, tuple(q.shape), q.dtype)
-    res = result(out, tuple(q.shape), q.dtype)
+    res = check_prefill_out(out, tuple(q.shape), q.dtype)
     if res.size == 0:
         return res
     prefill_plan(q, k, v, attn_mask, is_causal)(q, k, v, res, attn_mask, strides, scale_f)
@@ -439,7 +484,12 @@ def _sm_count(device: int) -> int:
 #: that favoured three set two against a launch that let the next call in early).
 #: The SIMT kernel (no shared memory, many CTAs per SM) does best at eight per SM.
 #: docs/ops-attention.md (Performance notes) has the split sweeps these come from.
-_DECODE_CTAS_PER_SM: dict[str, float] = {"mma": 2, "mma2": 2, "bulk2": 2, "simt": 8}
+_DECODE_CTAS_PER_SM: dict[str, float] = {
+    "mma": 2, "mma2": 2, "bulk2": 2, "bulk3": 2, "tma2": 2, "tma3": 2, "simt": 8,
+}  # fmt: skip
+#: The fewest keys a split takes: a split's first tiles cost a memory latency before any key
+#: is scored, so short caches stay whole unless the batch leaves most SMs idle.
+_DECODE_MIN_CHUNK = 256
 #: Whether a split kernel whose last CTAs merge the partials (the fused combine) lets a kernel
 #: launched dependent after it start once its key loops are done (its blocks then take the block
 #: slots as the merging CTAs free them), rather than only when it exits.
@@ -449,15 +499,14 @@ _DECODE_EARLY_LAUNCH = {"bulk2": False}
 def _decode_split(
     batch: int, ctas: int, capacity: int, per_sm: float = _DECODE_CTAS_PER_SM["bulk2"]
 ) -> tuple[int, int]:
-    """(splits, chunk): about ``per_sm`` CTAs per SM at most, chunks of at least 256 keys.
+    """(splits, chunk): at most about ``per_sm`` CTAs per SM, chunks of >= _DECODE_MIN_CHUNK.
 
     ``ctas`` counts the CTAs of one split for one sequence. Sized by the cache capacity: the
     lengths live on the device and are not read back.
     """
     want = max(1, int(per_sm * _sm_count(gp.get_device())) // max(1, batch * ctas))
-    splits = max(
-        1, min(constant("attention_decode", "DECODE_MAX_SPLITS"), want, -(-capacity // 256))
-    )
+    most = constant("attention_decode", "DECODE_MAX_SPLITS")
+    splits = max(1, min(most, want, -(-capacity // _DECODE_MIN_CHUNK)))
     chunk = -(-capacity // splits)
     chunk = -(-chunk // 64) * 64  # whole steps of the kernel's key loop
     return -(-capacity // chunk), chunk
@@ -466,27 +515,56 @@ def _decode_split(
 def _decode_smem(kernel: str, d: int, stages: int) -> int:
     """Dynamic shared memory of a tensor-core decode kernel with ``stages`` K/V stages.
 
-    Q rows + K and V tiles of DECODE_KEY_TILE tokens per stage, rows padded by 8 elements.
+    Q rows + K and V tiles of DECODE_KEY_TILE tokens per stage, rows padded by 8 elements;
+    the tensor-copy kernels' tiles are unpadded (swizzled) and start 1 KiB aligned.
     """
     tile = constant("attention_decode", "DECODE_KEY_TILE")
-    return (decode_heads_per_cta(kernel) + 2 * stages * tile) * (d + 8) * 2
+    heads = decode_heads_per_cta(kernel)
+    if kernel.startswith("tma"):
+        return heads * (d + 8) * 2 + 1024 + 2 * stages * tile * d * 2
+    return (heads + 2 * stages * tile) * (d + 8) * 2
+
+
+#: Head dims of the tensor-copy decode kernels (whole 64-value column blocks).
+_TMA_DECODE_HEAD_DIMS = (64, 128, 256)
+
+
+def _tma_box_rows(cache_len: int, paged: bool) -> int:
+    """Rows per tensor-copy box of the tma decode kernels; 0 where they cannot read the cache.
+
+    A contiguous cache: a whole 64-key tile. A paged one: one block (8 to 64 tokens dividing
+    64), or 64 rows of a block of a multiple of 64 tokens.
+    """
+    tile = constant("attention_decode", "DECODE_KEY_TILE")
+    if not paged:
+        return tile
+    if cache_len % tile == 0:
+        return tile
+    if cache_len % 8 == 0 and tile % cache_len == 0:
+        return cache_len
+    return 0
 
 
 def _decode_stages(kernel: str, d: int, optin: int, bulk_ok: bool = True) -> tuple[str, int]:
-    """The decode kernel to launch for ``kernel`` (mma, mma2, bulk2), and its shared memory.
+    """The decode kernel to launch for ``kernel`` (mma, mma2, bulk, tma), and its shared memory.
 
-    ``kernel`` itself, or where its two stages do not fit in ``optin`` bytes (large head dims,
-    GPUs with less shared memory) the one-stage ``mma``; ``bulk2`` becomes ``mma2`` where bulk
-    copies are missing (``bulk_ok`` false: before SM 9.0).
+    ``kernel`` itself, or where its stages do not fit in ``optin`` bytes (large head dims, GPUs
+    with less shared memory) fewer of them, down to the one-stage ``mma``; the bulk kernels
+    become ``mma2`` where bulk copies are missing (``bulk_ok`` false: before SM 9.0), the only
+    cp.async ring with more than one stage.
     """
     family = kernel.rstrip("0123456789")
     stages = int(kernel[len(family) :] or 1)
-    while stages > 1 and _decode_smem(kernel, d, stages) > optin:
+    if family in ("bulk", "tma") and not bulk_ok:
+        family, stages = "mma", min(stages, 2)
+    if family == "tma" and d not in _TMA_DECODE_HEAD_DIMS:
+        family = "bulk"
+    while stages > 1 and _decode_smem(f"{family}{stages}", d, stages) > optin:
         stages -= 1
-    if family == "bulk" and (stages < 2 or not bulk_ok):
+    if family in ("bulk", "tma") and stages < 2:
         family = "mma"
     name = f"{family}{stages}" if stages > 1 else "mma"
-    return name, _decode_smem(kernel, d, stages)
+    return name, _decode_smem(name, d, stages)
 
 
 def _has_bulk_copy(device: int) -> bool:
@@ -522,6 +600,9 @@ class DecodePlan:
     dependent: bool = False  # both kernels by programmatic dependent launch
     fused: int = 0  # the fused combine's counters per stream (0: no fused combine)
     early: int = 0  # a fused-combine kernel lets its dependent successor launch after its key loop
+    #: The tensor-copy kernels' box rows (0: a kernel without tensor maps). Their maps are made
+    #: at each call (a host-side driver call): a plan holds no cache array alive.
+    box: int = 0
     #: The fused combine's counters (int32, counted as unsigned), one zeroed array per stream
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
     #: and launches of the plan in two streams at once do not share them. Made by the first call
@@ -587,10 +668,15 @@ class DecodePlan:
         # previous kernel drains: they prefetch their first keys into L2 and wait for it in the
         # kernel before reading anything it may write.
         main = self.launch
-        args = (
+        args: tuple[Any, ...] = (
             q, k_cache, v_cache, seq_lens, table, out, o_part, lse, counters, *self.tail, scale,
             self.early,
         )  # fmt: skip
+        if self.box:
+            d = q.shape[2]
+            args += tuple(
+                gp.TensorMap(x.reshape(-1, d), (self.box, 64), 128) for x in (k_cache, v_cache)
+            )
         main.kernel.launch(
             main.grid, main.block, args, shared_mem=main.shared_mem, dependent=self.dependent
         )
@@ -668,6 +754,9 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
     check_int32("decode_attention", Hq=hq, cache_len=cache_len, max_blocks=max_blocks)
     which = config.get().decode_kernel
     suffix = kernel_suffix(dtype)
+    box = _tma_box_rows(cache_len, max_blocks > 0) if which.startswith("tma") else 0
+    if which.startswith("tma") and (not box or b * hkv * cache_len >= 2**31):
+        which = "bulk" + which[3:]  # a layout the tensor maps cannot take: one copy per row
     if which != "simt":
         which, smem = _decode_stages(which, d, _smem_optin(_device), _has_bulk_copy(_device))
         kern = _kernel_loader.kernel("attention_decode", f"attn_decode_{which}_d{d}_{suffix}")
@@ -689,7 +778,8 @@ def _plan_decode_cuda(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecod
     partials = (b * hq * splits * d, b * hq * splits, splits)
     dependent = config.get().dependent_launch == "on"
     early = int(bool(fused) and _DECODE_EARLY_LAUNCH.get(which, False))
-    return DecodePlan(launch, combine, tail, partials, dependent, fused, early)
+    box = box if which.startswith("tma") else 0
+    return DecodePlan(launch, combine, tail, partials, dependent, fused, early, box)
 
 
 def _plan_decode_numpy(*key: Any) -> DecodePlan | ReferenceDecode | ComposedDecode:

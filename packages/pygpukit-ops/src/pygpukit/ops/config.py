@@ -17,8 +17,9 @@ variable                       values                                        def
                                dims 64 and 128, else mma), ``mma``,
                                ``wgmma_pipe``, ``wgmma_tma``,
                                ``wgmma_persist``
-``PYGPUKIT_DECODE_KERNEL``     ``bulk2`` (mma2 before SM 9.0), ``mma2``,     ``bulk2``
-                               ``mma``, ``simt``
+``PYGPUKIT_DECODE_KERNEL``     ``bulk2`` (mma2 before SM 9.0), ``bulk3``,    ``bulk2``
+                               ``tma2``, ``tma3``, ``mma2``, ``mma``,
+                               ``simt``
 ``PYGPUKIT_DECODE_COMBINE``    ``fused`` (the last split CTA merges the      ``fused``
                                partials), ``kernel`` (a second kernel)
 ``PYGPUKIT_CONV_KERNEL``       ``auto`` (the tap-major implicit GEMM for     ``auto``
@@ -31,6 +32,9 @@ variable                       values                                        def
 ``PYGPUKIT_LSTM_KERNEL``       ``auto`` (one launch per sequence on SM 9.0+  ``auto``
                                for hidden sizes 8 to 256, else one per
                                step), ``step``
+``PYGPUKIT_SKINNY_LINEAR``     ``auto`` (the skinny kernel where it measured ``auto``
+                               faster than cuBLASLt), ``on`` (wherever it
+                               runs), ``off``
 =============================  ===========================================  =========
 
 An unknown value in the environment raises :class:`~pygpukit.errors.EnvironmentVariableError`
@@ -59,7 +63,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "decode_kernel": (
         "PYGPUKIT_DECODE_KERNEL",
-        ("bulk2", "mma2", "mma", "simt"),
+        ("bulk2", "bulk3", "tma2", "tma3", "mma2", "mma", "simt"),
     ),
     "decode_combine": ("PYGPUKIT_DECODE_COMBINE", ("fused", "kernel")),
     "conv_kernel": (
@@ -68,6 +72,7 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
     "dependent_launch": ("PYGPUKIT_DEPENDENT_LAUNCH", ("on", "off")),
     "lstm_kernel": ("PYGPUKIT_LSTM_KERNEL", ("auto", "step")),
+    "skinny_linear": ("PYGPUKIT_SKINNY_LINEAR", ("auto", "on", "off")),
 }
 
 
@@ -78,7 +83,10 @@ _DESCRIPTIONS = {
     "head dims 64 and 128, else mma), mma everywhere, or one Hopper kernel (wgmma_pipe, "
     "wgmma_tma, wgmma_persist) where auto would pick one.",
     "decode_kernel": "Which decode attention kernel runs: bulk2 (tensor cores, two K/V stages "
-    "filled by bulk copies; mma2 before SM 9.0), mma2 (the same stages filled by cp.async), mma "
+    "filled by bulk copies, one per cached row; mma2 before SM 9.0), bulk3 (three such stages; "
+    "bulk2 where three do not fit), tma2 / tma3 (two / three stages filled by tensor copies of "
+    "whole swizzled tiles; the bulk kernel of as many stages for head dims other than 64, 128 "
+    "and 256 or paged blocks they cannot box), mma2 (the same stages filled by cp.async), mma "
     "(one stage) or simt (CUDA cores).",
     "decode_combine": "How split decode attention merges its per-split partial results: fused "
     "(the last CTA of each sequence and head group to finish merges them, one launch) or kernel "
@@ -94,6 +102,9 @@ _DESCRIPTIONS = {
     "lstm_kernel": "Which kernel runs ops.lstm's recurrence: auto (the sequence kernel, one "
     "launch per call with the recurrent weights held on chip, on SM 9.0+ for hidden sizes 8 to "
     "256; the step kernel elsewhere) or step (one launch per time step everywhere).",
+    "skinny_linear": "Whether ops.linear and the Linear layers run 9 to 64 rows of x in 16-bit "
+    "types through the skinny-M kernel (ops.skinny_linear) instead of cuBLASLt: auto at the "
+    "shapes and GPUs where it measured faster, on wherever it can run, off never.",
 }
 for _field, (_name, _choices) in ENV.items():
     env.register(
@@ -119,6 +130,7 @@ class OpsConfig:
     conv_kernel: str = "auto"
     dependent_launch: str = "on"
     lstm_kernel: str = "auto"
+    skinny_linear: str = "auto"
 
     def __post_init__(self) -> None:
         for name, (variable, choices) in ENV.items():

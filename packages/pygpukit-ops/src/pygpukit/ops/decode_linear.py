@@ -29,7 +29,7 @@ Otherwise, and on the CPU backend, the composition of those ops runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 
@@ -117,7 +117,30 @@ def _check_gather(x: GPUArray, gather: Gather, norm_weight: GPUArray | None) -> 
         raise ValueError("gather_ids needs norm_weight= (the gathered row is normalised)")
 
 
-def _check_fused_arguments(
+class FusedShapeRule(Protocol):
+    """What the fused decode GEMV ops' argument checks do not share: the shapes of x's rows.
+
+    :func:`_check_fused` runs ``check_x`` first, then the checks every op shares, then
+    ``check_rows`` with the weight's ``N`` and ``K``.
+    """
+
+    @property
+    def swiglu_multiple(self) -> int:
+        """``epilogue="swiglu"`` needs ``N`` a multiple of this (the kernel's read width)."""
+        ...
+
+    def check_x(self, x: GPUArray) -> None:
+        """The dtype and rank of ``x``."""
+        ...
+
+    def check_rows(
+        self, x: GPUArray, weight: GPUArray, n: int, k: int, residual: GPUArray | None, rope_kv: Any
+    ) -> None:
+        """The ``K`` of ``x``, the residual's shape and ``rope_kv``'s positions and cache layout."""
+        ...
+
+
+def _check_fused(
     x: GPUArray,
     weight: GPUArray,
     bias: GPUArray | None,
@@ -125,18 +148,18 @@ def _check_fused_arguments(
     epilogue: str | None,
     residual: GPUArray | None,
     rope_kv: RopeKV | Any | None,
-    *,
-    swiglu_multiple: int,
+    rule: FusedShapeRule,
 ) -> tuple[int, int]:
-    """The checks :func:`decode_linear` and ``decode_linear_rows`` share; returns ``(N, K)``.
+    """Check a :func:`decode_linear` or ``decode_linear_rows`` call; returns ``(N, K)``.
 
-    The weight and its bias and norm weight (x's dtype), the epilogue name and the pairing of
-    ``residual`` / ``rope_kv`` with it, the residual's dtype, writability and independence of
-    ``x`` and the weight, the SwiGLU halves (``N`` a multiple of ``swiglu_multiple``) and the
-    q/k/v projection width of ``rope_kv`` (a :class:`RopeKV` or a paged one: anything with
-    ``shape``, ``k_cache``, ``v_cache`` and ``cos``). Each op checks ``x``, the residual's shape
-    and its ``rope_kv``'s positions and caches itself.
+    Shared: the weight and its bias and norm weight (x's dtype), the epilogue name and the
+    pairing of ``residual`` / ``rope_kv`` with it, the residual's dtype, writability and
+    independence of ``x`` and the weight, the SwiGLU halves and the q/k/v projection width of
+    ``rope_kv`` (a :class:`RopeKV` or a paged one: anything with ``shape``, ``k_cache``,
+    ``v_cache`` and ``cos``). The op's ``rule`` checks x, the residual's shape and ``rope_kv``'s
+    positions and caches.
     """
+    rule.check_x(x)
     c.check_array(weight, "weight", dtypes=c.FLOAT_DTYPES, ndim=2)
     c.check_same_dtype(x, ("weight", weight), ("bias", bias), ("norm_weight", norm_weight))
     n, k = weight.shape
@@ -156,10 +179,10 @@ def _check_fused_arguments(
         c.check_array(residual, "residual", dtypes=[x.dtype])
         c.check_writeable(residual, "residual")
         check_no_overlap(residual, ("x", x), ("weight", weight))
-    if epilogue == "swiglu" and n % swiglu_multiple:
+    if epilogue == "swiglu" and n % rule.swiglu_multiple:
         raise ValueError(
             f"epilogue='swiglu' needs gate and up halves: an even N (a multiple of "
-            f"{swiglu_multiple}), got {n}"
+            f"{rule.swiglu_multiple}), got {n}"
         )
     if rope_kv is not None:
         hq, hkv, d, _ = rope_kv.shape
@@ -169,40 +192,50 @@ def _check_fused_arguments(
                 f"weight has {n} rows; a q/k/v projection of {hq} + 2 x {hkv} heads of {d} "
                 f"needs {(hq + 2 * hkv) * d}, and cos/sin of width {d // 2}"
             )
+    rule.check_rows(x, weight, n, k, residual, rope_kv)
     return n, k
 
 
-def _check(
-    x: GPUArray,
-    weight: GPUArray,
-    bias: GPUArray | None,
-    norm_weight: GPUArray | None,
-    epilogue: str | None,
-    residual: GPUArray | None,
-    rope_kv: RopeKV | None,
-    gather: Gather | None,
-) -> tuple[int, int]:
-    if gather is not None:
-        _check_gather(x, gather, norm_weight)
-    else:
+@dataclass(frozen=True, slots=True)
+class _OneRow:
+    """:func:`decode_linear`'s rule: one row of x (``[K]`` or ``[1, K]``) or a gathered row."""
+
+    gather: Gather | None
+    norm_weight: GPUArray | None
+    swiglu_multiple: int = 2
+
+    def check_x(self, x: GPUArray) -> None:
+        """A float row, or a table when gathering."""
+        if self.gather is not None:
+            _check_gather(x, self.gather, self.norm_weight)
+            return
         c.check_array(x, "x", dtypes=c.FLOAT_DTYPES, ndim=(1, 2))
         if x.ndim == 2 and x.shape[0] != 1:
             raise ValueError(f"decode_linear takes one row of x ([K] or [1, K]), got {x.shape}")
-    n, k = _check_fused_arguments(
-        x, weight, bias, norm_weight, epilogue, residual, rope_kv, swiglu_multiple=2
-    )
-    if x.shape[-1] != k:
-        raise ValueError(f"x has {x.shape[-1]} features but weight is {tuple(weight.shape)}")
-    if residual is not None:
-        if residual.size != n:
-            raise ValueError(f"residual must hold the N = {n} outputs, got {residual.shape}")
-        if gather is not None:
-            check_no_overlap(gather.out, ("residual", residual))
-    if rope_kv is not None:
-        c.check_array(rope_kv.position, "position", dtypes=[np.int32])
-        if rope_kv.position.size != 1 or rope_kv.k_cache.shape[0] != 1 or rope_kv.shape[2] % 2:
-            raise ValueError("rope_kv takes one int32 position and [1, Hkv, capacity, D] caches")
-    return n, k
+
+    def check_rows(
+        self,
+        x: GPUArray,
+        weight: GPUArray,
+        n: int,
+        k: int,
+        residual: GPUArray | None,
+        rope_kv: RopeKV | None,
+    ) -> None:
+        """K features, N residual values, one position and single-sequence caches."""
+        if x.shape[-1] != k:
+            raise ValueError(f"x has {x.shape[-1]} features but weight is {tuple(weight.shape)}")
+        if residual is not None:
+            if residual.size != n:
+                raise ValueError(f"residual must hold the N = {n} outputs, got {residual.shape}")
+            if self.gather is not None:
+                check_no_overlap(self.gather.out, ("residual", residual))
+        if rope_kv is not None:
+            c.check_array(rope_kv.position, "position", dtypes=[np.int32])
+            if rope_kv.position.size != 1 or rope_kv.k_cache.shape[0] != 1 or rope_kv.shape[2] % 2:
+                raise ValueError(
+                    "rope_kv takes one int32 position and [1, Hkv, capacity, D] caches"
+                )
 
 
 def _out_shape(
@@ -525,7 +558,8 @@ def _bind(
     out: GPUArray | None,
     out_dtype: Any,
 ) -> BoundDecodeLinear:
-    n, k = _check(x, weight, bias, norm_weight, epilogue, residual, rope_kv, gather)
+    rule = _OneRow(gather, norm_weight)
+    n, k = _check_fused(x, weight, bias, norm_weight, epilogue, residual, rope_kv, rule)
     dtype = x.dtype
     f32 = out_dtype is not None and np.dtype(out_dtype) != dtype
     if f32 and (

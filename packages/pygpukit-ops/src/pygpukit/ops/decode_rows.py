@@ -34,7 +34,7 @@ from . import _kernel_loader as kl
 from ._constants import constant
 from ._plan import Launch, per_backend
 from .decode_attention_single import SINGLE_PASS_HEAD_DIMS
-from .decode_linear import EPILOGUES, _check_fused_arguments
+from .decode_linear import EPILOGUES, _check_fused
 from .reference import activations as ref_act
 from .reference import attention as ref_attention
 from .reference import linear as ref_linear
@@ -77,35 +77,43 @@ class PagedRopeKV:
         return self.q_heads, hkv, d, bs
 
 
-def _check(
-    x: GPUArray,
-    weight: GPUArray,
-    bias: GPUArray | None,
-    norm_weight: GPUArray | None,
-    epilogue: str | None,
-    residual: GPUArray | None,
-    rope_kv: PagedRopeKV | None,
-) -> tuple[int, int, int]:
-    c.check_array(x, "x", dtypes=c.HALF_DTYPES, ndim=2)
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """:func:`decode_linear_rows`'s rule: ``[M, K]`` half rows, one position and slot a row."""
+
     # The kernel reads two pairs of SwiGLU outputs and of rotated elements at a time.
-    n, k = _check_fused_arguments(
-        x, weight, bias, norm_weight, epilogue, residual, rope_kv, swiglu_multiple=4
-    )
-    m = x.shape[0]
-    if x.shape[1] != k or k % 8 or k == 0:
-        raise ValueError(
-            f"x {tuple(x.shape)} must be [M, K] with weight [N, K] {tuple(weight.shape)} and K a "
-            "positive multiple of 8"
-        )
-    if residual is not None:
-        c.check_shape(residual, "residual", (m, n))
-    if rope_kv is not None:
-        for name, a in (("positions", rope_kv.positions), ("slots", rope_kv.slots)):
-            c.check_array(a, name, dtypes=[np.int32], ndim=1)
-            c.check_shape(a, name, (m,))
-        if rope_kv.shape[2] % 4:
-            raise ValueError(f"rope_kv's head dim must be a multiple of 4, got {rope_kv.shape[2]}")
-    return m, n, k
+    swiglu_multiple: int = 4
+
+    def check_x(self, x: GPUArray) -> None:
+        """float16/bfloat16 ``[M, K]``."""
+        c.check_array(x, "x", dtypes=c.HALF_DTYPES, ndim=2)
+
+    def check_rows(
+        self,
+        x: GPUArray,
+        weight: GPUArray,
+        n: int,
+        k: int,
+        residual: GPUArray | None,
+        rope_kv: PagedRopeKV | None,
+    ) -> None:
+        """K a positive multiple of 8, an ``[M, N]`` residual, ``[M]`` positions and slots."""
+        m = x.shape[0]
+        if x.shape[1] != k or k % 8 or k == 0:
+            raise ValueError(
+                f"x {tuple(x.shape)} must be [M, K] with weight [N, K] {tuple(weight.shape)} and "
+                "K a positive multiple of 8"
+            )
+        if residual is not None:
+            c.check_shape(residual, "residual", (m, n))
+        if rope_kv is not None:
+            for name, a in (("positions", rope_kv.positions), ("slots", rope_kv.slots)):
+                c.check_array(a, name, dtypes=[np.int32], ndim=1)
+                c.check_shape(a, name, (m,))
+            if rope_kv.shape[2] % 4:
+                raise ValueError(
+                    f"rope_kv's head dim must be a multiple of 4, got {rope_kv.shape[2]}"
+                )
 
 
 def _out_width(n: int, epilogue: str | None, rope_kv: PagedRopeKV | None) -> int:
@@ -155,7 +163,8 @@ def bind_decode_linear_rows(
     ``normed``: an ``[M, K]`` array of x's dtype the RMSNorm prologue writes the normalised rows
     into (made when not given; a decode step shares one between its calls).
     """
-    m, n, k = _check(x, weight, bias, norm_weight, epilogue, residual, rope_kv)
+    n, k = _check_fused(x, weight, bias, norm_weight, epilogue, residual, rope_kv, _Rows())
+    m = x.shape[0]
     dtype = x.dtype
     f32 = out_dtype is not None and np.dtype(out_dtype) != dtype
     if f32 and (

@@ -45,6 +45,7 @@ from . import config
 from ._constants import constant, gemv_rows_per_block
 from ._plan import Launch, PlanCache, per_backend
 from .reference import linear as reference
+from .skinny_linear import AnySkinnyPlan, plan_skinny, skinny_preferred
 
 __all__ = ["ACTIVATIONS", "GEMV_MAX_ROWS", "GEMV_VARIANTS", "gemv", "gemv_variant", "linear"]
 
@@ -174,7 +175,7 @@ class ReferencePlan:
         c.write_into(y, ref.reshape(y.shape))
 
 
-LinearPlan = GemvPlan | MatmulPlan | ReferencePlan
+LinearPlan = GemvPlan | MatmulPlan | ReferencePlan | AnySkinnyPlan
 
 _ACTIVATION_NAMES = {code: name for name, code in ACTIVATIONS.items()}
 
@@ -215,8 +216,10 @@ def _plan_cuda(
         simt = f"gemv_f32out_{c.KERNEL_SUFFIX[dtype]}" if f32_out else f"{prefix}{sfx}"
         launch = Launch(kl.kernel("gemv", f"{simt}_m{m}"), grid, block)
         return GemvPlan(launch, (n, k, act))
+    if act == 0 and vector and skinny_preferred(m, n, k, dtype):
+        return plan_skinny(m, n, k, dtype, f32_out)  # bias in its epilogue, one rounding
     if f32_out:  # gemv() checks M <= 8 and a half dtype first
-        raise AssertionError("float32 output is planned only for the GEMV kernels")
+        raise AssertionError("float32 output is planned only for the GEMV and skinny kernels")
     epilogue = None
     if bias or act != 0:
         c.check_int32("linear", N=n)

@@ -24,7 +24,7 @@ from . import _kernel_loader as kl
 from ._plan import Launch, PlanCache, per_backend
 from .reference import kv_cache as reference_kv
 from .reference import rope as reference_rope
-from .rope import _TABLE_KIND
+from .rope import _check_qkv_rope
 
 __all__ = ["rope_kv_paged_write"]
 
@@ -122,34 +122,13 @@ def rope_kv_paged_write(
     """
     op = "rope_kv_paged_write"
     q_heads = validation.size(q_heads, "q_heads", op, minimum=1)
-    qkv = c.check_array(qkv, "qkv", dtypes=c.FLOAT_DTYPES)
-    k_cache = c.check_array(k_cache, "k_cache", dtypes=c.FLOAT_DTYPES, ndim=4)
-    v_cache = c.check_array(v_cache, "v_cache", dtypes=c.FLOAT_DTYPES, ndim=4)
-    c.check_same_dtype(qkv, ("k_cache", k_cache), ("v_cache", v_cache))
-    c.check_shape(v_cache, "v_cache", k_cache.shape)
-    c.check_writeable(k_cache, "k_cache")
-    c.check_writeable(v_cache, "v_cache")
-    num_blocks, kv_heads, block_size, d = k_cache.shape
-    width = qkv.shape[-1] if qkv.ndim else -1
-    if qkv.ndim < 1 or d % 2 or block_size < 1 or width != (q_heads + 2 * kv_heads) * d:
-        raise ValueError(
-            f"qkv {tuple(qkv.shape)} must be [..., (q_heads + 2 * kv_heads) * D] with q_heads="
-            f"{q_heads}, and the caches [num_blocks, kv_heads, block_size >= 1, D] with an even "
-            f"D; got caches {tuple(k_cache.shape)}"
-        )
-    tokens = qkv.size // width if width else 0
-    cos = c.check_array(cos, "cos", dtypes=list(_TABLE_KIND), ndim=2)
-    sin = c.check_array(sin, "sin", dtypes=list(_TABLE_KIND), ndim=2)
-    if cos.dtype not in (np.dtype(np.float32), qkv.dtype):
-        raise TypeError(f"cos must be float32 or {qkv.dtype} like qkv; got {cos.dtype}")
-    c.check_same_dtype(cos, ("sin", sin))
-    c.check_shape(sin, "sin", cos.shape)
-    max_pos, half = cos.shape
-    if half != d // 2:
-        raise ValueError(
-            f"cos/sin have width {half} but the heads have D = {d}: {op} rotates the whole "
-            f"head, so the tables must be rope_cos_sin(P, {d})"
-        )
+    qkv, cos, sin, k_cache, v_cache, kv_heads, d, max_pos, kind = _check_qkv_rope(
+        op, qkv, cos, sin, k_cache, v_cache, q_heads=q_heads, qkv_ndim=None, qkv_lead="...",
+        cache_layout="[num_blocks, kv_heads, block_size >= 1, D]",
+        layout_fits=lambda _qkv_shape, cache_shape: cache_shape[2] >= 1,
+    )  # fmt: skip
+    num_blocks, _, block_size, _ = k_cache.shape
+    tokens = qkv.size // qkv.shape[-1] if qkv.shape[-1] else 0
     for name, index in (("positions", positions), ("slots", slots)):
         c.check_array(index, name, dtypes=[np.int32])
         if index.size != tokens:
@@ -161,7 +140,7 @@ def rope_kv_paged_write(
     q = c.result(out, shape, qkv.dtype)
     if tokens == 0:
         return q
-    key = (tokens, q_heads, kv_heads, d, max_pos, block_size, num_blocks, _TABLE_KIND[cos.dtype],
-           qkv.dtype, gp.get_device())  # fmt: skip
+    key = (tokens, q_heads, kv_heads, d, max_pos, block_size, num_blocks, kind, qkv.dtype,
+           gp.get_device())  # fmt: skip
     PLANS.get(*key)(qkv, q, k_cache, v_cache, cos, sin, positions, slots)
     return q

@@ -422,15 +422,19 @@ class KokoroNetwork:
         return padded_istft(magnitude, phase, samples, cfg.n_fft, cfg.hop_length)
 
     # -- whole model ------------------------------------------------------------------------
-    def phoneme_half(self, ids: GPUArray, ref: GPUArray, tokens: Lengths) -> PhonemeOutputs:
+    def phoneme_half(
+        self, ids: GPUArray, ref: GPUArray, tokens: Lengths, d_en: GPUArray | None = None
+    ) -> PhonemeOutputs:
         """Everything that runs per token, on the device (no host copy, no wait).
 
         ``ids`` ``[B, T]``, styles ``ref`` ``[B, 2 * style]``: ALBERT, the duration encoder and
-        predictor, and the text encoder.
+        predictor, and the text encoder. ``d_en`` ``[B, T, hidden]`` (``bert_encoder``'s output
+        from elsewhere) replaces ALBERT and its projection.
         """
         styles = self.styles(ref)
         s_pro = ref[:, self.config.style_dim :].contiguous()
-        d_en = self._linear(self.albert(ids, tokens), "bert_encoder")
+        if d_en is None:
+            d_en = self._linear(self.albert(ids, tokens), "bert_encoder")
         d = self.duration_encoder(d_en, s_pro, styles, tokens)
         x = self._lstm(d, "predictor.lstm", tokens)
         logits = self._linear(x, "predictor.duration_proj.linear_layer")
@@ -456,29 +460,50 @@ class KokoroNetwork:
         return self.decoder(asr, f0, n, styles, frames, rng)
 
     def predict_durations(
-        self, ids: np.ndarray, ref_s: np.ndarray, speed: float
+        self,
+        ids: np.ndarray,
+        ref_s: np.ndarray,
+        speed: float,
+        *,
+        bert_features: np.ndarray | None = None,
     ) -> tuple[GPUArray, np.ndarray]:
         """The prosody front half of one utterance: ids ``[T]`` and style ``[256]``.
 
         Returns the duration features ``[1, T, hidden + style]`` and the frames per token
-        ``[T]``.
+        ``[T]``. ``bert_features`` ``[T, hidden]`` float32 (``bert_encoder``'s output of another
+        implementation, e.g. onnxruntime's) replaces ALBERT and its projection: it compares the
+        duration path alone, apart from ALBERT's differences.
         """
+        t = len(ids)
+        if bert_features is not None and np.shape(bert_features) != (t, self.config.hidden_dim):
+            raise ValueError(
+                f"bert_features must be [{t}, {self.config.hidden_dim}] (one row per token), "
+                f"got {np.shape(bert_features)}"
+            )
         with gp.Device(self.device):
-            tokens = Lengths(np.array([len(ids)]), len(ids))
+            tokens = Lengths(np.array([t]), t)
+            d_en = None
+            if bert_features is not None:
+                d_en = gp.from_numpy(np.ascontiguousarray(bert_features, np.float32)[None])
             d, durations, _ = self._prosody(
-                _upload_ids([ids], len(ids)), _upload_styles([ref_s]), tokens, speed
+                _upload_ids([ids], t), _upload_styles([ref_s]), tokens, speed, d_en
             )
         return d, durations[0]
 
     def _prosody(
-        self, ids: GPUArray, ref: GPUArray, tokens: Lengths, speed: float
+        self,
+        ids: GPUArray,
+        ref: GPUArray,
+        tokens: Lengths,
+        speed: float,
+        d_en: GPUArray | None = None,
     ) -> tuple[GPUArray, np.ndarray, _Styles]:
         """The per-token half of a padded batch, with its durations read back.
 
         Duration features ``[B, T, hidden + style]``, frames per token ``[B, T]`` (on the host;
         0 on padding) and the batch's style projections.
         """
-        out = self.phoneme_half(ids, ref, tokens)
+        out = self.phoneme_half(ids, ref, tokens, d_en)
         durations = frame_counts(out.duration.to_numpy(), tokens.lengths, speed)
         return out.features, durations, out.styles
 

@@ -18,10 +18,12 @@ device (copied into its inputs on the GPU), before the host reads them. The GPU 
 waits for the host between decode steps. A request that step N ends (an EOS id, a stop string)
 had its step N+1 row computed for nothing: that token is dropped, and the key and value it
 wrote land in the request's own block before the block can be handed out again (one stream
-orders both). Lookahead stops, and the next step is planned from the host's state, whenever
-new requests wait, a request asks for log-probabilities or a repetition penalty (both need the
-host's tokens), a block cannot be had without preemption, or the step's shape has no CUDA
-graph yet.
+orders both). Requests waiting for admission join such a step: their prompt chunks run beside
+the decode rows (the flattened path, whose decode rows take the device-side ids too), and the
+step after them is queued ahead in turn. Lookahead stops, and the next step is planned from
+the host's state, whenever a prompt is left half done, a request asks for log-probabilities or
+a repetition penalty (both need the host's tokens), a block cannot be had without preemption,
+or the step's shape has no CUDA graph yet.
 
 Engines that share a process with a model that has a latency promise take host turns
 (:meth:`Engine.share_host`, :mod:`.host_priority`): the protected engine's host work goes
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import threading
@@ -55,7 +58,7 @@ from .invariant import invariant_step_logits
 from .metrics import EngineMetrics
 from .paged_cache import BLOCK_SIZE, PagedKVCache, block_bytes
 from .params import RequestParams
-from .planner import StepPlan, StepPlanner
+from .planner import DEFAULT_PREFILL_CHUNK, StepPlan, StepPlanner
 from .request import Request, RequestOutput, RequestStatus, Sink, TokenLogprob
 from .runner import ModelRunner, ScheduledChunk, build_inputs
 from .sampler import SampledTokens
@@ -81,6 +84,34 @@ class EngineClosedError(LLMError):
     """The engine was shut down: it takes no new request."""
 
 
+class _Collected:
+    """A sink that keeps a caller's outputs and counts its finished requests.
+
+    Called on the engine thread; it takes the engine's lock (``wake``'s) and wakes the callers
+    waiting on it.
+    """
+
+    def __init__(self, wake: threading.Condition) -> None:
+        self._wake = wake
+        self.items: list[RequestOutput] = []
+        self.finished = 0
+
+    def sink(self, out: RequestOutput) -> None:
+        """Keep ``out``; count its request as finished when it is the last."""
+        with self._wake:
+            self.items.append(out)
+            self.finished += out.finish_reason is not None
+            self._wake.notify_all()
+
+    def has_more_than(self, seen: int) -> bool:
+        """Whether more than ``seen`` outputs have come."""
+        return len(self.items) > seen
+
+    def has_finished(self, requests: int) -> bool:
+        """Whether ``requests`` requests have finished."""
+        return self.finished >= requests
+
+
 @dataclasses.dataclass
 class _Launched:
     """A step whose kernels are queued: its plan, the requests it samples, their tokens."""
@@ -98,11 +129,14 @@ class Engine:
     ``max_batch``: requests in the running batch at most; ``max_queue``: requests waiting for
     admission at most (more raise :class:`QueueFullError`); ``max_batched_tokens``: tokens per
     step (decode tokens plus prefill chunks: a long prompt is prefilled over several steps,
-    between decode steps of the others); ``kv_memory``: the paged KV cache's size in bytes, a
-    fraction of the device memory, or a size string (``"2GiB"``); ``partition``: a
-    :class:`pygpukit.scheduler.Partition` whose memory the cache and every step's temporaries
-    are charged to, and whose stream the steps run on; ``prefix_caching``: share the KV blocks
-    of equal prompt prefixes between requests. ``name`` is the model name the server shows.
+    between decode steps of the others); ``prefill_chunk``: prompt tokens per step at most while
+    some request decodes (None: no cap below ``max_batched_tokens``), so that prefill rides
+    beside the decode rows instead of stalling them (:mod:`.planner`); ``kv_memory``: the
+    paged KV cache's size in bytes, a fraction of the device memory, or a size string
+    (``"2GiB"``); ``partition``: a :class:`pygpukit.scheduler.Partition` whose memory the
+    cache and every step's temporaries are charged to, and whose stream the steps run on;
+    ``prefix_caching``: share the KV blocks of equal prompt prefixes between requests.
+    ``name`` is the model name the server shows.
     ``cuda_graphs``: replay decode-only steps as CUDA graphs, one per batch-size bucket
     (:mod:`.decode_graphs`; default: on the CUDA backend); off, those steps run eagerly.
     ``lookahead``: queue the next decode step on the device-side sampled ids before the host
@@ -123,6 +157,7 @@ class Engine:
         max_batch: int = 64,
         max_queue: int = 256,
         max_batched_tokens: int = 512,
+        prefill_chunk: int | None = DEFAULT_PREFILL_CHUNK,
         kv_memory: int | float | str | None = None,
         partition: Any = None,
         prefix_caching: bool | None = None,
@@ -141,6 +176,11 @@ class Engine:
                              ("max_batched_tokens", max_batched_tokens)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive int, got {value!r}")
+        if prefill_chunk is not None and (
+            isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int)
+            or prefill_chunk < 1
+        ):  # fmt: skip
+            raise ValueError(f"prefill_chunk must be a positive int or None, got {prefill_chunk!r}")
         self.model = model
         self.name = name or (model.config.architecture if name is None else name)
         self.partition = partition
@@ -165,7 +205,7 @@ class Engine:
         self.blocks = BlockManager(num_blocks, BLOCK_SIZE, prefix_caching=prefix_caching)
         self.planner = StepPlanner(
             self.blocks, max_batch=max_batch, max_batched_tokens=max_batched_tokens,
-            whole_prompts=batch_invariant,
+            prefill_chunk=prefill_chunk, whole_prompts=batch_invariant,
         )  # fmt: skip
         self.runner = ModelRunner(network, self.cache)
         self.batch_invariant = batch_invariant
@@ -458,19 +498,23 @@ class Engine:
         return True
 
     def _queue_ahead(self, current: _Launched) -> _Launched | None:
-        """Queue the decode step after ``current`` on its device-side ids; None when it can't.
+        """Queue the step after ``current`` on its device-side ids; None when it can't.
 
         Every request of ``current`` that its sampled token cannot end by length decodes one
-        more token; the ids come from ``current``'s sampler on the GPU. Blocks a position needs
-        are taken now (never by preemption: without free blocks, None).
+        more token; the ids come from ``current``'s sampler on the GPU. Waiting requests are
+        admitted beside those rows (prompt chunks within the step's budget and prefill cap):
+        the step then runs the flattened path, decode rows first, instead of a decode graph.
+        Blocks a position needs are taken now (never by preemption: without free blocks, None).
         """
         chunks = current.plan.chunks
         if (
-            current.plan.preempted or current.plan.out_of_room
-            or self.planner.waiting or self._incoming or self._aborts
+            current.plan.preempted or current.plan.out_of_room or self._aborts
             or not all(c.sample for c in chunks)
-            or not self.decode.takes_device_ids(chunks)
         ):  # fmt: skip
+            return None
+        if self.batch_invariant and (
+            self.planner.waiting or self._incoming or not self.decode.takes_device_ids(chunks)
+        ):  # its prompts are planned whole from the host
             return None
         bs = self.cache.block_size
         rows: list[int] = []
@@ -483,7 +527,7 @@ class Engine:
                 continue  # ended (EOS, stop string, abort): its text may still be on its way
             if r.params.logprobs is not None or r.params.sampling.repetition_penalty != 1:
                 return None  # these read the host's tokens or logits
-            position = c.start + 1  # of the token `current` samples
+            position = c.start + c.count  # of the token `current` samples
             if len(r.tokens) != position:
                 return None
             if r.num_output + 1 >= r.params.max_tokens or position + 1 >= self.max_model_len:
@@ -492,30 +536,48 @@ class Engine:
                 grow.append(r)
             rows.append(j)
             ahead.append(ScheduledChunk(r, position, 1, sample=True))
-        if not ahead or len(grow) > self.blocks.available:
+        admitting = bool(self.planner.waiting) and not self.batch_invariant
+        if not (ahead or admitting) or len(grow) > self.blocks.available:
             return None
-        if self.decode.use_graphs:
-            # A step of a shape not captured yet would capture now, while the previous step's
-            # download may still be waiting on the stream: plan it from the host instead.
-            blocks = max(len(c.request.blocks) + (c.request in grow) for c in ahead)
-            key = (batch_bucket(len(ahead)), table_width(blocks))
-            if not any((b, w) == key and captured for b, w, captured in self.decode.shapes()):
-                return None
+        if not admitting and not self._captured(ahead, grow):
+            return None
         for r in grow:
             r.blocks.append(self.blocks.allocate())
+        plan = self.planner.plan_admissions(len(ahead)) if admitting else StepPlan()
+        self.metrics.prefix_queried_blocks += plan.prefix_queried
+        self.metrics.prefix_hit_blocks += plan.prefix_hit
+        if not plan.chunks and not (ahead and self._captured(ahead, [])):
+            return None  # nothing admitted after all (a full batch, too few blocks)
+        plan.chunks[:0] = ahead  # decode rows first: their ids are the first rows' ids
         self.yield_host()
-        ids = current.pending.ids
         with self._context():
             launch = time.perf_counter()
-            if len(rows) != len(chunks):
+            ids = current.pending.ids if ahead else None
+            if ids is not None and len(rows) != len(chunks):
                 ids = gp.take(ids, upload(np.asarray(rows, np.int32)), axis=0)
-            logits = self.decode.logits(ahead, token_ids=ids)
-            sampled = [c.request for c in ahead]
+            if len(plan.chunks) > len(ahead):
+                inputs = build_inputs(plan.chunks, BLOCK_SIZE)
+                logits = self.runner.logits(inputs, token_ids=ids)
+            else:
+                logits = self.decode.logits(ahead, token_ids=ids)
+            sampled = [c.request for c in plan.chunks if c.sample]
             pending = SampledTokens(logits, sampled)
-            launched = _Launched(StepPlan(chunks=ahead), sampled, pending,
-                                 time.perf_counter() - launch)  # fmt: skip
+            launched = _Launched(plan, sampled, pending, time.perf_counter() - launch)
         self.lookahead_steps += 1
         return launched
+
+    def _captured(self, ahead: Sequence[ScheduledChunk], grow: Sequence[Request]) -> bool:
+        """Whether the decode-only step ``ahead`` replays a captured graph (or runs eagerly).
+
+        A step of a shape not captured yet would capture now, while the previous step's
+        download may still be waiting on the stream: such a step is planned from the host.
+        ``grow``: requests that get one more block before it runs.
+        """
+        if not self.decode.use_graphs:
+            return True
+        blocks = max(len(c.request.blocks) + (c.request in grow) for c in ahead)
+        key = (batch_bucket(len(ahead)), table_width(blocks))
+        return any((b, w) == key and captured for b, w, captured in self.decode.shapes())
 
     def _fail(self, plan: StepPlan, exc: Exception) -> None:
         log.exception("an engine step failed")
@@ -668,30 +730,31 @@ class Engine:
         Steps the engine here when no engine thread runs (other submitted requests advance
         with it).
         """
-        outputs: list[RequestOutput] = []
-        done = threading.Event()
-
-        def sink(out: RequestOutput) -> None:
-            with self._lock:
-                outputs.append(out)
-                if out.finish_reason is not None:
-                    done.set()
-                self._wake.notify_all()
-
-        self.submit(prompt, params, sink)
+        outputs = _Collected(self._wake)
+        self.submit(prompt, params, outputs.sink)
         seen = 0
         while True:
-            if self._thread is None:
-                self.step()
-            else:
-                with self._lock:
-                    if len(outputs) == seen:
-                        self._wake.wait(0.1)
+            self._advance(functools.partial(outputs.has_more_than, seen))
             with self._lock:
-                new, seen = outputs[seen:], len(outputs)
+                new, seen = outputs.items[seen:], len(outputs.items)
+                finished = outputs.finished
             yield from new
-            if done.is_set() and seen == len(outputs):
+            if finished and seen == len(outputs.items):
                 return
+
+    def _advance(self, ready: Callable[[], bool]) -> None:
+        """One turn of a caller waiting for its requests' outputs.
+
+        Steps the engine here when no engine thread runs; else waits (at most 0.1 s) for the
+        engine thread's next notification, unless ``ready()`` (called under the engine's lock)
+        says what the caller waits for has come already.
+        """
+        if self._thread is None:
+            self.step()
+            return
+        with self._lock:
+            if not ready():
+                self._wake.wait(0.1)
 
     def generate(self, prompt: str | Sequence[int], params: RequestParams) -> RequestOutput:
         """Run one request to its end; one output with all its text, tokens and logprobs."""
@@ -723,7 +786,7 @@ class Engine:
         vocab = self.model.config.vocab_size
         budget = self.planner.max_batched_tokens
         longest = max(1, min(self.max_model_len - 1, budget))
-        params = RequestParams(max_tokens=1)
+        params = RequestParams(max_tokens=1)  # one step each: its prompt
         count = 1
         while count <= budget:
             lengths = [longest] * (count // longest) + (
@@ -731,19 +794,16 @@ class Engine:
             )
             if len(lengths) > min(self.max_queue, self.planner.max_batch):
                 break  # no step of this many tokens can happen here
-            pending = threading.Semaphore(0)
-
-            def sink(out: RequestOutput, done: threading.Semaphore = pending) -> None:
-                if out.finish_reason is not None:
-                    done.release()
-
-            for n in lengths:
-                self.submit(rng.integers(1, vocab, n).tolist(), params, sink)
-            for _ in lengths:
-                while not pending.acquire(timeout=0 if self._thread is None else 0.1):
-                    if self._thread is None:
-                        self.step()
+            self._run_all([rng.integers(1, vocab, n).tolist() for n in lengths], params)
             count *= 2
+
+    def _run_all(self, prompts: Sequence[Sequence[int]], params: RequestParams) -> None:
+        """Submit every prompt at once and return when all have finished."""
+        outputs = _Collected(self._wake)
+        for prompt in prompts:
+            self.submit(prompt, params, outputs.sink)
+        while outputs.finished < len(prompts):
+            self._advance(functools.partial(outputs.has_finished, len(prompts)))
 
     def stats(self) -> dict[str, int]:
         """Block and request counts now (for tests and /health)."""

@@ -8,6 +8,14 @@ waits, never fails, when they cannot). The blocks of a prompt's cached prefix ar
 computed again. When a running request needs a block and none is left, the newest running
 request is preempted: its blocks are freed and it goes back to the head of the queue, to be
 recomputed (prompt and generated tokens) when blocks are free again.
+
+Stall-free prefill: while some request decodes, the prompt tokens of a step (chunks of running
+and newly admitted requests together) are capped at ``prefill_chunk``. A decode step reads
+every weight once whatever its row count, and up to a few hundred rows its matrix products stay
+bound by that read, so a small prompt chunk beside the decode rows costs the decoding streams
+little; a step of thousands of prompt tokens is compute-bound and holds every stream for tens
+of milliseconds. When nothing decodes (an idle server's first requests), prompts take the whole
+budget: their first tokens come sooner, and no stream waits.
 """
 
 from __future__ import annotations
@@ -19,7 +27,14 @@ from .block_manager import BlockManager, block_hashes
 from .request import Request, RequestStatus
 from .runner import ScheduledChunk
 
-__all__ = ["StepPlan", "StepPlanner"]
+__all__ = ["DEFAULT_PREFILL_CHUNK", "StepPlan", "StepPlanner"]
+
+#: Prompt tokens per step while requests decode, by default. A step's linear layers stay bound
+#: by the weight read up to roughly (tensor FLOP/s) / (memory bytes/s) rows: about 250-300 on
+#: an H100 or H200 in bfloat16. A full batch's 64 decode rows plus this many prompt tokens stay
+#: near that, so the chunk costs the decoding streams little; it also holds a 128-token prompt
+#: whole, and two of them when two wait.
+DEFAULT_PREFILL_CHUNK = 256
 
 
 @dataclass
@@ -44,9 +59,18 @@ class StepPlanner:
         *,
         max_batch: int,
         max_batched_tokens: int,
+        prefill_chunk: int | None = None,
         whole_prompts: bool = False,
     ) -> None:
         self.blocks = blocks
+        #: Prompt tokens a step takes at most while some request decodes (None: no cap but the
+        #: step's budget). Whole prompts ignore it: a prompt is never split there.
+        self.prefill_chunk = prefill_chunk
+        #: Steps that waiting prompts may be held back while requests decode, until together
+        #: they fill ``prefill_chunk`` (0: admitted at once). Fewer, fuller steps with prompt
+        #: chunks: each costs the decoding streams a step's fixed overhead.
+        self.prefill_hold = 0
+        self._held = 0  # consecutive steps prompts were held back
         #: Schedule each prompt in one chunk and every later token alone (batch-invariant
         #: engines): a prompt that does not fit the step's budget waits for a step whose budget
         #: it fits (one longer than the whole budget runs as the step's only prompt); a
@@ -132,6 +156,11 @@ class StepPlanner:
         """Pick the next step's chunks (empty when nothing can run)."""
         plan = StepPlan()
         budget = self.max_batched_tokens
+        # Prompt tokens this step may take: ``prefill_chunk`` while a request decodes. Whole
+        # prompts are never capped (the step's budget alone decides, see _prompt_waits).
+        decoding = self._decoding() and not self.whole_prompts
+        cap = self.prefill_chunk
+        prefill = min(budget, cap) if decoding and cap is not None else budget
         for request in list(self.running):
             if budget == 0:
                 break
@@ -140,15 +169,68 @@ class StepPlanner:
             left = len(request.tokens) - request.num_computed
             # Whole prompts: a recomputed request's generated tokens go one a step, as decode
             # tokens, so its keys and values are those its first computation wrote.
-            count = 1 if self.whole_prompts else min(left, budget)
+            if self.whole_prompts or left == 1:
+                count = 1
+            else:
+                count = min(left, budget, prefill)
+                if count == 0:
+                    continue  # the step's prompt tokens are spent: decode rows still go
+                prefill -= count
             if not self._grow(request, request.num_computed + count, plan):
                 continue
             plan.chunks.append(
                 ScheduledChunk(request, request.num_computed, count, sample=count == left)
             )
             budget -= count
+        if not self._hold(decoding, prefill):
+            self._admit_waiting(plan, budget, prefill)
+        return plan
+
+    def plan_admissions(self, decode_rows: int) -> StepPlan:
+        """The prompt chunks of waiting requests admitted beside ``decode_rows`` decode rows.
+
+        For a step planned ahead of the host (the engine's lookahead): the running requests
+        each decode one token, planned by the engine; this admits what the step's budget and
+        prefill cap leave room for. Never preempts (an admission needs its whole prompt's
+        blocks free). Not for whole prompts.
+        """
+        plan = StepPlan()
+        budget = max(0, self.max_batched_tokens - decode_rows)
+        cap = self.prefill_chunk
+        prefill = min(budget, cap) if decode_rows and cap is not None else budget
+        if not self._hold(decode_rows > 0, prefill):
+            self._admit_waiting(plan, budget, prefill)
+        return plan
+
+    def _hold(self, decoding: bool, prefill: int) -> bool:
+        """Whether this step holds the waiting prompts back (``prefill_hold``).
+
+        Only while requests decode, for at most ``prefill_hold`` steps in a row, and only while
+        the waiting prompts' tokens fall short of a full chunk (``prefill`` tokens) and their
+        number of the batch's free places.
+        """
+        free = self.max_batch - len(self.running)
+        if (
+            not (self.prefill_hold and decoding and self.waiting) or self.whole_prompts
+            or len(self.waiting) >= free
+        ):  # fmt: skip
+            self._held = 0
+            return False
+        tokens = 0
+        for request in self.waiting:
+            tokens += len(request.tokens)
+            if tokens >= prefill:
+                break
+        if tokens >= prefill or self._held >= self.prefill_hold:
+            self._held = 0
+            return False
+        self._held += 1
+        return True
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, prefill: int) -> None:
+        """Admit waiting requests, first come first served, and schedule their prompt chunks."""
         while (
-            self.waiting and budget > 0 and len(self.running) < self.max_batch
+            self.waiting and min(budget, prefill) > 0 and len(self.running) < self.max_batch
             and not plan.preempted
         ):  # fmt: skip
             request = self.waiting[0]
@@ -160,14 +242,24 @@ class StepPlanner:
             request.status = RequestStatus.RUNNING
             self.running.append(request)
             left = len(request.tokens) - request.num_computed
-            count = self._prompt_left(request) if self.whole_prompts else min(left, budget)
+            if self.whole_prompts:
+                count = self._prompt_left(request)
+            else:
+                count = min(left, budget, prefill)
+                prefill -= count
             if not self._grow(request, request.num_computed + count, plan):
                 break
             plan.chunks.append(
                 ScheduledChunk(request, request.num_computed, count, sample=count == left)
             )
             budget = max(0, budget - count)
-        return plan
+
+    def _decoding(self) -> bool:
+        """Whether a running request decodes: its next token is its only one left to compute."""
+        return any(
+            r.status is RequestStatus.RUNNING and len(r.tokens) - r.num_computed == 1
+            for r in self.running
+        )
 
     @staticmethod
     def _prompt_left(request: Request) -> int:

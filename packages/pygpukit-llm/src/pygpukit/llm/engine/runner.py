@@ -104,7 +104,12 @@ def build_inputs(chunks: Sequence[ScheduledChunk], block_size: int) -> BatchInpu
         r = c.request
         p = np.arange(c.start, c.start + c.count)
         blocks = np.asarray(r.blocks, np.int64)
-        ids.append(np.asarray(r.tokens[c.start : c.start + c.count], np.int32))
+        # A token not known on the host yet (sampled by a step still in flight: the engine's
+        # lookahead) packs as id 0; the step's ``token_ids`` put the device's in its place.
+        row_ids = np.zeros(c.count, np.int32)
+        known = r.tokens[c.start : c.start + c.count]
+        row_ids[: len(known)] = known
+        ids.append(row_ids)
         pos.append(p)
         slots.append(blocks[p // block_size] * block_size + p % block_size)
         tables.append(r.blocks)
@@ -149,10 +154,12 @@ class ModelRunner:
         self.model, self.cache = model, cache
         self.flash_prefill = flash_prefill
 
-    def logits(self, inputs: BatchInputs) -> GPUArray:
+    def logits(self, inputs: BatchInputs, *, token_ids: GPUArray | None = None) -> GPUArray:
         """float32 ``[R, vocab]`` logits of the rows in ``inputs.sample_rows``.
 
-        Writes every token's key and value into the cache on the way.
+        Writes every token's key and value into the cache on the way. ``token_ids`` (int32
+        ``[K]`` on the device): the ids of the first K rows, copied over the uploaded ones on
+        the stream, so a step can run on ids a step still in flight samples.
         """
         cfg = self.model.config
         n = int(inputs.ids.shape[0])
@@ -201,9 +208,10 @@ class ModelRunner:
                 o[a : a + g * c].reshape(g, c, hq, d)[...] = ot.transpose(0, 2, 1, 3)
             return o.reshape(1, n, cfg.q_size)
 
-        x = self.model.hidden_states(
-            upload(inputs.ids[None, :]), upload(inputs.positions[None, :]), attend
-        )
+        ids = upload(inputs.ids)
+        if token_ids is not None:
+            ids[0 : token_ids.shape[0]] = token_ids
+        x = self.model.hidden_states(ids.reshape(1, n), upload(inputs.positions[None, :]), attend)
         x = x.reshape(n, cfg.hidden_size)
         if inputs.sample_rows.shape[0] != n:
             x = gp.take(x, upload(inputs.sample_rows), axis=0)

@@ -315,7 +315,8 @@ class _UncachedAttend:
     rotates q and k and writes k and v heads-first into their destination (the cache, or a
     scratch pair), and attention reads q through a transposed view and the keys and values from
     there, with no copy between the projection and attention (seven per layer otherwise:
-    three splits, three transposes and the cache write).
+    three splits, three transposes and the cache write). Attention writes its output
+    token-major, as the output projection reads it (one transpose more saved).
     """
 
     def __init__(
@@ -374,5 +375,8 @@ class _UncachedAttend:
         if last_query_only:
             q = q[:, -1:]
         sq = q.shape[1]
-        o = model.attention.prefill(q.transpose(0, 2, 1, 3), k, v)
-        return o.transpose(0, 2, 1, 3).contiguous().reshape(b, sq, cfg.q_size)
+        # Attention writes [B, S, Hq, D] through a transposed view: the output projection's
+        # input as it is, no transpose copy between.
+        o = gp.empty((b, sq, cfg.num_heads, cfg.head_dim), qkv.dtype)
+        model.attention.prefill(q.transpose(0, 2, 1, 3), k, v, out=o.transpose(0, 2, 1, 3))
+        return o.reshape(b, sq, cfg.q_size)

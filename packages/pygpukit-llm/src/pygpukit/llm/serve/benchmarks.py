@@ -76,6 +76,18 @@ env.register(
     description="Rows of the serve benchmark to run (default: all of load, startup and "
     "isolation), e.g. isolation.",
 )
+CLIENTS_ENV = "PYGPUKIT_SERVE_BENCH_CLIENTS"
+_CLIENTS = ("1", "4", "16", "64")
+env.register(
+    CLIENTS_ENV,
+    "items",
+    allowed=_CLIENTS,
+    read="python -m pygpukit.benchmark --suite serve",
+    package="pygpukit-llm",
+    on_invalid="raise",
+    description="Client counts of the serve benchmark's load rows (default: all of the "
+    "context's: 1, 16 and 64 on the GPU), e.g. 64.",
+)
 _START_TIMEOUT_S = 900
 _servers: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], str]] = {}
 
@@ -148,15 +160,26 @@ def _serve_args(shape: str, max_len: int) -> list[str]:
             "--max-batch", "64", "--max-batched-tokens", "2048"]  # fmt: skip
 
 
-def _metrics(results: list[LoadResult]) -> dict[str, float | str]:
-    if not results:
-        return {}
-    best = max(results, key=lambda r: r.output_tokens_per_s)
+def _latency_metrics(result: LoadResult, prefix: str = "") -> dict[str, float | str]:
     return {
-        "output_tok_s": round(best.output_tokens_per_s, 1),
-        "ttft_p50_ms": round(best.percentile("ttft", 50) * 1e3, 1),
-        "ttft_p99_ms": round(best.percentile("ttft", 99) * 1e3, 1),
-        "itl_p99_ms": round(best.percentile("itl", 99) * 1e3, 2),
+        f"{prefix}ttft_p50_ms": round(result.percentile("ttft", 50) * 1e3, 1),
+        f"{prefix}ttft_p99_ms": round(result.percentile("ttft", 99) * 1e3, 1),
+        f"{prefix}itl_p50_ms": round(result.percentile("itl", 50) * 1e3, 2),
+        f"{prefix}itl_p99_ms": round(result.percentile("itl", 99) * 1e3, 2),
+    }
+
+
+def _load_metrics(steady: list[LoadResult], wave: list[LoadResult]) -> dict[str, float | str]:
+    """The timed rounds' steady-state numbers, pooled, then the single waves' (``wave_``)."""
+    if not steady:
+        return {}
+    run, first = LoadResult.pooled(steady), LoadResult.pooled(wave)
+    return {
+        "output_tok_s": round(run.output_tokens_per_s, 1),
+        **_latency_metrics(run),
+        "wave_tok_s": round(first.output_tokens_per_s, 1),
+        "wave_ttft_p50_ms": round(first.percentile("ttft", 50) * 1e3, 1),
+        "wave_ttft_p99_ms": round(first.percentile("ttft", 99) * 1e3, 1),
     }
 
 
@@ -170,31 +193,49 @@ def _check(expected: int) -> Any:
     return check
 
 
-def _load_case(shape: str, clients: int, prompt: int, new: int) -> Case:
+def _load_case(shape: str, clients: int, prompt: int, new: int, requests: int) -> Case:
+    """``clients`` closed-loop streaming clients, each sending ``requests`` requests in turn.
+
+    A timed round is one such run (steady state: requests start and end at different steps,
+    as under a benchmark of many requests at a fixed concurrency), after one wave of a single
+    request per client (all arrive together, prefill all, then decode together).
+    """
     vocab = int(SHAPES[shape]["vocab_size"])
 
     def setup(lib: Library, copies: int) -> Timed:
         if lib.name != "pygpukit":
             raise Skip(f"{lib.name}: no server")
         url = _server(_serve_args(shape, prompt + new + 64))
-        results: list[LoadResult] = []
+        steady: list[LoadResult] = []
+        wave: list[LoadResult] = []
+
+        def load(seed: int, per_client: int) -> LoadResult:
+            return run_load(url, shape, clients=clients, requests_per_client=per_client,
+                            prompt_tokens=prompt, output_tokens=new, vocab=vocab,
+                            seed=seed)  # fmt: skip
+
+        def round_of(i: int) -> tuple[LoadResult, LoadResult]:
+            """Round ``i``: its single wave, then its steady-state run."""
+            # Prompts of their own per row, round and run: rows share the server, whose prefix
+            # cache would otherwise hold a round's prompts from an earlier row or round.
+            seed = ((clients * 1_009 + prompt) * 1_000 + i) * 2
+            return load(seed, 1), load(seed + 1, requests)
 
         def run(i: int) -> LoadResult:
-            # Prompts of their own per row and round: rows share the server, whose prefix
-            # cache would otherwise hold a round's prompts from an earlier row or round.
-            seed = (clients * 1_009 + prompt) * 1_000 + i
-            return run_load(url, shape, clients=clients, prompt_tokens=prompt,
-                            output_tokens=new, vocab=vocab, seed=seed)  # fmt: skip
+            return round_of(i)[1]
 
         def measure(i: int) -> float:
-            results.append(run(i))
-            return results[-1].wall_s * 1e3
+            first, run_ = round_of(i)
+            wave.append(first)
+            steady.append(run_)
+            return run_.wall_s * 1e3
 
-        return Timed(run=run, check=_check(clients * new), measure=measure,
-                     metrics=lambda: _metrics(results))  # fmt: skip
+        return Timed(run=run, check=_check(clients * requests * new), measure=measure,
+                     metrics=lambda: _load_metrics(steady, wave))  # fmt: skip
 
     params: dict[str, int | float | str] = {"model": shape, "clients": clients,
-                                            "prompt": prompt, "new": new}  # fmt: skip
+                                            "prompt": prompt, "new": new,
+                                            "requests": requests}  # fmt: skip
     return Case(NAME, "load", params, {"pygpukit": setup}, timing="wall")
 
 
@@ -365,19 +406,24 @@ def _isolation_case(small: str, big: str, load: IsolationLoad | None = None) -> 
 
 def _cases(ctx: SuiteContext) -> Iterator[Case]:
     clients: tuple[int, ...]
+    # (prompt, new, requests per client): 8 waves' worth of requests at 128/128, so that the
+    # first wave's ramp and the last one's drain weigh little; 4 for the slow 1024-token rows.
     if not ctx.on_gpu:
-        shapes, clients, sizes = ["tiny"], (1, 4), [(32, 8)]
+        shapes, clients, sizes = ["tiny"], (1, 4), [(16, 4, 2)]
     elif ctx.quick:
-        shapes, clients, sizes = ["qwen2.5-0.5b"], (1, 16, 64), [(128, 128)]
+        shapes, clients, sizes = ["qwen2.5-0.5b"], (1, 16, 64), [(128, 128, 4)]
     else:
-        shapes, clients, sizes = ["llama-3.1-8b"], (1, 16, 64), [(128, 128), (1024, 128)]
+        shapes, clients = ["llama-3.1-8b"], (1, 16, 64)
+        sizes = [(128, 128, 8), (1024, 128, 4)]
     shapes = list(env.items(MODELS_ENV) or shapes)
+    picked = {int(n) for n in env.items(CLIENTS_ENV)}
+    clients = tuple(n for n in clients if not picked or n in picked)
     rows = set(env.items(ROWS_ENV) or _ROWS)
     # Load rows first: they share one server; each startup row starts its own.
     for shape in shapes if "load" in rows else ():
-        for prompt, new in sizes:
+        for prompt, new, requests in sizes:
             for n in clients:
-                yield _load_case(shape, n, prompt, new)
+                yield _load_case(shape, n, prompt, new, requests)
     for shape in shapes if "startup" in rows else ():
         yield _startup_case(shape)
     if ctx.on_gpu and "isolation" in rows:

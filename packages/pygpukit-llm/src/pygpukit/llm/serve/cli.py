@@ -43,6 +43,10 @@ def serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batched-tokens", type=int,
                         help=f"tokens per step (decode tokens + prefill chunks) "
                         f"{default('max_batched_tokens')}")  # fmt: skip
+    parser.add_argument("--prefill-chunk", type=int,
+                        help="prompt tokens per step at most while requests decode, so that "
+                        "prefill rides beside the decode rows (0: no cap below "
+                        f"--max-batched-tokens) {default('prefill_chunk')}")  # fmt: skip
     parser.add_argument("--kv-memory",
                         help="KV cache size per model: a fraction of the device (or of the "
                         "model's partition, less its weights) or a size such as 4GiB "
@@ -139,7 +143,8 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
                     kv = int(kv * _CPU_KV_BASE)
         engines[name] = Engine(
             model, name=name, max_batch=args.max_batch, max_queue=args.max_queue,
-            max_batched_tokens=args.max_batched_tokens, kv_memory=kv, partition=part,
+            max_batched_tokens=args.max_batched_tokens,
+            prefill_chunk=args.prefill_chunk or None, kv_memory=kv, partition=part,
             prefix_caching=args.prefix_caching,
             lookahead=args.lookahead, batch_invariant=args.batch_invariant,
         )  # fmt: skip

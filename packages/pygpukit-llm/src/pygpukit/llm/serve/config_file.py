@@ -44,6 +44,8 @@ DEFAULTS: dict[str, tuple[Any, tuple[type, ...]]] = {
     "max_batch": (64, (int,)),
     "max_queue": (256, (int,)),
     "max_batched_tokens": (512, (int,)),
+    # 0: no cap (prompts take the whole step budget even while requests decode).
+    "prefill_chunk": (256, (int,)),
     "kv_memory": ("0.5", (str, int, float)),
     "max_model_len": (4096, (int,)),
     "dtype": ("bfloat16", (str,)),

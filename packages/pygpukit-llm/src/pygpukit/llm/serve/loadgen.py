@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -45,6 +45,15 @@ class LoadResult:
         d = json.loads(text)
         return cls(int(d["requests"]), int(d["output_tokens"]), float(d["wall_s"]),
                    tuple(d["ttft_s"]), tuple(d["itl_s"]))  # fmt: skip
+
+    @classmethod
+    def pooled(cls, results: Sequence[LoadResult]) -> LoadResult:
+        """Several runs as one: their counts, wall times and latency samples together."""
+        return cls(
+            sum(r.requests for r in results), sum(r.output_tokens for r in results),
+            sum(r.wall_s for r in results), tuple(t for r in results for t in r.ttft_s),
+            tuple(t for r in results for t in r.itl_s),
+        )  # fmt: skip
 
     def percentile(self, which: str, q: float) -> float:
         """The ``q``-th percentile (0-100) of ``ttft`` or ``itl``, in seconds."""

@@ -13,9 +13,11 @@
   one query token per sequence, B=8, 32 query / 8 KV heads, D=128, 8192 cached tokens
   (``--seq-lens`` sets the context), once per PyGPUkit decode kernel on the GPU
   (``kernel=mma``: tensor cores, one K/V stage per CTA; ``kernel=mma2``: two stages;
-  ``kernel=bulk2``: two stages filled by bulk copies, the default on SM 9.0; ``kernel=simt``;
-  their splits merged by the last CTA to finish, and once more, ``kernel=bulk2,
-  combine=kernel``, by a second kernel).
+  ``kernel=bulk2``: two stages filled by bulk copies, one per cached row, the default on SM
+  9.0; ``kernel=tma2``: the same stages filled by tensor copies of whole swizzled tiles;
+  ``kernel=simt``; their splits merged by the last CTA to finish, and once more,
+  ``kernel=bulk2, combine=kernel``, by a second kernel). On the GPU also ``decode_paged`` at the
+  serving engine's shape: batch 64 over 256 cached tokens each, every kernel.
   Bytes moved are the K and V cache read once; the ceiling is the copy bandwidth. PyTorch has
   no fused (paged) decode: its row is SDPA with ``enable_gqa`` on ``q [B, Hq, 1, D]`` (on older
   PyTorch, KV heads repeated first), the paged row gathers the blocks first, as a framework
@@ -152,7 +154,7 @@ def decode_case(
 ) -> Case:
     """One decode step over ``n`` cached tokens per sequence; ``block`` > 0: paged cache.
 
-    ``kernel`` sets PyGPUkit's decode kernel (``mma``, ``mma2``, ``bulk2`` or ``simt``),
+    ``kernel`` sets PyGPUkit's decode kernel (``mma``, ``mma2``, ``bulk2``, ``tma2``, ``simt``),
     ``combine`` how its splits are merged (``fused`` or ``kernel``).
     """
     op = "decode_paged" if block else "decode"
@@ -260,7 +262,7 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
     kernels: list[str | None] = (
         ["mma", "wgmma_pipe", "wgmma_tma", "wgmma_persist"] if ctx.on_gpu else [None]
     )
-    decoders: list[str | None] = ["mma", "mma2", "bulk2", "simt"] if ctx.on_gpu else [None]
+    decoders: list[str | None] = ["mma", "mma2", "bulk2", "tma2", "simt"] if ctx.on_gpu else [None]
     from pygpukit.ops import config
 
     saved = config.get()
@@ -275,6 +277,10 @@ def cases(ctx: SuiteContext) -> Iterator[Case]:
                         yield decode_case(ctx, db, 32, 8, n, 128, dtype, block, kernel)
                     if ctx.on_gpu:  # the default kernel with its splits merged by a second kernel
                         yield decode_case(ctx, db, 32, 8, n, 128, dtype, block, "bulk2", "kernel")
+            if ctx.on_gpu and not ctx.seq_lens:
+                # The serving engine's step: many sequences over short paged caches.
+                for kernel in decoders:
+                    yield decode_case(ctx, 64, 32, 8, 256, 128, dtype, 16, kernel)
     finally:
         config.set(**dataclasses.asdict(saved))
 

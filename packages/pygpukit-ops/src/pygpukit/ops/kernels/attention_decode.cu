@@ -17,8 +17,9 @@
 // vector load), so a warp keeps 32 / kLanes rows in flight per step and kUnroll steps are
 // loaded before any is used. Each group keeps its own running max / sum / output (base-2
 // online softmax); the groups are merged through shared memory at the end.
-// Dynamic shared memory of attn_decode_mma2_* and attn_decode_bulk2_* (S = 2 K/V stages) and
-// attn_decode_mma_* (S = 1): (16 + 2 * S * 64) * (D + 8) * 2 bytes.
+// Dynamic shared memory of attn_decode_mma2_* and attn_decode_bulk2_* (S = 2 K/V stages),
+// attn_decode_bulk3_* (S = 3) and attn_decode_mma_* (S = 1): (16 + 2 * S * 64) * (D + 8) * 2
+// bytes; of attn_decode_tma<S>_*: 16 * (D + 8) * 2 + 1024 + S * 2 * 64 * D * 2 bytes.
 #include "attention_common.cuh"
 #include "pygpukit/kernel.cuh"
 
@@ -352,8 +353,10 @@ constexpr int kTcHeads = 16, kTcTile = 64;
 
 // kStages = S > 1 (attn_decode_mma2_*, PYGPUKIT_DECODE_KERNEL=mma2): tiles i + 1 .. i + S - 1
 // stream in while tile i is used, so each CTA keeps the memory busy on its own (at the price of
-// fewer CTAs per SM: S times the K/V shared memory). Only S = 2 is instantiated: three and four
-// stages (fewer CTAs per SM) were slower on an H200 (docs/ops-attention.md).
+// fewer CTAs per SM: S times the K/V shared memory). cp.async gets S = 2 only: three and four
+// stages at three CTAs per SM were slower on an H200 (docs/ops-attention.md). The bulk-copy
+// ring also has S = 3 (attn_decode_bulk3_*): at the split's two CTAs per SM its 109 KB per CTA
+// still fit, so the third stage costs no residency there.
 // kBulk (attn_decode_bulk2_*, PYGPUKIT_DECODE_KERNEL=bulk2, the default): the same ring, loaded
 // by the Tensor Memory Accelerator instead of 16-byte cp.async: each thread copies one whole K or
 // V row (cp.async.bulk, D * 2 bytes) into its padded shared row, and the stage's mbarrier counts
@@ -403,16 +406,49 @@ __device__ __forceinline__ void fence_to_bulk() {
     PGK_DECODE_BULK(asm volatile("fence.proxy.async.shared::cta;\n" :: : "memory"));
 }
 
-template <typename T, int D, int kStages = 1, bool kBulk = false>
+// kTiles (attn_decode_tma2_*, attn_decode_tma3_*, PYGPUKIT_DECODE_KERNEL=tma2 / tma3): the bulk
+// ring filled by tensor copies instead of one bulk copy per row. The caches are seen as 2-d
+// [rows, D] tensor maps with boxes of 64 columns (128 bytes, the 128-byte swizzle) by kTcTile
+// rows (contiguous caches: one box per column block of a whole tile) or by block_size rows
+// (paged caches with block sizes of 8 to 64 dividing 64, or multiples of 64: one box per block
+// and column block). One thread (paged: one lane per block) issues a stage's few copies, so each
+// SM's copy engine takes a handful of large requests per tile instead of 128 of 256 bytes. A tile
+// holds D / 64 column blocks of kTcTile rows x 128 bytes; 16-byte chunk c of row r sits at chunk c
+// ^ (r % 8) of its row (the swizzle, which keeps ldmatrix free of bank conflicts without padding).
+// Rows past a sequence's end may hold anything (the next head's keys, stale or never written
+// slots): their scores are masked, and the V rows are zeroed in shared memory before use (a zero
+// weight times a NaN would still be NaN).
+constexpr int kTileRowBytes = 128;  // one swizzled row of a column block: 64 16-bit values
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const CUtensorMap* map, int col, int row,
+                                            unsigned bar) {
+    PGK_DECODE_BULK(asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(col), "r"(row), "r"(bar) : "memory"));
+}
+// Byte offset of 16-byte chunk c (of D / 8) of row r in a swizzled tile of kTcTile rows.
+__device__ __forceinline__ int swizzled(int r, int c) {
+    return (c >> 3) * (kTcTile * kTileRowBytes) + r * kTileRowBytes + (((c & 7) ^ (r & 7)) << 4);
+}
+
+template <typename T, int D, int kStages = 1, bool kBulk = false, bool kTiles = false>
 __device__ __forceinline__ void attn_decode_mma(
     const T* __restrict__ q, const T* __restrict__ kc, const T* __restrict__ vc,
     const int* __restrict__ seq_lens, const int* __restrict__ block_table, T* __restrict__ out,
     float* __restrict__ o_part, float* __restrict__ lse, unsigned* __restrict__ counters, int hq,
-    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int early) {
+    int hkv, int cache_len, int max_blocks, int capacity, int chunk, float scale, int early,
+    const CUtensorMap* k_map = nullptr, const CUtensorMap* v_map = nullptr) {
+    static_assert(!kTiles || (kBulk && kStages > 1), "tensor copies fill a multi-stage bulk ring");
     constexpr int kS = D + 8, kChunks = D / 8, kDT = D / 8;
+    // kTiles: a swizzled tile of K or V (D / 64 column blocks), and a stage (K then V).
+    constexpr int kTileBytes = kTcTile * D * 2, kStageBytes = 2 * kTileBytes;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sQ = reinterpret_cast<T*>(smem_raw);
     T* const sK0 = sQ + kTcHeads * kS;  // kStages x [K tile, V tile]
+    // kTiles: the stages start at the first 1 KiB boundary after Q (the swizzle's repeat; the
+    // host adds 1 KiB of slack for it).
+    unsigned char* const tiles0 =
+        smem_raw + ((((smem_addr(sK0) + 1023u) & ~1023u)) - smem_addr(smem_raw));
     __shared__ float sm_m[4][kTcHeads], sm_l[4][kTcHeads];
     __shared__ __align__(8) unsigned long long full[kStages];  // kBulk: stage s has landed
 
@@ -471,7 +507,42 @@ __device__ __forceinline__ void attn_decode_mma(
     auto load_tile = [&](int base, int st) {
         T* sK = sK0 + st * 2 * kTcTile * kS;
         T* sV = sK + kTcTile * kS;
-        if constexpr (kBulk) {
+        if constexpr (kTiles) {
+            if (tid >= 32) return;  // warp 0 issues the copies
+            const unsigned bar = smem_addr(&full[st]);
+            const unsigned dk = smem_addr(tiles0 + st * kStageBytes), dv = dk + kTileBytes;
+            constexpr int kBlocks = (D + 63) / 64;  // column blocks of 64 values
+            if (block_table == nullptr) {
+                if (tid != 0) return;
+                bar_expect_tx(bar, kStageBytes);  // whole boxes (zeros past the tensor's end)
+                const int row = ((b * hkv + hk) * cache_len) + base;
+#pragma unroll
+                for (int cb = 0; cb < kBlocks; ++cb) {
+                    const unsigned off = cb * kTcTile * kTileRowBytes;
+                    tma_load_2d(dk + off, k_map, cb * 64, row, bar);
+                    tma_load_2d(dv + off, v_map, cb * 64, row, bar);
+                }
+            } else {
+                // Boxes of min(block size, 64) rows, lane i the i-th block's (so the table
+                // entries load in parallel); the blocks past the end are not read (their table
+                // entries may be anything). The bytes are announced before any copy is issued.
+                const int box = min(cache_len, kTcTile);
+                const int n = min(kTcTile / box, (t_end - base + box - 1) / box);
+                if (tid == 0) bar_expect_tx(bar, 2 * n * box * kTileRowBytes * kBlocks);
+                __syncwarp();
+                if (tid < n) {
+                    const int tk = base + tid * box;
+                    const int blk = block_table[(size_t)b * max_blocks + tk / cache_len];
+                    const int row = (blk * hkv + hk) * cache_len + tk % cache_len;
+#pragma unroll
+                    for (int cb = 0; cb < kBlocks; ++cb) {
+                        const unsigned off = (cb * kTcTile + tid * box) * kTileRowBytes;
+                        tma_load_2d(dk + off, k_map, cb * 64, row, bar);
+                        tma_load_2d(dv + off, v_map, cb * 64, row, bar);
+                    }
+                }
+            }
+        } else if constexpr (kBulk) {
             constexpr unsigned kRowBytes = D * sizeof(T);
             const unsigned bar = smem_addr(&full[st]);
             if (tid == 0) bar_expect_tx(bar, 2 * min(kTcTile, t_end - base) * kRowBytes);
@@ -542,9 +613,23 @@ __device__ __forceinline__ void attn_decode_mma(
                 asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 1));  // tile it (and Q)
             }
         }
+        if constexpr (kTiles) {
+            const int live = t_end - base;
+            if (live < kTcTile) {  // the last tile: V rows past the end to zero
+                unsigned char* vt = tiles0 + st * kStageBytes + kTileBytes;
+                for (int i = tid; i < (kTcTile - live) * kChunks; i += kThreads) {
+                    const int r = live + i / kChunks;
+                    *reinterpret_cast<uint4*>(vt + swizzled(r, i % kChunks)) =
+                        make_uint4(0, 0, 0, 0);
+                }
+                fence_to_bulk();  // before a later tensor copy into this stage
+            }
+        }
         __syncthreads();
         const T* sK = sK0 + st * 2 * kTcTile * kS;
         const T* sV = sK + kTcTile * kS;
+        const unsigned char* tK = tiles0 + st * kStageBytes;  // kTiles
+        const unsigned char* tV = tK + kTileBytes;
         if (base == t_begin) {
 #pragma unroll
             for (int kk = 0; kk < D / 16; ++kk)
@@ -555,8 +640,12 @@ __device__ __forceinline__ void attn_decode_mma(
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
             unsigned bk[4];
-            ldmatrix_x4(bk, sK + (warp * 16 + (lane >> 4) * 8 + (lane & 7)) * kS + kk * 16 +
-                                ((lane >> 3) & 1) * 8);
+            const int kr = warp * 16 + (lane >> 4) * 8 + (lane & 7),
+                      kc16 = kk * 2 + ((lane >> 3) & 1);
+            if constexpr (kTiles)
+                ldmatrix_x4(bk, tK + swizzled(kr, kc16));
+            else
+                ldmatrix_x4(bk, sK + kr * kS + kc16 * 8);
             mma16816<T>(s[0], qf[kk], bk[0], bk[1]);
             mma16816<T>(s[1], qf[kk], bk[2], bk[3]);
         }
@@ -599,8 +688,12 @@ __device__ __forceinline__ void attn_decode_mma(
 #pragma unroll
         for (int dn = 0; dn < D / 16; ++dn) {
             unsigned bv[4];
-            ldmatrix_x4_trans(bv, sV + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kS +
-                                      dn * 16 + (lane >> 4) * 8);
+            const int vr = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7),
+                      vc16 = dn * 2 + (lane >> 4);
+            if constexpr (kTiles)
+                ldmatrix_x4_trans(bv, tV + swizzled(vr, vc16));
+            else
+                ldmatrix_x4_trans(bv, sV + vr * kS + vc16 * 8);
             mma16816<T>(acc[2 * dn], pa, bv[0], bv[1]);
             mma16816<T>(acc[2 * dn + 1], pa, bv[2], bv[3]);
         }
@@ -662,8 +755,11 @@ __device__ __forceinline__ void attn_decode_mma(
 
 // Entry points per dtype and head dim: attn_decode_d<D>_<dtype> (SIMT),
 // attn_decode_mma_d<D>_<dtype> and attn_decode_mma2_d<D>_<dtype> (tensor cores, one and two K/V
-// stages), attn_decode_bulk2_d<D>_<dtype> (two stages filled by bulk copies, SM 9.0+); and the
-// split combiner attn_decode_combine_<dtype>.
+// stages), attn_decode_bulk2_d<D>_<dtype> and attn_decode_bulk3_d<D>_<dtype> (two and three
+// stages filled by bulk copies, SM 9.0+), attn_decode_tma2_d<D>_<dtype> and
+// attn_decode_tma3_d<D>_<dtype> (filled by tensor copies, SM 9.0+, D 64, 128 and 256: two more
+// parameters, the K and V caches' tensor maps); and the split combiner
+// attn_decode_combine_<dtype>.
 #define PGK_DECODE_CALL                                                                         \
     q, k_cache, v_cache, seq_lens, block_table, out, o_part, lse, counters, hq, hkv, cache_len, \
         max_blocks, capacity, chunk, scale, early
@@ -683,9 +779,28 @@ __device__ __forceinline__ void attn_decode_mma(
     }                                                                                   \
     PGK_KERNEL_BOUNDS(attn_decode_bulk2_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
         attn_decode_mma<T, D, 2, true>(PGK_DECODE_CALL);                                \
+    }                                                                                   \
+    PGK_KERNEL_BOUNDS(attn_decode_bulk3_d##D##_##sfx, PGK_DECODE_PARAMS(T), kThreads) { \
+        attn_decode_mma<T, D, 3, true>(PGK_DECODE_CALL);                                \
     }
+// The tensor-copy kernels, for the head dims that are whole 64-value column blocks.
+#define PGK_DECODE_TILES(sfx, T, D)                                                        \
+    PGK_KERNEL_BOUNDS(attn_decode_tma2_d##D##_##sfx, PGK_DECODE_TMA_PARAMS(T), kThreads) { \
+        attn_decode_mma<T, D, 2, true, true>(PGK_DECODE_CALL, &k_map, &v_map);             \
+    }                                                                                      \
+    PGK_KERNEL_BOUNDS(attn_decode_tma3_d##D##_##sfx, PGK_DECODE_TMA_PARAMS(T), kThreads) { \
+        attn_decode_mma<T, D, 3, true, true>(PGK_DECODE_CALL, &k_map, &v_map);             \
+    }
+#define PGK_DECODE_TMA_PARAMS(T)                                                                  \
+    (const T* q, const T* k_cache, const T* v_cache, const int* seq_lens, const int* block_table, \
+     T* out, float* o_part, float* lse, unsigned* counters, int hq, int hkv, int cache_len,       \
+     int max_blocks, int capacity, int chunk, float scale, int early,                             \
+     const __grid_constant__ CUtensorMap k_map, const __grid_constant__ CUtensorMap v_map)
 #define PGK_DECODE_FAMILY(sfx, T)                                                                \
     PGK_ATTN_HEAD_DIMS(PGK_DECODE, sfx, T)                                                       \
+    PGK_DECODE_TILES(sfx, T, 64)                                                                 \
+    PGK_DECODE_TILES(sfx, T, 128)                                                                \
+    PGK_DECODE_TILES(sfx, T, 256)                                                                \
     PGK_KERNEL(attn_decode_combine_##sfx,                                                        \
                (const float* o_part, const float* lse, const int* seq_lens, T* out, int hq,      \
                 int d_head, int splits, int chunk, int capacity)) {                              \

@@ -1,6 +1,7 @@
 // Flash attention forward (prefill) on tensor cores with mma.sync m16n8k16 (SM 80+):
 //   attn_prefill_d<D>_<f16|bf16>(q, k, v, o, mask, ...), D in {64, 80, 96, 128, 256}.
-// Layout: q/o [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], all contiguous; query head h reads KV head
+// Layout: q/o [B, Hq, Sq, D], k/v [B, Hkv, Sk, D], all contiguous (o_seq = 1: o is [B, Sq, Hq,
+// D] instead, the layout an output projection reads); query head h reads KV head
 // h / (Hq / Hkv) (GQA/MQA). One CTA of 4 warps owns kBM query rows of one (batch, head), each
 // warp kBM / 4 rows (see Config); it walks the key tiles of kBN keys with an online softmax,
 // so the score matrix only ever exists as a kBM / 4 x kBN register tile per warp.
@@ -56,7 +57,7 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
                                              const void* __restrict__ mask, int mask_kind,
                                              long long msb, long long msh, long long msq,
                                              long long msk, int hq, int hkv, int sq, int sk,
-                                             float scale, int causal) {
+                                             float scale, int causal, int o_seq) {
     using C = Config<D>;
     constexpr int kMT = C::kMT, kBM = C::kBM, kBN = C::kBN, kS = C::kStride;
     constexpr int kKT = D / 16;   // k-steps of S = Q K^T
@@ -77,7 +78,9 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
     const T* qp = q + ((size_t)b * hq + h) * sq * D + (size_t)m0 * D;
     const T* kp = k + ((size_t)b * hkv + hk) * sk * D;
     const T* vp = v + ((size_t)b * hkv + hk) * sk * D;
-    T* op = o + ((size_t)b * hq + h) * sq * D + (size_t)m0 * D;
+    const size_t o_row = o_seq ? (size_t)hq * D : (size_t)D;  // [B, Sq, Hq, D] or [B, Hq, Sq, D]
+    T* op = o_seq ? o + ((size_t)b * sq + m0) * hq * D + (size_t)h * D
+                  : o + ((size_t)b * hq + h) * sq * D + (size_t)m0 * D;
     const int rows_here = min(kBM, sq - m0);
 
     const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
@@ -260,7 +263,7 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
             const float inv = l != 0.f ? 1.f / l : 0.f;
             const int row = wrow + mt * 16 + g + r * 8;
             if (row < rows_here) {
-                unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * D + 2 * t);
+                unsigned* dst = reinterpret_cast<unsigned*>(op + row * o_row + 2 * t);
 #pragma unroll
                 for (int dt = 0; dt < kDT; ++dt)
                     dst[dt * 4] =
@@ -275,11 +278,11 @@ __device__ __forceinline__ void attn_prefill(const T* __restrict__ q, const T* _
 // Entry points: attn_prefill_d<D>_<dtype> (mma.sync, any SM). Dynamic shared memory:
 // (kBM + 2 * kBN) * (D + 8) * 2 bytes with Config's kBM and kBN (the PREFILL_* constants below).
 #define PGK_PREFILL_CALL \
-    q, k, v, o, mask, mask_kind, msb, msh, msq, msk, hq, hkv, sq, sk, scale, causal
+    q, k, v, o, mask, mask_kind, msb, msh, msq, msk, hq, hkv, sq, sk, scale, causal, o_seq
 #define PGK_PREFILL_PARAMS(T, ...)                                                              \
     (const T* q, const T* k, const T* v, T* o, const void* mask, int mask_kind, long long msb,  \
      long long msh, long long msq, long long msk, int hq, int hkv, int sq, int sk, float scale, \
-     int causal __VA_ARGS__)
+     int causal, int o_seq __VA_ARGS__)
 #define PGK_PREFILL(sfx, T, D)                                                      \
     PGK_KERNEL_BOUNDS(attn_prefill_d##D##_##sfx, PGK_PREFILL_PARAMS(T), kThreads) { \
         attn_prefill<T, D>(PGK_PREFILL_CALL);                                       \

@@ -228,10 +228,11 @@ __device__ __forceinline__ void pack_p(unsigned (&pa)[kBN / 16][4], const float 
     }
 }
 
-// O / row sum into rows r0 and r0 + 8 of the CTA's output tile.
+// O / row sum into rows r0 and r0 + 8 of the CTA's output tile (rows row_stride apart).
 template <typename T, int kD>
 __device__ __forceinline__ void store_out(T* op, const float (&acc)[kD / 2],
-                                          const float (&row_sum)[2], int r0, int t, int rows_here) {
+                                          const float (&row_sum)[2], int r0, int t, int rows_here,
+                                          size_t row_stride) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         float l = row_sum[r];
@@ -240,7 +241,7 @@ __device__ __forceinline__ void store_out(T* op, const float (&acc)[kD / 2],
         const float inv = l != 0.f ? 1.f / l : 0.f;
         const int row = r0 + r * 8;
         if (row < rows_here) {
-            unsigned* dst = reinterpret_cast<unsigned*>(op + (size_t)row * kD + 2 * t);
+            unsigned* dst = reinterpret_cast<unsigned*>(op + row * row_stride + 2 * t);
 #pragma unroll
             for (int dt = 0; dt < kD / 8; ++dt)
                 dst[dt * 4] =
@@ -274,33 +275,39 @@ __device__ __forceinline__ void issue_pv(float (&acc)[kAcc], const unsigned (&pa
 }
 
 // Where one CTA's query rows and their keys live (which rows: PrefillOrder); key tiles end at
-// the causal diagonal.
+// the causal diagonal. The output is [B, Hq, Sq, D], or with o_seq [B, Sq, Hq, D] (the layout
+// the output projection reads: rows Hq * D apart).
 template <typename T, int kD>
 struct PrefillTile {
     int m0, h, b, diag, rows_here, n_tiles;
     const T *qp, *kp, *vp;
     T* op;
+    size_t o_row;
     __device__ __forceinline__ PrefillTile(const T* q, const T* k, const T* v, T* o, int hq,
-                                           int hkv, int sq, int sk, int causal) {
+                                           int hkv, int sq, int sk, int causal, int o_seq) {
         const PrefillOrder order(sq, kBM, hq);
-        init(q, k, v, o, order.m0, order.h, order.b, hq, hkv, sq, sk, causal);
+        init(q, k, v, o, order.m0, order.h, order.b, hq, hkv, sq, sk, causal, o_seq);
     }
     // Work item `item` of the persistent kernel: row tile item % tiles of (batch, head)
     // item / tiles.
     __device__ __forceinline__ PrefillTile(int item, const T* q, const T* k, const T* v, T* o,
-                                           int hq, int hkv, int sq, int sk, int causal) {
+                                           int hq, int hkv, int sq, int sk, int causal, int o_seq) {
         const int tiles = (sq + kBM - 1) / kBM, bh = item / tiles;
-        init(q, k, v, o, (item - bh * tiles) * kBM, bh % hq, bh / hq, hq, hkv, sq, sk, causal);
+        init(q, k, v, o, (item - bh * tiles) * kBM, bh % hq, bh / hq, hq, hkv, sq, sk, causal,
+             o_seq);
     }
     __device__ __forceinline__ void init(const T* q, const T* k, const T* v, T* o, int m0_, int h_,
-                                         int b_, int hq, int hkv, int sq, int sk, int causal) {
+                                         int b_, int hq, int hkv, int sq, int sk, int causal,
+                                         int o_seq) {
         m0 = m0_, h = h_, b = b_;
         const int hk = h / (hq / hkv);
         diag = sk - sq;
         qp = q + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
         kp = k + ((size_t)b * hkv + hk) * sk * kD;
         vp = v + ((size_t)b * hkv + hk) * sk * kD;
-        op = o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
+        o_row = o_seq ? (size_t)hq * kD : (size_t)kD;
+        op = o_seq ? o + ((size_t)b * sq + m0) * hq * kD + (size_t)h * kD
+                   : o + ((size_t)b * hq + h) * sq * kD + (size_t)m0 * kD;
         rows_here = min(kBM, sq - m0);
         const int n_end = causal ? min(sk, m0 + kBM + diag) : sk;
         n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
@@ -384,7 +391,7 @@ template <typename T, int kD>
 __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
-    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal) {
+    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal, int o_seq) {
     constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
     constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
     constexpr int kStages = 3;
@@ -397,7 +404,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     // on it is then not treated as divergent (which would serialize every wgmma).
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int g = lane >> 2, t = lane & 3;
-    const PrefillTile<T, kD> tile(q, k, v, o, hq, hkv, sq, sk, causal);
+    const PrefillTile<T, kD> tile(q, k, v, o, hq, hkv, sq, sk, causal, o_seq);
     const int n_tiles = tile.n_tiles;
     const int r0 = wg * 64 + warp * 16 + g;  // rows r0 and r0 + 8 of the tile
 
@@ -424,7 +431,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
     auto nothing = [] {};
 
     if (n_tiles == 0) {
-        store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
+        store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here, tile.o_row);
         return;
     }
     load_tile<T, kD>(sQ, tile.qp, tile.rows_here);
@@ -436,7 +443,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_pipe(
         st.acc, st.pa, st.alpha, n_tiles, sQ, wg, stage, softmax_tile, next_tile, nothing, nothing,
         nothing, [](int) {}, nothing);
     asm volatile("cp.async.wait_group 0;\n" ::);
-    store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
+    store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here, tile.o_row);
 }
 
 }  // namespace pgk_attn_sm90

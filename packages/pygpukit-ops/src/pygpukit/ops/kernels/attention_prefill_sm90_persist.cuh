@@ -42,8 +42,8 @@ template <typename T, int kD>
 __device__ __forceinline__ void attn_prefill_wgmma_persist(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
-    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal, const TmaMaps& maps,
-    const int* __restrict__ sched) {
+    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal, int o_seq,
+    const TmaMaps& maps, const int* __restrict__ sched) {
     constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
     constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
     extern __shared__ unsigned char smem_raw[];
@@ -77,7 +77,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_persist(
         if (tid != 0) return;
         int n = 0, q_loads = 0;  // K/V tiles and Q tiles loaded so far by this CTA
         for (int i = first; i < last; ++i) {
-            const PrefillTile<T, kD> tile(items[i], q, k, v, o, hq, hkv, sq, sk, causal);
+            const PrefillTile<T, kD> tile(items[i], q, k, v, o, hq, hkv, sq, sk, causal, o_seq);
             if (tile.n_tiles == 0) continue;  // rows with no key: the consumers write zeros
             const int bhq = tile.b * hq + tile.h, bhk = tile.b * hkv + tile.h / (hq / hkv);
             if (i + 1 < last) {  // the next item's Q into L2 now, so its load after QFREE is short
@@ -108,7 +108,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_persist(
     int n0 = 0;                // the CTA's tile counter at the current item's first tile
     if (c == 1) turn_pass(c);  // consumer 0 issues first
     for (int i = first; i < last; ++i) {
-        const PrefillTile<T, kD> tile(items[i], q, k, v, o, hq, hkv, sq, sk, causal);
+        const PrefillTile<T, kD> tile(items[i], q, k, v, o, hq, hkv, sq, sk, causal, o_seq);
         RowState<kD> st;
         if (tile.n_tiles > 0) {
             const ScoreRules rules{
@@ -135,7 +135,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_persist(
                 q_done);
             n0 += tile.n_tiles;
         }
-        store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
+        store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here, tile.o_row);
     }
     if (c == 0) turn_wait(c);  // consumer 1's initial hand-over or its last one
 }

@@ -106,7 +106,8 @@ template <typename T, int kD>
 __device__ __forceinline__ void attn_prefill_wgmma_tma(
     const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o,
     const void* __restrict__ mask, int mask_kind, long long msb, long long msh, long long msq,
-    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal, const TmaMaps& maps) {
+    long long msk, int hq, int hkv, int sq, int sk, float scale, int causal, int o_seq,
+    const TmaMaps& maps) {
     constexpr unsigned kTileBytes = (kD / 64) * kBlockBytes;
     constexpr unsigned kQBytes = kTileBytes, kStageBytes = 2 * kTileBytes;
     extern __shared__ unsigned char smem_raw[];
@@ -120,7 +121,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_tma(
     // not treated as divergent.
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
     const int g = lane >> 2, t = lane & 3;
-    const PrefillTile<T, kD> tile(q, k, v, o, hq, hkv, sq, sk, causal);
+    const PrefillTile<T, kD> tile(q, k, v, o, hq, hkv, sq, sk, causal, o_seq);
     const int n_tiles = tile.n_tiles;
     auto stage = [&](int j) { return base + kQBytes + (j % kWsStages) * kStageBytes; };
     auto parity = [](int j) { return static_cast<unsigned>((j / kWsStages) & 1); };
@@ -169,7 +170,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_tma(
     };
 
     if (n_tiles == 0) {
-        store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
+        store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here, tile.o_row);
         return;
     }
     // Consumer 0 issues first; consumer 1 is done issuing after its last P V: no hand-over back.
@@ -181,7 +182,7 @@ __device__ __forceinline__ void attn_prefill_wgmma_tma(
             if (c == 0) turn_pass(c);
         },
         release, [] {});  // the last release: nobody waits for it; one arrival per tile per warp
-    store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here);
+    store_out<T, kD>(tile.op, st.acc, st.row_sum, r0, t, tile.rows_here, tile.o_row);
 }
 
 }  // namespace pgk_attn_sm90

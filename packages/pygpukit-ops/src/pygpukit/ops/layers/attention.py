@@ -86,7 +86,9 @@ class Attention:
     ) -> GPUArray:
         """``softmax(q k^T * scale + attn_mask) v`` (causal if the layer is): ``[B, Hq, Sq, D]``.
 
-        A sliding-window layer makes its own mask: ``attn_mask`` must then be None.
+        A sliding-window layer makes its own mask: ``attn_mask`` must then be None. ``out``
+        is C-contiguous or the ``[B, Sq, Hq, D]`` layout seen through ``transpose(0, 2, 1, 3)``
+        (see :func:`pygpukit.ops.scaled_dot_product_attention`).
         """
         if self.sliding_window is not None:
             if attn_mask is not None:
@@ -97,7 +99,7 @@ class Attention:
             attn_mask = self._window(q, k)
         _, strides = attn_ops.check_prefill(q, k, v, attn_mask, self.causal, self.scale)
         self._heads(q, k)
-        res = _checks.output(out, tuple(q.shape), q.dtype)
+        res = attn_ops.check_prefill_out(out, tuple(q.shape), q.dtype)
         if res.size == 0:
             return res
         movable = q.evictable or k.evictable or v.evictable

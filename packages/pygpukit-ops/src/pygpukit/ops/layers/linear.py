@@ -15,6 +15,7 @@ from pygpukit.array import GPUArray
 from .. import _common as c
 from .. import activations as act_ops
 from .. import linear as linear_ops
+from ..skinny_linear import skinny_preferred
 from . import _checks
 
 
@@ -32,9 +33,10 @@ class Linear:
 
     ``out_dtype="float32"`` (for float16/bfloat16 weights) gives a float32 result, a language
     model's logits: up to ``GEMV_MAX_ROWS`` rows (every decode step) the GEMV kernel stores
-    its float32 sums unrounded, since rounded to 16 bits the best two logits can tie; more rows
-    are computed in the weight's dtype, as a framework does in that dtype, then widened (an
-    intermediate of that dtype is allocated per call then).
+    its float32 sums unrounded, since rounded to 16 bits the best two logits can tie, and so does
+    the skinny kernel where it runs (up to 64 rows: :func:`~pygpukit.ops.skinny_preferred`);
+    more rows are computed in the weight's dtype, as a framework does in that dtype, then
+    widened (an intermediate of that dtype is allocated per call then).
     """
 
     def __init__(
@@ -124,14 +126,23 @@ class Linear:
         plan = self._plans.get(key)
         if plan is None:
             widen = self.out_dtype != self.dtype
-            gemv_f32 = widen and rows <= linear_ops.GEMV_MAX_ROWS and self.in_features > 0
+            vector = self._weight_vector and x_aligned
+            # The GEMV and skinny kernels store float32 sums unrounded; cuBLASLt rounds first.
+            gemv_f32 = (
+                widen
+                and self.in_features > 0
+                and (
+                    rows <= linear_ops.GEMV_MAX_ROWS
+                    or (self._act == 0 and vector and self._skinny(rows))
+                )
+            )
             plan = linear_ops.plan(
                 rows,
                 self.out_features,
                 self.in_features,
                 self.dtype,
                 self._act,
-                self._weight_vector and x_aligned,
+                vector,
                 self.bias is not None,
                 gemv_f32,
             )
@@ -139,6 +150,9 @@ class Linear:
                 plan = WidenedPlan(plan, rows, self.out_features, self.dtype)
             self._plans[key] = plan
         return plan
+
+    def _skinny(self, rows: int) -> bool:
+        return skinny_preferred(rows, self.out_features, self.in_features, self.dtype)
 
     def __call__(self, x: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
         """``activation(x @ weight.T + bias)`` for ``x`` ``[..., K]``: ``[..., N]``."""
