@@ -29,19 +29,26 @@ Usage (GPU machine; random-weight checkpoints of the ``llm`` suite's shapes)::
     python tools/serve_isolation.py [--small qwen2.5-0.5b] [--big llama-3.1-8b]
         [--switch-interval S] [--no-partitions] [--new 128] [--memory 8GiB,56GiB]
         [--no-host-turns] [--compare-turns] [--variant turns=off ...] [--be-requests 2]
-        [--slow-top 0.01] [--json OUT.json]
+        [--slow-top 0.01] [--profile-steps] [--json OUT.json]
 
 ``--switch-interval`` is passed to the server (default: what ``serve`` picks);
 ``--no-partitions`` serves both models without partitions (plain streams, no QoS);
 ``--no-host-turns``: the engines take no host turns (``serve`` makes the BestEffort model's
 engine and streams step aside while the Guaranteed one's host work is due);
 ``--compare-turns``: a second loaded phase with host turns the other way;
+``--profile-steps``: a last phase alone with the Guaranteed engine's steps under cProfile
+(where their host time goes, by cumulative and own time);
 ``--variant``: another loaded phase with one thing changed, then changed back:
 ``turns=on|off``, ``keep_gil=on|off`` (the protected engine's launches keep the interpreter
 lock in its host phase: ``pygpukit.llm.engine.host_priority``), ``si=SECONDS`` (the switch
 interval), ``be_mbt=N`` (the BestEffort engine's tokens per step), ``be_chunk=N`` (its prompt
 tokens per step while requests decode), ``pacing_hold=SECONDS`` (the longest a paced launch
-is held); settings joined by commas change together (``be_mbt=2048,be_chunk=2048``). Give the
+is held), ``gc=off|freeze`` (the interpreter's garbage collector off, or everything alive
+then frozen out of its scans), ``default`` (nothing: the loaded phase again, to compare
+phases at other moments of the BestEffort load); settings joined by commas change together
+(``be_mbt=2048,be_chunk=2048``). Each phase also lists the garbage collections' pauses and
+how many slow gaps one overlapped, and how many overlapped the launching of a step with a
+prompt chunk (a request joining). Give the
 BestEffort clients enough work for every loaded phase with ``--be-requests``.
 """
 
@@ -49,6 +56,8 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import gc
+import itertools
 import json
 import sys
 import threading
@@ -104,6 +113,30 @@ class LockProbe:
         """Stop the probe thread."""
         self._stop.set()
         self._thread.join()
+
+
+class GcClock:
+    """The interpreter's garbage collections: ``(start, end, generation)`` of each one.
+
+    A collection runs on whichever thread allocated last, with the interpreter lock held:
+    every thread of the server waits for it.
+    """
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[float, float, int]] = []
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pauses.append((self._start, time.perf_counter(), int(info["generation"])))
+
+    def take(self) -> list[tuple[float, float, int]]:
+        """The collections since the last take."""
+        out, self.pauses = self.pauses, []
+        return out
 
 
 class TokenClock:
@@ -195,8 +228,8 @@ def _gap_steps(samples: Sequence[tuple[float, ...]], rows: list[StepRow],
 
 
 def attribute(arrivals: dict[str, Any], clock: TokenClock, g_rows: list[StepRow],
-              g_passes: list[tuple[float, float]], be_rows: list[StepRow],
-              top: float) -> dict[str, Any]:  # fmt: skip
+              g_passes: list[tuple[float, float]], be_rows: list[StepRow], top: float,
+              gc_pauses: Sequence[tuple[float, float, int]] = ()) -> dict[str, Any]:  # fmt: skip
     """Split each inter-token latency into engine, event-loop and client parts (see module)."""
     samples = []  # (itl, engine gap, loop lag change, rest, emit time, previous emit time)
     unmatched = 0
@@ -218,6 +251,9 @@ def attribute(arrivals: dict[str, Any], clock: TokenClock, g_rows: list[StepRow]
     slow = samples[-max(1, round(len(samples) * top)) :]
     be_prefill = [(r.times.start, r.times.end) for r in be_rows if not r.times.decode_only]
     be_launch = [(r.times.start, r.times.enqueued) for r in be_rows if r.times.launch_s > 1e-3]
+    # A step with a prompt chunk was launched in the step before it (queued ahead) or in it.
+    g_prefill = [(a.times.start, b.times.enqueued)
+                 for a, b in itertools.pairwise(g_rows) if not b.times.decode_only]  # fmt: skip
 
     def mean_ms(values: list[float]) -> float:
         return round(float(np.mean(values)) * 1e3, 3) if values else float("nan")
@@ -261,6 +297,18 @@ def attribute(arrivals: dict[str, Any], clock: TokenClock, g_rows: list[StepRow]
         "be_launch_overlap": {"slow": share(slow, be_launch), "all": share(samples, be_launch)},
         # Outputs (every model's) the event loop took during the gap: slow vs all.
         "loop_outputs_in_gap": {"slow": delivered(slow), "all": delivered(samples)},
+        # Share of gaps a garbage collection (any generation; generation 2) overlapped.
+        "gc_overlap": {
+            "slow": share(slow, [(a, b) for a, b, _ in gc_pauses]),
+            "all": share(samples, [(a, b) for a, b, _ in gc_pauses]),
+            "slow_gen2": share(slow, [(a, b) for a, b, g in gc_pauses if g == 2]),
+        },
+        # Share of gaps in which the engine launched a step with a prompt chunk (a request
+        # joining: its prefill is launched eagerly, while the others' next token waits).
+        "prefill_launch_overlap": {
+            "slow": share(slow, g_prefill),
+            "all": share(samples, g_prefill),
+        },
     }
 
 
@@ -281,13 +329,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compare-turns", action="store_true",
                    help="a second loaded phase with host turns switched the other way")  # fmt: skip
     p.add_argument("--variant", action="append", default=[],
-                   help="a loaded phase with turns=on|off, keep_gil=on|off, si=S, be_mbt=N, "
-                   "be_chunk=N or pacing_hold=S, or several joined by commas "
-                   "(repeatable)")  # fmt: skip
+                   help="a loaded phase with default, turns=on|off, keep_gil=on|off, "
+                   "gc=off|freeze, si=S, be_mbt=N, be_chunk=N or pacing_hold=S, or several "
+                   "joined by commas (repeatable)")  # fmt: skip
     p.add_argument("--be-requests", type=int, default=2,
                    help="requests per BestEffort client (it must outlast the phases)")  # fmt: skip
     p.add_argument("--slow-top", type=float, default=0.01,
                    help="the share of slowest inter-token latencies to attribute")  # fmt: skip
+    p.add_argument("--profile-steps", action="store_true",
+                   help="also profile the Guaranteed engine's steps (cProfile, its thread "
+                   "only) in a last alone phase and print where their host time goes")  # fmt: skip
     a = p.parse_args(argv)
 
     import pygpukit as gp
@@ -328,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{part.stream.priority}", flush=True)  # fmt: skip
     small_vocab, big_vocab = int(SHAPES[a.small]["vocab_size"]), int(SHAPES[a.big]["vocab_size"])
     probe = LockProbe().start()
+    gcs = GcClock()
     report: dict[str, Any] = {"host": facts, "switch_interval_ms": served.switch_interval * 1e3,
                               "partitions": not a.no_partitions}  # fmt: skip
     seeds = iter(range(1 << 30))  # fresh prompts every phase: no prefix-cache hits
@@ -336,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         for log in logs.values():
             log.take()
         probe.take()
+        gcs.take()
         pacing0 = gp.scheduler.pacing_stats()
         yields0 = (priority.yields, priority.yielded_s) if priority else (0, 0.0)
         cpu0, sw0, t0 = thread_cpu(), thread_switches(), time.perf_counter()
@@ -351,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         covered = noise is None or noise.poll() is None
         rows = {n: log.take() for n, log in logs.items()}
         late = probe.take()
+        pauses = gcs.take()
         pacing1 = gp.scheduler.pacing_stats()
         itl = arrival_itl(arrivals)
         turns_on = any(e.host_priority is not None for e in engines.values())
@@ -361,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
         out = {"launches_keep_gil": keep, "itl": summary(itl), "itl_p99_ms": pct(itl, 99),
                "itl_p50_ms": pct(itl, 50), "itl_p90_ms": pct(itl, 90), "covered": covered,
                "slow": attribute(arrivals, clock, rows[g], logs[g].taken_passes,
-                                 rows.get(be, []), a.slow_top),
+                                 rows.get(be, []), a.slow_top, pauses),
+               "gc": {f"gen{k}": summary([e - b for b, e, gen in pauses if gen == k])
+                      for k in (0, 1, 2)},
                "engines": {n: StepLog.report(r) for n, r in rows.items()},
                "host_turns": yields, "cpu_share": busy, "involuntary_switches": involuntary,
                "loadavg": host_facts()["loadavg"], "lock_probe_late": summary(late),
@@ -379,6 +435,14 @@ def main(argv: list[str] | None = None) -> int:
             undos = [apply(part) for part in variant.split(",")]
             return lambda: [undo() for undo in reversed(undos)]
         key, _, value = variant.partition("=")
+        if key == "default":
+            return lambda: None
+        if key == "gc" and value in ("off", "freeze"):
+            if value == "off":
+                gc.disable()
+                return gc.enable
+            gc.freeze()  # what exists now (models, tokenizers) is never scanned again
+            return gc.unfreeze
         if key == "turns":
             was = any(e.host_priority is not None for e in engines.values())
             host_turns(value == "on")
@@ -404,8 +468,9 @@ def main(argv: list[str] | None = None) -> int:
         if key == "pacing_hold":
             gp.scheduler.set_pacing_max_hold(float(value))
             return lambda: gp.scheduler.set_pacing_max_hold(0.05)
-        raise SystemExit(f"unknown variant {variant!r} (turns=on|off, keep_gil=on|off, si=S, "
-                         "be_mbt=N, be_chunk=N, pacing_hold=S)")  # fmt: skip
+        raise SystemExit(f"unknown variant {variant!r} (default, turns=on|off, "
+                         "keep_gil=on|off, gc=off|freeze, si=S, be_mbt=N, be_chunk=N, "
+                         "pacing_hold=S)")  # fmt: skip
 
     variants = list(a.variant)
     if a.compare_turns and priority is not None:
@@ -435,6 +500,19 @@ def main(argv: list[str] | None = None) -> int:
         report[name]["ratio_p99"] = ratio
         print(f"{name}: Guaranteed ITL p99 {report[name]['itl_p99_ms']:.2f} ms, "
               f"{ratio:.2f}x alone ({alone:.2f} ms)", flush=True)  # fmt: skip
+    if a.profile_steps:
+        import cProfile
+        import io
+        import pstats
+
+        logs[g].profile = cProfile.Profile()
+        phase("alone_profiled", None)
+        out = io.StringIO()
+        stats = pstats.Stats(logs[g].profile, stream=out)
+        stats.sort_stats("cumulative").print_stats(30)
+        stats.sort_stats("tottime").print_stats(25)
+        logs[g].profile = None
+        print(out.getvalue(), flush=True)
     probe.stop()
     if a.json:
         with open(a.json, "w") as f:

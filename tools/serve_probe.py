@@ -173,6 +173,8 @@ class StepLog:
         self.passes: list[tuple[float, float]] = []
         self._open: collections.deque[tuple[StepRow | None, float, Any, Any]] = collections.deque()
         self.taken_passes: list[tuple[float, float]] = []
+        #: A ``cProfile.Profile`` that every step runs under while set (None: not profiled).
+        self.profile: Any = None
         self._step_cpu = 0.0
         self._wait_cpu = 0.0
         self._row_of_pass: list[StepRow | None] = [None]
@@ -187,7 +189,14 @@ class StepLog:
 
         def step() -> bool:
             self._step_cpu, self._wait_cpu = time.thread_time(), 0.0
-            return bool(inner_step())
+            profile = self.profile
+            if profile is None:
+                return bool(inner_step())
+            profile.enable()  # on this (the engine's) thread only
+            try:
+                return bool(inner_step())
+            finally:
+                profile.disable()
 
         def wait_for(pending: Any) -> Any:
             cpu = time.thread_time()

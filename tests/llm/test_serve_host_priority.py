@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from pygpukit.backend.select import backend
 from pygpukit.llm.engine.host_priority import HostPriority
 from pygpukit.llm.serve.qos import share_host_turns
+from pygpukit.stream import set_launches_keep_gil
 
 
 def _wait_until(condition, what: str) -> None:
@@ -79,9 +79,8 @@ def test_a_yield_never_waits_past_its_bound():
 
 def _launches_keep_gil() -> bool:
     """This thread's setting (read by setting it and putting it back)."""
-    b = backend()
-    was = b.set_launches_keep_gil(False)
-    b.set_launches_keep_gil(was)
+    was = set_launches_keep_gil(False)
+    set_launches_keep_gil(was)
     return was
 
 

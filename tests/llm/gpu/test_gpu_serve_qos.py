@@ -77,13 +77,13 @@ def test_a_steps_ids_are_ready_only_once_its_work_is_done(rng):
 def test_launches_that_keep_the_interpreter_lock_compute_the_same(rng):
     """A protected engine's thread keeps the lock through its launches (host turns): kernel
     launches, cuBLASLt matmuls and graph replays then run as they do when they release it."""
-    from pygpukit.backend.select import backend
+    from pygpukit.stream import set_launches_keep_gil
 
     a = gp.from_numpy(rng.standard_normal((256, 320)).astype(np.float32)).astype(gp.bfloat16)
     b = gp.from_numpy(rng.standard_normal((320, 192)).astype(np.float32)).astype(gp.bfloat16)
     expected = ((a @ b) * 2.0).astype(gp.float32).to_numpy()
     stream = gp.Stream()
-    was = backend().set_launches_keep_gil(True)
+    was = set_launches_keep_gil(True)
     try:
         eager = ((a @ b) * 2.0).astype(gp.float32).to_numpy()
         with stream, gp.graph_capture() as graph:
@@ -92,7 +92,7 @@ def test_launches_that_keep_the_interpreter_lock_compute_the_same(rng):
         stream.synchronize()
         replayed = out.to_numpy()
     finally:
-        kept = backend().set_launches_keep_gil(was)
+        kept = set_launches_keep_gil(was)
     assert was is False and kept is True
     np.testing.assert_array_equal(eager, expected)
     np.testing.assert_array_equal(replayed, expected)

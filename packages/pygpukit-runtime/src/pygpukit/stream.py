@@ -14,7 +14,7 @@ from typing import Any
 from . import validation as _v
 from .backend.select import backend as _backend
 
-__all__ = ["Event", "Stream", "current_stream", "host_wait_count"]
+__all__ = ["Event", "Stream", "current_stream", "host_wait_count", "set_launches_keep_gil"]
 
 _host_waits = 0
 _host_waits_lock = threading.Lock()
@@ -37,6 +37,19 @@ def host_wait_count() -> int:
     not the caller.
     """
     return _host_waits
+
+
+def set_launches_keep_gil(keep: bool) -> bool:
+    """Whether the calling thread's launches keep the interpreter lock; returns the old setting.
+
+    Off by default: each kernel launch, graph replay and matmul enqueue gives the lock up, in
+    case the scheduler's kernel pacing holds it, and takes it back after. A thread whose launches
+    are never held (a Guaranteed partition's) and whose host work must not wait to get the lock
+    back after each one, while other threads run Python, turns it on around that work
+    (``pygpukit.llm`` does, for a served model with a latency promise). Other threads still get
+    the lock after a switch interval (``sys.setswitchinterval``), as from any Python code.
+    """
+    return bool(_backend().set_launches_keep_gil(bool(keep)))
 
 
 class Stream:

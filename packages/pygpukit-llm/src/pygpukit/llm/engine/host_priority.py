@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from pygpukit.backend.select import backend as _backend
+from pygpukit.stream import set_launches_keep_gil
 
 __all__ = ["HostPriority"]
 
@@ -79,12 +79,12 @@ class HostPriority:
         """
         with self._cond:
             self._busy += 1
-        kept = _backend().set_launches_keep_gil(True) if self.launches_keep_gil else None
+        kept = set_launches_keep_gil(True) if self.launches_keep_gil else None
         try:
             yield
         finally:
             if kept is not None:
-                _backend().set_launches_keep_gil(kept)
+                set_launches_keep_gil(kept)
             with self._cond:
                 self._busy -= 1
                 if self._busy == 0:
