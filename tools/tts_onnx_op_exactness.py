@@ -145,7 +145,9 @@ def emulations(node: object) -> dict[str, Callable[..., list[np.ndarray]]]:
         return {"exact": _dql}
     if op == "MatMulInteger":
 
-        def mmi(a: np.ndarray, b: np.ndarray, za: np.ndarray = 0, zb: np.ndarray = 0) -> list:
+        def mmi(
+            a: np.ndarray, b: np.ndarray, za: np.ndarray | int = 0, zb: np.ndarray | int = 0
+        ) -> list:
             a64 = a.astype(np.int64) - np.asarray(za, np.int64)
             b64 = b.astype(np.int64) - np.asarray(zb, np.int64)
             return [np.matmul(a64, b64).astype(np.int32)]

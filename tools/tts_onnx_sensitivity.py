@@ -58,7 +58,7 @@ def with_scaled_layer_norms(model: object, factor: float) -> object:
     import onnx
 
     copy = onnx.ModelProto()
-    copy.CopyFrom(model)  # type: ignore[arg-type]
+    copy.CopyFrom(model)
     graph = copy.graph
     scale = onnx.numpy_helper.from_array(np.array(factor, np.float32), "ulp_scale")
     graph.initializer.append(scale)

@@ -46,7 +46,7 @@ def batch_vs_alone(seed: int) -> str:
         write_tiny_checkpoint(pathlib.Path(folder), seed=seed)
         model = tts.load(folder, vocoder_dtype="float32")
         table = random_voice(TINY_CONFIG, seed=seed + 7)
-        voices = ["af_test", table, "af_test"]
+        voices: list[str | np.ndarray] = ["af_test", table, "af_test"]
         batch = model.synthesize_batch(phonemes=TEXTS, voice=voices)
         alone = [model.synthesize(phonemes=t, voice=v) for t, v in zip(TEXTS, voices, strict=True)]
         parts = []
@@ -66,7 +66,7 @@ class _F0Reference(ReferenceNetwork):
     f0: np.ndarray
 
     def f0_energy(self, *args: object) -> tuple[np.ndarray, np.ndarray]:
-        f0, n = super().f0_energy(*args)  # type: ignore[arg-type]
+        f0, n = super().f0_energy(*args)
         self.f0 = np.asarray(f0)
         return f0, n
 

@@ -263,7 +263,7 @@ def test_a_client_disconnecting_mid_stream_frees_its_blocks(server, tiny):
 def test_full_queue_is_429_and_sigterm_is_graceful(tiny_path, tiny):
     with run_server([f"tiny={tiny_path}"], "--dtype", TEST_DTYPE, "--max-model-len",
                     str(MAX_LEN), "--max-batch", "1", "--max-queue", "2", "--kv-memory",
-                    KV_MEMORY) as srv:  # fmt: skip
+                    KV_MEMORY, *(["--batch-invariant"] if INVARIANT else [])) as srv:  # fmt: skip
         long_body = {**_COMP, "prompt": "go on", "max_tokens": 150, "stream": True,
                      "ignore_eos": True, "temperature": 0}  # fmt: skip
         ref_long = _generate_past_eos(tiny, "go on", 150)
