@@ -57,6 +57,12 @@ CONV_CASES = [
     (1, 8, 9, 8, 9, 1, 0, 1, 1),  # the kernel spans the input: one output
 ]
 
+#: (dtype, tile, case) whose smallest pipeline stage needs more shared memory than a block may
+#: use on SM 9.0 (227 KiB): the float32 128-row tile over the 12 taps of the stride-6 noise
+#: convolution needs about 250 KB at its smallest (16-channel) chunk. The pinned tile then plans
+#: the matmul path, which must still be right.
+OVER_SHARED_MEMORY = {("float32", "mma_128x64", (2, 22, 203, 256, 12, 6, 3, 1, 1))}
+
 #: (batch, c_in, length, c_out, kernel, stride, padding, output_padding, dilation, groups)
 TRANSPOSE_CASES = [
     (1, 512, 200, 256, 20, 10, 5, 0, 1, 1),  # Kokoro's x10 upsampling
@@ -74,6 +80,9 @@ TRANSPOSE_CASES = [
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv1d_mma(rand: Rand, dtype: str, kernel: str, case: tuple[int, ...]) -> None:
+    if (dtype, kernel, case) in OVER_SHARED_MEMORY:
+        assert case_error(rand, dtype, case, kernel, conv_module.ConvPlan) < TOL[dtype]
+        return
     tol = TOL_3XTF32 if dtype == "float32" else TOL[dtype]
     assert case_error(rand, dtype, case, kernel, MmaConvPlan) < tol
 
