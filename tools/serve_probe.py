@@ -381,15 +381,10 @@ async def _arrivals_run(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _arrivals_main(argv: list[str]) -> int:
+    from pygpukit.llm.serve.loadgen import load_arguments
+
     p = argparse.ArgumentParser(prog="serve_probe.py arrivals")
-    p.add_argument("url")
-    p.add_argument("model")
-    p.add_argument("--clients", type=int, default=4)
-    p.add_argument("--requests-per-client", type=int, default=2)
-    p.add_argument("--prompt-tokens", type=int, default=128)
-    p.add_argument("--output-tokens", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=32000)
-    p.add_argument("--seed", type=int, default=0)
+    load_arguments(p, clients=4)
     print(json.dumps(asyncio.run(_arrivals_run(p.parse_args(argv)))))
     return 0
 
