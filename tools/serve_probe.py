@@ -50,6 +50,7 @@ __all__ = [
     "load_result",
     "pct",
     "prompt_key",
+    "round_arguments",
     "serve_in_process",
     "summary",
     "thread_cpu",
@@ -305,6 +306,19 @@ def serve_in_process(serve_argv: list[str], *, http: str = "auto", loop: str = "
     url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
     return Served(engines, scheduler, server, thread, url, interval, time.perf_counter() - t0,
                   logs)  # fmt: skip
+
+
+def round_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add a serve round's shape to ``parser``: the model and the load row it runs.
+
+    ``--shape`` (a ``llm`` suite shape: its random-weight checkpoint is served), ``--clients``,
+    ``--prompt`` and ``--new`` (tokens in and out per request); the ``serve`` benchmark's load
+    row by default (64 clients, 128/128 on Llama-3.1-8B's shape).
+    """
+    parser.add_argument("--shape", default="llama-3.1-8b", help="a llm suite shape")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent streams")
+    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per request")
+    parser.add_argument("--new", type=int, default=128, help="generated tokens per request")
 
 
 def load_process(
