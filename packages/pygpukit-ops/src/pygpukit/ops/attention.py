@@ -32,6 +32,7 @@ import pygpukit as gp
 from pygpukit import validation
 from pygpukit.array import GPUArray
 from pygpukit.kernels import Kernel, target_arch
+from pygpukit.stream import StreamLocal
 
 from . import _attention_fp32, _kernel_loader, config
 from ._common import (
@@ -613,10 +614,13 @@ class DecodePlan:
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
     #: and launches of the plan in two streams at once do not share them. Made by the first call
     #: on a stream; when that call is captured in a CUDA graph, the zeroing is a node of the
-    #: graph (it runs at each replay).
-    counters: dict[Any, GPUArray] = dataclasses.field(default_factory=dict)
-    #: The split partials of each stream the plan runs on, when the caller passes none.
-    workspaces: dict[Any, tuple[GPUArray, GPUArray]] = dataclasses.field(default_factory=dict)
+    #: graph (it runs at each replay). Held by the stream: they go when it does.
+    counters: StreamLocal[GPUArray] = dataclasses.field(default_factory=StreamLocal)
+    #: The split partials of each stream the plan runs on, when the caller passes none (held by
+    #: the stream, as the counters are).
+    workspaces: StreamLocal[tuple[GPUArray, GPUArray]] = dataclasses.field(
+        default_factory=StreamLocal
+    )
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
         """New ``(o_part, lse)`` float32 arrays for a split plan; ``(0, 0)`` (none) unsplit."""
@@ -624,20 +628,16 @@ class DecodePlan:
             return 0, 0
         return gp.empty((self.partials[0],), gp.float32), gp.empty((self.partials[1],), gp.float32)
 
-    def _stream_workspace(self, stream: Any) -> tuple[GPUArray, GPUArray]:
-        """``stream``'s ``(o_part, lse)`` (a split plan's), made on its first call there.
+    def _new_workspace(self, stream: gp.Stream) -> tuple[GPUArray, GPUArray]:
+        """A split plan's ``(o_part, lse)`` for ``stream`` (its first call there).
 
         Calls in one stream run one after another, so they can share one workspace (no
         allocation per call); two streams get two, like the fused combine's counters.
         """
-        found = self.workspaces.get(stream)
-        if found is None:
-            found = (
-                gp.empty((self.partials[0],), gp.float32),
-                gp.empty((self.partials[1],), gp.float32),
-            )
-            self.workspaces[stream] = found
-        return found
+        return (
+            gp.empty((self.partials[0],), gp.float32, stream=stream),
+            gp.empty((self.partials[1],), gp.float32, stream=stream),
+        )
 
     def _tensor_map(self, x: GPUArray, d: int) -> gp.TensorMap:
         """The tensor map of cache ``x`` seen as ``[rows, d]`` (made on first use)."""
@@ -650,13 +650,9 @@ class DecodePlan:
         weakref.finalize(x, self.maps.pop, key, None)
         return made
 
-    def _counters(self, stream: Any) -> GPUArray:
-        """``stream``'s counters of the fused combine (made on first use)."""
-        found = self.counters.get(stream)
-        if found is None:
-            found = gp.zeros((self.fused,), np.int32, stream=stream)
-            self.counters[stream] = found
-        return found
+    def _new_counters(self, stream: gp.Stream) -> GPUArray:
+        """The fused combine's counters for ``stream`` (its first call there), zeroed."""
+        return gp.zeros((self.fused,), np.int32, stream=stream)
 
     def __call__(
         self,
@@ -674,11 +670,10 @@ class DecodePlan:
         table = block_table if block_table is not None else 0
         counters: GPUArray | int = 0
         if self.partials[2] > 1:  # split: partials (the stream's unless given) and counters
-            stream = gp.current_stream()
             if o_part is None or lse is None:
-                o_part, lse = self._stream_workspace(stream)
+                o_part, lse = self.workspaces.get(self._new_workspace)
             if self.fused:
-                counters = self._counters(stream)
+                counters = self.counters.get(self._new_counters)
         else:
             o_part = lse = 0
         # Launched dependent (the dependent_launch knob), the kernel's CTAs may start while the
