@@ -876,12 +876,13 @@ def _decode_args(
     # check_array runs only to raise the error that explains what is wrong.
     if not isinstance(q, GPUArray):
         check_array(q, "q")
-    qshape, qdtype = q.shape, q.dtype
-    if len(qshape) != 3 or qdtype not in FLOAT_DTYPES or not q.is_contiguous():
-        check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=3)
     kshape, dtype = _check_caches(k_cache, v_cache)
-    if qdtype != dtype:
+    qshape, qdtype = q.shape, q.dtype
+    if qdtype is not dtype and qdtype != dtype:  # the caches' dtype is a checked one
+        check_array(q, "q", dtypes=FLOAT_DTYPES)
         check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
+    if len(qshape) != 3 or not q.is_contiguous():
+        check_array(q, "q", ndim=3)
     _check_aligned(("q", q))
     lens_shape = seq_lens.shape if isinstance(seq_lens, GPUArray) else ()
     if len(lens_shape) != 1 or seq_lens.dtype not in _INT32 or not seq_lens.is_contiguous():
