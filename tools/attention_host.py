@@ -228,10 +228,8 @@ def _launch_only(
 
     In DecodePlan.__call__'s order: the floor of the op's host time, the native launch alone.
     """
-    split = plan.partials[2] > 1
-    stream = gp.current_stream()
-    o_part, lse = plan._stream_workspace(stream) if split else (0, 0)
-    counters = plan._counters(stream) if split and plan.fused else 0
+    o_part, lse = plan.workspace()  # (0, 0) unsplit
+    counters = gp.zeros((plan.fused,), np.int32) if plan.fused else 0  # the kernel leaves zeros
     args: tuple[Any, ...] = (
         q, kc, vc, lens, table if table is not None else 0, out, o_part, lse, counters,
         *plan.tail, scale, plan.early,

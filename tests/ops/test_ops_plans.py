@@ -56,10 +56,8 @@ class Recorder:
         args: tuple[Any, ...],
         *,
         shared_mem: int = 0,
-        stream: Any = None,
         dependent: bool = False,
     ) -> None:
-        assert stream is None or isinstance(stream, gp.Stream), (self.name, stream)
         assert len(args) == len(self.codes), (self.name, len(args), self.codes)
         for i, (arg, code) in enumerate(zip(args, self.codes, strict=True)):
             where = f"{self.name} argument {i} ({code})"

@@ -672,9 +672,8 @@ class DecodePlan:
     ) -> None:
         table = block_table if block_table is not None else 0
         counters: GPUArray | int = 0
-        stream = None  # the launches read the current stream themselves
         if self.partials[2] > 1:  # split: partials (the stream's unless given) and counters
-            stream = gp.current_stream()  # read once, for the workspaces and the launches
+            stream = gp.current_stream()
             if o_part is None or lse is None:
                 o_part, lse = self._stream_workspace(stream)
             if self.fused:
@@ -693,12 +692,7 @@ class DecodePlan:
             d = q.shape[2]
             args += (self._tensor_map(k_cache, d), self._tensor_map(v_cache, d))
         main.kernel.launch(
-            main.grid,
-            main.block,
-            args,
-            shared_mem=main.shared_mem,
-            stream=stream,
-            dependent=self.dependent,
+            main.grid, main.block, args, shared_mem=main.shared_mem, dependent=self.dependent
         )
         if self.combine is not None:
             hq, _, _, _, capacity, chunk = self.tail
@@ -707,7 +701,7 @@ class DecodePlan:
             # for their results in the kernel.
             c = self.combine
             args = (o_part, lse, seq_lens, out, hq, q.shape[2], self.partials[2], chunk, capacity)
-            c.kernel.launch(c.grid, c.block, args, stream=stream, dependent=self.dependent)
+            c.kernel.launch(c.grid, c.block, args, dependent=self.dependent)
 
 
 @dataclass(frozen=True, slots=True)
