@@ -139,14 +139,18 @@ def main() -> None:
         "torch": (theirs, tsync, _torch_event),
     }
     if args.before:
-        old = importlib.import_module(args.before)
+        try:
+            old = importlib.import_module(args.before)
+        except ImportError as exc:  # a diagnostic: report and time the rest
+            print(f"  --before {args.before}: not importable ({exc})")
+        else:
 
-        def before() -> object:
-            return old.decode_attention(q, kc, vc, lens, block_table=table)
+            def before() -> object:
+                return old.decode_attention(q, kc, vc, lens, block_table=table)
 
-        for _ in range(3):
-            before()
-        fns["pygpukit before"] = (before, gsync, _gp_event)
+            for _ in range(3):
+                before()
+            fns["pygpukit before"] = (before, gsync, _gp_event)
     for name, (fn, sync, _) in fns.items():
         print(f"  host {name:18s} {_host_us(fn, sync, calls, reps):6.1f} us per call")
     for name, (fn, _, event) in fns.items():
