@@ -252,6 +252,8 @@ def main() -> None:
               f"x{anchor_med / med:.3f} vs anchor")  # fmt: skip
     print(f"first tokens: pygpukit {first['pygpukit']}, graph {first['pygpukit, graph']}, "
           f"anchor {first['anchor (torch eager)']}")  # fmt: skip
+    held = sum(e["size"] for e in gp.memory.snapshot() if e.get("graph_pool"))
+    print(f"the prefill graph's memory (its pool region, live and free): {held / 2**20:.0f} MiB")
     # The prefill trims its last layer to the last position; forward runs every position.
     row = model.forward(ids).to_numpy()[0, -1]
     top = np.sort(row)[-2:]
