@@ -41,7 +41,14 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from llm_torch_common import event_ms, gemm_shapes, interleaved_ms, matmul_ms, prefill_pair
+from llm_torch_common import (
+    event_ms,
+    gemm_shapes,
+    interleaved_ms,
+    matmul_ms,
+    prefill_pair,
+    wall_ms,
+)
 from prefill_phases import phase_report
 
 import pygpukit as gp
@@ -252,6 +259,16 @@ def main() -> None:
               f"x{anchor_med / med:.3f} vs anchor")  # fmt: skip
     print(f"first tokens: pygpukit {first['pygpukit']}, graph {first['pygpukit, graph']}, "
           f"anchor {first['anchor (torch eager)']}")  # fmt: skip
+    if args.prompt > 64:  # what a new padded length costs: eager (new plans), capture, replay
+        other = prompt[: args.prompt - 64]
+        dec.padded = graphs
+        try:
+            calls = [wall_ms(lambda: model.generate(other, max_new_tokens=1)) for _ in range(3)]
+        finally:
+            dec.padded = None
+        print(f"a new padded length ({len(other)} tokens): first call {calls[0]:.1f} ms "
+              f"(eager, its plans made), second {calls[1]:.1f} ms (captured), third "
+              f"{calls[2]:.1f} ms (replayed)")  # fmt: skip
     held = sum(e["size"] for e in gp.memory.snapshot() if e.get("graph_pool"))
     print(f"the prefill graph's memory (its pool region, live and free): {held / 2**20:.0f} MiB")
     # The prefill trims its last layer to the last position; forward runs every position.
