@@ -267,9 +267,8 @@ def main() -> None:
               f"x{anchor_med / med:.3f} vs anchor")  # fmt: skip
     print(f"first tokens: pygpukit {first['pygpukit']}, graph {first.get('pygpukit, graph')}, "
           f"anchor {first['anchor (torch eager)']}")  # fmt: skip
-    if (
-        args.prompt > 64 and graph_ok
-    ):  # what a new padded length costs: eager (new plans), capture, replay
+    if args.prompt > 64 and graph_ok:
+        # What a new padded length costs: eager (its plans made), captured, replayed.
         other = prompt[: args.prompt - 64]
         dec.padded = graphs
         try:
