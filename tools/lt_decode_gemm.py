@@ -26,7 +26,8 @@ stay in L2 as they do there. A GPU sleep before each timed batch lets the host e
 its calls first, so the events time the GPU, not the launches. Each variant is timed
 ``--rounds`` times in turn; the median is kept. Prints, per shape and M as it finishes, one
 summary row (heuristic #0, the runtime's choice, the fastest candidate, torch: weight GB/s) and
-with ``--all`` a table of every variant; then the summary table again and how much of a decode
+with ``--all`` a table of its variants (the 12 fastest, #0, the runtime's pick and torch,
+fastest first); then the summary table again and how much of a decode
 step (32 layers and the lm_head at that M) the fastest candidates would save over the
 runtime's choices. ``--runtime-only`` times only ``#0``, the runtime and torch (to compare the
 runtime under ``PYGPUKIT_LT_TUNE=cold``). Needs torch with CUDA and cuBLASLt.
@@ -480,7 +481,14 @@ def main() -> None:
             )
             savings[m] = savings.get(m, 0.0) + PER_STEP[name] * (med["pygpukit"] - med[best])
             detail = [detail_head]
-            for v, (cfg_text, _fn) in variants.items():
+            # The fastest dozen, and always #0, the runtime (and its pick) and torch.
+            ranked = sorted(variants, key=lambda v: med[v])
+            keep = set(ranked[:12]) | {"#0", "pygpukit", "torch"}
+            keep |= set(pick.split("=")[-1].split("/"))
+            for v in ranked:
+                if v not in keep:
+                    continue
+                cfg_text = variants[v][0]
                 h = hot.get(v, "")
                 detail.append(
                     f"| {name} | {m} | {v} | {cfg_text} | {med[v]:.2f} | {rate[v]:.0f} | {h} |"
