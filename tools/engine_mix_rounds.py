@@ -22,10 +22,14 @@ Usage (GPU machine; the ``llm`` suite's random-weight checkpoint, written if abs
 
 A variant is a prefill cap (``0``: no cap, prompts take what the decode rows leave of
 ``--max-batched-tokens``), optionally with a hold (``256h3``: waiting prompts that do not fill
-the cap wait up to 3 steps while requests decode; the planner's ``prefill_hold``) and a step
-budget (``0b8192``: ``--max-batched-tokens`` 8192 for that variant), or ``old``: no cap, and
-no step queued ahead while requests wait for admission (the engine before stall-free prefill:
-waiting prompts were always planned from the host).
+the cap wait up to 3 steps while requests decode; the planner's ``prefill_hold``), a step
+budget (``0b8192``: ``--max-batched-tokens`` 8192 for that variant) and ``e`` (``128e``: steps
+with prompt chunks run the flattened pass eagerly, not the bucketed mixed graphs), or ``old``:
+no cap, no mixed graphs, and no step queued ahead while requests wait for admission (the
+engine before stall-free prefill: waiting prompts were always planned from the host).
+
+The steps' report counts the mixed graph steps too (``mixed_replays``: replayed,
+``mixed_eager``: run eagerly, a shape's first step).
 """
 
 from __future__ import annotations
@@ -195,18 +199,20 @@ def main(argv: list[str] | None = None) -> int:
 
     budget = engine.planner.max_batched_tokens
     for chunk in a.variants.split(","):
-        parsed = re.fullmatch(r"(old|\d+)(?:h(\d+))?(?:b(\d+))?", chunk)
+        parsed = re.fullmatch(r"(old|\d+)(?:h(\d+))?(?:b(\d+))?(e?)", chunk)
         if parsed is None:
-            raise SystemExit(f"bad variant {chunk!r}: CAP[hHOLD][bBUDGET] or old")
-        cap, hold, tokens = parsed.groups()
+            raise SystemExit(f"bad variant {chunk!r}: CAP[hHOLD][bBUDGET][e] or old")
+        cap, hold, tokens, eager = parsed.groups()
         engine.planner.prefill_chunk = None if cap in ("0", "old") else int(cap)
         engine.planner.prefill_hold = int(hold or 0)
         engine.planner.max_batched_tokens = int(tokens or budget)
+        engine.decode.mixed = not eager and chunk != "old"
         engine._queue_ahead = old_queue_ahead if chunk == "old" else queue_ahead
         runs = [("steady", a.requests)] if a.no_wave else [("wave", 1), ("steady", a.requests)]
         for kind, per_client in runs:
             rows.clear()
             ahead = engine.lookahead_steps
+            replays, eager_mixed = engine.decode.mixed_replays, engine.decode.mixed_eager_steps
             result = _load(url, a, vocab, per_client, seed)
             device = mixed.take()
             seed += 1
@@ -218,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                 **_steps(list(rows)),
                 "mixed_device_ms": round(float(np.mean(device)), 2) if device else "-",
                 "lookahead_steps": engine.lookahead_steps - ahead,
+                "mixed_replays": engine.decode.mixed_replays - replays,
+                "mixed_eager": engine.decode.mixed_eager_steps - eager_mixed,
             }
             report[f"chunk={chunk} {kind}"] = out
             print(f"--- chunk={chunk} {kind} ({per_client} per client)", flush=True)

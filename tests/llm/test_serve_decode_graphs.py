@@ -34,7 +34,8 @@ def test_buckets_and_table_widths():
 
 
 def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
-    """Every decode-only step is computed twice (flattened, then padded) and compared."""
+    """Every step is computed twice (flattened, then padded) and compared: decode-only ones and
+    mixed ones (prompt chunks expanded into rows beside the decode rows)."""
     per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
     # No lookahead: the flattened step needs every row's token on the host.
     engine = Engine(
@@ -42,12 +43,14 @@ def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
     )
     # The scratch block of the padding rows is the cache's last one, never handed out.
     assert engine.cache.num_blocks == engine.blocks.num_blocks + 1
-    decode, compared = engine.decode.logits, []
+    decode, compared, mixed = engine.decode.logits, [], []
 
     def checked(chunks):
         flat = engine.runner.logits(build_inputs(chunks, BLOCK_SIZE)).to_numpy()
         padded = decode(chunks).to_numpy()
         assert padded.shape == (len(chunks), tiny.config.vocab_size)
+        padded = padded[[i for i, c in enumerate(chunks) if c.sample]]  # the runner's rows
+        mixed.append(any(c.count > 1 for c in chunks) and any(c.count == 1 for c in chunks))
         if TEST_DTYPE == "float32":
             np.testing.assert_allclose(padded, flat, rtol=1e-5, atol=1e-5)
         else:  # bfloat16: GEMMs of another M round differently
@@ -57,18 +60,20 @@ def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
 
     engine.decode.logits = checked
     rng = np.random.default_rng()
-    # 11 requests, short prompts (all in within 3 steps), answers 3 tokens apart (the longest
-    # 10 more): they finish one after another, from 11 rows (bucket 16) down to 1.
+    # 11 requests, short prompts (all in within 3 steps; at least 66 tokens, so some ride
+    # beside the first prompts' decode rows), answers 3 tokens apart (the longest 10 more):
+    # they finish one after another, from 11 rows (bucket 16) down to 1.
     lengths = 6 + 3 * rng.permutation(11)
     lengths[lengths.argmax()] += 10
     outs: dict[int, list[int]] = {}
     for i, n in enumerate(lengths.tolist()):
-        prompt = rng.integers(3, 259, int(rng.integers(3, 13))).tolist()
+        prompt = rng.integers(3, 259, int(rng.integers(6, 13))).tolist()
         params = RequestParams(max_tokens=n, ignore_eos=True)
         engine.submit(prompt, params, lambda o, i=i: outs.setdefault(i, []).extend(o.token_ids))
     while engine.step() or engine.has_work():
         pass
     assert set(compared) >= set(range(1, 12)) and {batch_bucket(n) for n in compared} == {1, 16}
+    assert any(mixed)  # a later prompt rode beside decode rows
     assert [len(outs[i]) for i in range(11)] == lengths.tolist()
     assert engine.blocks.used == 0
 
