@@ -85,7 +85,11 @@ def _steps(rows: list[Any]) -> dict[str, Any]:
 
 
 class MixedSteps:
-    """Device time (CUDA events) of every flattened pass; a host profile of the first few."""
+    """Device time (CUDA events) of flattened passes and bucketed mixed steps.
+
+    A bucketed mixed step is a graph replay, or a shape's first eager run. A host profile of
+    the first few flattened passes, on request.
+    """
 
     def __init__(self, engine: Any, profile: int) -> None:
         import cProfile
@@ -110,6 +114,18 @@ class MixedSteps:
             return out
 
         engine.runner.logits = timed
+        self.graph_open: list[tuple[Any, Any]] = []
+        bucketed = engine.decode.logits
+
+        def timed_bucketed(chunks: Any, **kwargs: Any) -> Any:
+            if all(c.count == 1 for c in chunks):
+                return bucketed(chunks, **kwargs)
+            start = gp.Event(timing=True).record()
+            out = bucketed(chunks, **kwargs)
+            self.graph_open.append((start, gp.Event(timing=True).record()))
+            return out
+
+        engine.decode.logits = timed_bucketed
 
     def start_profile(self) -> None:
         """Profile the next ``profile`` flattened passes."""
@@ -119,6 +135,12 @@ class MixedSteps:
         """Device ms of the passes since the last take (their events are done by now)."""
         done = [a.elapsed_time(b) for a, b in self._open if b.query()]
         self._open = []
+        return done
+
+    def take_bucketed(self) -> list[float]:
+        """Device ms of the bucketed mixed steps since the last take."""
+        done = [a.elapsed_time(b) for a, b in self.graph_open if b.query()]
+        self.graph_open = []
         return done
 
 
@@ -186,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)  # fmt: skip
     _load(url, a, vocab, 1, seed=0)  # one wave: every batch bucket's graph is captured
     mixed.take()
+    mixed.take_bucketed()
     mixed.start_profile()
     report: dict[str, Any] = {}
     seed = 1
@@ -215,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             replays, eager_mixed = engine.decode.mixed_replays, engine.decode.mixed_eager_steps
             result = _load(url, a, vocab, per_client, seed)
             device = mixed.take()
+            graph_device = mixed.take_bucketed()
             seed += 1
             out = {
                 "tok_s": round(result.output_tokens_per_s, 1),
@@ -223,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                 "itl": _summary(list(result.itl_s)),
                 **_steps(list(rows)),
                 "mixed_device_ms": round(float(np.mean(device)), 2) if device else "-",
+                "mixed_graph_device_ms": (
+                    round(float(np.mean(graph_device)), 2) if graph_device else "-"
+                ),
                 "lookahead_steps": engine.lookahead_steps - ahead,
                 "mixed_replays": engine.decode.mixed_replays - replays,
                 "mixed_eager": engine.decode.mixed_eager_steps - eager_mixed,
