@@ -114,15 +114,16 @@ class MixedSteps:
             return out
 
         engine.runner.logits = timed
-        self.graph_open: list[tuple[Any, Any]] = []
+        self.graph_open: list[tuple[int, Any, Any]] = []  # (row bucket, start, end)
         bucketed = engine.decode.logits
 
         def timed_bucketed(chunks: Any, **kwargs: Any) -> Any:
             if all(c.count == 1 for c in chunks):
                 return bucketed(chunks, **kwargs)
+            rows = engine.decode.shape_key(chunks)[0]
             start = gp.Event(timing=True).record()
             out = bucketed(chunks, **kwargs)
-            self.graph_open.append((start, gp.Event(timing=True).record()))
+            self.graph_open.append((rows, start, gp.Event(timing=True).record()))
             return out
 
         engine.decode.logits = timed_bucketed
@@ -137,9 +138,12 @@ class MixedSteps:
         self._open = []
         return done
 
-    def take_bucketed(self) -> list[float]:
-        """Device ms of the bucketed mixed steps since the last take."""
-        done = [a.elapsed_time(b) for a, b in self.graph_open if b.query()]
+    def take_bucketed(self) -> dict[int, list[float]]:
+        """Device ms of the bucketed mixed steps since the last take, by row bucket."""
+        done: dict[int, list[float]] = {}
+        for rows, a, b in self.graph_open:
+            if b.query():
+                done.setdefault(rows, []).append(a.elapsed_time(b))
         self.graph_open = []
         return done
 
@@ -247,9 +251,11 @@ def main(argv: list[str] | None = None) -> int:
                 "itl": _summary(list(result.itl_s)),
                 **_steps(list(rows)),
                 "mixed_device_ms": round(float(np.mean(device)), 2) if device else "-",
-                "mixed_graph_device_ms": (
-                    round(float(np.mean(graph_device)), 2) if graph_device else "-"
-                ),
+                # row bucket: "mean ms (steps)"
+                "mixed_graph_device_ms": {
+                    rows: f"{float(np.mean(ms)):.2f} ({len(ms)})"
+                    for rows, ms in sorted(graph_device.items())
+                },
                 "lookahead_steps": engine.lookahead_steps - ahead,
                 "mixed_replays": engine.decode.mixed_replays - replays,
                 "mixed_eager": engine.decode.mixed_eager_steps - eager_mixed,
