@@ -11,13 +11,15 @@ from pygpukit import llm
 from pygpukit.llm.engine import Engine, RequestParams
 from pygpukit.llm.engine.decode_graphs import (
     BATCH_BUCKETS,
+    MIXED_ROW_BUCKETS,
     DecodeGraphs,
     _PagedAttend,
     batch_bucket,
+    row_bucket,
     table_width,
 )
 from pygpukit.llm.engine.paged_cache import BLOCK_SIZE, block_bytes
-from pygpukit.llm.engine.runner import build_inputs
+from pygpukit.llm.engine.runner import ScheduledChunk, build_inputs
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +33,8 @@ def test_buckets_and_table_widths():
     assert [batch_bucket(n) for n in (1, 2, 9, 16, 17, 33, 64)] == [1, 16, 16, 16, 32, 64, 64]
     assert batch_bucket(BATCH_BUCKETS[-1] + 1) is None
     assert [table_width(b) for b in (1, 16, 17, 33, 100)] == [16, 16, 32, 64, 128]
+    assert [row_bucket(n) for n in (2, 16, 17, 65, 129, 256)] == [16, 16, 32, 128, 256, 256]
+    assert row_bucket(MIXED_ROW_BUCKETS[-1] + 1) is None
 
 
 def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
@@ -156,3 +160,21 @@ def test_fused_qkv_step_equals_the_split_step_bit_for_bit(tiny, monkeypatch):
     while engine.step() or engine.has_work():
         pass
     assert compared == [2, 1]
+
+
+def test_which_steps_the_bucketed_path_takes(tiny):
+    """Decode-only steps of up to 64 requests; with prompt chunks, up to 256 token rows (more
+    run on the flattened path), and none when mixed steps are off."""
+    per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
+    decode = Engine(tiny, kv_memory=8 * per_block).decode
+    rng = np.random.default_rng()
+
+    def step(*counts: int) -> list[ScheduledChunk]:
+        return [ScheduledChunk(None, 0, c, sample=True) for c in counts]  # type: ignore[arg-type]
+
+    n = int(rng.integers(1, 10))
+    assert decode.accepts(step(*[1] * 64)) and not decode.accepts(step(*[1] * 65))
+    assert decode.accepts(step(*[1] * n, 256 - n)) and not decode.accepts(step(*[1] * n, 257 - n))
+    assert not decode.accepts(step(*[2] * 65)) and not decode.accepts([])
+    decode.mixed = False
+    assert decode.accepts(step(*[1] * n)) and not decode.accepts(step(*[1] * n, 2))
