@@ -25,17 +25,31 @@ def _rel(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
-def _eager_error(got, eager: KokoroNetwork, ids: np.ndarray, style: np.ndarray) -> float:
-    """The audio's relative error against the unpadded eager network's.
+def _assert_near_eager(
+    got, eager: KokoroNetwork, ids: np.ndarray, style: np.ndarray, limit: float
+) -> None:
+    """The audio is the unpadded eager network's up to rounding (relative L2).
 
     The durations must agree; the padding moves rounding, which may flip a duration sitting on
     a rounding boundary: then the audio is compared on the same durations.
+
+    What "up to rounding" allows depends on the model. A padded batch and an utterance alone
+    run other shapes, so other conv tilings and other cuBLASLt algorithms: float32 choices are
+    timed once per shape family and kept for the process, so which algorithm a shape gets
+    depends on the tests that ran before (and on timing noise), and so do the float32 roundings.
+    This random vocoder amplifies them (each harmonic's phase sums F0 over the whole utterance),
+    by an amount that varies with the random weights and style. So the limit is ``limit`` or ten
+    times the change a rounding-size nudge of the style (2**-20 relative) makes to this
+    utterance's audio, whichever is larger: a padding or replay bug moves the audio far more.
     """
     want = eager(ids, style, 1.0)
     assert (got.durations == want.durations).mean() >= 0.98
     if not np.array_equal(got.durations, want.durations):
         want = eager(ids, style, 1.0, durations=got.durations)
-    return _rel(got.audio, want.audio)
+    nudged = eager(ids, style * np.float32(1 + 2**-20), 1.0, durations=want.durations)
+    sensitivity = _rel(nudged.audio, want.audio)
+    err = _rel(got.audio, want.audio)
+    assert err <= max(limit, 10 * sensitivity), (err, limit, sensitivity)
 
 
 def _networks(
@@ -48,8 +62,9 @@ def _networks(
     return graphs, eager, random_voice(config, seed=seed + 1)
 
 
-# Relative L2 of graph replays against the unpadded eager network (other conv tilings at the
-# bucket's length: rounding, which the 16-bit vocoder amplifies).
+# Relative L2 of graph replays against the unpadded eager network (other conv tilings and
+# matmul algorithms at the bucket's length: rounding, which the 16-bit vocoder amplifies; the
+# least limit, raised where this random model amplifies rounding more: _assert_near_eager).
 LIMITS = {"float32": 1e-3, "auto": 0.1}
 
 
@@ -65,11 +80,11 @@ def test_gpu_replay_equals_eager(dtype):
     assert net.graphs.phonemes.replays == 1 and net.graphs.phonemes.eager == 1
     np.testing.assert_array_equal(replayed.durations, captured.durations)
     assert _rel(replayed.audio, captured.audio) <= 1e-5
-    assert _eager_error(replayed, eager, first, style) <= LIMITS[dtype]
+    _assert_near_eager(replayed, eager, first, style, LIMITS[dtype])
     # Another utterance of the same token bucket: the same phoneme graph, other lengths.
     got = net(other, voice[20, 0], 1.0)
     assert net.graphs.phonemes.replays == 2 and len(net.graphs.phonemes.entries) == 1
-    assert _eager_error(got, eager, other, voice[20, 0]) <= LIMITS[dtype]
+    _assert_near_eager(got, eager, other, voice[20, 0], LIMITS[dtype])
     assert np.isfinite(got.audio).all()
 
 
@@ -82,7 +97,7 @@ def test_gpu_batch_replay_equals_each_utterance_alone():
         batch = net.batch(ids, refs, 1.0)
     assert net.graphs is not None and net.graphs.frames.replays == 1
     for i, r, got in zip(ids, refs, batch, strict=True):
-        assert _eager_error(got, eager, i, r) <= LIMITS["float32"]
+        _assert_near_eager(got, eager, i, r, LIMITS["float32"])
 
 
 def test_gpu_graphs_are_kept_per_bucket_and_dropped_least_recent_first():
@@ -122,4 +137,4 @@ def test_gpu_real_shape_replay_equals_eager():
     net(ids, style, 1.0)
     got = net(ids, style, 1.0)
     assert net.graphs is not None and net.graphs.frames.replays == 1
-    assert _eager_error(got, eager, ids, style) <= LIMITS["float32"]
+    _assert_near_eager(got, eager, ids, style, LIMITS["float32"])
