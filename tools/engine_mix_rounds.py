@@ -38,7 +38,6 @@ import argparse
 import itertools
 import json
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -48,7 +47,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_probe import round_arguments
+from serve_probe import load_process, load_result, round_arguments
 
 
 def _summary(values: list[float]) -> str:
@@ -153,16 +152,9 @@ class MixedSteps:
 
 
 def _load(url: str, a: argparse.Namespace, vocab: int, per_client: int, seed: int) -> Any:
-    from pygpukit.llm.serve.loadgen import LoadResult
-
-    cmd = [sys.executable, "-m", "pygpukit.llm.serve.loadgen", url, "m",
-           "--clients", str(a.clients), "--requests-per-client", str(per_client),
-           "--prompt-tokens", str(a.prompt), "--output-tokens", str(a.new),
-           "--vocab", str(vocab), "--seed", str(seed), "--json"]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the load generator failed: {proc.stderr[-3000:]}")
-    return LoadResult.from_json(proc.stdout)
+    load = load_process(url, "m", clients=a.clients, requests=per_client, prompt=a.prompt,
+                        new=a.new, vocab=vocab, seed=seed)  # fmt: skip
+    return load_result(load)
 
 
 def main(argv: list[str] | None = None) -> int:
