@@ -81,11 +81,15 @@ class PaddedPrefill:
     def padded_length(self, s: int) -> int | None:
         """The rows a prompt of ``s`` tokens runs as, or None when it must run unpadded.
 
-        Unpadded: the padded length would not fit the cache's slots, or the model has a
-        sliding window (its mask is made on the host at the first call of a shape).
+        Unpadded: the padded length would not fit the cache's slots, the model has a sliding
+        window (its mask is made on the host at the first call of a shape), or it is captured
+        and the model is float32 (float32 prefill attention composes matmul and softmax with
+        a causal mask uploaded at each call, which a graph cannot capture).
         """
         n = -(-s // PAD_MULTIPLE) * PAD_MULTIPLE
         if s <= 0 or n > self.cache.capacity or self.model.config.sliding_window is not None:
+            return None
+        if self.capture and self.model.dtype == np.float32:
             return None
         return n
 
