@@ -40,10 +40,10 @@ env.register(
     default=False,
     read="each model load (`CausalLM`)",
     package="pygpukit-llm",
-    description="Run a single sequence's prefill (`generate`, `stream`, `chat`) padded to a "
-    "multiple of 64 tokens and replayed from a CUDA graph per padded length, captured the "
-    "second time a length is seen (at most 4 kept); off: every prefill launches its kernels "
-    "one by one.",
+    description="Run a single sequence's prefill (`generate`, `stream`, `chat`) of a "
+    "float16/bfloat16 model padded to a multiple of 64 tokens and replayed from a CUDA graph "
+    "per padded length, captured the second time a length is seen (at most 4 kept); off: every "
+    "prefill launches its kernels one by one.",
 )
 
 #: Prompt lengths round up to a multiple of this many tokens (one graph serves each multiple).
