@@ -22,10 +22,14 @@ Usage (GPU machine; the ``llm`` suite's random-weight checkpoint, written if abs
 
 A variant is a prefill cap (``0``: no cap, prompts take what the decode rows leave of
 ``--max-batched-tokens``), optionally with a hold (``256h3``: waiting prompts that do not fill
-the cap wait up to 3 steps while requests decode; the planner's ``prefill_hold``) and a step
-budget (``0b8192``: ``--max-batched-tokens`` 8192 for that variant), or ``old``: no cap, and
-no step queued ahead while requests wait for admission (the engine before stall-free prefill:
-waiting prompts were always planned from the host).
+the cap wait up to 3 steps while requests decode; the planner's ``prefill_hold``), a step
+budget (``0b8192``: ``--max-batched-tokens`` 8192 for that variant) and ``e`` (``128e``: steps
+with prompt chunks run the flattened pass eagerly, not the bucketed mixed graphs), or ``old``:
+no cap, no mixed graphs, and no step queued ahead while requests wait for admission (the
+engine before stall-free prefill: waiting prompts were always planned from the host).
+
+The steps' report counts the mixed graph steps too (``mixed_replays``: replayed,
+``mixed_eager``: run eagerly, a shape's first step).
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_probe import round_arguments
 
 
 def _summary(values: list[float]) -> str:
@@ -81,7 +89,11 @@ def _steps(rows: list[Any]) -> dict[str, Any]:
 
 
 class MixedSteps:
-    """Device time (CUDA events) of every flattened pass; a host profile of the first few."""
+    """Device time (CUDA events) of flattened passes and bucketed mixed steps.
+
+    A bucketed mixed step is a graph replay, or a shape's first eager run. A host profile of
+    the first few flattened passes, on request.
+    """
 
     def __init__(self, engine: Any, profile: int) -> None:
         import cProfile
@@ -106,6 +118,19 @@ class MixedSteps:
             return out
 
         engine.runner.logits = timed
+        self.graph_open: list[tuple[int, Any, Any]] = []  # (row bucket, start, end)
+        bucketed = engine.decode.logits
+
+        def timed_bucketed(chunks: Any, **kwargs: Any) -> Any:
+            if all(c.count == 1 for c in chunks):
+                return bucketed(chunks, **kwargs)
+            rows = engine.decode.shape_key(chunks)[0]
+            start = gp.Event(timing=True).record()
+            out = bucketed(chunks, **kwargs)
+            self.graph_open.append((rows, start, gp.Event(timing=True).record()))
+            return out
+
+        engine.decode.logits = timed_bucketed
 
     def start_profile(self) -> None:
         """Profile the next ``profile`` flattened passes."""
@@ -115,6 +140,15 @@ class MixedSteps:
         """Device ms of the passes since the last take (their events are done by now)."""
         done = [a.elapsed_time(b) for a, b in self._open if b.query()]
         self._open = []
+        return done
+
+    def take_bucketed(self) -> dict[int, list[float]]:
+        """Device ms of the bucketed mixed steps since the last take, by row bucket."""
+        done: dict[int, list[float]] = {}
+        for rows, a, b in self.graph_open:
+            if b.query():
+                done.setdefault(rows, []).append(a.elapsed_time(b))
+        self.graph_open = []
         return done
 
 
@@ -134,10 +168,7 @@ def _load(url: str, a: argparse.Namespace, vocab: int, per_client: int, seed: in
 def main(argv: list[str] | None = None) -> int:
     """Serve, run a wave and a steady run per prefill cap, print what they showed."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--shape", default="llama-3.1-8b")
-    p.add_argument("--clients", type=int, default=64)
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--new", type=int, default=128)
+    round_arguments(p)
     p.add_argument("--requests", type=int, default=8, help="requests per client, steady run")
     p.add_argument("--max-batched-tokens", type=int, default=2048)
     p.add_argument("--variants", default="256,old",
@@ -182,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
           flush=True)  # fmt: skip
     _load(url, a, vocab, 1, seed=0)  # one wave: every batch bucket's graph is captured
     mixed.take()
+    mixed.take_bucketed()
     mixed.start_profile()
     report: dict[str, Any] = {}
     seed = 1
@@ -195,20 +227,23 @@ def main(argv: list[str] | None = None) -> int:
 
     budget = engine.planner.max_batched_tokens
     for chunk in a.variants.split(","):
-        parsed = re.fullmatch(r"(old|\d+)(?:h(\d+))?(?:b(\d+))?", chunk)
+        parsed = re.fullmatch(r"(old|\d+)(?:h(\d+))?(?:b(\d+))?(e?)", chunk)
         if parsed is None:
-            raise SystemExit(f"bad variant {chunk!r}: CAP[hHOLD][bBUDGET] or old")
-        cap, hold, tokens = parsed.groups()
+            raise SystemExit(f"bad variant {chunk!r}: CAP[hHOLD][bBUDGET][e] or old")
+        cap, hold, tokens, eager = parsed.groups()
         engine.planner.prefill_chunk = None if cap in ("0", "old") else int(cap)
         engine.planner.prefill_hold = int(hold or 0)
         engine.planner.max_batched_tokens = int(tokens or budget)
+        engine.decode.mixed = not eager and chunk != "old"
         engine._queue_ahead = old_queue_ahead if chunk == "old" else queue_ahead
         runs = [("steady", a.requests)] if a.no_wave else [("wave", 1), ("steady", a.requests)]
         for kind, per_client in runs:
             rows.clear()
             ahead = engine.lookahead_steps
+            replays, eager_mixed = engine.decode.mixed_replays, engine.decode.mixed_eager_steps
             result = _load(url, a, vocab, per_client, seed)
             device = mixed.take()
+            graph_device = mixed.take_bucketed()
             seed += 1
             out = {
                 "tok_s": round(result.output_tokens_per_s, 1),
@@ -217,7 +252,14 @@ def main(argv: list[str] | None = None) -> int:
                 "itl": _summary(list(result.itl_s)),
                 **_steps(list(rows)),
                 "mixed_device_ms": round(float(np.mean(device)), 2) if device else "-",
+                # row bucket: "mean ms (steps)"
+                "mixed_graph_device_ms": {
+                    rows: f"{float(np.mean(ms)):.2f} ({len(ms)})"
+                    for rows, ms in sorted(graph_device.items())
+                },
                 "lookahead_steps": engine.lookahead_steps - ahead,
+                "mixed_replays": engine.decode.mixed_replays - replays,
+                "mixed_eager": engine.decode.mixed_eager_steps - eager_mixed,
             }
             report[f"chunk={chunk} {kind}"] = out
             print(f"--- chunk={chunk} {kind} ({per_client} per client)", flush=True)

@@ -56,6 +56,11 @@ def test_models_variable_picks_the_shapes_and_gpu_rows(monkeypatch, rng):
     picked = [c.params for c in benchmarks.SUITE.cases(ctx) if c.op == "load"]
     assert [p["clients"] for p in picked] == [64]
     monkeypatch.delenv(benchmarks.CLIENTS_ENV)
+    monkeypatch.setenv(benchmarks.PROMPTS_ENV, "1024")
+    assert not [c for c in benchmarks.SUITE.cases(ctx) if c.op == "load"]  # --quick: 128 only
+    monkeypatch.setenv(benchmarks.PROMPTS_ENV, "128")
+    assert len([c for c in benchmarks.SUITE.cases(ctx) if c.op == "load"]) == 3
+    monkeypatch.delenv(benchmarks.PROMPTS_ENV)
     iso = [c.params for c in cases if c.op == "isolation"]
     assert iso == [{"guaranteed": "smollm2-135m", "besteffort": "qwen2.5-0.5b"}]
     monkeypatch.delenv(benchmarks.MODELS_ENV)
@@ -63,4 +68,9 @@ def test_models_variable_picks_the_shapes_and_gpu_rows(monkeypatch, rng):
                                                     data=DataCache(rng), rng=rng)))  # fmt: skip
     loads = {(c.params["prompt"], c.params["clients"]) for c in full if c.op == "load"}
     assert loads == {(p, n) for p in (128, 1024) for n in (1, 16, 64)}
+    monkeypatch.setenv(benchmarks.PROMPTS_ENV, "1024")
+    monkeypatch.setenv(benchmarks.CLIENTS_ENV, "64")
+    one = [c.params for c in benchmarks.SUITE.cases(SuiteContext(
+        backend="cuda", quick=False, data=DataCache(rng), rng=rng)) if c.op == "load"]  # fmt: skip
+    assert [(p["prompt"], p["clients"]) for p in one] == [(1024, 64)]
     assert {c.params["model"] for c in full if c.op == "startup"} == {"llama-3.1-8b"}

@@ -32,6 +32,12 @@ def test_defaults_without_a_file(tmp_path):
     assert args.kv_memory == "0.5" and args.partition == []
 
 
+def test_the_prefill_cap_default_is_the_engines():
+    from pygpukit.llm.engine.planner import DEFAULT_PREFILL_CHUNK
+
+    assert DEFAULTS["prefill_chunk"][0] == (DEFAULT_PREFILL_CHUNK or 0)
+
+
 def test_the_file_sets_options_models_and_partitions(tmp_path):
     cfg = tmp_path / "conf" / "serve.toml"
     cfg.parent.mkdir()

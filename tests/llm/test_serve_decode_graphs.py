@@ -11,13 +11,15 @@ from pygpukit import llm
 from pygpukit.llm.engine import Engine, RequestParams
 from pygpukit.llm.engine.decode_graphs import (
     BATCH_BUCKETS,
+    MIXED_ROW_BUCKETS,
     DecodeGraphs,
     _PagedAttend,
     batch_bucket,
+    row_bucket,
     table_width,
 )
 from pygpukit.llm.engine.paged_cache import BLOCK_SIZE, block_bytes
-from pygpukit.llm.engine.runner import build_inputs
+from pygpukit.llm.engine.runner import ScheduledChunk, build_inputs
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +33,13 @@ def test_buckets_and_table_widths():
     assert [batch_bucket(n) for n in (1, 2, 9, 16, 17, 33, 64)] == [1, 16, 16, 16, 32, 64, 64]
     assert batch_bucket(BATCH_BUCKETS[-1] + 1) is None
     assert [table_width(b) for b in (1, 16, 17, 33, 100)] == [16, 16, 32, 64, 128]
+    assert [row_bucket(n) for n in (2, 16, 17, 65, 129, 256)] == [16, 16, 32, 128, 256, 256]
+    assert row_bucket(MIXED_ROW_BUCKETS[-1] + 1) is None
 
 
 def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
-    """Every decode-only step is computed twice (flattened, then padded) and compared."""
+    """Every step is computed twice (flattened, then padded) and compared: decode-only ones and
+    mixed ones (prompt chunks expanded into rows beside the decode rows)."""
     per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
     # No lookahead: the flattened step needs every row's token on the host.
     engine = Engine(
@@ -42,12 +47,14 @@ def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
     )
     # The scratch block of the padding rows is the cache's last one, never handed out.
     assert engine.cache.num_blocks == engine.blocks.num_blocks + 1
-    decode, compared = engine.decode.logits, []
+    decode, compared, mixed = engine.decode.logits, [], []
 
     def checked(chunks):
         flat = engine.runner.logits(build_inputs(chunks, BLOCK_SIZE)).to_numpy()
         padded = decode(chunks).to_numpy()
         assert padded.shape == (len(chunks), tiny.config.vocab_size)
+        padded = padded[[i for i, c in enumerate(chunks) if c.sample]]  # the runner's rows
+        mixed.append(any(c.count > 1 for c in chunks) and any(c.count == 1 for c in chunks))
         if TEST_DTYPE == "float32":
             np.testing.assert_allclose(padded, flat, rtol=1e-5, atol=1e-5)
         else:  # bfloat16: GEMMs of another M round differently
@@ -57,18 +64,20 @@ def test_bucketed_decode_logits_equal_the_flattened_step(tiny):
 
     engine.decode.logits = checked
     rng = np.random.default_rng()
-    # 11 requests, short prompts (all in within 3 steps), answers 3 tokens apart (the longest
-    # 10 more): they finish one after another, from 11 rows (bucket 16) down to 1.
+    # 11 requests, short prompts (all in within 3 steps; at least 66 tokens, so some ride
+    # beside the first prompts' decode rows), answers 3 tokens apart (the longest 10 more):
+    # they finish one after another, from 11 rows (bucket 16) down to 1.
     lengths = 6 + 3 * rng.permutation(11)
     lengths[lengths.argmax()] += 10
     outs: dict[int, list[int]] = {}
     for i, n in enumerate(lengths.tolist()):
-        prompt = rng.integers(3, 259, int(rng.integers(3, 13))).tolist()
+        prompt = rng.integers(3, 259, int(rng.integers(6, 13))).tolist()
         params = RequestParams(max_tokens=n, ignore_eos=True)
         engine.submit(prompt, params, lambda o, i=i: outs.setdefault(i, []).extend(o.token_ids))
     while engine.step() or engine.has_work():
         pass
     assert set(compared) >= set(range(1, 12)) and {batch_bucket(n) for n in compared} == {1, 16}
+    assert any(mixed)  # a later prompt rode beside decode rows
     assert [len(outs[i]) for i in range(11)] == lengths.tolist()
     assert engine.blocks.used == 0
 
@@ -151,3 +160,21 @@ def test_fused_qkv_step_equals_the_split_step_bit_for_bit(tiny, monkeypatch):
     while engine.step() or engine.has_work():
         pass
     assert compared == [2, 1]
+
+
+def test_which_steps_the_bucketed_path_takes(tiny):
+    """Decode-only steps of up to 64 requests; with prompt chunks, up to 256 token rows (more
+    run on the flattened path), and none when mixed steps are off."""
+    per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
+    decode = Engine(tiny, kv_memory=8 * per_block).decode
+    rng = np.random.default_rng()
+
+    def step(*counts: int) -> list[ScheduledChunk]:
+        return [ScheduledChunk(None, 0, c, sample=True) for c in counts]  # type: ignore[arg-type]
+
+    n = int(rng.integers(1, 10))
+    assert decode.accepts(step(*[1] * 64)) and not decode.accepts(step(*[1] * 65))
+    assert decode.accepts(step(*[1] * n, 256 - n)) and not decode.accepts(step(*[1] * n, 257 - n))
+    assert not decode.accepts(step(*[2] * 65)) and not decode.accepts([])
+    decode.mixed = False
+    assert decode.accepts(step(*[1] * n)) and not decode.accepts(step(*[1] * n, 2))

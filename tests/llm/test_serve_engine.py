@@ -170,16 +170,17 @@ def test_prefill_capped_beside_decode_rows_keeps_greedy_answers(tiny):
     engine = Engine(tiny, kv_memory=_kv(tiny, 64), max_batch=8, max_batched_tokens=48,
                     prefill_chunk=cap)  # fmt: skip
     steps: list[tuple[int, int]] = []  # (decode rows, prompt tokens)
-    logits = engine._logits
+    after_step = engine.planner.after_step
 
     def recorded(plan):
-        # A row whose token is its request's last one to compute decodes (a prompt's last
-        # token too: it costs a step what a decode row costs).
+        # Every step that ran, planned from the host or queued ahead. A row whose token is its
+        # request's last one to compute decodes (a prompt's last token too: it costs a step
+        # what a decode row costs).
         decode = [c for c in plan.chunks if c.count == 1 and c.sample]
         steps.append((len(decode), sum(c.count for c in plan.chunks) - len(decode)))
-        return logits(plan)
+        return after_step(plan)
 
-    engine._logits = recorded
+    engine.planner.after_step = recorded
     assert _run_all(engine, [(p, RequestParams(max_tokens=8)) for p in prompts]) == refs
     assert steps[0] == (0, 48)  # nothing decodes yet: the whole budget
     assert all(prompt <= cap for rows, prompt in steps if rows)

@@ -125,26 +125,38 @@ def test_an_abort_while_a_step_is_in_flight(tiny):
     reason="batches of other sizes round differently (no batch-invariant kernels here)",
     strict=False,
 )
-def test_requests_arriving_while_others_decode_join_a_step_queued_ahead(tiny):
-    """New prompts ride in a step queued ahead on the device-side ids (the flattened path,
-    decode rows first), capped by the prefill chunk; the answers are those of host-planned
-    steps, and the step after them is queued ahead too."""
+@pytest.mark.parametrize("mixed_graphs", [True, False], ids=["bucketed", "flattened"])
+def test_requests_arriving_while_others_decode_join_a_step_queued_ahead(tiny, mixed_graphs):
+    """New prompts ride in a step queued ahead on the device-side ids (decode rows first; the
+    bucketed mixed step, or the flattened path), capped by the prefill chunk; the answers are
+    those of host-planned steps, and the step after them is queued ahead too."""
     rng = np.random.default_rng()
     first = [rng.integers(3, 259, int(rng.integers(5, 20))).tolist() for _ in range(3)]
     later = [rng.integers(3, 259, int(rng.integers(5, 30))).tolist() for _ in range(4)]
+    later[0] = rng.integers(3, 259, 30).tolist()  # longer than the cap: it goes on ahead
     params = RequestParams(max_tokens=12, ignore_eos=True)
 
     def run(engine: Engine) -> tuple[list[list[int]], list[tuple[int, int]]]:
         tokens: list[list[int]] = [[] for _ in first + later]
         mixed: list[tuple[int, int]] = []  # (decode rows, prompt tokens) of mixed lookahead steps
-        logits = engine.runner.logits
+        going_on.clear()
+        runner, decode = engine.runner.logits, engine.decode.logits
 
-        def recorded(inputs, *, token_ids=None):
+        def flattened(inputs, *, token_ids=None):
             if token_ids is not None:
                 mixed.append((int(token_ids.shape[0]), len(inputs.ids) - token_ids.shape[0]))
-            return logits(inputs, token_ids=token_ids)
+            return runner(inputs, token_ids=token_ids)
 
-        engine.runner.logits = recorded
+        def bucketed(chunks, *, token_ids=None, **kwargs):
+            rows = sum(c.count for c in chunks)
+            if token_ids is not None and rows > len(chunks):
+                mixed.append((int(token_ids.shape[0]), rows - token_ids.shape[0]))
+                going_on.extend(0 < c.start < len(c.request.prompt_ids) for c in chunks)
+            return decode(chunks, token_ids=token_ids, **kwargs)
+
+        engine.runner.logits = flattened
+        engine.decode.logits = bucketed
+        engine.decode.mixed = mixed_graphs
         for i, p in enumerate(first):
             engine.submit(p, params, lambda o, i=i: tokens[i].extend(o.token_ids))
         for _ in range(3):  # the first prompts, then they decode
@@ -158,6 +170,7 @@ def test_requests_arriving_while_others_decode_join_a_step_queued_ahead(tiny):
 
     per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
     cap = int(rng.integers(4, 12))
+    going_on: list[bool] = []  # per chunk of a mixed step queued ahead: a prompt's next chunk
 
     def engine(lookahead: bool) -> Engine:
         return Engine(tiny, kv_memory=96 * per_block, max_batch=16, max_batched_tokens=256,
@@ -168,4 +181,6 @@ def test_requests_arriving_while_others_decode_join_a_step_queued_ahead(tiny):
     got, mixed = run(on)
     assert got == want and all(len(t) == 12 for t in got)
     assert mixed and all(rows > 0 and 0 < prompt <= cap for rows, prompt in mixed)
+    if mixed_graphs:  # the bucketed steps show their chunks: prompts went on ahead
+        assert any(going_on)
     assert on.blocks.used == 0

@@ -159,3 +159,34 @@ def test_held_prompts_wait_at_most_the_hold_and_never_on_an_idle_batch():
     planner.waiting.append(big)
     plan = planner.plan()
     assert big in [c.request for c in plan.chunks]
+
+
+def test_prompts_going_on_ahead_keep_the_cap_and_never_overdraw_blocks(rng):
+    """A step planned ahead of the host: a prompt left half done goes on within the cap (its
+    chunk as ``plan`` makes it), admissions get what the cap leaves (and can be given back),
+    and a shortage of free blocks takes nothing."""
+    blocks = BlockManager(16, BLOCK)
+    cap = int(rng.integers(20, 40))
+    planner = StepPlanner(blocks, max_batch=8, max_batched_tokens=40, prefill_chunk=cap)
+    long = _request(rng, 0, 80, 90, 4)
+    planner.waiting.append(long)
+    first = planner.plan()  # nothing decodes: the budget is the limit
+    assert [(c.start, c.count, c.sample) for c in first.chunks] == [(0, 40, False)]
+    planner.after_step(first)
+    # One decode row beside it: the prompt goes on, capped.
+    going = planner.continue_prompts(1, [(long, 40)])
+    assert going is not None and [(c.request, c.start, c.count) for c in going] == [(long, 40, cap)]
+    assert len(long.blocks) * BLOCK >= 40 + cap and not going[0].sample
+    newcomer = _request(rng, 9, 10, 20, 4)
+    planner.waiting.append(newcomer)
+    assert not planner.plan_admissions(1, cap).chunks  # the cap is spent
+    admitted = planner.plan_admissions(1, cap - 5).chunks
+    assert [(c.request, c.count) for c in admitted] == [(newcomer, 5)]
+    planner.unadmit(admitted)
+    assert list(planner.waiting) == [newcomer] and newcomer.blocks == []
+    assert newcomer.status is RequestStatus.WAITING and newcomer not in planner.running
+    hog = [blocks.allocate() for _ in range(blocks.available)]  # none left for the next chunk
+    held = list(long.blocks)
+    assert planner.continue_prompts(1, [(long, 40 + cap)]) is None
+    assert long.blocks == held
+    blocks.release(hog)

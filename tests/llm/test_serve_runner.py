@@ -24,7 +24,12 @@ def test_fresh_chunks_by_flash_prefill_equal_paged_decode_attention(tiny):
     per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
     # Chunks of at most 48 tokens: long prompts continue over steps (not fresh then), new ones
     # join behind running requests' decode tokens.
-    engine = Engine(tiny, kv_memory=64 * per_block, max_batch=8, max_batched_tokens=48)
+    # Every step planned from the host (no token ids from the device), prompt chunks on the
+    # flattened path tested here.
+    engine = Engine(
+        tiny, kv_memory=64 * per_block, max_batch=8, max_batched_tokens=48, lookahead=False
+    )
+    engine.decode.mixed = False
     runner, mixed = engine.runner, []
     assert runner.flash_prefill
     real = runner.logits
@@ -86,6 +91,7 @@ def test_fresh_groups_merge_consecutive_chunks_of_one_length():
 def test_equal_length_prompts_attend_as_one_batch_like_paged_decode_attention(tiny):
     per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
     engine = Engine(tiny, kv_memory=64 * per_block, max_batch=8, max_batched_tokens=256)
+    engine.decode.mixed = False  # steps with prompt chunks on the flattened path tested here
     runner, groups = engine.runner, []
     real = runner.logits
 

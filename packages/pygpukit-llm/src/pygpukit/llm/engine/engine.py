@@ -19,11 +19,12 @@ waits for the host between decode steps. A request that step N ends (an EOS id, 
 had its step N+1 row computed for nothing: that token is dropped, and the key and value it
 wrote land in the request's own block before the block can be handed out again (one stream
 orders both). Requests waiting for admission join such a step: their prompt chunks run beside
-the decode rows (the flattened path, whose decode rows take the device-side ids too), and the
-step after them is queued ahead in turn. Lookahead stops, and the next step is planned from
-the host's state, whenever a prompt is left half done, a request asks for log-probabilities or
-a repetition penalty (both need the host's tokens), a block cannot be had without preemption,
-or the step's shape has no CUDA graph yet.
+the decode rows (a mixed step's graph, or the flattened path for a step too large for one;
+the decode rows take the device-side ids either way), and the step after them is queued
+ahead in turn, as is the next chunk of a prompt left half done. Lookahead stops, and the next
+step is planned from the host's state, whenever a request asks for log-probabilities or a
+repetition penalty (both need the host's tokens), a block cannot be had without preemption,
+or the step's shape has no CUDA graph yet (it is captured on that planned step).
 
 Engines that share a process with a model that has a latency promise take host turns
 (:meth:`Engine.share_host`, :mod:`.host_priority`): the protected engine's host work goes
@@ -52,7 +53,7 @@ import pygpukit as gp
 from ..errors import LLMError
 from ..model import CausalLM, _kv_budget
 from .block_manager import BlockManager
-from .decode_graphs import DecodeGraphs, batch_bucket, table_width
+from .decode_graphs import DecodeGraphs
 from .host_priority import HostPriority
 from .invariant import invariant_step_logits
 from .metrics import EngineMetrics
@@ -137,8 +138,9 @@ class Engine:
     cache and every step's temporaries are charged to, and whose stream the steps run on;
     ``prefix_caching``: share the KV blocks of equal prompt prefixes between requests.
     ``name`` is the model name the server shows.
-    ``cuda_graphs``: replay decode-only steps as CUDA graphs, one per batch-size bucket
-    (:mod:`.decode_graphs`; default: on the CUDA backend); off, those steps run eagerly.
+    ``cuda_graphs``: replay decode-only steps, and steps with prompt chunks of up to 256 token
+    rows, as CUDA graphs, one per shape bucket (:mod:`.decode_graphs`; default: on the CUDA
+    backend); off, those steps run eagerly on the same padded inputs.
     ``lookahead``: queue the next decode step on the device-side sampled ids before the host
     reads them (the module's docstring says when); off, every step is planned from the
     host's tokens.
@@ -488,7 +490,7 @@ class Engine:
         m.record_step(len(sampled), now)
         self._update_gauges(plan)
         if self.step_observer is not None:
-            decode_only = self.decode.accepts(plan.chunks)
+            decode_only = all(c.count == 1 for c in plan.chunks)
             end = time.perf_counter()
             times = StepTimes(start, enqueued, flushed, sampled_at, end, len(sampled), decode_only,
                               batch_tokens=sum(c.count for c in plan.chunks),
@@ -502,32 +504,40 @@ class Engine:
 
         Every request of ``current`` that its sampled token cannot end by length decodes one
         more token; the ids come from ``current``'s sampler on the GPU. Waiting requests are
-        admitted beside those rows (prompt chunks within the step's budget and prefill cap):
-        the step then runs the flattened path, decode rows first, instead of a decode graph.
-        Blocks a position needs are taken now (never by preemption: without free blocks, None).
+        admitted beside those rows (prompt chunks within the step's budget and prefill cap,
+        decode rows first): the step then replays a mixed step's graph, or runs the flattened
+        path when it is too large for one. A mixed shape not captured yet gives its admissions
+        back (None): the step planned from the host next captures it. Blocks a position needs
+        are taken now (never by preemption: without free blocks, None).
         """
         chunks = current.plan.chunks
-        if (
-            current.plan.preempted or current.plan.out_of_room or self._aborts
-            or not all(c.sample for c in chunks)
-        ):  # fmt: skip
+        if current.plan.preempted or current.plan.out_of_room or self._aborts:
             return None
         if self.batch_invariant and (
-            self.planner.waiting or self._incoming or not self.decode.takes_device_ids(chunks)
+            self.planner.waiting
+            or self._incoming
+            or not self.decode.takes_device_ids(chunks)
+            or not all(c.sample for c in chunks)
         ):  # its prompts are planned whole from the host
             return None
         bs = self.cache.block_size
-        rows: list[int] = []
+        rows: list[int] = []  # of the decode rows' ids among `current`'s sampled ids
         ahead: list[ScheduledChunk] = []
+        prompts: list[tuple[Request, int]] = []  # prompts left half done, their next token
         grow: list[Request] = []
         running = set(self.planner.running)
-        for j, c in enumerate(chunks):
+        sampled_before = 0
+        for c in chunks:
             r = c.request
+            j, sampled_before = sampled_before, sampled_before + c.sample
             if r not in running:
                 continue  # ended (EOS, stop string, abort): its text may still be on its way
             if r.params.logprobs is not None or r.params.sampling.repetition_penalty != 1:
                 return None  # these read the host's tokens or logits
             position = c.start + c.count  # of the token `current` samples
+            if not c.sample:  # its next prompt chunk (known tokens) goes on below
+                prompts.append((r, position))
+                continue
             if len(r.tokens) != position:
                 return None
             if r.num_output + 1 >= r.params.max_tokens or position + 1 >= self.max_model_len:
@@ -537,47 +547,48 @@ class Engine:
             rows.append(j)
             ahead.append(ScheduledChunk(r, position, 1, sample=True))
         admitting = bool(self.planner.waiting) and not self.batch_invariant
-        if not (ahead or admitting) or len(grow) > self.blocks.available:
+        if not (ahead or admitting or prompts) or len(grow) > self.blocks.available:
             return None
-        if not admitting and not self._captured(ahead, grow):
+        if not (admitting or prompts) and not self.decode.captured(ahead, grow):
             return None
         for r in grow:
             r.blocks.append(self.blocks.allocate())
-        plan = self.planner.plan_admissions(len(ahead)) if admitting else StepPlan()
+        going_on = self.planner.continue_prompts(len(ahead), prompts) if prompts else []
+        if going_on is None:
+            return None  # too few free blocks: the host plans the next step (it may preempt)
+        prompt_tokens = sum(c.count for c in going_on)
+        plan = self.planner.plan_admissions(len(ahead), prompt_tokens) if admitting else StepPlan()
+        admitted = list(plan.chunks)
+        # Decode rows first (their ids are the first rows' ids), then prompts going on, then
+        # the admitted ones.
+        plan.chunks[:0] = ahead + going_on
+        if not plan.chunks:
+            return None  # nothing admitted after all (a full batch, too few blocks)
+        graph = self.decode.accepts(plan.chunks)
+        if graph and not self.decode.captured(plan.chunks):
+            # A shape is captured on a step planned from the host (never while a step is
+            # queued ahead): give the admissions back, that step makes them again.
+            self.planner.unadmit(admitted)
+            return None
         self.metrics.prefix_queried_blocks += plan.prefix_queried
         self.metrics.prefix_hit_blocks += plan.prefix_hit
-        if not plan.chunks and not (ahead and self._captured(ahead, [])):
-            return None  # nothing admitted after all (a full batch, too few blocks)
-        plan.chunks[:0] = ahead  # decode rows first: their ids are the first rows' ids
         self.yield_host()
         with self._context():
             launch = time.perf_counter()
             ids = current.pending.ids if ahead else None
-            if ids is not None and len(rows) != len(chunks):
+            if ids is not None and rows != list(range(len(current.sampled))):
                 ids = gp.take(ids, upload(np.asarray(rows, np.int32)), axis=0)
-            if len(plan.chunks) > len(ahead):
+            if graph:
+                logits = self.decode.logits(plan.chunks, token_ids=ids, capture=False)
+                logits = self._sampled_rows(plan.chunks, logits)
+            else:
                 inputs = build_inputs(plan.chunks, BLOCK_SIZE)
                 logits = self.runner.logits(inputs, token_ids=ids)
-            else:
-                logits = self.decode.logits(ahead, token_ids=ids)
             sampled = [c.request for c in plan.chunks if c.sample]
             pending = SampledTokens(logits, sampled)
             launched = _Launched(plan, sampled, pending, time.perf_counter() - launch)
         self.lookahead_steps += 1
         return launched
-
-    def _captured(self, ahead: Sequence[ScheduledChunk], grow: Sequence[Request]) -> bool:
-        """Whether the decode-only step ``ahead`` replays a captured graph (or runs eagerly).
-
-        A step of a shape not captured yet would capture now, while the previous step's
-        download may still be waiting on the stream: such a step is planned from the host.
-        ``grow``: requests that get one more block before it runs.
-        """
-        if not self.decode.use_graphs:
-            return True
-        blocks = max(len(c.request.blocks) + (c.request in grow) for c in ahead)
-        key = (batch_bucket(len(ahead)), table_width(blocks))
-        return any((b, w) == key and captured for b, w, captured in self.decode.shapes())
 
     def _fail(self, plan: StepPlan, exc: Exception) -> None:
         log.exception("an engine step failed")
@@ -596,19 +607,23 @@ class Engine:
     def _logits(self, plan: StepPlan) -> gp.GPUArray:
         """float32 logits of the step's sampled rows, in chunk order.
 
-        A decode-only step goes through the bucketed (graph-replayed) path; a step with a
-        prefill chunk through the flattened one.
+        Decode-only steps and mixed steps within the row buckets go through the bucketed
+        (graph-replayed) path; larger steps through the flattened one.
         """
         chunks = plan.chunks
         if self.batch_invariant:
             return invariant_step_logits(chunks, self.decode, self.runner, BLOCK_SIZE)
         if not self.decode.accepts(chunks):
             return self.runner.logits(build_inputs(chunks, BLOCK_SIZE))
-        logits = self.decode.logits(chunks)
+        return self._sampled_rows(chunks, self.decode.logits(chunks))
+
+    @staticmethod
+    def _sampled_rows(chunks: Sequence[ScheduledChunk], logits: gp.GPUArray) -> gp.GPUArray:
+        """The rows of ``logits`` (one per chunk) of the chunks that sample, in chunk order."""
         rows = [i for i, c in enumerate(chunks) if c.sample]
         if len(rows) == len(chunks):
             return logits
-        return gp.take(logits, gp.from_numpy(np.asarray(rows, np.int32)), axis=0)
+        return gp.take(logits, upload(np.asarray(rows, np.int32)), axis=0)
 
     def _accept_step(
         self, sampled: Sequence[Request], tokens: Sequence[int],

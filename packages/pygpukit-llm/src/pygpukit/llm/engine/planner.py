@@ -15,14 +15,14 @@ every weight once whatever its row count, and up to a few hundred rows its matri
 bound by that read, so a small prompt chunk beside the decode rows costs the decoding streams
 little; a step of thousands of prompt tokens is compute-bound and holds every stream for tens
 of milliseconds. When nothing decodes (an idle server's first requests), prompts take the whole
-budget: their first tokens come sooner, and no stream waits. The cap is off by default
-(:data:`DEFAULT_PREFILL_CHUNK` says why): a step with a prompt chunk costs a fixed host
-overhead today that small chunks pay again and again.
+budget: their first tokens come sooner, and no stream waits. :data:`DEFAULT_PREFILL_CHUNK` says
+why the cap is 192 by default.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .block_manager import BlockManager, block_hashes
@@ -31,15 +31,14 @@ from .runner import ScheduledChunk
 
 __all__ = ["DEFAULT_PREFILL_CHUNK", "StepPlan", "StepPlanner"]
 
-#: Prompt tokens per step while requests decode, by default: no cap. A step's linear layers
-#: stay bound by the weight read up to roughly (tensor FLOP/s) / (memory bytes/s) rows (about
-#: 250-300 on an H100 in bfloat16), so 64 decode rows plus a few hundred prompt tokens would
-#: cost the GPU little more than a decode step. But a step with a prompt chunk runs the
-#: flattened pass eagerly, and on an H100 host that costs 30-40 ms whatever its size (the
-#: decode-only step, a CUDA graph: 7.3 ms): measured with the 8B shape at 64 clients, caps of
-#: 256 and 512 tokens served 3.8k and 5.8k tokens/s where no cap served 6.6k. Until such a
-#: step is cheap (captured as a graph), fewer, larger prompt chunks win.
-DEFAULT_PREFILL_CHUNK: int | None = None
+#: Prompt tokens per step while requests decode, by default. A step's linear layers stay bound
+#: by the weight read up to roughly (tensor FLOP/s) / (memory bytes/s) rows (about 250-300 on
+#: an H100 in bfloat16), so 64 decode rows plus a prompt chunk of a few hundred tokens cost the
+#: GPU little more than a decode step, and such a step replays a CUDA graph (:mod:`.decode_graphs`'
+#: mixed steps, up to 256 rows): one launch, where the flattened pass costs 30-40 ms of host
+#: time on an H100 however few tokens it carries. 192 keeps a full batch of 64 decode rows and
+#: the chunk within those 256 rows.
+DEFAULT_PREFILL_CHUNK: int | None = 192
 
 
 @dataclass
@@ -191,21 +190,72 @@ class StepPlanner:
             self._admit_waiting(plan, budget, prefill)
         return plan
 
-    def plan_admissions(self, decode_rows: int) -> StepPlan:
+    def _ahead_budget(self, decode_rows: int, prompt_tokens: int) -> tuple[int, int]:
+        """``(tokens, prompt tokens)`` a step planned ahead has left beside what it holds."""
+        budget = max(0, self.max_batched_tokens - decode_rows - prompt_tokens)
+        cap = self.prefill_chunk
+        if decode_rows and cap is not None:
+            return budget, min(budget, max(0, cap - prompt_tokens))
+        return budget, budget
+
+    def continue_prompts(
+        self, decode_rows: int, prompts: Sequence[tuple[Request, int]]
+    ) -> list[ScheduledChunk] | None:
+        """The next chunks of prompts left half done, in a step planned ahead of the host.
+
+        ``prompts``: ``(request, first token not computed yet)`` of running requests, in their
+        order; ``decode_rows``: the step's decode rows. Chunks within the step's budget and
+        prefill cap, as :meth:`plan` would make them. Takes their blocks, never preempting:
+        None (nothing taken) when the free blocks do not suffice. Not for whole prompts.
+        """
+        budget, prefill = self._ahead_budget(decode_rows, 0)
+        picked: list[tuple[Request, int, int, int]] = []
+        need = 0
+        for request, start in prompts:
+            left = len(request.tokens) - start
+            count = min(left, budget, prefill)
+            if count <= 0:
+                continue  # the step's prompt tokens are spent: it waits for the next
+            need += max(0, self._blocks_for(start + count) - len(request.blocks))
+            picked.append((request, start, count, left))
+            budget -= count
+            prefill -= count
+        if need > self.blocks.available:
+            return None
+        chunks = []
+        for request, start, count, left in picked:
+            while len(request.blocks) < self._blocks_for(start + count):
+                request.blocks.append(self.blocks.allocate())
+            chunks.append(ScheduledChunk(request, start, count, sample=count == left))
+        return chunks
+
+    def plan_admissions(self, decode_rows: int, prompt_tokens: int = 0) -> StepPlan:
         """The prompt chunks of waiting requests admitted beside ``decode_rows`` decode rows.
 
         For a step planned ahead of the host (the engine's lookahead): the running requests
-        each decode one token, planned by the engine; this admits what the step's budget and
-        prefill cap leave room for. Never preempts (an admission needs its whole prompt's
-        blocks free). Not for whole prompts.
+        each decode one token, or go on with their prompts (``prompt_tokens`` in all), planned
+        by the engine; this admits what the step's budget and prefill cap leave room for.
+        Never preempts (an admission needs its whole prompt's blocks free). Not for whole
+        prompts.
         """
         plan = StepPlan()
-        budget = max(0, self.max_batched_tokens - decode_rows)
-        cap = self.prefill_chunk
-        prefill = min(budget, cap) if decode_rows and cap is not None else budget
+        budget, prefill = self._ahead_budget(decode_rows, prompt_tokens)
         if not self._hold(decode_rows > 0, prefill):
             self._admit_waiting(plan, budget, prefill)
         return plan
+
+    def unadmit(self, chunks: Sequence[ScheduledChunk]) -> None:
+        """Undo the admissions of ``chunks`` (made by :meth:`plan_admissions`, never run).
+
+        Their requests go back to the head of the queue in their order, their blocks freed
+        (shared prefix blocks stay cached); a later plan admits them again.
+        """
+        for chunk in reversed(chunks):
+            request = chunk.request
+            self.running.remove(request)
+            self.free(request)
+            request.status = RequestStatus.WAITING
+            self.waiting.appendleft(request)
 
     def _hold(self, decoding: bool, prefill: int) -> bool:
         """Whether this step holds the waiting prompts back (``prefill_hold``).

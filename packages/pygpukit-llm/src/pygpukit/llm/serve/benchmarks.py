@@ -25,7 +25,9 @@ process. Rows:
   their own, so that parsing their streams does not delay the measured clients.
 
 ``$PYGPUKIT_SERVE_BENCH_MODELS`` picks the shapes of the startup and load rows,
-``$PYGPUKIT_SERVE_BENCH_ROWS`` the rows (``isolation`` alone, say). Each round of
+``$PYGPUKIT_SERVE_BENCH_ROWS`` the rows (``isolation`` alone, say),
+``$PYGPUKIT_SERVE_BENCH_CLIENTS`` and ``$PYGPUKIT_SERVE_BENCH_PROMPTS`` the load rows' client
+counts and prompt lengths (``64`` and ``128``: the one 64-client 128/128 row). Each round of
 a row is one measurement, so ``--iterations 1`` gives the shortest run (a check round and one
 timed round per row).
 """
@@ -87,6 +89,18 @@ env.register(
     on_invalid="raise",
     description="Client counts of the serve benchmark's load rows (default: all of the "
     "context's: 1, 16 and 64 on the GPU), e.g. 64.",
+)
+PROMPTS_ENV = "PYGPUKIT_SERVE_BENCH_PROMPTS"
+_PROMPTS = ("16", "128", "1024")
+env.register(
+    PROMPTS_ENV,
+    "items",
+    allowed=_PROMPTS,
+    read="python -m pygpukit.benchmark --suite serve",
+    package="pygpukit-llm",
+    on_invalid="raise",
+    description="Prompt lengths of the serve benchmark's load rows (default: all of the "
+    "context's: 128 and 1024 on the GPU), e.g. 128.",
 )
 _START_TIMEOUT_S = 900
 _servers: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], str]] = {}
@@ -414,6 +428,8 @@ def _cases(ctx: SuiteContext) -> Iterator[Case]:
     shapes = list(env.items(MODELS_ENV) or shapes)
     picked = {int(n) for n in env.items(CLIENTS_ENV)}
     clients = tuple(n for n in clients if not picked or n in picked)
+    prompts = {int(n) for n in env.items(PROMPTS_ENV)}
+    sizes = [size for size in sizes if not prompts or size[0] in prompts]
     rows = set(env.items(ROWS_ENV) or _ROWS)
     # Load rows first: they share one server; each startup row starts its own.
     for shape in shapes if "load" in rows else ():
