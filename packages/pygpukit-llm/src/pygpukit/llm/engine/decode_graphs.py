@@ -522,7 +522,9 @@ class DecodeGraphs:
         attend = _PagedAttend(m, self.cache, b, slots, lens, table)
         x = m.hidden_states(ids, positions, attend).reshape(b, m.config.hidden_size)
         if shape.samples:
-            x = gp.take(x, shape.sample_rows(), axis=0)
+            # "clip", not "raise": a raising take checks its indices on the host, a copy a
+            # capture refuses (they are valid rows by construction).
+            x = gp.take(x, shape.sample_rows(), axis=0, mode="clip")
         return m.logits(x)
 
     def shapes(self) -> list[tuple[int, int, bool]]:
