@@ -299,6 +299,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "tma3 sm=2": {"decode_kernel": "tma3", "per_sm": 2},
     "tma3 sm=2 combine=kernel": {"decode_kernel": "tma3", "per_sm": 2, **_KERNEL},
     "tma2 sm=3": {"decode_kernel": "tma2", "per_sm": 3},
+    # Other splits of the default kernel (batch 8 at 8K: 2, 3, 5 and 8 splits of 64 CTAs each),
+    # and its launch without programmatic dependence.
+    "tma2 sm=1": {"decode_kernel": "tma2", "per_sm": 1},
+    "tma2 sm=1.5": {"decode_kernel": "tma2", "per_sm": 1.5},
+    "tma2 sm=2.5": {"decode_kernel": "tma2", "per_sm": 2.5},
+    "tma2 sm=4": {"decode_kernel": "tma2", "per_sm": 4},
+    "tma2 sm=2 plain launch": {"decode_kernel": "tma2", "per_sm": 2, "dependent_launch": "off"},
     "tma2 sm=3 combine=kernel": {"decode_kernel": "tma2", "per_sm": 3, **_KERNEL},
     "bulk3 sm=2": {"decode_kernel": "bulk3", "per_sm": 2},
     "bulk3 sm=2 combine=kernel": {"decode_kernel": "bulk3", "per_sm": 2, **_KERNEL},

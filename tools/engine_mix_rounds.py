@@ -42,9 +42,13 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_probe import round_arguments
 
 
 def _summary(values: list[float]) -> str:
@@ -164,10 +168,7 @@ def _load(url: str, a: argparse.Namespace, vocab: int, per_client: int, seed: in
 def main(argv: list[str] | None = None) -> int:
     """Serve, run a wave and a steady run per prefill cap, print what they showed."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--shape", default="llama-3.1-8b")
-    p.add_argument("--clients", type=int, default=64)
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--new", type=int, default=128)
+    round_arguments(p)
     p.add_argument("--requests", type=int, default=8, help="requests per client, steady run")
     p.add_argument("--max-batched-tokens", type=int, default=2048)
     p.add_argument("--variants", default="256,old",

@@ -6,8 +6,11 @@ Random bfloat16 weights are made on the GPU by PyTorch once and shared (DLPack, 
 ``pygpukit.llm.CausalLM`` and the PyTorch anchor (eager prefill). Prints:
 
 - the median time to first token (``generate(max_new_tokens=1)``, prompt to the token on the
-  host) of PyGPUkit (also with Python's garbage collector paused) and of the anchor, in
-  interleaved rounds;
+  host) of PyGPUkit (eager; the prefill replayed from a graph, ``PYGPUKIT_LLM_PREFILL_GRAPHS``;
+  with Python's garbage collector paused) and of the anchor, in interleaved rounds, and each
+  as a multiple of the llm suite's ``matmul_ms`` (its ``ttft_over_matmul``);
+- the host and GPU times of the phases of a prefill, eager and replayed (``prefill_phases.py``:
+  where the GPU waits for the host);
 - the prefill's weight GEMMs alone at the prompt's own shapes (each timed with CUDA events,
   summed over the layers, the head's one row added), in PyTorch and in PyGPUkit
   (``ops.linear``), and PyTorch's bfloat16 8192^3 rate: TTFT as a multiple of each (the
@@ -33,18 +36,28 @@ import itertools
 import pstats
 import statistics
 import time
+import traceback
 from collections import defaultdict
 from collections.abc import Callable
 
 import numpy as np
 import torch
-from llm_torch_common import event_ms, gemm_shapes, interleaved_ms, matmul_ms, prefill_pair
+from llm_torch_common import (
+    event_ms,
+    gemm_shapes,
+    interleaved_ms,
+    matmul_ms,
+    prefill_pair,
+    wall_ms,
+)
+from prefill_phases import phase_report
 
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.llm import CausalLM
 from pygpukit.llm.benchmarks import SHAPES
 from pygpukit.llm.config import ModelConfig
+from pygpukit.llm.padded_prefill import PaddedPrefill
 
 
 def square_rate(n: int = 8192, reps: int = 10) -> float:
@@ -215,6 +228,18 @@ def main() -> None:
         anchor.prefill(ids)
         return anchor.tokens(1, args.prompt, 1)
 
+    dec = model.decoder
+    graphs = PaddedPrefill(dec.model, dec.cache, capture=True)
+
+    def ours_graph() -> object:
+        # The prefill padded to a multiple of 64 tokens and replayed from its captured graph
+        # (PYGPUKIT_LLM_PREFILL_GRAPHS); its first call runs eagerly, the second captures.
+        dec.padded = graphs
+        try:
+            return ours()
+        finally:
+            dec.padded = None
+
     def ours_no_gc() -> object:
         # The same with Python's cyclic collector paused: what a collection in the middle of
         # a prefill's launches costs the time to first token.
@@ -224,14 +249,37 @@ def main() -> None:
         finally:
             gc.enable()
 
-    cases = {"pygpukit": ours, "pygpukit, gc off": ours_no_gc, "anchor (torch eager)": theirs}
+    dec.padded = None  # the eager prefill unless a case asks (whatever the environment says)
+    try:  # eager (plans), captured, replayed: a capture that fails says why, the rest goes on
+        graph_ok = all(ours_graph() is not None for _ in range(3))
+    except Exception:
+        traceback.print_exc()
+        graph_ok = False
+    cases = {"pygpukit": ours, "pygpukit, graph": ours_graph, "pygpukit, gc off": ours_no_gc,
+             "anchor (torch eager)": theirs}  # fmt: skip
+    if not graph_ok:
+        del cases["pygpukit, graph"]
     first, times = interleaved_ms(cases, args.rounds)
     anchor_med = statistics.median(times["anchor (torch eager)"])
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"{name:22s} TTFT {med:8.2f} ms (range {min(ts):.2f}-{max(ts):.2f}) "
               f"x{anchor_med / med:.3f} vs anchor")  # fmt: skip
-    print(f"first tokens: pygpukit {first['pygpukit']}, anchor {first['anchor (torch eager)']}")
+    print(f"first tokens: pygpukit {first['pygpukit']}, graph {first.get('pygpukit, graph')}, "
+          f"anchor {first['anchor (torch eager)']}")  # fmt: skip
+    if args.prompt > 64 and graph_ok:
+        # What a new padded length costs: eager (its plans made), captured, replayed.
+        other = prompt[: args.prompt - 64]
+        dec.padded = graphs
+        try:
+            calls = [wall_ms(lambda: model.generate(other, max_new_tokens=1)) for _ in range(3)]
+        finally:
+            dec.padded = None
+        print(f"a new padded length ({len(other)} tokens): first call {calls[0]:.1f} ms "
+              f"(eager, its plans made), second {calls[1]:.1f} ms (captured), third "
+              f"{calls[2]:.1f} ms (replayed)")  # fmt: skip
+    held = sum(e["size"] for e in gp.memory.snapshot() if e.get("graph_pool"))
+    print(f"the prefill graph's memory (its pool region, live and free): {held / 2**20:.0f} MiB")
     # The prefill trims its last layer to the last position; forward runs every position.
     row = model.forward(ids).to_numpy()[0, -1]
     top = np.sort(row)[-2:]
@@ -256,8 +304,25 @@ def main() -> None:
             f"{name:22s} TTFT {med:8.2f} ms: {at_rate / med:.1%} of the 8192^3 rate, "
             f"{med / t_torch:.3f}x torch's matmuls alone, {med / t_ours:.3f}x ours"
         )
+    if not args.layers:  # the llm suite's own denominator (its ttft rows' ttft_over_matmul)
+        from pygpukit.benchmark.peers import PyGPUkitLibrary, TorchLibrary
+        from pygpukit.llm.benchmarks import _matmul_ms
+
+        suite = {lib.name: _matmul_ms(lib, args.shape, args.prompt)
+                 for lib in (PyGPUkitLibrary(), TorchLibrary())}  # fmt: skip
+        print(f"llm suite's matmul_ms: pygpukit {suite['pygpukit']:.2f} ms, torch "
+              f"{suite['torch']:.2f} ms")  # fmt: skip
+        for name, ts in times.items():
+            print(f"{name:22s} TTFT / the suite's matmul_ms: "
+                  f"{statistics.median(ts) / suite['pygpukit']:.3f}x")  # fmt: skip
+    print("eager prefill:")
+    phase_report(model, prompt, rounds=3)
+    if graph_ok:
+        print("prefill replayed from its graph:")
+        dec.padded = graphs
+        phase_report(model, prompt, rounds=3)
+        dec.padded = None
     # Host enqueue time of the prefill alone: call to return, then the wait.
-    dec = model.decoder
     from pygpukit.llm.generate import SamplingParams
 
     greedy = SamplingParams()
@@ -276,14 +341,9 @@ def main() -> None:
     graph_report(model, prompt)
     if not args.no_profile:
         kernel_report(ours)
-    if not args.layers:  # the llm suite's own measure of the same (its ttft rows' metric)
-        from pygpukit.benchmark.peers import PyGPUkitLibrary, TorchLibrary
-        from pygpukit.llm.benchmarks import _matmul_ms
-
-        suite = {lib.name: _matmul_ms(lib, args.shape, args.prompt)
-                 for lib in (PyGPUkitLibrary(), TorchLibrary())}  # fmt: skip
-        print(f"llm suite's matmul_ms: pygpukit {suite['pygpukit']:.2f} ms, torch "
-              f"{suite['torch']:.2f} ms")  # fmt: skip
+        if graph_ok:
+            print("prefill replayed from its graph:")
+            kernel_report(ours_graph, rows=10, timeline=8)
     if not args.no_profile:
         host_report(ours)
 

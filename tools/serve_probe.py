@@ -50,6 +50,7 @@ __all__ = [
     "load_result",
     "pct",
     "prompt_key",
+    "round_arguments",
     "serve_in_process",
     "summary",
     "thread_cpu",
@@ -307,6 +308,19 @@ def serve_in_process(serve_argv: list[str], *, http: str = "auto", loop: str = "
                   logs)  # fmt: skip
 
 
+def round_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add a serve round's shape to ``parser``: the model and the load row it runs.
+
+    ``--shape`` (a ``llm`` suite shape: its random-weight checkpoint is served), ``--clients``,
+    ``--prompt`` and ``--new`` (tokens in and out per request); the ``serve`` benchmark's load
+    row by default (64 clients, 128/128 on Llama-3.1-8B's shape).
+    """
+    parser.add_argument("--shape", default="llama-3.1-8b", help="a llm suite shape")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent streams")
+    parser.add_argument("--prompt", type=int, default=128, help="prompt tokens per request")
+    parser.add_argument("--new", type=int, default=128, help="generated tokens per request")
+
+
 def load_process(
     url: str, model: str, *, clients: int, requests: int, prompt: int, new: int, vocab: int,
     seed: int, arrivals: bool = False,
@@ -381,15 +395,10 @@ async def _arrivals_run(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _arrivals_main(argv: list[str]) -> int:
+    from pygpukit.llm.serve.loadgen import load_arguments
+
     p = argparse.ArgumentParser(prog="serve_probe.py arrivals")
-    p.add_argument("url")
-    p.add_argument("model")
-    p.add_argument("--clients", type=int, default=4)
-    p.add_argument("--requests-per-client", type=int, default=2)
-    p.add_argument("--prompt-tokens", type=int, default=128)
-    p.add_argument("--output-tokens", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=32000)
-    p.add_argument("--seed", type=int, default=0)
+    load_arguments(p, clients=4)
     print(json.dumps(asyncio.run(_arrivals_run(p.parse_args(argv)))))
     return 0
 

@@ -39,6 +39,7 @@ from serve_probe import (
     children_cpu,
     load_process,
     load_result,
+    round_arguments,
     serve_in_process,
     summary,
     thread_cpu,
@@ -109,10 +110,7 @@ def _apply(variant: str, engine: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Serve, run the rounds of every variant, print (and optionally save) what they showed."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--shape", default="llama-3.1-8b")
-    p.add_argument("--clients", type=int, default=64)
-    p.add_argument("--prompt", type=int, default=128)
-    p.add_argument("--new", type=int, default=128)
+    round_arguments(p)
     p.add_argument("--rounds", type=int, default=2, help="timed rounds per variant")
     p.add_argument("--variant", action="append", default=[],
                    help="si=S, mbt=N or lookahead=0|1 (repeatable; default first)")  # fmt: skip

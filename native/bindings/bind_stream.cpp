@@ -45,6 +45,9 @@ void bind_stream(py::module_& m) {
             return device.is_none() ? current_stream() : current_stream(device.cast<int>());
         },
         py::arg("device") = py::none());
+    m.def("default_stream", &default_stream, py::arg("device"),
+          "The device's default stream: a thread's current stream until it sets another; owned "
+          "by the runtime for the whole process.");
     m.def(
         "set_current_stream",
         [](StreamPtr stream, py::object device) {

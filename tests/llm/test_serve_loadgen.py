@@ -4,12 +4,15 @@ and the errors it must not count as tokens (a refused request, an error event)."
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import inspect
 import json
+import threading
 
 import pytest
 
-from pygpukit.llm.serve.loadgen import _run
+from pygpukit.llm.serve.loadgen import _run, load_arguments, main, run_load
 
 
 def _chunk(data: bytes) -> bytes:
@@ -92,3 +95,37 @@ def test_errors_are_raised_not_counted(status, reply, message):
 
     with pytest.raises(RuntimeError, match=message):
         asyncio.run(main())
+
+
+def test_load_arguments_are_run_loads_keywords():
+    # Every option of the shared parser reaches run_load under its own name, so a tool that
+    # builds its client from load_arguments can pass vars(namespace) straight through.
+    parser = argparse.ArgumentParser()
+    load_arguments(parser, clients=5)
+    a = vars(parser.parse_args(["http://127.0.0.1:1", "m", "--seed", "7"]))
+    assert set(a) == set(inspect.signature(run_load).parameters)
+    assert (a["clients"], a["seed"], a["requests_per_client"]) == (5, 7, 2)
+
+
+def test_command_line_runs_the_load_it_was_given(capsys):
+    reply = [b'data: {"t": 1}\n\n', b'data: {"t": 2}\n\ndata: [DONE]\n\n']
+    replies = [list(reply) for _ in range(3)]
+    loop = asyncio.new_event_loop()
+    server, seen = loop.run_until_complete(_serve(replies))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        argv = [_url(server), "tiny", "--clients", "1", "--requests-per-client", "3",
+                "--prompt-tokens", "6", "--output-tokens", "2", "--vocab", "40",
+                "--json"]  # fmt: skip
+        assert main(argv) == 0
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        server.close()
+        loop.close()
+    out = json.loads(capsys.readouterr().out)
+    assert out["requests"] == 3 and out["output_tokens"] == 6
+    bodies = [s for s in seen if "prompt" in s]
+    assert [b["model"] for b in bodies] == ["tiny"] * 3
+    assert all(len(b["prompt"]) == 6 and max(b["prompt"]) < 40 for b in bodies)

@@ -5,6 +5,8 @@ The references (ops_references.py, shared with the GPU tests) are independent of
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytest
 from ops_references import gather_pages, qkv, ref_decode, ref_sdpa, rel_err
@@ -241,6 +243,76 @@ def test_decode_errors(rand):
         dec(q, kc, vc, lens, out=gp.empty((2, 4, 32), gp.float16))
     with pytest.raises(ValueError, match="scale must be finite"):
         dec(q, kc, vc, lens, scale=float("inf"))
+
+
+def _misaligned(rand, shape, dtype=gp.float16):
+    """A C-contiguous view of ``shape`` starting one element past a 16-byte boundary."""
+    n = int(np.prod(shape))
+    flat = gp.from_numpy((rand((n + 8,)) * 0.3).astype(dtype))
+    view = flat[1 : n + 1].reshape(shape)
+    assert view.is_contiguous() and view.data_ptr % 16 == 2
+    return view
+
+
+def test_decode_refuses_misaligned_starts(rand):
+    q, kc, vc = _arrays(rand, (2, 4, 64), (2, 2, 8, 64), (2, 2, 8, 64))
+    lens = gp.from_numpy(np.array([3, 8], np.int32))
+    with pytest.raises(ValueError, match=r"q starts at address .* not 16-byte aligned"):
+        ops.decode_attention(_misaligned(rand, (2, 4, 64)), kc, vc, lens)
+    with pytest.raises(ValueError, match=r"v_cache starts at address .* not 16-byte aligned"):
+        ops.decode_attention(q, kc, _misaligned(rand, (2, 2, 8, 64)), lens)
+    with pytest.raises(TypeError, match="v_cache has dtype bfloat16, expected k_cache's"):
+        ops.decode_attention(q, kc, *_arrays(rand, (2, 2, 8, 64), dtype=gp.bfloat16), lens)
+
+
+def test_decode_checks_each_cache_pair_once(rand, monkeypatch):
+    """A decode loop passes the same caches every step: they are checked on the first only,
+    and a step with other caches checks those."""
+    from pygpukit.ops import attention
+
+    checked = []
+    real = attention.check_array
+
+    def counting(x, name, **kw):
+        checked.append(name)
+        return real(x, name, **kw)
+
+    monkeypatch.setattr(attention, "check_array", counting)
+    _, kc, vc = _arrays(rand, (2, 4, 64), (2, 2, 8, 64), (2, 2, 8, 64))
+    lens = gp.from_numpy(np.array([3, 8], np.int32))
+    outs = [ops.decode_attention(_arrays(rand, (2, 4, 64))[0], kc, vc, lens) for _ in range(3)]
+    assert checked == ["k_cache", "v_cache"]
+    _, kc2, vc2 = _arrays(rand, (2, 4, 64), (2, 2, 8, 64), (2, 2, 8, 64))
+    ops.decode_attention(_arrays(rand, (2, 4, 64))[0], kc2, vc2, lens)
+    assert checked == ["k_cache", "v_cache"] * 2
+    assert all(np.all(np.isfinite(o.to_numpy().astype(np.float32))) for o in outs)
+
+
+def test_decode_cache_checks_follow_the_arrays_not_their_ids(rand):
+    """An id is reused once its array is gone: a remembered pair whose arrays died is checked
+    again, not trusted (here a stale entry at the new caches' ids with another shape)."""
+    from pygpukit.ops import attention
+
+    class Gone:
+        pass
+
+    dead = weakref.ref(Gone())  # a reference whose object is already collected
+    q, kc, vc = _arrays(rand, (2, 4, 64), (2, 2, 8, 64), (2, 2, 8, 64))
+    lens_h = np.array([3, 8], np.int32)
+    stale = (dead, dead, (2, 4, 8, 64), np.dtype(gp.float16))
+    attention._CHECKED_CACHES[(id(kc), id(vc))] = stale
+    try:
+        got = ops.decode_attention(q, kc, vc, gp.from_numpy(lens_h)).to_numpy()
+        assert attention._CHECKED_CACHES[(id(kc), id(vc))][2] == (2, 2, 8, 64)
+    finally:
+        attention._CHECKED_CACHES.pop((id(kc), id(vc)), None)
+    k, v = kc.to_numpy(), vc.to_numpy()
+    ref = ref_decode(
+        q.to_numpy(),
+        [k[i, :, : lens_h[i]] for i in range(2)],
+        [v[i, :, : lens_h[i]] for i in range(2)],
+    )
+    assert rel_err(got, ref) < LIMIT[np.dtype(gp.float16)]
 
 
 def test_benchmark_suite_quick_on_cpu(rng):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -218,7 +219,7 @@ def test_decode_fused_combine_counters(launches, monkeypatch, rand: Rand, combin
         (counters,) = plan.counters.values()  # one stream: one array, made once
         assert counters.shape == (grid[1] * grid[2],) and not counters.to_numpy().any()
     else:
-        assert names[1] == "attn_decode_combine_bf16" and not plan.counters
+        assert names[1] == "attn_decode_combine_bf16" and not len(plan.counters)
 
 
 @pytest.mark.parametrize("bulk", [True, False])
@@ -244,6 +245,35 @@ def test_decode_early_launch_and_stream_workspace(
     ((o_part, lse),) = fused.workspaces.values()  # one stream: one workspace, made once
     assert o_part.shape == (fused.partials[0],) and lse.shape == (fused.partials[1],)
     assert len(launches) == 3
+
+
+def test_decode_stream_workspace_and_counters_go_with_their_stream(
+    launches, monkeypatch, rand: Rand
+) -> None:
+    """A split plan's per-stream workspace and counters are held by the stream they were made
+    for: a side stream dropped after a call takes them with it (the cached plan keeps neither
+    the stream nor its arrays); the default stream's stay for later calls."""
+    monkeypatch.setattr(attention, "_has_bulk_copy", lambda device: True)
+    dt, b, hq, hkv, d, n = np.dtype(gp.bfloat16), 2, 32, 8, 128, 8192
+    with config.override(decode_kernel="bulk2", decode_combine="fused"):
+        plan = attention._plan_decode_cuda(b, hq, hkv, d, dt, n, 0, n, 0)
+    q, kc = up(rand((b, hq, d), dt)), gp.empty((b, hkv, n, d), dt)
+    lens = up(np.full(b, n, np.int32))
+    plan(q, kc, kc, lens, None, gp.empty((b, hq, d), dt), 0.08)
+    ((default_part, _),) = plan.workspaces.values()
+    side = gp.Stream()
+    with side:
+        plan(q, kc, kc, lens, None, gp.empty((b, hq, d), dt), 0.08)
+    assert len(plan.workspaces) == 2 and len(plan.counters) == 2
+    side_arrays = [weakref.ref(a) for a in (*plan.workspaces.values()[1],
+                                            plan.counters.values()[1])]  # fmt: skip
+    stream_object = weakref.ref(side._impl)
+    del side
+    gc.collect()
+    assert stream_object() is None and all(a() is None for a in side_arrays)
+    assert len(plan.workspaces) == 1 and len(plan.counters) == 1
+    plan(q, kc, kc, lens, None, gp.empty((b, hq, d), dt), 0.08)
+    assert plan.workspaces.values()[0][0] is default_part  # reused, not made again
 
 
 @pytest.mark.parametrize("kernel", ["bulk2", "bulk3", "mma2", "mma", "simt"])

@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from ops_references import rel_err
+from rope_kv_checks import rotated_reference
 
 import pygpukit as gp
 from pygpukit import ops
@@ -79,3 +81,39 @@ def test_plan_checked_once_serves_other_arrays(rng: np.random.Generator, rand: R
     with pytest.raises(ValueError, match="empty call"):
         rope_kv_append_plan(first[0][:, :0], cos, sin, positions[:, :0], first[1], first[2],
                             slots[:, :0], q_heads=hq)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_positions_outside_the_tables_rotate_by_zero_on_both_kernels(
+    rng: np.random.Generator, rand: Rand, dtype: str
+) -> None:
+    """A position below 0 or at/past the tables' rows leaves q and k as they came (the GPU's
+    documented behaviour; the CPU backend refuses such positions), on both kernels; positions
+    inside still rotate."""
+    b, t, hq, hkv, d, p = 2, 6, 4, 2, 64, 16
+    qkv = rand((b, t, (hq + 2 * hkv) * d), dtype)
+    pos_h = rng.integers(0, p, (b, t)).astype(np.int32)
+    big = np.iinfo(np.int32)
+    outside = [(0, 0, -1), (0, 3, p), (1, 1, big.min), (1, 4, big.max)]
+    for bi, ti, value in outside:
+        pos_h[bi, ti] = value
+    slots = gp.from_numpy(np.tile(np.arange(t, dtype=np.int32), (b, 1)))
+    cos, sin = ops.rope_cos_sin(p, d)
+    heads = qkv.reshape(b, t, hq + 2 * hkv, d)
+    for place in (gp.from_numpy, _shifted):
+        kc, vc = place(rand((b, hkv, t, d), dtype)), place(rand((b, hkv, t, d), dtype))
+        q = ops.rope_kv_append(
+            place(qkv), cos, sin, gp.from_numpy(pos_h), kc, vc, slots, q_heads=hq,
+            out=place(np.zeros((b, t, hq, d), dtype)),
+        ).to_numpy()  # fmt: skip
+        k = kc.to_numpy()
+        for bi, ti, _ in outside:
+            np.testing.assert_array_equal(q[bi, ti], heads[bi, ti, :hq])
+            np.testing.assert_array_equal(k[bi, :, ti], heads[bi, ti, hq : hq + hkv])
+        inside = np.ones((b, t), bool)
+        for bi, ti, _ in outside:
+            inside[bi, ti] = False
+        q_rot, k_rot, _ = rotated_reference(qkv, np.where(inside, pos_h, 0), hq, hkv, d)
+        assert rel_err(q[inside], q_rot[inside]) < 1e-2
+        assert rel_err(k.transpose(0, 2, 1, 3)[inside], k_rot[inside]) < 1e-2

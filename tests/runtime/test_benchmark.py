@@ -202,6 +202,35 @@ def test_wrong_result_fails_the_run(
     assert "FAILED broken/double[n=256] [pygpukit]: wrong result" in err
 
 
+def test_filter_runs_only_the_matching_rows(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    ran: list[int] = []
+
+    def setup_for(n: int) -> Any:
+        def setup(lib: Library, copies: int) -> Timed:
+            ran.append(n)
+            return Timed(run=lambda i: None, check=lambda out: None)
+
+        return setup
+
+    def cases(ctx: registry.SuiteContext) -> list[Case]:
+        return [Case("picked", op, {"n": n}, {"pygpukit": setup_for(n)})
+                for op in ("a", "b") for n in (16, 32)]  # fmt: skip
+
+    monkeypatch.setattr(registry, "_SUITES", dict(registry.registered_suites()))
+    register_suite(Suite("picked", "test only", cases))
+    path = tmp_path / "run.json"
+    argv = ["--suite", "picked", "--filter", r"/b\[n=3", "--quiet", "--save", str(path)]
+    assert main(argv) == 0
+    saved = json.loads(path.read_text())
+    assert [row["key"] for row in saved["results"]] == ["picked/b[n=32]"]
+    assert saved["options"]["filter"] == r"/b\[n=3"
+    assert set(ran) == {32}
+    assert main(["--suite", "picked", "--filter", "a[", "--quiet"]) == 2
+    assert "not a regular expression" in capsys.readouterr().err
+
+
 def test_unregistered_suite_says_so(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

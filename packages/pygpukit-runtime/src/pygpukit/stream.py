@@ -9,12 +9,23 @@ Work on different streams may overlap; order it with events
 from __future__ import annotations
 
 import threading
-from typing import Any
+import weakref
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from . import validation as _v
 from .backend.select import backend as _backend
 
-__all__ = ["Event", "Stream", "current_stream", "host_wait_count", "set_launches_keep_gil"]
+__all__ = [
+    "Event",
+    "Stream",
+    "StreamLocal",
+    "current_stream",
+    "host_wait_count",
+    "set_launches_keep_gil",
+]
+
+V = TypeVar("V")
 
 _host_waits = 0
 _host_waits_lock = threading.Lock()
@@ -160,6 +171,46 @@ class Stream:
 def current_stream() -> Stream:
     """Return the calling thread's current stream on its current device."""
     return Stream._from_impl(_backend().current_stream())
+
+
+#: The default stream of each device StreamLocal has seen, held so that its backend object stays
+#: the one every lookup gets (the runtime never destroys a default stream anyway).
+_defaults: dict[int, Any] = {}
+
+
+class StreamLocal(Generic[V]):
+    """One value per stream (a workspace, say), made on first use there; it goes with its stream.
+
+    ``local.get(make)`` returns the current stream's value, calling ``make(stream)`` the first time
+    on that stream. An entry is held by the stream, not the other way round: a stream made with
+    ``gp.Stream()`` and dropped takes its values with it, while a dictionary keyed by streams
+    would keep every stream it saw (and its arrays) alive for the dictionary's life. A device's
+    default stream lives as long as the process, and so do its values.
+    """
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: weakref.WeakKeyDictionary[Any, V] = weakref.WeakKeyDictionary()
+
+    def get(self, make: Callable[[Stream], V]) -> V:
+        """The current stream's value; ``make(stream)`` makes it on the first call there."""
+        b = _backend()
+        impl = b.current_stream()
+        found = self._values.get(impl)
+        if found is None:
+            device = int(impl.device)
+            if device not in _defaults:
+                _defaults[device] = b.default_stream(device)
+            found = self._values[impl] = make(Stream._from_impl(impl))
+        return found
+
+    def values(self) -> list[V]:
+        """The values of the streams still alive."""
+        return list(self._values.values())
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 class Event:

@@ -166,7 +166,9 @@ impl Arena {
         list.range((size, 0)..).next().map(|&(_, ptr)| ptr)
     }
 
-    /// Marks the free range at `ptr` used by `block`, splitting off a tail worth keeping.
+    /// Marks the free range at `ptr` used by `block`, splitting off a tail worth keeping
+    /// (with `exact`, any tail: the block's owner is charged exactly `size`, e.g. a
+    /// partition under a quota, which a kept tail could push over it).
     /// Returns the size handed out and, when the tail still waits on a stream,
     /// `(tail start, stream, seq)` so the caller can track it for clearing.
     pub fn take(
@@ -175,13 +177,14 @@ impl Arena {
         size: u64,
         block: u64,
         now: u64,
+        exact: bool,
     ) -> (u64, Option<(u64, Stream, u64)>) {
         self.list_remove(ptr);
         let r = self.ranges[&ptr];
         let kind = self.segments[&r.segment].kind;
         let mut given = r.size;
         let mut pending_tail = None;
-        if r.size - size >= min_split(kind) {
+        if r.size > size && (exact || r.size - size >= min_split(kind)) {
             given = size;
             let tail = Range {
                 size: r.size - size,
@@ -416,11 +419,11 @@ mod tests {
         let p1 = a
             .best_fit(None, SizeKind::Small, Owner::Cleared, 1024)
             .unwrap();
-        assert_eq!(a.take(p1, 1024, 1, 1), (1024, None));
+        assert_eq!(a.take(p1, 1024, 1, 1, false), (1024, None));
         let p2 = a
             .best_fit(None, SizeKind::Small, Owner::Cleared, 1024)
             .unwrap();
-        a.take(p2, 1024, 2, 2);
+        a.take(p2, 1024, 2, 2, false);
         assert_eq!(free_ranges(&a), vec![(2048, 2048)]);
         a.release(p1, Owner::Stream(1), 1, 3);
         assert_eq!(
@@ -442,8 +445,8 @@ mod tests {
     fn ranges_of_different_streams_stay_apart_until_cleared() {
         let mut a = Arena::default();
         a.add_segment(0, 2048, SizeKind::Small, None, 0);
-        a.take(0, 1024, 1, 0);
-        a.take(1024, 1024, 2, 0);
+        a.take(0, 1024, 1, 0, false);
+        a.take(1024, 1024, 2, 0, false);
         a.release(0, Owner::Stream(1), 1, 0);
         a.release(1024, Owner::Stream(2), 1, 0);
         assert_eq!(free_ranges(&a).len(), 2);

@@ -650,6 +650,9 @@ impl DevicePool {
     ) -> Result<(DevPtr, u64), AllocError> {
         let kind = kind_of(size);
         let governed = self.governed(partition);
+        // A partition under a quota is charged what it is given: no kept tail may push it
+        // over the quota that admitted the request.
+        let exact = self.partitions.get(partition).limit.is_some();
         loop {
             let cached = self
                 .find_cached(size, stream, graph)
@@ -661,7 +664,7 @@ impl DevicePool {
                     0
                 };
                 if short == 0 {
-                    return Ok((ptr, self.take(ptr, size, id)));
+                    return Ok((ptr, self.take(ptr, size, id, exact)));
                 }
                 // Releasing cache cannot reduce this shortfall (the cache is not counted in
                 // it): only spilling others' evictable blocks, where the plan allows, can.
@@ -705,7 +708,7 @@ impl DevicePool {
                         let now = self.tick();
                         self.arena.add_segment(base, seg, kind, graph, now);
                         self.stats.note_reserved(seg);
-                        return Ok((base, self.take(base, size, id)));
+                        return Ok((base, self.take(base, size, id, exact)));
                     }
                     Err(e) if e.is_out_of_memory() => device_full = true,
                     Err(e) => return Err(self.backend_failure(e, requested)),
@@ -754,10 +757,11 @@ impl DevicePool {
         }
     }
 
-    /// Takes `size` bytes of the free range at `ptr` for block `id`; returns the size given.
-    fn take(&mut self, ptr: DevPtr, size: u64, id: u64) -> u64 {
+    /// Takes `size` bytes of the free range at `ptr` for block `id` (exactly `size` when
+    /// `exact`); returns the size given.
+    fn take(&mut self, ptr: DevPtr, size: u64, id: u64, exact: bool) -> u64 {
         let now = self.tick();
-        let (given, pending_tail) = self.arena.take(ptr, size, id, now);
+        let (given, pending_tail) = self.arena.take(ptr, size, id, now, exact);
         if let Some((tail, stream, seq)) = pending_tail {
             self.order.note_free(stream, seq, tail);
         }

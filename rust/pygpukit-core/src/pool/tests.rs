@@ -280,6 +280,30 @@ fn partition_quota_names_the_partition() {
 }
 
 #[test]
+fn a_partition_under_a_quota_is_charged_exactly_its_request() {
+    let (_fake, mut p) = pool(1 << 30);
+    // 9.5 MiB takes a 10 MiB segment whole (a 0.5 MiB tail is not worth keeping apart) ...
+    let big = p
+        .alloc(9 * MIB + MIB / 2, 0, plain(), DEFAULT_PARTITION)
+        .unwrap();
+    assert_eq!(big.size, 10 * MIB);
+    p.free(big.id, 0).unwrap();
+    // ... but a partition with a quota gets exactly what it asked for from that cached range,
+    // so the tail cannot push it over the quota that admitted the request.
+    let quota = 9 * MIB + 3 * MIB / 4;
+    p.set_partition_limit(5, Some(quota));
+    let a = p.alloc(9 * MIB + MIB / 2, 0, plain(), 5).unwrap();
+    assert_eq!(a.size, 9 * MIB + MIB / 2);
+    assert_eq!(p.partition_usage(5).allocated, 9 * MIB + MIB / 2);
+    let rest = p.alloc(MIB / 4, 0, plain(), 5).unwrap();
+    assert_eq!(p.partition_usage(5).allocated, quota);
+    assert!(p.alloc(ROUND, 0, plain(), 5).is_err(), "the quota is full");
+    p.free(rest.id, 0).unwrap();
+    p.free(a.id, 0).unwrap();
+    assert_eq!(p.partition_usage(5).allocated, 0);
+}
+
+#[test]
 fn graph_blocks_come_from_a_private_region() {
     let (fake, mut p) = pool(1 << 30);
     assert!(matches!(p.graph_begin(9), Err(PoolError::NotCapturing(9))));

@@ -22,9 +22,11 @@ import pygpukit as gp
 from pygpukit import ops
 from pygpukit.array import GPUArray
 
+from . import padded_prefill
 from .kv_cache import StaticKVCache
 from .models import llama_decode
 from .models.llama import LlamaModel
+from .padded_prefill import PaddedPrefill
 
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS",
@@ -182,6 +184,10 @@ class Decoder:
                 model, cache, self.token, self.pos, self.lens, self.next_token, self.history
             )
         self.use_fused = self.fused is not None
+        #: Prompts padded to a graph-replayed length (:mod:`.padded_prefill`); None: eager.
+        self.padded: PaddedPrefill | None = None
+        if self.use_graphs and padded_prefill.enabled():
+            self.padded = PaddedPrefill(model, cache, capture=True)
 
     # --- the device-side steps --------------------------------------------------------------
 
@@ -241,21 +247,38 @@ class Decoder:
     ) -> None:
         """Run the prompt through the model in one pass, fill the cache, sample the first token."""
         s, length = len(prompt), self.cache.max_seq_len
-        # One upload: the ids, the positions (also the cache slots), the history and the last
-        # position; the state arrays take theirs by device copies, which need no host wait
-        # (every host-to-device copy is one the GPU idles through at the start of a prefill),
-        # queued after the layers: only the sampling and the state's advance read them, and the
-        # host's time before the first layer is time the GPU waits.
+        padded = self.padded.padded_length(s) if self.padded is not None else None
+        n = s if padded is None else padded  # the rows the prefill runs
+        # One upload: the (padded) ids, the last token's row (also its position), the
+        # positions (also the cache slots) and the history; the state arrays take theirs by
+        # device copies, which need no host wait (every host-to-device copy is one the GPU
+        # idles through at the start of a prefill), queued after the layers: only the sampling
+        # and the state's advance read them, and the host's time before the first layer is
+        # time the GPU waits.
         ids_host = np.asarray(prompt, np.int32)  # no copy for the int32 ids generate passes
-        host = np.empty(2 * s + length + 1, np.int32)
+        host = np.empty(2 * n + 1 + length, np.int32)
         host[:s] = ids_host
-        host[s : 2 * s] = np.arange(s)
-        host[2 * s : 2 * s + length] = -1
-        host[2 * s : 3 * s] = ids_host
-        host[-1] = s - 1
+        host[s:n] = 0  # padding: any id in range
+        host[n] = s - 1
+        host[n + 1 : 2 * n + 1] = np.arange(n)
+        host[2 * n + 1 :] = -1
+        host[2 * n + 1 : 2 * n + 1 + s] = ids_host
         block = gp.from_numpy(host)
-        ids, positions = block[:s].reshape(1, s), block[s : 2 * s].reshape(1, s)
+        if padded is not None and self.padded is not None:
+            logits = self.padded.logits(block, n)
+        else:
+            logits = self._unpadded_logits(block, s)
+        self.history[...] = block[2 * n + 1 :]
+        self.pos[...] = block[n : n + 1]
+        self._sample(logits, p, gen)
+        self._advance()
 
+    def _unpadded_logits(self, block: GPUArray, s: int) -> GPUArray:
+        """float32 logits ``[1, vocab]`` of the last of ``s`` tokens, prefilled eagerly.
+
+        Their ids and positions are in ``block``, as :meth:`prefill` lays it out.
+        """
+        ids, positions = block[:s].reshape(1, s), block[s + 1 : 2 * s + 1].reshape(1, s)
         if s <= self.cache.capacity:  # keys and values go straight into slots 0 .. s - 1
             cache = (self.cache.k, self.cache.v)
             attend = self.model.attend_uncached(cache=cache, slots=positions)
@@ -267,10 +290,7 @@ class Decoder:
 
             attend = self.model.attend_uncached(store)
         x = self.model.hidden_states(ids, positions, attend, last_position_only=True)
-        self.history[...] = block[2 * s : 2 * s + length]
-        self.pos[...] = block[-1:]
-        self._sample(self.model.logits(x[:, 0]), p, gen)
-        self._advance()
+        return self.model.logits(x[:, 0])
 
     def decode_step(self, p: SamplingParams, gen: ops.Generator | None = None) -> None:
         """Queue one decode step: the current token in, the next one sampled on the device.

@@ -32,6 +32,7 @@ import pygpukit as gp
 from pygpukit import validation
 from pygpukit.array import GPUArray
 from pygpukit.kernels import Kernel, target_arch
+from pygpukit.stream import StreamLocal
 
 from . import _attention_fp32, _kernel_loader, config
 from ._common import (
@@ -44,7 +45,6 @@ from ._common import (
     check_writeable,
     host,
     kernel_suffix,
-    result,
     write_into,
 )
 from ._constants import (
@@ -589,7 +589,8 @@ def _smem_optin(device: int) -> int:
 class DecodePlan:
     """A decode launch, and how its split partial results are merged.
 
-    ``plan(q, k_cache, v_cache, seq_lens, block_table, out, scale[, o_part, lse])`` enqueues it;
+    ``plan(q, k_cache, v_cache, seq_lens, block_table, out, scale[, o_part, lse])`` enqueues it
+    on arrays :func:`check_decode` accepted (it checks nothing itself: it runs every step);
     :meth:`workspace` makes the float32 partials a split plan writes (without them, the plan
     uses the current stream's, made on its first call there). A split plan merges them
     either in the same launch (``fused``: the last CTA of each sequence and head group to finish
@@ -613,10 +614,13 @@ class DecodePlan:
     #: the plan runs on: the kernel leaves them at zero, so launches in one stream reuse them,
     #: and launches of the plan in two streams at once do not share them. Made by the first call
     #: on a stream; when that call is captured in a CUDA graph, the zeroing is a node of the
-    #: graph (it runs at each replay).
-    counters: dict[Any, GPUArray] = dataclasses.field(default_factory=dict)
-    #: The split partials of each stream the plan runs on, when the caller passes none.
-    workspaces: dict[Any, tuple[GPUArray, GPUArray]] = dataclasses.field(default_factory=dict)
+    #: graph (it runs at each replay). Held by the stream: they go when it does.
+    counters: StreamLocal[GPUArray] = dataclasses.field(default_factory=StreamLocal)
+    #: The split partials of each stream the plan runs on, when the caller passes none (held by
+    #: the stream, as the counters are).
+    workspaces: StreamLocal[tuple[GPUArray, GPUArray]] = dataclasses.field(
+        default_factory=StreamLocal
+    )
 
     def workspace(self) -> tuple[GPUArray | int, GPUArray | int]:
         """New ``(o_part, lse)`` float32 arrays for a split plan; ``(0, 0)`` (none) unsplit."""
@@ -624,20 +628,16 @@ class DecodePlan:
             return 0, 0
         return gp.empty((self.partials[0],), gp.float32), gp.empty((self.partials[1],), gp.float32)
 
-    def _stream_workspace(self, stream: Any) -> tuple[GPUArray, GPUArray]:
-        """``stream``'s ``(o_part, lse)`` (a split plan's), made on its first call there.
+    def _new_workspace(self, stream: gp.Stream) -> tuple[GPUArray, GPUArray]:
+        """A split plan's ``(o_part, lse)`` for ``stream`` (its first call there).
 
         Calls in one stream run one after another, so they can share one workspace (no
         allocation per call); two streams get two, like the fused combine's counters.
         """
-        found = self.workspaces.get(stream)
-        if found is None:
-            found = (
-                gp.empty((self.partials[0],), gp.float32),
-                gp.empty((self.partials[1],), gp.float32),
-            )
-            self.workspaces[stream] = found
-        return found
+        return (
+            gp.empty((self.partials[0],), gp.float32, stream=stream),
+            gp.empty((self.partials[1],), gp.float32, stream=stream),
+        )
 
     def _tensor_map(self, x: GPUArray, d: int) -> gp.TensorMap:
         """The tensor map of cache ``x`` seen as ``[rows, d]`` (made on first use)."""
@@ -650,13 +650,9 @@ class DecodePlan:
         weakref.finalize(x, self.maps.pop, key, None)
         return made
 
-    def _counters(self, stream: Any) -> GPUArray:
-        """``stream``'s counters of the fused combine (made on first use)."""
-        found = self.counters.get(stream)
-        if found is None:
-            found = gp.zeros((self.fused,), np.int32, stream=stream)
-            self.counters[stream] = found
-        return found
+    def _new_counters(self, stream: gp.Stream) -> GPUArray:
+        """The fused combine's counters for ``stream`` (its first call there), zeroed."""
+        return gp.zeros((self.fused,), np.int32, stream=stream)
 
     def __call__(
         self,
@@ -670,15 +666,13 @@ class DecodePlan:
         o_part: GPUArray | int | None = None,
         lse: GPUArray | int | None = None,
     ) -> None:
-        _check_aligned(("q", q), ("k_cache", k_cache), ("v_cache", v_cache))
         table = block_table if block_table is not None else 0
         counters: GPUArray | int = 0
         if self.partials[2] > 1:  # split: partials (the stream's unless given) and counters
-            stream = gp.current_stream()
             if o_part is None or lse is None:
-                o_part, lse = self._stream_workspace(stream)
+                o_part, lse = self.workspaces.get(self._new_workspace)
             if self.fused:
-                counters = self._counters(stream)
+                counters = self.counters.get(self._new_counters)
         else:
             o_part = lse = 0
         # Launched dependent (the dependent_launch knob), the kernel's CTAs may start while the
@@ -817,32 +811,78 @@ def decode_plan(
     return DECODE_PLANS.get(*key)
 
 
-def check_decode(
+#: The int32 dtype of the lengths and block tables, as a tuple of ``np.dtype`` (a membership
+#: test against ``np.int32`` itself converts the type on every call).
+_INT32 = (np.dtype(np.int32),)
+#: The most K/V cache pairs :func:`_check_caches` remembers (a model has one pair per layer).
+_CHECKED_CACHES_MAX = 256
+#: K/V cache pairs already checked, by the ids of the two arrays: weak references to both (an
+#: id is reused once its array is gone), the shape and the dtype. A decode loop passes the same
+#: caches at every step, and what is checked of them (type, dtype, rank, contiguity, equal
+#: shapes) is array metadata, which never changes, so each pair is checked once.
+_CHECKED_CACHES: dict[tuple[int, int], tuple[Any, Any, tuple[int, ...], np.dtype[Any]]] = {}
+
+
+def _check_caches(k_cache: GPUArray, v_cache: GPUArray) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """The checked K/V caches' shape and dtype.
+
+    Checks: four dimensions, one float dtype, equal shapes, each starting 16-byte aligned.
+    """
+    key = (id(k_cache), id(v_cache))
+    found = _CHECKED_CACHES.get(key)
+    if found is not None and found[0]() is k_cache and found[1]() is v_cache:
+        return found[2], found[3]
+    check_array(k_cache, "k_cache", dtypes=FLOAT_DTYPES, ndim=4)
+    check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
+    kshape, vshape = tuple(k_cache.shape), tuple(v_cache.shape)
+    dtype = k_cache.dtype
+    if v_cache.dtype != dtype:
+        raise TypeError(f"v_cache has dtype {v_cache.dtype}, expected k_cache's {dtype}")
+    if kshape != vshape:
+        raise ValueError(f"k_cache and v_cache must have the same shape, got {kshape} and {vshape}")
+    _check_aligned(("k_cache", k_cache), ("v_cache", v_cache))
+    if len(_CHECKED_CACHES) >= _CHECKED_CACHES_MAX:
+        _CHECKED_CACHES.clear()
+    _CHECKED_CACHES[key] = (weakref.ref(k_cache), weakref.ref(v_cache), kshape, dtype)
+    return kshape, dtype
+
+
+def _decode_args(
     q: GPUArray,
     k_cache: GPUArray,
     v_cache: GPUArray,
     seq_lens: GPUArray,
     block_table: GPUArray | None,
     scale: float | None,
-) -> tuple[int, int, float]:
-    """Validate the decode arguments; return (max_blocks, capacity in tokens, scale)."""
-    check_array(q, "q", dtypes=FLOAT_DTYPES, ndim=3)
-    check_array(k_cache, "k_cache", dtypes=FLOAT_DTYPES, ndim=4)
-    check_array(v_cache, "v_cache", dtypes=FLOAT_DTYPES, ndim=4)
-    check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
-    check_array(seq_lens, "seq_lens", dtypes=[np.int32], ndim=1)
-    # Each shape read once (a property call per read, on every decode step).
-    b, hq, d = q.shape
-    kshape, vshape = tuple(k_cache.shape), tuple(v_cache.shape)
+) -> tuple[tuple[int, int, int], tuple[int, ...], np.dtype[Any], int, int, float]:
+    """Validate the decode arguments; return their facts.
+
+    ``(q's shape, the caches' shape, dtype, max_blocks, capacity in tokens, scale)``.
+    Runs on every decode step: each array's metadata is read once, and the caches' checks
+    are remembered per cache pair (:func:`_check_caches`).
+    """
+    # q and seq_lens are new arrays at every step: their checks read each property once, and
+    # check_array runs only to raise the error that explains what is wrong.
+    if not isinstance(q, GPUArray):
+        check_array(q, "q")
+    kshape, dtype = _check_caches(k_cache, v_cache)
+    qshape, qdtype = q.shape, q.dtype
+    if qdtype is not dtype and qdtype != dtype:  # the caches' dtype is a checked one
+        check_array(q, "q", dtypes=FLOAT_DTYPES)
+        check_same_dtype(q, ("k_cache", k_cache), ("v_cache", v_cache))
+    if len(qshape) != 3 or not q.is_contiguous():
+        check_array(q, "q", ndim=3)
+    _check_aligned(("q", q))
+    lens_shape = seq_lens.shape if isinstance(seq_lens, GPUArray) else ()
+    if len(lens_shape) != 1 or seq_lens.dtype not in _INT32 or not seq_lens.is_contiguous():
+        check_array(seq_lens, "seq_lens", dtypes=_INT32, ndim=1)
+    b, hq, d = qshape
     _check_head_dim(d, "q")
-    if kshape != vshape:
-        raise ValueError(f"k_cache and v_cache must have the same shape, got {kshape} and {vshape}")
     hkv, cache_len = kshape[1], kshape[2]
     if kshape[3] != d:
         raise ValueError(f"k_cache head dim {kshape[3]} differs from q's ({d})")
     if hkv == 0 or hq % hkv:
         raise ValueError(f"query heads ({hq}) must be a multiple of the KV heads ({hkv})")
-    lens_shape = tuple(seq_lens.shape)
     if lens_shape[0] != b:
         raise ValueError(f"seq_lens must have shape ({b},), got {lens_shape}")
     max_blocks = 0
@@ -854,8 +894,9 @@ def check_decode(
             )
         capacity = cache_len
     else:
-        check_array(block_table, "block_table", dtypes=[np.int32], ndim=2)
-        tshape = tuple(block_table.shape)
+        tshape = block_table.shape if isinstance(block_table, GPUArray) else ()
+        if len(tshape) != 2 or block_table.dtype not in _INT32 or not block_table.is_contiguous():
+            check_array(block_table, "block_table", dtypes=_INT32, ndim=2)
         if tshape[0] != b:
             raise ValueError(f"block_table must be [B={b}, max_blocks], got {tshape}")
         max_blocks = tshape[1]
@@ -869,7 +910,22 @@ def check_decode(
             )
     if capacity >= 2**31:
         raise ValueError(f"the cache holds {capacity} tokens per sequence; at most 2**31 - 1")
-    scale_f = _check_scale(scale, d)
+    scale_f = 1.0 / math.sqrt(d) if scale is None else _check_scale(scale, d)
+    return (b, hq, d), kshape, dtype, max_blocks, capacity, scale_f
+
+
+def check_decode(
+    q: GPUArray,
+    k_cache: GPUArray,
+    v_cache: GPUArray,
+    seq_lens: GPUArray,
+    block_table: GPUArray | None,
+    scale: float | None,
+) -> tuple[int, int, float]:
+    """Validate the decode arguments; return (max_blocks, capacity in tokens, scale)."""
+    _, _, _, max_blocks, capacity, scale_f = _decode_args(
+        q, k_cache, v_cache, seq_lens, block_table, scale
+    )
     return max_blocks, capacity, scale_f
 
 
@@ -906,12 +962,19 @@ def decode_attention(
     them); they take a workspace of ``B * Hq * splits * (D + 1)`` values, made by the first
     such call on a stream and reused by the later ones there. Returns ``[B, Hq, D]``.
     """
-    max_blocks, capacity, scale_f = check_decode(q, k_cache, v_cache, seq_lens, block_table, scale)
-    b, hq, d = q.shape
-    check_out(out, (b, hq, d), q.dtype)
-    res = result(out, (b, hq, d), q.dtype)
-    if res.size == 0:
+    # Every decode step runs this: each array's metadata is read once, and the plan is looked
+    # up with the values the checks already hold (see tools/attention_host.py for the costs).
+    qshape, kshape, dtype, max_blocks, capacity, scale_f = _decode_args(
+        q, k_cache, v_cache, seq_lens, block_table, scale
+    )
+    if out is None:
+        res = gp.empty(qshape, dtype)
+    else:
+        check_out(out, qshape, dtype)
+        res = out
+    b, hq, d = qshape
+    if b * hq == 0:
         return res
-    plan = decode_plan(q, k_cache, max_blocks, capacity)
-    plan(q, k_cache, v_cache, seq_lens, block_table, res, scale_f)
+    key = (b, hq, kshape[1], d, dtype, kshape[2], max_blocks, capacity, gp.get_device())
+    DECODE_PLANS.get(*key)(q, k_cache, v_cache, seq_lens, block_table, res, scale_f)
     return res

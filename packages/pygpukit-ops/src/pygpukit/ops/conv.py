@@ -311,21 +311,33 @@ class ReferenceConv:
         c.write_into(y, values)
 
 
+def _tensor_core_plan(
+    s: Conv1dShape, dtype: np.dtype[Any], device: int, *, transposed: bool
+) -> IgemmPlan | MmaConvPlan | None:
+    """The tensor-core plan ``conv_kernel`` picks for this shape, or None (the CUDA-core paths).
+
+    An implicit-GEMM choice that does not take the shape falls back to ``auto``'s tile kernels.
+    """
+    choice = config.get().conv_kernel
+    if choice in _IGEMM_CHOICES:
+        igemm = _conv_igemm.plan(s, dtype, device, transposed=transposed)
+        if igemm is not None:
+            return igemm
+        choice = "auto"
+    if choice == "gemm":
+        return None
+    tiles = _conv_mma.plan_transpose if transposed else _conv_mma.plan_conv
+    return tiles(s, dtype, device, choice)
+
+
 def _plan_conv_cuda(
     s: Conv1dShape, dtype: np.dtype[Any], device: int
 ) -> ConvPlan | IgemmPlan | MmaConvPlan:
     total = s.batch * s.c_out * s.out_length
     c.check_int32("conv1d", length=s.length, out_length=s.out_length, channels=s.c_in * s.kernel)
-    choice = config.get().conv_kernel
-    if choice in _IGEMM_CHOICES:
-        igemm = _conv_igemm.plan(s, dtype, device, transposed=False)
-        if igemm is not None:
-            return igemm
-        choice = "auto"
-    if choice != "gemm":
-        mma = _conv_mma.plan_conv(s, dtype, device, choice)
-        if mma is not None:
-            return mma
+    tensor_core = _tensor_core_plan(s, dtype, device, transposed=False)
+    if tensor_core is not None:
+        return tensor_core
     if s.c_in == s.groups:
         return ConvPlan(s, "depthwise", _launch("conv_depthwise", dtype, total), None)
     bias = _launch("conv_bias", dtype, total)
@@ -346,16 +358,9 @@ def _plan_transpose_cuda(
     c.check_int32(
         "conv_transpose1d", length=s.length, out_length=s.out_length, rows=s.c_out * s.kernel
     )
-    choice = config.get().conv_kernel
-    if choice in _IGEMM_CHOICES:
-        igemm = _conv_igemm.plan(s, dtype, device, transposed=True)
-        if igemm is not None:
-            return igemm
-        choice = "auto"
-    if choice != "gemm":
-        mma = _conv_mma.plan_transpose(s, dtype, device, choice)
-        if mma is not None:
-            return mma
+    tensor_core = _tensor_core_plan(s, dtype, device, transposed=True)
+    if tensor_core is not None:
+        return tensor_core
     if s.c_in == s.groups:
         return TransposePlan(s, "direct", _launch("conv_transpose_direct", dtype, total))
     return TransposePlan(s, "col2im", _launch("conv_col2im", dtype, total))

@@ -211,6 +211,10 @@ class Backend(Protocol):
         """The calling thread's current stream on its current device."""
         ...
 
+    def default_stream(self, device: int) -> StreamImpl:
+        """``device``'s default stream (current until a thread sets another; never destroyed)."""
+        ...
+
     def set_current_stream(self, stream: StreamImpl | None) -> None:
         """Make ``stream`` current (``None``: the device's default stream)."""
         ...

@@ -117,7 +117,7 @@ def arch(device: int) -> str:
 class HostStream:
     """A stream on the host: work runs synchronously, so it is always idle."""
 
-    __slots__ = ("device", "handle", "priority")
+    __slots__ = ("__weakref__", "device", "handle", "priority")
 
     def __init__(self, device: int, priority: int) -> None:
         self.device = device
@@ -182,6 +182,11 @@ def current_stream() -> HostStream:
     """Return the thread's current host stream."""
     stream: HostStream | None = getattr(_local, "stream", None)
     return stream if stream is not None else _DEFAULT_STREAM
+
+
+def default_stream(device: int) -> HostStream:
+    """The default host stream (one for every device: host work never overlaps)."""
+    return _DEFAULT_STREAM
 
 
 def set_current_stream(stream: HostStream | None) -> None:

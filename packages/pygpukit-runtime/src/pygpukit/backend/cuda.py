@@ -86,6 +86,11 @@ def current_stream() -> Any:
     return _native.current_stream()
 
 
+def default_stream(device: int) -> Any:
+    """``device``'s default stream (a thread's current one until it sets another)."""
+    return _native.default_stream(device)
+
+
 def set_current_stream(stream: Any) -> None:
     """Make ``stream`` current for its device (``None``: the current device's default)."""
     _native.set_current_stream(stream)

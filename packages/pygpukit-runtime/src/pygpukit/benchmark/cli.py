@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import secrets
 import shlex
 import sys
@@ -58,6 +59,7 @@ examples:
   python -m pygpukit.benchmark --gemm --sizes 4096,8192 --dtypes bf16,fp32
   python -m pygpukit.benchmark --gemv --dtypes bf16,fp8
   python -m pygpukit.benchmark --attention --seq-lens 512,1024
+  python -m pygpukit.benchmark --attention --filter 'decode.B=8,.*kernel=tma2'
   python -m pygpukit.benchmark --load run.json --markdown
 """
 
@@ -98,6 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sel.add_argument("--dtypes", metavar="LIST", help="dtypes, e.g. fp32,tf32,fp16,bf16,fp8")
     sel.add_argument("--seq-lens", metavar="LIST", help="sequence lengths for attention suites")
+    sel.add_argument(
+        "--filter",
+        metavar="REGEX",
+        help="run only the rows whose key (as printed, e.g. "
+        "'ops_attention/decode[B=8,...,kernel=tma2]') matches REGEX (re.search)",
+    )
     sel.add_argument(
         "--peers",
         default=",".join(PEER_NAMES),
@@ -159,6 +167,8 @@ class Options:
     seq_lens: list[int] | None
     peers: tuple[str, ...]
     gate_pct: float | None
+    #: Only the rows whose key this matches run (None: every row).
+    row_filter: re.Pattern[str] | None = None
 
 
 def resolve(args: argparse.Namespace) -> Options:
@@ -183,8 +193,16 @@ def resolve(args: argparse.Namespace) -> Options:
         raise ValueError("--iterations must be at least 1")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         raise ValueError("--plot needs matplotlib (pip install matplotlib)")
+    row_filter = None
+    if args.filter:
+        try:
+            row_filter = re.compile(args.filter)
+        except re.error as exc:
+            raise ValueError(
+                f"--filter {args.filter!r} is not a regular expression: {exc}"
+            ) from None
     selected = None if args.all else list(dict.fromkeys(suites)) or None
-    return Options(selected, sizes, dtypes, seq_lens, peers, gate)
+    return Options(selected, sizes, dtypes, seq_lens, peers, gate, row_filter)
 
 
 def _select(names: list[str] | None) -> list[Suite]:
@@ -264,6 +282,8 @@ def measure_run(
     for suite in suites:
         try:
             for case in suite.cases(ctx):
+                if opts.row_filter is not None and not opts.row_filter.search(case.key):
+                    continue
                 if not case.skip:
                     ceilings.ensure(case.ceiling)
                 row = run_case(case, libs, cfg, peer_cache)
@@ -289,6 +309,7 @@ def measure_run(
         "sizes": opts.sizes,
         "dtypes": opts.dtypes,
         "seq_lens": opts.seq_lens,
+        "filter": opts.row_filter.pattern if opts.row_filter is not None else None,
         "seed": seed,
         "duration_s": round(time.perf_counter() - started, 1),
         "interrupted": interrupted,

@@ -236,6 +236,7 @@ class LlamaModel:
         attend: Attend,
         *,
         last_position_only: bool = False,
+        last_row: GPUArray | None = None,
     ) -> GPUArray:
         """The final-norm hidden states ``[B, S, hidden]`` of token ids ``[B, S]`` (int32).
 
@@ -244,6 +245,11 @@ class LlamaModel:
         and values go to the cache) but attends with the last query only, and runs its output
         projection, MLP and the final norm on that one row: about 1/L of the prompt's matmul
         work that nothing reads.
+
+        ``last_row`` (int32 ``[1]`` on the device, with ``B == 1``): the same for the row it
+        holds instead of the last, for a prompt padded to a fixed length (a captured prefill
+        reads the row from device memory). The last layer attends with every query then (the
+        rows after it are padding that causal attention keeps out of it) and keeps that row.
         """
         h = self.embed(ids)
         residual, x = h, self.layers[0].input_norm(h)
@@ -251,13 +257,16 @@ class LlamaModel:
         project = getattr(attend, "from_projection", None)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            trim = last_position_only and i == last
+            trim = (last_position_only or last_row is not None) and i == last
+            last_query = trim and last_row is None
             if project is not None and layer.q_norm is None and self._fused_rope_ok(positions):
-                o = project(i, layer.qkv(x), positions, last_query_only=trim)
+                o = project(i, layer.qkv(x), positions, last_query_only=last_query)
             else:
                 q, k, v = self._qkv(layer, x, positions)
-                o = attend(i, q[:, -1:] if trim else q, k, v)
-            if trim:  # the residual stream of the last position only
+                o = attend(i, q[:, -1:] if last_query else q, k, v)
+            if trim and last_row is not None:  # that row of the attention and residual streams
+                o, residual = (_row(t, last_row) for t in (o, residual))
+            elif trim:  # the residual stream of the last position only
                 residual = residual[:, -1:].contiguous()
             residual, x = layer.post_norm(layer.o_proj(o), residual)
             nxt = self.layers[i + 1].input_norm if i + 1 < len(self.layers) else self.norm
@@ -306,6 +315,11 @@ class LlamaModel:
         by default they are uploaded at the first layer.
         """
         return _UncachedAttend(self, store, cache, slots)
+
+
+def _row(x: GPUArray, row: GPUArray) -> GPUArray:
+    """Row ``row[0]`` (int32 on the device) of ``x`` ``[1, S, D]`` as ``[1, 1, D]``."""
+    return ops.embedding(row.reshape(1, 1), x.reshape(x.shape[1], x.shape[2]))
 
 
 class _UncachedAttend:

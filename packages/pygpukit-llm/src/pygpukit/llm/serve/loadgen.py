@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-__all__ = ["LoadResult", "run_load"]
+__all__ = ["LoadResult", "load_arguments", "run_load"]
 
 
 @dataclass(frozen=True)
@@ -223,17 +223,29 @@ def run_load(
                             output_tokens, vocab, seed))  # fmt: skip
 
 
+def load_arguments(parser: argparse.ArgumentParser, *, clients: int = 16) -> None:
+    """Add a load run's arguments to ``parser``: the server, the model and the load's shape.
+
+    ``url``, ``model``, ``--clients`` (default ``clients``), ``--requests-per-client``,
+    ``--prompt-tokens``, ``--output-tokens``, ``--vocab`` and ``--seed``: named as
+    :func:`run_load`'s keywords, so every client of a server (this module's command line and the
+    tools' probes) is started with the same command line.
+    """
+    parser.add_argument("url", help="the server, http://host:port")
+    parser.add_argument("model", help="the served model's name")
+    parser.add_argument("--clients", type=int, default=clients, help="concurrent streams")
+    parser.add_argument("--requests-per-client", type=int, default=2,
+                        help="requests each client sends, one after the other")  # fmt: skip
+    parser.add_argument("--prompt-tokens", type=int, default=128)
+    parser.add_argument("--output-tokens", type=int, default=128)
+    parser.add_argument("--vocab", type=int, default=32000, help="prompt ids are drawn below this")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: print tokens/s and TTFT/ITL percentiles of one load run."""
     p = argparse.ArgumentParser(prog="python -m pygpukit.llm.serve.loadgen")
-    p.add_argument("url")
-    p.add_argument("model")
-    p.add_argument("--clients", type=int, default=16)
-    p.add_argument("--requests-per-client", type=int, default=2)
-    p.add_argument("--prompt-tokens", type=int, default=128)
-    p.add_argument("--output-tokens", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=32000, help="prompt ids are drawn below this")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+    load_arguments(p)
     p.add_argument("--json", action="store_true",
                    help="print the whole result (every TTFT and ITL sample) as one JSON "
                    "line")  # fmt: skip

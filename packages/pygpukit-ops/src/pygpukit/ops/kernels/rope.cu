@@ -94,42 +94,73 @@ PGK_FLOAT_TYPES(PGK_ROPE)
 // positions and slots are int32 [B * seq]; a position outside [0, max_pos) rotates by angle 0 (as
 // rope_<dtype>), a slot outside [0, max_len) stores nothing. kind: the table dtype (0 fp32, 1
 // fp16, 2 bf16).
+//
+// KvAppendToken: what block t of either kernel starts from, filled once at its top. The range
+// flags are one unsigned compare each (a negative position or slot wraps past the bound): the
+// form the compiler keeps as a select in the rotation loops instead of unswitching them.
+template <typename T>
+struct KvAppendToken {
+    long long t;     // the token: row t of qkv and of q_out
+    long long b;     // its sequence: the cache row b
+    long long pos;   // its position in the cos/sin tables
+    long long slot;  // its row in the caches
+    bool in_range;   // pos inside the tables: else angle 0
+    bool store;      // slot inside the caches: else k and v are not written (q still is)
+    int rotated;     // heads to rotate: the q heads, then the k heads when stored
+    const T* row;    // the token's qkv row: q heads, k heads, v heads
+
+    __device__ __forceinline__ KvAppendToken(const T* __restrict__ qkv,
+                                             const int* __restrict__ positions,
+                                             const int* __restrict__ slots, long long max_pos,
+                                             int q_heads, int kv_heads, int head_dim, int seq,
+                                             int max_len)
+        : t(blockIdx.x),
+          b(t / seq),
+          pos(positions[t]),
+          slot(slots[t]),
+          in_range(static_cast<unsigned long long>(pos) < static_cast<unsigned long long>(max_pos)),
+          store(static_cast<unsigned long long>(slot) < static_cast<unsigned long long>(max_len)),
+          rotated(q_heads + (store ? kv_heads : 0)),
+          row(qkv + t * static_cast<long long>(q_heads + 2 * kv_heads) * head_dim) {}
+
+    // Row h of this token's slot in a [B, kv_heads, max_len, head_dim] cache. __restrict__: a
+    // cache is written, never read, and aliases no input, so the compiler keeps the qkv and
+    // table loads on the read-only path.
+    __device__ __forceinline__ T* cache_row(T* __restrict__ cache, int h, int kv_heads, int max_len,
+                                            int head_dim) const {
+        return cache + ((b * kv_heads + h) * max_len + slot) * head_dim;
+    }
+};
+
 template <typename T>
 __device__ __forceinline__ void rope_kv_append_token(
     const T* __restrict__ qkv, T* __restrict__ q_out, T* __restrict__ k_cache,
     T* __restrict__ v_cache, const void* __restrict__ cos_table, const void* __restrict__ sin_table,
     const int* __restrict__ positions, const int* __restrict__ slots, long long max_pos,
     int q_heads, int kv_heads, int head_dim, int seq, int max_len, int kind) {
-    const long long t = blockIdx.x;
-    const long long b = t / seq;
-    const long long pos = positions[t];
-    const long long slot = slots[t];
-    const bool in_range = pos >= 0 && pos < max_pos;
-    const bool store = slot >= 0 && slot < max_len;
+    const KvAppendToken<T> tok(qkv, positions, slots, max_pos, q_heads, kv_heads, head_dim, seq,
+                               max_len);
     const int half = head_dim / 2;
-    const T* row = qkv + t * static_cast<long long>(q_heads + 2 * kv_heads) * head_dim;
-    const int rotated = q_heads + (store ? kv_heads : 0);  // q heads, then k heads
-    for (int i = threadIdx.x; i < rotated * half; i += blockDim.x) {
+    for (int i = threadIdx.x; i < tok.rotated * half; i += blockDim.x) {
         const int h = i / half;
         const int j = i - h * half;
         float c = 1.0f, s = 0.0f;
-        if (in_range) {
-            c = table_at(cos_table, pos * half + j, kind);
-            s = table_at(sin_table, pos * half + j, kind);
+        if (tok.in_range) {
+            c = table_at(cos_table, tok.pos * half + j, kind);
+            s = table_at(sin_table, tok.pos * half + j, kind);
         }
-        const T* src = row + static_cast<long long>(h) * head_dim;
-        T* dst = h < q_heads
-                     ? q_out + (t * q_heads + h) * head_dim
-                     : k_cache + ((b * kv_heads + (h - q_heads)) * max_len + slot) * head_dim;
+        const T* src = tok.row + static_cast<long long>(h) * head_dim;
+        T* dst = h < q_heads ? q_out + (tok.t * q_heads + h) * head_dim
+                             : tok.cache_row(k_cache, h - q_heads, kv_heads, max_len, head_dim);
         const float2 rot = rope_pair(widen(src[j]), widen(src[j + half]), c, s);
         dst[j] = narrow<T>(rot.x);
         dst[j + half] = narrow<T>(rot.y);
     }
-    if (!store) return;
-    const T* v = row + static_cast<long long>(q_heads + kv_heads) * head_dim;
+    if (!tok.store) return;
+    const T* v = tok.row + static_cast<long long>(q_heads + kv_heads) * head_dim;
     for (int i = threadIdx.x; i < kv_heads * head_dim; i += blockDim.x) {
         const int h = i / head_dim;
-        v_cache[((b * kv_heads + h) * max_len + slot) * head_dim + (i - h * head_dim)] = v[i];
+        tok.cache_row(v_cache, h, kv_heads, max_len, head_dim)[i - h * head_dim] = v[i];
     }
 }
 
@@ -156,33 +187,27 @@ __device__ __forceinline__ void rope_kv_append_vec_token(
     const int* __restrict__ positions, const int* __restrict__ slots, long long max_pos,
     int q_heads, int kv_heads, int head_dim, int seq, int max_len, int kind) {
     constexpr int VEC = 16 / sizeof(T);
-    const long long t = blockIdx.x;
-    const long long b = t / seq;
-    const long long pos = positions[t];
-    const long long slot = slots[t];
-    const bool in_range = pos >= 0 && pos < max_pos;
-    const bool store = slot >= 0 && slot < max_len;
+    const KvAppendToken<T> tok(qkv, positions, slots, max_pos, q_heads, kv_heads, head_dim, seq,
+                               max_len);
     const int half = head_dim / 2, groups = half / VEC;
-    const T* row = qkv + t * static_cast<long long>(q_heads + 2 * kv_heads) * head_dim;
-    const int rotated = (q_heads + (store ? kv_heads : 0)) * groups;  // q heads, then k heads
-    const int copied = store ? kv_heads * (head_dim / VEC) : 0;
+    const int rotated = tok.rotated * groups;
+    const int copied = tok.store ? kv_heads * (head_dim / VEC) : 0;
     for (int i = threadIdx.x; i < rotated + copied; i += blockDim.x) {
         if (i < rotated) {
             const int h = i / groups;
             const int j = (i - h * groups) * VEC;
-            const T* src = row + static_cast<long long>(h) * head_dim;
-            T* dst = h < q_heads
-                         ? q_out + (t * q_heads + h) * head_dim
-                         : k_cache + ((b * kv_heads + (h - q_heads)) * max_len + slot) * head_dim;
+            const T* src = tok.row + static_cast<long long>(h) * head_dim;
+            T* dst = h < q_heads ? q_out + (tok.t * q_heads + h) * head_dim
+                                 : tok.cache_row(k_cache, h - q_heads, kv_heads, max_len, head_dim);
             float x0[VEC], x1[VEC], y0[VEC], y1[VEC];
             load_f32<T, VEC>(src + j, x0);
             load_f32<T, VEC>(src + j + half, x1);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) {
                 float c = 1.0f, s = 0.0f;
-                if (in_range) {
-                    c = table_at(cos_table, pos * half + j + e, kind);
-                    s = table_at(sin_table, pos * half + j + e, kind);
+                if (tok.in_range) {
+                    c = table_at(cos_table, tok.pos * half + j + e, kind);
+                    s = table_at(sin_table, tok.pos * half + j + e, kind);
                 }
                 const float2 rot = rope_pair(x0[e], x1[e], c, s);
                 y0[e] = rot.x;
@@ -193,9 +218,8 @@ __device__ __forceinline__ void rope_kv_append_vec_token(
         } else {
             const int e = (i - rotated) * VEC;
             const int h = e / head_dim;
-            const T* v = row + static_cast<long long>(q_heads + kv_heads) * head_dim + e;
-            T* dst =
-                v_cache + ((b * kv_heads + h) * max_len + slot) * head_dim + (e - h * head_dim);
+            const T* v = tok.row + static_cast<long long>(q_heads + kv_heads) * head_dim + e;
+            T* dst = tok.cache_row(v_cache, h, kv_heads, max_len, head_dim) + (e - h * head_dim);
             *reinterpret_cast<Pack<T, VEC>*>(dst) = *reinterpret_cast<const Pack<T, VEC>*>(v);
         }
     }
