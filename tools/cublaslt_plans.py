@@ -47,12 +47,10 @@ def main() -> None:
             matmul_nt(rand((m, k), dtype), rand((n, k), dtype))
     gp.synchronize()
     for plan in cuda_linalg._native.cublaslt_plans(gp.get_device()):
-        how = "heuristic first" if not plan["tuned"] else "timed"
-        how += " cold" if plan["tuned"] and plan.get("cold") else ""
         print(
             f"{plan['dtype']} m={plan['m']} n={plan['n']} k={plan['k']} batch={plan['batch']}"
             f"{' tf32' if plan['tf32'] else ''}: runs candidate {plan['chosen']}"
-            f" ({how})"
+            f" ({'timed' if plan['tuned'] else 'heuristic first'})"
         )
         for i, c in enumerate(plan["candidates"]):
             mark = "*" if i == plan["chosen"] else " "

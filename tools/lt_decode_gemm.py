@@ -29,8 +29,12 @@ summary row (heuristic #0, the runtime's choice, the fastest candidate, torch: w
 with ``--all`` a table of its variants (the 12 fastest, #0, the runtime's pick and torch,
 fastest first); then the summary table again and how much of a decode
 step (32 layers and the lm_head at that M) the fastest candidates would save over the
-runtime's choices. ``--runtime-only`` times only ``#0``, the runtime and torch (to compare the
-runtime under ``PYGPUKIT_LT_TUNE=cold``). Needs torch with CUDA and cuBLASLt.
+runtime's choices. ``--runtime-only`` times only ``#0``, the runtime and torch. Needs torch
+with CUDA and cuBLASLt.
+
+On an H100 (cuBLASLt 13.1) the heuristic offered about 8 candidates per shape, all nvjet
+kernels; at M = 64 the fastest variant was within 1.5% of the runtime's timed pick at every
+shape (its warm timing ranks the candidates as the cold one does).
 """
 
 from __future__ import annotations
@@ -298,7 +302,7 @@ def main() -> None:
     ap.add_argument(
         "--runtime-only",
         action="store_true",
-        help="time only #0, the runtime and torch (e.g. again under PYGPUKIT_LT_TUNE=cold)",
+        help="time only #0, the runtime and torch",
     )
     args = ap.parse_args()
 
@@ -554,8 +558,6 @@ def _runtime_pick(
             continue
         c = plan["candidates"][plan["chosen"]]
         how = "timed" if plan["tuned"] else ("inherited" if plan.get("inherited") else "first")
-        if plan["tuned"]:
-            how += " cold" if plan.get("cold") else " warm"
         keys = ("algo_id", "tile", "stages", "splitk", "reduction", "swizzle", "custom")
         mine = ("id", "tile", "stages", "splitk", "red", "swz", "cust")
         matches = [

@@ -235,7 +235,6 @@ void bind_matmul(py::module_& m) {
                 d["chosen"] = p.chosen;
                 d["tuned"] = p.tuned;
                 d["inherited"] = p.inherited;
-                d["cold"] = p.cold;
                 d["candidates"] = candidates;
                 plans.append(d);
             }
@@ -245,9 +244,7 @@ void bind_matmul(py::module_& m) {
         "Every cuBLASLt plan made on a device: the problem (dtype, tf32, m, n, k, batch), its "
         "candidate algorithms in the heuristic's order (configuration ids and the timed pass's "
         "gpu_us / host_us per call, -1 when not timed), the index that runs, whether it was "
-        "chosen by timing (tuned) or reused from a timed plan for a nearby M (inherited), and "
-        "whether the "
-        "timing read its streamed operand cold, from DRAM (cold).");
+        "chosen by timing (tuned) or reused from a timed plan for a nearby M (inherited).");
     m.def(
         "matmul",
         [](const Array& a, const Array& b, const Array& out, bool allow_tf32,

@@ -7,8 +7,6 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -161,9 +159,6 @@ struct Plan {
     std::atomic<bool> tuning_claimed{false};
     // Whether `chosen` was taken from a timed plan of the same family (see DeviceState).
     bool inherited = false;
-    // Whether the timed pass read the streamed operand cold (see ColdRotation). Written under
-    // g_mutex with `timings`.
-    bool timed_cold = false;
 
     const cublasLtMatmulAlgo_t& algo() const {
         return candidates[chosen.load(std::memory_order_acquire)];
@@ -208,14 +203,6 @@ constexpr double kLargeMacs = 1ull << 33;
 constexpr int kSmallRounds = 3;
 // A candidate within this fraction of the fastest is as good: the heuristic's order breaks ties.
 constexpr float kTieFraction = 0.02f;
-// A problem streams one operand when that operand spans at least this many times the other:
-// a layer's weight against a few rows of activations (decode steps, short prompts). In a
-// model each layer's weight is read once per step, from DRAM; a timed pass that re-reads one
-// weight finds it in L2 when it fits there, and ranks the candidates by another measure.
-constexpr uint64_t kStreamedRatio = 8;
-// The timed pass of a streamed problem rotates over copies of the streamed operand spanning
-// this many times the L2 cache, so each run reads its weight from DRAM.
-constexpr uint64_t kColdL2Multiple = 4;
 
 // The handle is shared by every thread: cuBLASLt functions are thread safe for one handle (we
 // never change its configuration after creation). Plans are heap-allocated so the pointer a
@@ -314,21 +301,22 @@ bool hold_stream(const StreamPtr& stream, unsigned long long ns) {
 // The host time of the enqueues is measured too, and a candidate costs the larger of the two per
 // call (an algorithm that enqueues a second kernel costs the host that launch). Below kLargeMacs
 // this runs kSmallRounds times over the candidates and each keeps its fastest GPU and host
-// times. One wait at the end. Runs only in the thread that claimed the plan's tuning (see
-// claim_tuning); others keep running the current choice meanwhile (timings taken while other
-// threads share the stream are noisier, never wrong). `enqueue(algo, turn)` runs one product:
-// turn -1 on the caller's operands (the warm-up), turn t >= 0 for the t-th timed run (a cold
-// pass reads the streamed operand's copy for that turn; see ColdRotation). `cold` is recorded
-// with the timings. True when the candidates were timed.
+// times. One wait at the end. Skipped while the stream is being captured (a host wait would break
+// the capture); the next uncaptured call tunes instead. True when this call timed the candidates.
+// Only the thread that claims the plan's tuning runs this; others keep running the current choice
+// meanwhile (timings taken while other threads share the stream are noisier, never wrong).
 template <typename Enqueue>
-bool tune(Plan& plan, const StreamPtr& stream, bool cold, Enqueue&& enqueue) {
+bool tune(Plan& plan, const StreamPtr& stream, Enqueue&& enqueue) {
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
+    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return false;
+    if (plan.tuning_claimed.exchange(true, std::memory_order_acq_rel)) return false;
     const size_t count = plan.candidates.size();
     const double macs = static_cast<double>(plan.m) * plan.n * plan.k * plan.batch;
     const int reps = macs >= kLargeMacs ? 3 : 10;
     const int rounds = macs >= kLargeMacs ? 1 : kSmallRounds;
     std::vector<char> runs(count, 0);
-    for (size_t i = 0; i < count; ++i) runs[i] = enqueue(plan.candidates[i], -1) == 0;
-    int turn = 0;  // counts on across candidates: a cold rotation never restarts on a warm copy
+    for (size_t i = 0; i < count; ++i) runs[i] = enqueue(plan.candidates[i]) == 0;
     // Events of round r, candidate i: 2 * (r * count + i) and the one after it.
     std::vector<CUevent> events(2 * count * rounds, nullptr);
     for (CUevent& e : events) check(drv().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
@@ -345,7 +333,7 @@ bool tune(Plan& plan, const StreamPtr& stream, bool cold, Enqueue&& enqueue) {
             drv().cuEventRecord(pair[0], stream->handle());
             const auto t0 = clock::now();
             bool ok = true;
-            for (int r = 0; r < reps && ok; ++r) ok = enqueue(plan.candidates[i], turn++) == 0;
+            for (int r = 0; r < reps && ok; ++r) ok = enqueue(plan.candidates[i]) == 0;
             const auto t1 = clock::now();
             drv().cuEventRecord(pair[1], stream->handle());
             runs[i] = ok;
@@ -387,95 +375,9 @@ bool tune(Plan& plan, const StreamPtr& stream, bool cold, Enqueue&& enqueue) {
     {
         std::lock_guard<std::mutex> lock(g_mutex);
         plan.timings = std::move(timings);
-        plan.timed_cold = cold;
     }
     plan.chosen.store(best_index, std::memory_order_release);
     return r == CUDA_SUCCESS;
-}
-
-// Whether the caller is the one to time this plan now: never while the stream is being
-// captured (a host wait would break the capture; the next uncaptured call claims it instead),
-// and one thread per plan.
-bool claim_tuning(Plan& plan, const StreamPtr& stream) {
-    if (plan.tuning_claimed.load(std::memory_order_acquire)) return false;
-    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-    check(drv().cuStreamIsCapturing(stream->handle(), &capture), "cuStreamIsCapturing");
-    if (capture != CU_STREAM_CAPTURE_STATUS_NONE) return false;
-    return !plan.tuning_claimed.exchange(true, std::memory_order_acq_rel);
-}
-
-// Bytes from an operand's first element to past its last: `rows` stored rows of `ld` elements
-// (the last one `cols` long), `batch` of them `batch_stride` apart.
-uint64_t span_bytes(const LtOperand& op, int64_t rows, int64_t cols, int64_t batch, int item) {
-    const int64_t elements = (batch - 1) * op.batch_stride + (rows - 1) * op.ld + cols;
-    return static_cast<uint64_t>(std::max<int64_t>(elements, 0)) * item;
-}
-
-// PYGPUKIT_LT_TUNE: `cold` (time a streamed problem's candidates on copies of its streamed
-// operand, as a model's layers read their weights) or `warm` (re-read the caller's operands).
-// Read once.
-bool cold_tuning_enabled() {
-    static const bool enabled = [] {
-        const char* env = std::getenv("PYGPUKIT_LT_TUNE");
-        return env != nullptr && std::strcmp(env, "cold") == 0;
-    }();
-    return enabled;
-}
-
-// Copies of a streamed problem's streamed operand for its timed pass: turn t reads copy
-// t % copies, copy 0 being the caller's operand and the others `scratch` (its contents do not
-// matter: a GEMM's time does not depend on its values), so that the copies together span
-// kColdL2Multiple times the L2 cache and each run reads its operand from DRAM. No scratch when
-// the problem is not streamed, the operand alone spans that much, cold tuning is off, an
-// operand could move, or the scratch cannot be had: the pass then re-reads the caller's operands.
-struct ColdRotation {
-    bool streams_b = false;  // the streamed operand: B (a weight) or A
-    uint64_t first = 0;      // the caller's operand address
-    uint64_t stride = 0;
-    uint64_t copies = 1;
-    BufferPtr scratch;
-
-    uint64_t at(int turn) const {
-        const uint64_t copy = turn < 0 ? 0 : static_cast<uint64_t>(turn) % copies;
-        // A scratch copy keeps the operand's offset within 256 bytes (its alignment class).
-        const uint64_t base = (scratch->ptr() + 255) / 256 * 256;
-        return copy == 0 ? first : base + (copy - 1) * stride + first % 256;
-    }
-};
-
-ColdRotation cold_rotation(const Plan& plan, const LtOperand& a, const LtOperand& b,
-                           bool may_allocate, const StreamPtr& stream) {
-    ColdRotation rot;
-    if (!may_allocate || !cold_tuning_enabled()) return rot;
-    const int item = itemsize(plan.dtype);
-    const uint64_t span_a = a.col_major ? span_bytes(a, plan.k, plan.m, plan.batch, item)
-                                        : span_bytes(a, plan.m, plan.k, plan.batch, item);
-    const uint64_t span_b = b.col_major ? span_bytes(b, plan.n, plan.k, plan.batch, item)
-                                        : span_bytes(b, plan.k, plan.n, plan.batch, item);
-    const bool streams_b = span_b >= span_a;
-    const uint64_t big = std::max(span_a, span_b), small = std::min(span_a, span_b);
-    if (big == 0 || big < kStreamedRatio * small) return rot;
-    uint64_t l2 = 0;
-    try {
-        l2 = static_cast<uint64_t>(
-            device_attribute(stream->device(), CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE));
-    } catch (const std::exception&) {
-        return rot;
-    }
-    const uint64_t want = kColdL2Multiple * l2;
-    if (l2 == 0 || big >= want) return rot;  // one read of it already overflows the cache
-    const uint64_t copies = (want + big - 1) / big;
-    const uint64_t stride = (big + 256 + 255) / 256 * 256;
-    try {
-        rot.scratch = Buffer::allocate(stream->device(), (copies - 1) * stride + 256, stream);
-    } catch (const std::exception&) {
-        return rot;  // no room: a warm pass is better than none
-    }
-    rot.streams_b = streams_b;
-    rot.first = streams_b ? b.ptr : a.ptr;
-    rot.stride = stride;
-    rot.copies = copies;
-    return rot;
 }
 
 // One algorithm's configuration, as cublaslt_plans() reports it (-1 where it cannot be read).
@@ -580,8 +482,7 @@ LtWorkspacePtr cublaslt_workspace(const StreamPtr& stream) {
 
 bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
                      const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
-                     int64_t batch_c, LtWorkspace& workspace, const StreamPtr& stream,
-                     bool may_allocate) {
+                     int64_t batch_c, LtWorkspace& workspace, const StreamPtr& stream) {
     if (!cublaslt_loaded()) throw std::runtime_error("cuBLASLt is not loaded");
     const int device = stream->device();
     const int item = itemsize(dtype);
@@ -682,7 +583,7 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
     const void* alpha = dtype == DType::f64 ? static_cast<const void*>(&one64) : &one32;
     const void* beta = dtype == DType::f64 ? static_cast<const void*>(&zero64) : &zero32;
     const pgk_api& api = rust_api();
-    auto enqueue_on = [&](const cublasLtMatmulAlgo_t& algo, uint64_t a_ptr, uint64_t b_ptr) {
+    auto enqueue = [&](const cublasLtMatmulAlgo_t& algo) {
         // A launch: kept by a thread whose launches keep the GIL (core/gil.hpp).
         GilRelease nogil(!t_launches_keep_gil);
         // Held across the whole call: its kernels must reach the stream without another
@@ -692,28 +593,18 @@ bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, in
         std::lock_guard<std::mutex> exclusive(workspace.enqueue);
         DispatchTicket ticket(api, device, stream->id());
         const cublasStatus_t s = g_lt.cublasLtMatmul(
-            state->handle, plan->desc, alpha, reinterpret_cast<void*>(b_ptr), plan->a,
-            reinterpret_cast<void*>(a_ptr), plan->b, beta, reinterpret_cast<void*>(c), plan->c,
+            state->handle, plan->desc, alpha, reinterpret_cast<void*>(b.ptr), plan->a,
+            reinterpret_cast<void*>(a.ptr), plan->b, beta, reinterpret_cast<void*>(c), plan->c,
             reinterpret_cast<void*>(c), plan->c, &algo, reinterpret_cast<void*>(ws_ptr),
             kWorkspaceBytes, stream->handle());
         ticket.end(s == 0);
         return s;
     };
-    if (claim_tuning(*plan, stream)) {
-        const ColdRotation rot = cold_rotation(*plan, a, b, may_allocate, stream);
-        const bool cold = rot.scratch != nullptr;
-        auto enqueue_turn = [&](const cublasLtMatmulAlgo_t& algo, int turn) {
-            if (!cold) return enqueue_on(algo, a.ptr, b.ptr);
-            return rot.streams_b ? enqueue_on(algo, a.ptr, rot.at(turn))
-                                 : enqueue_on(algo, rot.at(turn), b.ptr);
-        };
-        const bool timed = tune(*plan, stream, cold, enqueue_turn);
-        if (timed) {
-            std::lock_guard<std::mutex> lock(g_mutex);
-            state->families[family_of(key)] = config_of(plan->algo());
-        }
+    if (!plan->tuning_claimed.load(std::memory_order_acquire) && tune(*plan, stream, enqueue)) {
+        std::lock_guard<std::mutex> lock(g_mutex);
+        state->families[family_of(key)] = config_of(plan->algo());
     }
-    check_lt(enqueue_on(plan->algo(), a.ptr, b.ptr), "cublasLtMatmul");
+    check_lt(enqueue(plan->algo()), "cublasLtMatmul");
     return true;
 }
 
@@ -733,7 +624,6 @@ std::vector<LtPlanInfo> cublaslt_plans(int device) {
         info.chosen = static_cast<int64_t>(plan->chosen.load(std::memory_order_acquire));
         info.tuned = !plan->timings.empty();
         info.inherited = plan->inherited;
-        info.cold = plan->timed_cold;
         for (size_t i = 0; i < plan->candidates.size(); ++i) {
             LtAlgoInfo a = describe(plan->candidates[i]);
             if (i < plan->timings.size()) {

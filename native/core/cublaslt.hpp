@@ -3,8 +3,7 @@
 // the runtime's own kernels. One handle per device; matmul descriptors, layouts and the
 // heuristic's candidate algorithms cached per problem key (immutable once made, so threads share
 // them), the one to run chosen by a timed pass over them on first use (problems of 64^3
-// multiply-adds and more, a streamed weight read from DRAM under PYGPUKIT_LT_TUNE=cold;
-// smaller ones run the heuristic's first; a plan whose M falls in the
+// multiply-adds and more; smaller ones run the heuristic's first; a plan whose M falls in the
 // power-of-two bucket of a timed plan of the same other dimensions reuses its choice); a
 // 32 MiB workspace per stream from the Rust pool, one call at a time on it (see LtWorkspace);
 // every cublasLtMatmul enqueued through the dispatch controller like a kernel launch.
@@ -66,12 +65,9 @@ LtWorkspacePtr cublaslt_workspace(const StreamPtr& stream);
 // C[z] = A[z] @ B[z], z < batch: A (m x k), B (k x n), C row-major (m x n) with row stride ldc
 // and batch stride batch_c; fp32 accumulation for the half types, TF32 tensor cores for float32
 // only when tf32 is set. Returns false (nothing enqueued) when the heuristic finds no algorithm.
-// `may_allocate`: no operand can move (none is evictable), so a first call's timed pass may
-// allocate scratch copies of a streamed operand (PYGPUKIT_LT_TUNE=cold; see cublaslt.cpp).
 bool cublaslt_matmul(DType dtype, bool tf32, int64_t m, int64_t n, int64_t k, int64_t batch,
                      const LtOperand& a, const LtOperand& b, uint64_t c, int64_t ldc,
-                     int64_t batch_c, LtWorkspace& workspace, const StreamPtr& stream,
-                     bool may_allocate = false);
+                     int64_t batch_c, LtWorkspace& workspace, const StreamPtr& stream);
 
 // One candidate algorithm of a plan: its configuration (cuBLASLt's algorithm, tile, stages,
 // split-K count, reduction scheme, CTA swizzling and custom option ids; -1 where it cannot be
@@ -91,7 +87,6 @@ struct LtPlanInfo {
     int64_t chosen = 0;
     bool tuned = false;      // chosen by timing this plan's candidates
     bool inherited = false;  // chosen as the timed choice of a plan for a nearby M
-    bool cold = false;       // timed with its streamed operand read from DRAM, not L2
     std::vector<LtAlgoInfo> candidates;
 };
 

@@ -76,11 +76,8 @@ bool run_cublaslt(const Array& a, const Array& b, const Array& out, bool tf32,
     make_resident(stream, {&ac, &bc, &out});
     la.ptr = ac.data_ptr();
     lb.ptr = bc.data_ptr();
-    // An evictable operand could move if the first call's timed pass allocated scratch.
-    const bool fixed =
-        !ac.buffer()->evictable() && !bc.buffer()->evictable() && !out.buffer()->evictable();
     const bool ok = cublaslt_matmul(a.dtype(), tf32, m, n, k, batch, la, lb, out.data_ptr(), n,
-                                    m * n, *workspace, stream, fixed);
+                                    m * n, *workspace, stream);
     ac.buffer()->used_on(stream);
     bc.buffer()->used_on(stream);
     return ok;

@@ -178,3 +178,69 @@ def test_which_steps_the_bucketed_path_takes(tiny):
     assert not decode.accepts(step(*[2] * 65)) and not decode.accepts([])
     decode.mixed = False
     assert decode.accepts(step(*[1] * n)) and not decode.accepts(step(*[1] * n, 2))
+
+
+def test_a_bucketed_step_reads_nothing_back_to_the_host(tiny, monkeypatch):
+    """What a CUDA graph captures must not copy to the host: a capture refuses it (a take that
+    checked its indices on the host made every mixed step run eagerly). Each padded forward,
+    decode-only and mixed, runs here with host reads made to fail."""
+    from pygpukit.array import GPUArray
+
+    per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
+    engine = Engine(tiny, kv_memory=64 * per_block, max_batch=8, max_batched_tokens=64)
+    forward, seen = engine.decode._forward, []
+
+    def no_host_reads(*args, **kwargs):
+        raise AssertionError("a padded step copied an array to the host")
+
+    def guarded(shape):
+        seen.append(shape.samples)
+        with monkeypatch.context() as m:
+            m.setattr(GPUArray, "to_numpy", no_host_reads)
+            return forward(shape)
+
+    engine.decode._forward = guarded
+    rng = np.random.default_rng()
+    outs: list[list[int]] = [[] for _ in range(6)]
+    for i in range(6):  # the first three decode while the others' prompts come in beside them
+        prompt = rng.integers(3, 259, int(rng.integers(6, 30))).tolist()
+        params = RequestParams(max_tokens=5, ignore_eos=True)
+        engine.submit(prompt, params, lambda o, out=outs[i]: out.extend(o.token_ids))
+        if i >= 2:
+            engine.step()
+    while engine.step() or engine.has_work():
+        pass
+    assert 0 in seen and any(seen)  # decode-only and mixed steps both ran guarded
+    assert all(len(o) == 5 for o in outs) and engine.blocks.used == 0
+
+
+@pytest.mark.gpu
+def test_mixed_steps_replay_captured_graphs_with_the_eager_steps_tokens(tiny):
+    """Prompts arriving while others decode (a small prefill cap: many steps carry a prompt
+    chunk beside decode rows), on the GPU: every mixed shape is captured and replayed, steps are
+    queued ahead through them, and the tokens are those of the same padded steps run eagerly."""
+    per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
+    rng = np.random.default_rng()
+    prompts = [rng.integers(3, 259, int(rng.integers(8, 60))).tolist() for _ in range(16)]
+    cap = int(rng.integers(16, 40))
+    answers = []
+    for graphs in (True, False):
+        engine = Engine(tiny, kv_memory=128 * per_block, max_batch=16, max_batched_tokens=128,
+                        prefill_chunk=cap, cuda_graphs=graphs)  # fmt: skip
+        got: list[list[int]] = [[] for _ in prompts]
+        for i, p in enumerate(prompts):
+            params = RequestParams(max_tokens=8 + i, ignore_eos=True)
+            engine.submit(p, params, lambda o, out=got[i]: out.extend(o.token_ids))
+            if i >= 3:
+                engine.step()
+        while engine.step() or engine.has_work():
+            pass
+        d = engine.decode
+        assert d.mixed_eager_steps + d.mixed_replays > 0 and (d.mixed_replays > 0) == graphs
+        if graphs:
+            assert d.mixed_shapes() and all(captured for *_, captured in d.mixed_shapes())
+            assert engine.lookahead_steps > 0
+        assert engine.blocks.used == 0
+        answers.append(got)
+    assert answers[0] == answers[1]
+    assert [len(a) for a in answers[0]] == [8 + i for i in range(len(prompts))]

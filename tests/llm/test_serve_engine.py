@@ -132,14 +132,14 @@ def test_concurrent_greedy_equals_generate_with_chunks_and_preemption(tiny, tiny
     engine = Engine(tiny, kv_memory=_kv(tiny, 14), max_batch=8, max_batched_tokens=40,
                     batch_invariant=invariant)  # fmt: skip
     steps: list[list[tuple[int, int, int, bool]]] = []  # (prompt length, start, count, sample)
-    logits = engine._logits
+    after_step = engine.planner.after_step
 
-    def recorded(plan):
+    def recorded(plan):  # every step that ran, planned from the host or queued ahead
         steps.append([(len(c.request.prompt_ids), c.start, c.count, c.sample)
                       for c in plan.chunks])  # fmt: skip
-        return logits(plan)
+        return after_step(plan)
 
-    engine._logits = recorded
+    engine.planner.after_step = recorded
     got = _run_all(
         engine,
         [(p, RequestParams(max_tokens=m)) for p, m in zip(prompts, max_tokens, strict=False)],

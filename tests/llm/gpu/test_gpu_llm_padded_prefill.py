@@ -42,25 +42,23 @@ def _prefill_logits(model: llm.CausalLM, prompt: list[int]) -> np.ndarray:
     return seen[0]
 
 
+#: bfloat16 logits of the padded prefill against the unpadded one: the GEMMs' row counts differ,
+#: so cuBLASLt may pick other algorithms and round differently.
+_LIMIT = 2e-2
+
+
 @pytest.mark.parametrize("name", ["llama3_tied", "qwen2_bias", "qwen3_qknorm"])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_eager_capture_and_replay_match_the_unpadded_prefill(name, dtype, rng):
-    model = _model(name, dtype)
+def test_eager_capture_and_replay_match_the_unpadded_prefill(name, rng):
+    model = _model(name, "bfloat16")
     dec = model.decoder
     for length in (int(rng.integers(1, PAD_MULTIPLE)), 2 * PAD_MULTIPLE):
         prompt = rng.integers(3, 256, length).tolist()
-        want_tokens = model.generate(prompt, max_new_tokens=6).token_ids
         want = _prefill_logits(model, prompt)
         dec.padded = PaddedPrefill(dec.model, dec.cache, capture=True)
         try:
             for _ in range(3):  # eager, captured, replayed
-                got = _prefill_logits(model, prompt)
-                assert rel_err(got, want) < (1e-5 if dtype == "float32" else 2e-2)
-                if dtype == "float32":
-                    assert int(got.argmax()) == int(want.argmax())
+                assert rel_err(_prefill_logits(model, prompt), want) < _LIMIT
             assert dec.padded._lengths[dec.padded.padded_length(length)].graph is not None
-            if dtype == "float32":
-                assert model.generate(prompt, max_new_tokens=6).token_ids == want_tokens
         finally:
             dec.padded = None
     gp.synchronize()
@@ -68,7 +66,7 @@ def test_eager_capture_and_replay_match_the_unpadded_prefill(name, dtype, rng):
 
 def test_another_prompt_of_the_length_replays_with_its_own_ids(rng):
     """The graph reads the ids from its input buffer: a new prompt is not the captured one."""
-    model = _model("qwen2_bias", "float32")
+    model = _model("qwen2_bias", "bfloat16")
     dec = model.decoder
     length = int(rng.integers(PAD_MULTIPLE + 1, 2 * PAD_MULTIPLE))
     prompts = [rng.integers(3, 256, length).tolist() for _ in range(3)]
@@ -76,4 +74,17 @@ def test_another_prompt_of_the_length_replays_with_its_own_ids(rng):
     dec.padded = PaddedPrefill(dec.model, dec.cache, capture=True)
     for _ in range(2):
         for p, want in zip(prompts, wants, strict=True):
-            assert rel_err(_prefill_logits(model, p), want) < 1e-5
+            assert rel_err(_prefill_logits(model, p), want) < _LIMIT
+    assert len(dec.padded._lengths) == 1 and dec.padded._lengths[2 * PAD_MULTIPLE].graph
+
+
+def test_float32_models_prefill_eagerly_with_the_option_on(rng):
+    """float32 prefill attention uploads its mask at each call: such a model is not captured."""
+    model = _model("qwen2_bias", "float32")
+    dec = model.decoder
+    prompt = rng.integers(3, 256, int(rng.integers(1, PAD_MULTIPLE))).tolist()
+    want = model.generate(prompt, max_new_tokens=4).token_ids
+    dec.padded = PaddedPrefill(dec.model, dec.cache, capture=True)
+    for _ in range(3):
+        assert model.generate(prompt, max_new_tokens=4).token_ids == want
+    assert not dec.padded._lengths

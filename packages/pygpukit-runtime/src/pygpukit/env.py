@@ -487,18 +487,6 @@ register(
     on_invalid="raise",
 )
 register(
-    "PYGPUKIT_LT_TUNE",
-    "choice",
-    allowed=("warm", "cold"),
-    default="warm",
-    read="first cuBLASLt matmul of a shape (by the C++ core, once)",
-    description="How the one-time timing of cuBLASLt's candidate algorithms for a shape reads a "
-    "streamed operand (a weight at least 8 times the size of the other operand): `warm` "
-    "re-reads the caller's (from L2 when it fits there); `cold` rotates over temporary copies "
-    "spanning 4x the L2 cache, so each run reads it from DRAM as a model's layers do.",
-    on_invalid="raise",
-)
-register(
     "PYGPUKIT_MEMORY_LIMIT",
     "size",
     fraction=True,

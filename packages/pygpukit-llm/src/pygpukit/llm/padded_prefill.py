@@ -40,10 +40,10 @@ env.register(
     default=False,
     read="each model load (`CausalLM`)",
     package="pygpukit-llm",
-    description="Run a single sequence's prefill (`generate`, `stream`, `chat`) padded to a "
-    "multiple of 64 tokens and replayed from a CUDA graph per padded length, captured the "
-    "second time a length is seen (at most 4 kept); off: every prefill launches its kernels "
-    "one by one.",
+    description="Run a single sequence's prefill (`generate`, `stream`, `chat`) of a "
+    "float16/bfloat16 model padded to a multiple of 64 tokens and replayed from a CUDA graph "
+    "per padded length, captured the second time a length is seen (at most 4 kept); off: every "
+    "prefill launches its kernels one by one.",
 )
 
 #: Prompt lengths round up to a multiple of this many tokens (one graph serves each multiple).
@@ -81,11 +81,15 @@ class PaddedPrefill:
     def padded_length(self, s: int) -> int | None:
         """The rows a prompt of ``s`` tokens runs as, or None when it must run unpadded.
 
-        Unpadded: the padded length would not fit the cache's slots, or the model has a
-        sliding window (its mask is made on the host at the first call of a shape).
+        Unpadded: the padded length would not fit the cache's slots, the model has a sliding
+        window (its mask is made on the host at the first call of a shape), or it is captured
+        and the model is float32 (float32 prefill attention composes matmul and softmax with
+        a causal mask uploaded at each call, which a graph cannot capture).
         """
         n = -(-s // PAD_MULTIPLE) * PAD_MULTIPLE
         if s <= 0 or n > self.cache.capacity or self.model.config.sliding_window is not None:
+            return None
+        if self.capture and self.model.dtype == np.float32:
             return None
         return n
 

@@ -577,7 +577,8 @@ class Engine:
             launch = time.perf_counter()
             ids = current.pending.ids if ahead else None
             if ids is not None and rows != list(range(len(current.sampled))):
-                ids = gp.take(ids, upload(np.asarray(rows, np.int32)), axis=0)
+                # "clip": valid by construction, and a raising take reads its indices back
+                ids = gp.take(ids, upload(np.asarray(rows, np.int32)), axis=0, mode="clip")
             if graph:
                 logits = self.decode.logits(plan.chunks, token_ids=ids, capture=False)
                 logits = self._sampled_rows(plan.chunks, logits)
@@ -623,7 +624,8 @@ class Engine:
         rows = [i for i, c in enumerate(chunks) if c.sample]
         if len(rows) == len(chunks):
             return logits
-        return gp.take(logits, upload(np.asarray(rows, np.int32)), axis=0)
+        # "clip": valid by construction, and a raising take reads its indices back
+        return gp.take(logits, upload(np.asarray(rows, np.int32)), axis=0, mode="clip")
 
     def _accept_step(
         self, sampled: Sequence[Request], tokens: Sequence[int],

@@ -46,7 +46,7 @@ DEFAULTS: dict[str, tuple[Any, tuple[type, ...]]] = {
     "max_batched_tokens": (512, (int,)),
     # The engine's DEFAULT_PREFILL_CHUNK (not imported: the engine pulls in the GPU runtime);
     # 0: no cap (prompts take the whole step budget even while requests decode).
-    "prefill_chunk": (192, (int,)),
+    "prefill_chunk": (0, (int,)),
     "kv_memory": ("0.5", (str, int, float)),
     "max_model_len": (4096, (int,)),
     "dtype": ("bfloat16", (str,)),
