@@ -74,3 +74,15 @@ def test_models_variable_picks_the_shapes_and_gpu_rows(monkeypatch, rng):
         backend="cuda", quick=False, data=DataCache(rng), rng=rng)) if c.op == "load"]  # fmt: skip
     assert [(p["prompt"], p["clients"]) for p in one] == [(1024, 64)]
     assert {c.params["model"] for c in full if c.op == "startup"} == {"llama-3.1-8b"}
+
+
+def test_prefill_chunk_variable_reaches_the_servers_arguments(monkeypatch):
+    monkeypatch.setattr(benchmarks, "_checkpoint", lambda shape: f"/ckpt/{shape}")
+    monkeypatch.delenv(benchmarks.PREFILL_CHUNK_ENV, raising=False)
+    plain = benchmarks._serve_args("llama-3.1-8b", 320)
+    assert "--prefill-chunk" not in plain and plain[0] == "llama-3.1-8b=/ckpt/llama-3.1-8b"
+    monkeypatch.setenv(benchmarks.PREFILL_CHUNK_ENV, "192")
+    assert benchmarks._serve_args("llama-3.1-8b", 320) == [*plain, "--prefill-chunk", "192"]
+    monkeypatch.setenv(benchmarks.PREFILL_CHUNK_ENV, "-5")
+    with pytest.raises(ValueError):
+        benchmarks._serve_args("llama-3.1-8b", 320)

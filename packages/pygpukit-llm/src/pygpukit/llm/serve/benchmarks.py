@@ -90,6 +90,17 @@ env.register(
     description="Client counts of the serve benchmark's load rows (default: all of the "
     "context's: 1, 16 and 64 on the GPU), e.g. 64.",
 )
+PREFILL_CHUNK_ENV = "PYGPUKIT_SERVE_BENCH_PREFILL_CHUNK"
+env.register(
+    PREFILL_CHUNK_ENV,
+    "integer",
+    minimum=0,
+    read="python -m pygpukit.benchmark --suite serve",
+    package="pygpukit-llm",
+    on_invalid="raise",
+    description="--prefill-chunk of the servers the serve benchmark's startup and load rows "
+    "start (unset: the server's default), e.g. 192 to measure the stall-free cap.",
+)
 PROMPTS_ENV = "PYGPUKIT_SERVE_BENCH_PROMPTS"
 _PROMPTS = ("16", "128", "1024")
 env.register(
@@ -170,8 +181,10 @@ def _server(args: list[str]) -> str:
 
 
 def _serve_args(shape: str, max_len: int) -> list[str]:
-    return [f"{shape}={_checkpoint(shape)}", "--max-model-len", str(max_len),
+    args = [f"{shape}={_checkpoint(shape)}", "--max-model-len", str(max_len),
             "--max-batch", "64", "--max-batched-tokens", "2048"]  # fmt: skip
+    chunk = env.integer(PREFILL_CHUNK_ENV)
+    return args if chunk is None else [*args, "--prefill-chunk", str(chunk)]
 
 
 def _latency_metrics(result: LoadResult, prefix: str = "") -> dict[str, float | str]:
