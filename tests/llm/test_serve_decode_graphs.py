@@ -128,8 +128,9 @@ def test_a_logprobs_request_in_a_bucketed_step(tiny):
 def test_fused_qkv_step_equals_the_split_step_bit_for_bit(tiny, monkeypatch):
     """The step's q/k/v straight from the projection (``ops.rope_kv_paged_write``, one kernel a
     layer) gives the logits and cache rows of the split + RoPE + paged-write path, bit for bit:
-    the default engine's greedy answers do not move. (GPU only: on the CPU backend both paths
-    are NumPy, compared at the op level in tests/ops/test_ops_rope_kv_paged.py.)"""
+    the default engine's greedy answers do not move, for the prompt step (a mixed step of two
+    prompt chunks) and the decode steps alike. (GPU only: on the CPU backend both paths are
+    NumPy, compared at the op level in tests/ops/test_ops_rope_kv_paged.py.)"""
     per_block = block_bytes(tiny.config, tiny.decoder.model.dtype)
     engine = Engine(
         tiny, kv_memory=32 * per_block, max_batch=16, max_batched_tokens=64, lookahead=False
@@ -159,7 +160,7 @@ def test_fused_qkv_step_equals_the_split_step_bit_for_bit(tiny, monkeypatch):
         engine.submit(prompt, RequestParams(max_tokens=n, ignore_eos=True), lambda o: None)
     while engine.step() or engine.has_work():
         pass
-    assert compared == [2, 1]
+    assert compared == [2, 2, 1]  # both prompts in one mixed step, then two decode steps
 
 
 def test_which_steps_the_bucketed_path_takes(tiny):

@@ -87,9 +87,10 @@ def test_the_isolation_row_runs_and_reports_both_loads(tmp_path, monkeypatch):
         benchmarks._stop_all()
     assert result.output_tokens == 5 and len(result.itl_s) == 4
     # Tokens that reach a client in one read count as arriving together (gaps of 0): under
-    # load most gaps may be 0, the slowest ones not.
+    # load most gaps may be 0, and on a busy CPU all four of a 5-token answer's may be (its
+    # tokens then come in one read), so only the idle run must show a gap.
     assert m["itl_p99_alone_ms"] >= m["itl_p50_alone_ms"] >= 0 and m["itl_p99_alone_ms"] > 0
-    assert m["itl_p99_loaded_ms"] >= m["itl_p50_loaded_ms"] >= 0 and m["itl_p99_loaded_ms"] > 0
+    assert m["itl_p99_loaded_ms"] >= m["itl_p50_loaded_ms"] >= 0
     # The ratio of the unrounded p99s: within what rounding each to 0.01 ms allows (±0.005).
     loaded, alone = m["itl_p99_loaded_ms"], m["itl_p99_alone_ms"]
     low = (loaded - 0.005) / (alone + 0.005)
