@@ -10,6 +10,7 @@ CUDA.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import statistics
 import time
@@ -25,6 +26,16 @@ from pygpukit.llm.config import ModelConfig
 from pygpukit.llm.models.llama import checkpoint_tensors
 from pygpukit.llm.torch_anchor import TorchAnchor
 from pygpukit.ops.linear import linear
+
+
+def prefill_arguments(description: str, rounds: int = 5) -> argparse.ArgumentParser:
+    """A parser with the prefill tools' shared options: --shape, --layers, --prompt, --rounds."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
+    parser.add_argument("--layers", type=int, default=0, help="cut the model (0: all layers)")
+    parser.add_argument("--prompt", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser
 
 
 def random_weights(cfg: ModelConfig) -> dict[str, Any]:

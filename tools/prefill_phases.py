@@ -17,7 +17,6 @@ asynchronous on the stream), since that copy is the prefill's first GPU work. Im
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +28,6 @@ import numpy as np
 import pygpukit as gp
 from pygpukit.llm import CausalLM
 from pygpukit.llm import generate as generate_module
-from pygpukit.llm.benchmarks import SHAPES
 from pygpukit.llm.models import llama
 
 #: Layers whose attention entry is stamped (negative: from the end).
@@ -156,13 +154,9 @@ def upload_report(size: int, reps: int = 20) -> None:
 
 def main() -> None:
     """Build the model (random weights), print the phase and upload reports."""
-    from llm_torch_common import prefill_pair
+    from llm_torch_common import prefill_arguments, prefill_pair
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
-    parser.add_argument("--layers", type=int, default=0, help="cut the model (0: all layers)")
-    parser.add_argument("--prompt", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = prefill_arguments(__doc__.splitlines()[0])
     args = parser.parse_args()
     cfg, _weights, model, _anchor = prefill_pair(args.shape, args.layers, args.prompt)
     prompt = np.random.default_rng(0).integers(3, cfg.vocab_size, args.prompt).tolist()

@@ -28,7 +28,6 @@ Needs torch with CUDA.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import gc
 import io
@@ -47,6 +46,7 @@ from llm_torch_common import (
     gemm_shapes,
     interleaved_ms,
     matmul_ms,
+    prefill_arguments,
     prefill_pair,
     wall_ms,
 )
@@ -55,7 +55,6 @@ from prefill_phases import phase_report
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.llm import CausalLM
-from pygpukit.llm.benchmarks import SHAPES
 from pygpukit.llm.config import ModelConfig
 from pygpukit.llm.padded_prefill import PaddedPrefill
 
@@ -206,11 +205,7 @@ def graph_report(model: CausalLM, prompt: list[int], reps: int = 5) -> None:
 
 def main() -> None:
     """Parse the arguments, build both models, print the reports."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
-    parser.add_argument("--layers", type=int, default=0, help="cut the model (0: all layers)")
-    parser.add_argument("--prompt", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser = prefill_arguments(__doc__.splitlines()[0], rounds=7)
     parser.add_argument("--no-profile", action="store_true", help="timings only")
     args = parser.parse_args()
     t0 = time.perf_counter()

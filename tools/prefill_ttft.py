@@ -14,24 +14,18 @@ last row): the acceptance compares TTFT with that matmul time. Needs torch with 
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
 import numpy as np
-from llm_torch_common import interleaved_ms, matmul_ms, prefill_pair
+from llm_torch_common import interleaved_ms, matmul_ms, prefill_arguments, prefill_pair
 
-from pygpukit.llm.benchmarks import SHAPES
 from pygpukit.llm.models import llama
 
 
 def main() -> None:
     """Parse the arguments, build both models, time them in interleaved rounds."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", default="llama-3.1-8b", choices=sorted(SHAPES))
-    parser.add_argument("--layers", type=int, default=0, help="cut the model (0: all layers)")
-    parser.add_argument("--prompt", type=int, default=1024)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = prefill_arguments(__doc__.splitlines()[0])
     parser.add_argument("--no-old", action="store_true", help="skip the copying path")
     args = parser.parse_args()
     cfg, _weights, model, anchor = prefill_pair(args.shape, args.layers, args.prompt)
