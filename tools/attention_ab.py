@@ -38,7 +38,8 @@ from pygpukit import ops
 from pygpukit.ops import attention, config
 
 
-def _gp_us(fn: Callable[[], object], calls: int) -> float:
+def gp_us(fn: Callable[[], object], calls: int) -> float:
+    """GPU microseconds per call of ``calls`` calls of ``fn`` between two PyGPUkit events."""
     start, end = gp.Event(timing=True), gp.Event(timing=True)
     start.record()
     for _ in range(calls):
@@ -58,7 +59,7 @@ def _gp_graph_us(fn: Callable[[], object], calls: int) -> float:
         for _ in range(calls):
             fn()
     graph.replay()
-    return _gp_us(graph.replay, 1) / calls
+    return gp_us(graph.replay, 1) / calls
 
 
 def _torch_graph_us(fn: Callable[[], object], calls: int) -> float:
@@ -73,14 +74,15 @@ def _torch_graph_us(fn: Callable[[], object], calls: int) -> float:
         for _ in range(calls):
             fn()
     graph.replay()
-    return _torch_us(graph.replay, 1) / calls
+    return torch_us(graph.replay, 1) / calls
 
 
 #: Whether the decode cases time graph replays (--graph: GPU time only, no host time).
 _GRAPH = [False]
 
 
-def _torch_us(fn: Callable[[], object], calls: int) -> float:
+def torch_us(fn: Callable[[], object], calls: int) -> float:
+    """PyTorch's counterpart of :func:`gp_us` (torch.cuda events)."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(calls):
@@ -137,7 +139,7 @@ def _interleave(cases: dict[str, Case], rounds: int, calls: int) -> None:
             if _GRAPH[0]:
                 timer = _torch_graph_us if knobs is None else _gp_graph_us
             else:
-                timer = _torch_us if knobs is None else _gp_us
+                timer = torch_us if knobs is None else gp_us
             times[name].append(timer(fn, calls))
     _restore_knobs()
     base = statistics.median(times["torch"])
@@ -151,7 +153,7 @@ def prefill(rounds: int, calls: int, causals: tuple[bool, ...] = (True, False)) 
     """Causal (and non-causal) prefill at the suite's shape."""
     b, h, s, d = 4, 32, 4096, 128
     rng = np.random.default_rng(0)
-    hosts = [_random_cache(rng, b, h, s, d) for _ in range(3)]
+    hosts = [random_cache(rng, b, h, s, d) for _ in range(3)]
     g = [gp.from_numpy(np.ascontiguousarray(x)) for x in hosts]
     tq = [_to_torch(x, host) for x, host in zip(g, hosts, strict=True)]
     sdpa = torch.nn.functional.scaled_dot_product_attention
@@ -202,7 +204,7 @@ def prefill_llama(rounds: int, calls: int) -> None:
     _interleave(cases, rounds, calls)
 
 
-def _random_cache(rng: np.random.Generator, b: int, hkv: int, n: int, d: int) -> np.ndarray:
+def random_cache(rng: np.random.Generator, b: int, hkv: int, n: int, d: int) -> np.ndarray:
     """A ``[b, hkv, n, d]`` bfloat16 cache: 1024 random tokens repeated (long caches build fast)."""
     base = rng.standard_normal((b, hkv, min(n, 1024), d)).astype(gp.bfloat16)
     return np.tile(base, (1, 1, -(-n // base.shape[2]), 1))[:, :, :n]
@@ -277,7 +279,7 @@ def _profile(label: str, fns: dict[str, Callable[[], object]], calls: int = 20) 
             print(f"    {len(ts):4d} x {statistics.mean(ts):8.1f} us  {kname[:90]}")
 
 
-def _host_us(fn: Callable[[], object], sync: Callable[[], None], calls: int = 200) -> float:
+def host_us(fn: Callable[[], object], sync: Callable[[], None], calls: int = 200) -> float:
     """Host microseconds per call, the GPU left to run behind (launch queue far from full)."""
     sync()
     t0 = time.perf_counter()
@@ -356,7 +358,7 @@ def decode(
     hq, hkv, d, block = 32, 8, 128, 16
     rng = np.random.default_rng(1)
     qh = rng.standard_normal((b, hq, d)).astype(np.float32)
-    kh, vh = (_random_cache(rng, b, hkv, n, d) for _ in "kv")
+    kh, vh = (random_cache(rng, b, hkv, n, d) for _ in "kv")
     tq = torch.from_numpy(qh).to("cuda", torch.bfloat16).reshape(b, hq, 1, d)
     kg, vg = gp.from_numpy(np.ascontiguousarray(kh)), gp.from_numpy(np.ascontiguousarray(vh))
     tk, tv = _to_torch(kg, kh), _to_torch(vg, vh)
@@ -395,8 +397,8 @@ def decode(
         attention.DECODE_PLANS.clear()
         theirs = cases["torch"][1]
         print(
-            f"  host time per call: pygpukit {_host_us(fn, gp.synchronize):.1f} us, "
-            f"torch {_host_us(theirs, torch.cuda.synchronize):.1f} us"
+            f"  host time per call: pygpukit {host_us(fn, gp.synchronize):.1f} us, "
+            f"torch {host_us(theirs, torch.cuda.synchronize):.1f} us"
         )
         _profile(label, {"torch": theirs, "pygpukit (defaults)": fn})
 

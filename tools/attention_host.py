@@ -26,55 +26,30 @@ from __future__ import annotations
 import argparse
 import importlib
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
+from attention_ab import gp_us, host_us, random_cache, torch_us
 
 import pygpukit as gp
 from pygpukit import ops
 from pygpukit.ops import attention
 
+#: GPU microseconds per call of ``calls`` calls between two events (as the suite times).
+Timer = Callable[[Callable[[], object], int], float]
+
 
 def _host_us(fn: Callable[[], object], sync: Callable[[], None], calls: int, reps: int) -> float:
     """Median over ``reps`` of the host microseconds per call of ``calls`` calls (GPU behind)."""
-    times = []
-    for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        sync()
-        times.append((t1 - t0) * 1e6 / calls)
-    return statistics.median(times)
+    return statistics.median(host_us(fn, sync, calls) for _ in range(reps))
 
 
-def _event_us(event: Callable[[], Any], fn: Callable[[], object], calls: int) -> float:
-    """GPU microseconds per call of ``calls`` calls between two events (as the suite times)."""
-    start, end = event(), event()
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    end.synchronize()
-    return float(start.elapsed_time(end)) * 1e3 / calls
-
-
-def _gp_event() -> Any:
-    return gp.Event(timing=True)
-
-
-def _torch_event() -> Any:
-    return torch.cuda.Event(enable_timing=True)
-
-
-def _latency(event: Callable[[], Any], fn: Callable[[], object], calls: int, reps: int) -> str:
+def _latency(timer: Timer, fn: Callable[[], object], calls: int, reps: int) -> str:
     """One call's time between two events (best of many) minus the steady GPU time per call."""
-    single = min(_event_us(event, fn, 1) for _ in range(reps * 20))
-    steady = statistics.median(_event_us(event, fn, calls) for _ in range(reps))
+    single = min(timer(fn, 1) for _ in range(reps * 20))
+    steady = statistics.median(timer(fn, calls) for _ in range(reps))
     return f"{single - steady:6.1f} us (one call {single:6.1f}, steady {steady:6.1f})"
 
 
@@ -92,10 +67,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     qh = rng.standard_normal((b, hq, d)).astype(gp.bfloat16)
     # 1024 random tokens repeated (long caches build fast; the values do not change the time).
-    kh, vh = (
-        np.tile(rng.standard_normal((b, hkv, 1024, d)).astype(gp.bfloat16), (1, 1, n // 1024, 1))
-        for _ in "kv"
-    )
+    kh, vh = (random_cache(rng, b, hkv, n, d) for _ in "kv")
     q, lens = gp.from_numpy(qh), gp.from_numpy(np.full(b, n, np.int32))
     table = None
     if args.paged:
@@ -134,9 +106,9 @@ def main() -> None:
     calls, reps = args.calls, args.reps
     gsync, tsync = gp.synchronize, torch.cuda.synchronize
 
-    fns: dict[str, tuple[Callable[[], object], Callable[[], None], Callable[[], Any]]] = {
-        "pygpukit": (ours, gsync, _gp_event),
-        "torch": (theirs, tsync, _torch_event),
+    fns: dict[str, tuple[Callable[[], object], Callable[[], None], Timer]] = {
+        "pygpukit": (ours, gsync, gp_us),
+        "torch": (theirs, tsync, torch_us),
     }
     if args.before:
         try:
@@ -150,15 +122,15 @@ def main() -> None:
 
             for _ in range(3):
                 before()
-            fns["pygpukit before"] = (before, gsync, _gp_event)
+            fns["pygpukit before"] = (before, gsync, gp_us)
     for name, (fn, sync, _) in fns.items():
         print(f"  host {name:18s} {_host_us(fn, sync, calls, reps):6.1f} us per call")
-    for name, (fn, _, event) in fns.items():
-        print(f"  latency {name:15s} {_latency(event, fn, calls, reps)}")
+    for name, (fn, _, timer) in fns.items():
+        print(f"  latency {name:15s} {_latency(timer, fn, calls, reps)}")
     suite: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(30):
-        for name, (fn, _, event) in fns.items():
-            suite[name].append(_event_us(event, fn, 8))
+        for name, (fn, _, timer) in fns.items():
+            suite[name].append(timer(fn, 8))
     base = statistics.median(suite["torch"])
     for name, ts in suite.items():
         med = statistics.median(ts)
