@@ -119,33 +119,45 @@ def test_the_rows_variable_selects_the_isolation_row_alone(monkeypatch, rng):
     assert set(ops(True)) == {"load", "startup", "isolation"}
 
 
-def test_the_step_observer_sees_each_forward_step_in_order(tmp_path, rng):
+def test_the_step_observer_sees_each_forward_step_in_order(tmp_path, rng, monkeypatch):
     from serve_models import TEST_DTYPE, write_tiny_model
 
     from pygpukit import llm
-    from pygpukit.llm.engine import Engine, RequestParams, StepTimes
+    from pygpukit.llm.engine import Engine, RequestOutput, RequestParams, StepTimes
 
     model = llm.load(write_tiny_model(tmp_path / "m"), dtype=TEST_DTYPE, max_seq_len=128,
                      progress=False)  # fmt: skip
-    engine = Engine(model, max_batch=4, kv_memory="2MiB", max_batched_tokens=16)
-    seen: list[StepTimes] = []
-    engine.step_observer = seen.append
     prompts = [rng.integers(3, 300, int(n)).tolist() for n in rng.integers(5, 30, 3)]
-    outputs: list = []
-    for p in prompts:
-        engine.submit(p, RequestParams(max_tokens=4), outputs.append)
-    while engine.step():
-        pass
+
+    def run(params: RequestParams) -> tuple[list[StepTimes], list[RequestOutput]]:
+        engine = Engine(model, max_batch=4, kv_memory="2MiB", max_batched_tokens=16)
+        seen: list[StepTimes] = []
+        engine.step_observer = seen.append
+        outputs: list[RequestOutput] = []
+        for p in prompts:
+            engine.submit(p, params, outputs.append)
+        while engine.step():
+            pass
+        assert engine.lookahead_steps > 0
+        return seen, outputs
+
+    # An "EOS" id the first answer reaches at its second token, so that request ends while
+    # the step queued ahead of it computes one more row for it: a row nobody gets.
+    _, plain = run(RequestParams(max_tokens=4, ignore_eos=True))
+    first = [t for o in plain if o.request_id == plain[0].request_id for t in o.token_ids]
+    eos = first[1]
+    monkeypatch.setattr(model, "eos_token_ids", frozenset({eos}))
+    seen, outputs = run(RequestParams(max_tokens=4))
     assert sum(o.finish_reason is not None for o in outputs) == 3
+    assert any(o.finish_reason == "stop" for o in outputs)
     # Prompts of 5-29 tokens in 16-token steps, then 3 more tokens each: some chunked steps
     # that sample nothing or some, and decode-only steps that sample every running request.
     assert any(t.decode_only for t in seen) and any(not t.decode_only for t in seen)
-    # Every token a request got (an EOS may end one early) was counted by one step.
+    # Every token a request got was counted by one step; rows computed for a request that
+    # had ended meanwhile were not.
     assert sum(t.tokens for t in seen) == sum(len(o.token_ids) for o in outputs)
-    # The forward pass computed the sampled tokens and maybe prompt chunks: decode-only steps
-    # one token per sampled request.
+    # The forward pass computed the sampled tokens and maybe prompt chunks and rows nobody got.
     assert all(t.batch_tokens >= max(t.tokens, 1) and t.launch_s > 0 for t in seen)
-    assert all(t.batch_tokens == t.tokens for t in seen if t.decode_only)
     for t in seen:
         assert t.start <= t.enqueued <= t.flushed <= t.sampled <= t.end
         assert t.host_s >= 0 and t.wait_s >= 0

@@ -486,13 +486,13 @@ class Engine:
         sampled_at = time.perf_counter()
         self.planner.after_step(plan)
         now = time.perf_counter()
-        self._accept_step(sampled, tokens, logprobs, now)
-        m.record_step(len(sampled), now)
+        accepted = self._accept_step(sampled, tokens, logprobs, now)
+        m.record_step(accepted, now)
         self._update_gauges(plan)
         if self.step_observer is not None:
             decode_only = all(c.count == 1 for c in plan.chunks)
             end = time.perf_counter()
-            times = StepTimes(start, enqueued, flushed, sampled_at, end, len(sampled), decode_only,
+            times = StepTimes(start, enqueued, flushed, sampled_at, end, accepted, decode_only,
                               batch_tokens=sum(c.count for c in plan.chunks),
                               launch_s=current.launch_s)  # fmt: skip
             self.step_observer(times)
@@ -630,11 +630,12 @@ class Engine:
     def _accept_step(
         self, sampled: Sequence[Request], tokens: Sequence[int],
         logprobs: Sequence[TokenLogprob | None], now: float,
-    ) -> None:  # fmt: skip
-        """Record a step's sampled ids (their text comes at the next :meth:`_flush`).
+    ) -> int:  # fmt: skip
+        """Record a step's sampled ids (their text comes at the next :meth:`_flush`); how many.
 
         A request that ends here (EOS id, length) leaves the batch now, its blocks freed. A
-        request a stop string ended meanwhile gets nothing. One pass over the step's requests,
+        request that ended meanwhile (an EOS id or a stop string while this step was queued
+        ahead, an abort) gets nothing and is not counted. One pass over the step's requests,
         the latency histograms updated under one lock acquisition.
         """
         running = RequestStatus.RUNNING
@@ -643,6 +644,7 @@ class Engine:
         ended: list[Request] = []
         first: list[float] = []
         gaps: list[float] = []
+        accepted = 0
         for i, (r, token, lp) in enumerate(zip(sampled, tokens, logprobs, strict=True)):
             if i % 16 == 15:
                 self.yield_host()
@@ -660,6 +662,7 @@ class Engine:
             if reason is not None:
                 ended.append(r)
             pending.append((r, token, lp, reason))
+            accepted += 1
         m = self.metrics
         with m.lock:
             for value in first:
@@ -668,6 +671,7 @@ class Engine:
                 m.itl.observe(value)
         for r in ended:
             self.planner.remove(r)
+        return accepted
 
     def _flush(self) -> bool:
         """Make the text of the recorded tokens and hand it out; False when there was none."""
