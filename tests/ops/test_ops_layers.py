@@ -301,6 +301,33 @@ def test_attention_prefill_sliding_window(rand: Rand, sq: int, sk: int) -> None:
         Attention(4, 2, 64, sliding_window=4.0)  # type: ignore[arg-type]
 
 
+def test_sliding_window_prefills_on_two_threads_keep_their_own_masks(rand: Rand) -> None:
+    """Two threads prefilling through one sliding-window layer (two engines sharing a model):
+    the other thread's prefill of another length runs right after this one keeps its mask,
+    the worst interleaving, forced. Each must still attend with its own shape's mask."""
+    window, dt = 6, gp.float16
+    mine, theirs = qkv(rand, 1, 4, 2, 11, 11, 64, dt), qkv(rand, 1, 4, 2, 9, 9, 64, dt)
+    alone = Attention(4, 2, 64, sliding_window=window)
+    want_mine, want_theirs = (alone.prefill(*map(up, t)).to_numpy() for t in (mine, theirs))
+    this_thread, got_theirs = threading.get_ident(), []
+
+    class OtherThreadAfterKeepingAMask(Attention):
+        def __setattr__(self, name: str, value: object) -> None:
+            super().__setattr__(name, value)
+            first = name == "_window_mask" and value is not None and not got_theirs
+            if first and threading.get_ident() == this_thread:
+                other = threading.Thread(
+                    target=lambda: got_theirs.append(self.prefill(*map(up, theirs)).to_numpy())
+                )
+                other.start()
+                other.join()
+
+    got_mine = OtherThreadAfterKeepingAMask(4, 2, 64, sliding_window=window).prefill(*map(up, mine))
+    assert len(got_theirs) == 1  # the other prefill did run in between
+    np.testing.assert_array_equal(got_mine.to_numpy(), want_mine)
+    np.testing.assert_array_equal(got_theirs[0], want_theirs)
+
+
 @pytest.mark.parametrize("paged", [False, True])
 def test_attention_decode(rand: Rand, rng, paged: bool) -> None:
     b, hq, hkv, d, dt = 3, 8, 2, 128, gp.bfloat16
