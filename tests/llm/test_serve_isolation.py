@@ -86,20 +86,23 @@ def test_the_isolation_row_runs_and_reports_both_loads(tmp_path, monkeypatch):
     finally:
         benchmarks._stop_all()
     assert result.output_tokens == 5 and len(result.itl_s) == 4
-    # Tokens that reach a client in one read count as arriving together (gaps of 0): under
-    # load most gaps may be 0, and on a busy CPU all four of a 5-token answer's may be (its
-    # tokens then come in one read), so only the idle run must show a gap.
-    assert m["itl_p99_alone_ms"] >= m["itl_p50_alone_ms"] >= 0 and m["itl_p99_alone_ms"] > 0
+    # Tokens that reach a client in one read count as arriving together (gaps of 0). Even
+    # alone, the decode steps' tokens often come within microseconds of each other, and a
+    # client that a busy CPU keeps waiting reads all four gaps' tokens at once: either p99
+    # may be 0.
+    assert m["itl_p99_alone_ms"] >= m["itl_p50_alone_ms"] >= 0
     assert m["itl_p99_loaded_ms"] >= m["itl_p50_loaded_ms"] >= 0
+    assert m["besteffort_tok_s"] > 0 and m["rounds"] == 2 and m["itl_samples"] == 4
+    if m["ratio"] == "n/a":  # nothing to divide by: the lone run's gaps were all 0
+        assert m["itl_p99_alone_ms"] == 0 and m["round_ratios"] == "n/a"
+        return
     # The ratio of the unrounded p99s: within what rounding each to 0.01 ms allows (±0.005).
     loaded, alone = m["itl_p99_loaded_ms"], m["itl_p99_alone_ms"]
     low = (loaded - 0.005) / (alone + 0.005)
     high = (loaded + 0.005) / max(alone - 0.005, 1e-9)
     assert low - 0.005 <= m["ratio"] <= high + 0.005
-    assert m["besteffort_tok_s"] > 0 and m["rounds"] == 2
     # One timed round: its own ratio is the pooled one, over its client's 4 gaps.
     assert float(m["round_ratios"]) == pytest.approx(m["ratio"], abs=0.011)
-    assert m["itl_samples"] == 4
 
 
 def test_the_rows_variable_selects_the_isolation_row_alone(monkeypatch, rng):
