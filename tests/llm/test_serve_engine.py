@@ -200,19 +200,38 @@ def tiny_bf16(tmp_path_factory):
     return _invariant_tiny(tmp_path_factory)
 
 
+def _generate_past_eos(model, prompt: list[int], max_tokens: int) -> list[int]:
+    """``model.generate``'s tokens as a request with ``ignore_eos`` gets them."""
+    saved = model.eos_token_ids
+    model.eos_token_ids = frozenset()
+    try:
+        return model.generate(prompt, max_new_tokens=max_tokens).token_ids
+    finally:
+        model.eos_token_ids = saved
+
+
 def test_batch_invariant_greedy_equals_generate_at_every_batch_size(tiny_bf16):
     """40 requests of mixed lengths and lengths of answer, joining and leaving: the decode
-    batch crosses the 1, 16, 32 and 64 buckets, and every answer is generate's, token for
-    token (bitwise logits on the GPU: the same kernels' arithmetic per row)."""
+    batch crosses the 1, 16 and 32 buckets, and every answer is generate's, token for token
+    (bitwise logits on the GPU: the same kernels' arithmetic per row)."""
     model = tiny_bf16
     rng = np.random.default_rng()
     prompts = _prompts(rng, 40, 1, 90)
     max_tokens = [int(rng.integers(1, 48)) for _ in prompts]
-    refs = [model.generate(p, max_new_tokens=m).token_ids
-            for p, m in zip(prompts, max_tokens, strict=True)]  # fmt: skip
+    # Each step admits one waiting prompt at least, so the 30 batched ones are all in within
+    # 30 steps. 20 of them outlast that, and no EOS id ends them: the first decode-only step
+    # then runs 20-30 rows (bucket 32) whatever the lengths drawn. (Random answer lengths
+    # alone met no such step about once in 30 runs.)
+    long = {int(i) for i in rng.choice(30, 20, replace=False)}
+    for i in long:
+        max_tokens[i] = int(rng.integers(31, 48))
+    refs = [_generate_past_eos(model, p, m) if i in long
+            else model.generate(p, max_new_tokens=m).token_ids
+            for i, (p, m) in enumerate(zip(prompts, max_tokens, strict=True))]  # fmt: skip
     engine = Engine(model, kv_memory=_kv(model, 400), max_batch=64, max_batched_tokens=96,
                     batch_invariant=True)  # fmt: skip
-    jobs = [(p, RequestParams(max_tokens=m)) for p, m in zip(prompts, max_tokens, strict=True)]
+    jobs = [(p, RequestParams(max_tokens=m, ignore_eos=i in long))
+            for i, (p, m) in enumerate(zip(prompts, max_tokens, strict=True))]  # fmt: skip
     got = _run_all(engine, jobs[:30])  # prompts join over several steps (budget 96)
     assert got == refs[:30]
     # The rest one at a time: bucket 1 only.
