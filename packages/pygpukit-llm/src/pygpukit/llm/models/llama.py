@@ -202,15 +202,6 @@ class LlamaModel:
             arrays += layer.weights()
         return arrays
 
-    def weight_bytes(self) -> int:
-        """Bytes of weights one decode step reads.
-
-        All of them but the embedding table (one row of it is read), unless the head is tied.
-        """
-        table = self.embed.table
-        arrays = [a for a in self.weights() if a is not table or a is self.lm_head.weight]
-        return sum(a.nbytes for a in arrays)
-
     def _qkv(
         self, layer: DecoderLayer, x: GPUArray, positions: GPUArray
     ) -> tuple[GPUArray, GPUArray, GPUArray]:
