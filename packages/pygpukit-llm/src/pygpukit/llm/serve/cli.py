@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-__all__ = ["serve_arguments", "serve_command"]
+__all__ = ["build_engines", "serve_arguments", "serve_command"]
 
 log = logging.getLogger("pygpukit.llm.serve")
 
