@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import shutil
 import sys
 import tempfile
 
@@ -28,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
-from asr_speech import synthesize
+from asr_speech import require_speech_tools, synthesize
 
 SENTENCES = [
     "The birch canoe slid on the smooth planks.",
@@ -55,9 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parents[1] / "tests/asr/data"))
     args = ap.parse_args()
-    for tool in ("espeak-ng", "sox"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"{tool} is not installed (Debian: apt install espeak-ng sox)")
+    require_speech_tools()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     clips = []

@@ -123,7 +123,7 @@ def _hf_state(weights: dict[str, np.ndarray], cfg: Any) -> dict[str, np.ndarray]
 def save_hf_dir(folder: Path, target: Path) -> Path:
     """Write a CTranslate2 Whisper folder as a Hugging Face one (float16 safetensors, configs)."""
     from pygpukit.asr.loading import read_model
-    from pygpukit.asr.loading.safetensors import write_safetensors
+    from pygpukit.safetensors import write_safetensors
 
     files = read_model(folder)
     cfg = files.config

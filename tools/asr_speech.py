@@ -28,6 +28,13 @@ SENTENCES = {
 }
 
 
+def require_speech_tools() -> None:
+    """Exit with the install command unless espeak-ng and sox are on PATH."""
+    for tool in ("espeak-ng", "sox"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed (Debian: apt install espeak-ng sox)")
+
+
 def synthesize(text: str, workdir: pathlib.Path) -> np.ndarray:
     """``text`` spoken at 16 kHz as int16 samples."""
     raw, out = workdir / "raw.wav", workdir / "16k.wav"
@@ -43,9 +50,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parents[1] / "tests/asr/data"))
     args = ap.parse_args()
-    for tool in ("espeak-ng", "sox"):
-        if shutil.which(tool) is None:
-            raise SystemExit(f"{tool} is not installed (Debian: apt install espeak-ng sox)")
+    require_speech_tools()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -9,24 +9,14 @@ because ``pygpukit`` is not installed yet. See that module for the manifest it w
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import sys
 
-_BUILD = (
-    pathlib.Path(__file__).resolve().parent.parent
-    / "packages/pygpukit-runtime/src/pygpukit/kernels/build.py"
-)
+from _source_loader import load_runtime_module
 
 
 def main() -> int:
     """Run the kernel build of the source tree's runtime; return its exit code."""
-    spec = importlib.util.spec_from_file_location("_pygpukit_kernels_build", _BUILD)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return int(module.main())
+    return int(load_runtime_module("kernels/build.py", "_pygpukit_kernels_build").main())
 
 
 if __name__ == "__main__":

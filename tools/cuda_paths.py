@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from _env_loader import load_environment
+from _source_loader import load_environment
 
 
 def main() -> int:

@@ -113,7 +113,8 @@ def test_sharded_bfloat16_safetensors(tmp_path, rng):
     """Indexed shards (one bfloat16) load as the single float32 file does (to bf16 rounding)."""
     import ml_dtypes
 
-    from pygpukit.asr.loading.safetensors import read_safetensors, write_safetensors
+    from pygpukit.asr.loading.safetensors import read_safetensors
+    from pygpukit.safetensors import write_safetensors
 
     single = write_checkpoint(tmp_path / "one", CFG, SEED)
     tensors = read_safetensors(single / "model.safetensors")
@@ -123,18 +124,8 @@ def test_sharded_bfloat16_safetensors(tmp_path, rng):
     sharded.mkdir()
     (sharded / "config.json").write_bytes((single / "config.json").read_bytes())
     write_safetensors(sharded / "a.safetensors", {n: tensors[n] for n in names[:half]})
-    # The second shard in bfloat16, written by hand (write_safetensors writes F32/F16/I32).
-    import struct
-
-    header, blobs, offset = {}, [], 0
-    for n in names[half:]:
-        raw = np.asarray(tensors[n]).astype(ml_dtypes.bfloat16).tobytes()
-        header[n] = {"dtype": "BF16", "shape": list(tensors[n].shape),
-                     "data_offsets": [offset, offset + len(raw)]}  # fmt: skip
-        offset += len(raw)
-        blobs.append(raw)
-    head = json.dumps(header).encode()
-    (sharded / "b.safetensors").write_bytes(struct.pack("<Q", len(head)) + head + b"".join(blobs))
+    second = {n: np.asarray(tensors[n]).astype(ml_dtypes.bfloat16) for n in names[half:]}
+    write_safetensors(sharded / "b.safetensors", second)
     index = {"weight_map": {**dict.fromkeys(names[:half], "a.safetensors"),
                             **dict.fromkeys(names[half:], "b.safetensors")}}  # fmt: skip
     (sharded / "model.safetensors.index.json").write_text(json.dumps(index))

@@ -132,3 +132,6 @@ def test_prefix_caching_goes_to_the_engine_as_given(tmp_path):
                  "--max-model-len", "64")  # fmt: skip
     engines, _ = build_engines(args, io.StringIO())
     assert engines["m"].blocks.prefix_caching is False and engines["m"].batch_invariant
+    bad = _args(f"m={model}", "--kv-memory", "lots")
+    with pytest.raises(ValueError, match=r"--kv-memory 'lots' is not a size"):
+        build_engines(bad, io.StringIO())

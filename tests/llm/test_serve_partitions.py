@@ -8,7 +8,7 @@ from serve_models import TEST_DTYPE, write_tiny_model
 from serve_server import run_server
 
 from pygpukit import llm
-from pygpukit.llm.serve.partitions import create_partitions, parse_partition
+from pygpukit.llm.serve.partitions import create_partitions, parse_partition, parse_size
 
 httpx = pytest.importorskip("httpx")
 
@@ -23,6 +23,13 @@ def test_parse_partition():
                      ("c=1GiB,0.5,besteffort", "reserves no")]:  # fmt: skip
         with pytest.raises(ValueError, match=why):
             parse_partition(bad)
+
+
+def test_partition_memory_is_a_size():
+    assert parse_size("64MiB") == 64 << 20 and parse_size("1000") == 1000
+    for bad, why in [("0.5", "a fraction"), ("lots", "memory")]:
+        with pytest.raises(ValueError, match=why):
+            parse_size(bad)
 
 
 def test_each_class_is_what_the_scheduler_makes():

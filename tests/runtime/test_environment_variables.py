@@ -451,3 +451,18 @@ def test_unusable_cache_dir_is_reported_once_and_kernels_stay_in_memory(
     assert f"set by {source}" in str(warned[0].message)
     for key, entry in entries.items():
         assert _jit_cache.load(key) == entry
+
+
+def test_debug_library_load_traces_each_candidate_and_the_outcome() -> None:
+    """The driver probe runs on every machine, so its trace shows on the CPU backend too."""
+    pytest.importorskip("pygpukit._native", reason="the loaders are the native module's")
+    code = "import pygpukit as gp\ngp.backend_name()\n"
+    out = _python(code, PYGPUKIT_DEBUG_LIBRARY_LOAD="1")
+    assert out.returncode == 0, out.stderr
+    trace = [line for line in out.stderr.splitlines() if line.startswith("pygpukit: cuda: ")]
+    assert trace, out.stderr
+    assert trace[-1] == "pygpukit: cuda: not loaded" or trace[-1].startswith(
+        "pygpukit: cuda: loaded /"
+    )
+    quiet = _python(code, PYGPUKIT_DEBUG_LIBRARY_LOAD="0")
+    assert quiet.returncode == 0 and "pygpukit: cuda:" not in quiet.stderr

@@ -129,6 +129,16 @@ def test_limit_forms_and_invalid_values() -> None:
     assert "limit_bytes" not in memory.stats(HOST)
 
 
+def test_parse_size_reads_sizes_as_set_limit_does() -> None:
+    assert memory.parse_size("8MiB") == 8 * MIB and memory.parse_size("2GB") == 2 * 10**9
+    assert memory.parse_size(" 512 KiB ") == 512 * 1024 and memory.parse_size("4096") == 4096
+    half = memory.parse_size("0.5")
+    assert isinstance(half, float) and half == 0.5
+    for bad in ("lots", "1.5", "8 parsecs", ""):
+        with pytest.raises(ValueError):
+            memory.parse_size(bad)
+
+
 def test_stats_track_peaks_and_empty_cache_releases_segments() -> None:
     if _ran_alone("test_stats_track_peaks_and_empty_cache_releases_segments"):
         return

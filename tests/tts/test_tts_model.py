@@ -186,7 +186,7 @@ def test_voice_formats(tmp_path):
     np.testing.assert_array_equal(got["v1"], tables["v1"])
     np.save(tmp_path / "solo.npy", tables["v0"][:, 0, :])  # [510, 256] is accepted too
     assert read_voices(tmp_path / "solo.npy")["solo"].shape == (510, 1, 256)
-    from pygpukit.tts.loading import write_safetensors
+    from pygpukit.safetensors import write_safetensors
 
     write_safetensors(tmp_path / "pair.safetensors", {"a": tables["v0"], "b": tables["v2"]})
     np.testing.assert_array_equal(read_voices(tmp_path / "pair.safetensors")["b"], tables["v2"])

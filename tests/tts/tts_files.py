@@ -12,8 +12,8 @@ import pathlib
 
 import numpy as np
 
+from pygpukit.safetensors import write_safetensors
 from pygpukit.tts.config import KokoroConfig
-from pygpukit.tts.loading import write_safetensors
 from pygpukit.tts.random_model import TINY_CONFIG, random_state, random_voice
 
 WEIGHT_NORMED = (".conv1", ".conv2", ".conv1x1", ".pool", ".cnn.0.0", ".ups.0", ".convs1.0")

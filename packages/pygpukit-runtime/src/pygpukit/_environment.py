@@ -6,7 +6,8 @@ the C++ loader which candidates to try. The search order is the one in
 docs/internals.md: pip ``nvidia-*`` wheels, then ``CUDA_PATH`` / ``CUDA_HOME``,
 then the system loader. The current directory is never searched.
 
-Set ``PYGPUKIT_DEBUG_LIBRARY_LOAD=1`` to print every candidate as it is tried.
+Set ``PYGPUKIT_DEBUG_LIBRARY_LOAD=1`` to print every candidate tried, why it failed and which
+one loaded (:func:`trace_library_load`, called by each loader with the C++ loader's result).
 
 It also holds :data:`KERNEL_ABI_VERSION`, the one fact about kernels that build
 time and run time must share: the kernel build writes it into every manifest,
@@ -19,7 +20,9 @@ import contextlib
 import os
 import site
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 #: The calling convention of kernels (argument packing, shared headers). Bump it when that
 #: changes: cubins whose manifest carries another version are refused, and JIT cache entries
@@ -34,6 +37,7 @@ __all__ = [
     "include_dirs",
     "library_candidates",
     "nvidia_wheel_roots",
+    "trace_library_load",
 ]
 
 
@@ -73,6 +77,20 @@ def debug_library_load() -> bool:
     # Loaded by path from tools/ (no package): the same values, unvalidated.
     value = os.environ.get("PYGPUKIT_DEBUG_LIBRARY_LOAD", "")
     return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def trace_library_load(name: str, result: Mapping[str, Any]) -> None:
+    """Print a load's failed candidates and its outcome to stderr when debugging is asked for.
+
+    ``result`` is what ``_native.load_driver`` / ``load_nvrtc`` / ``load_cublaslt`` return:
+    ``tried`` (``(path, why it failed)`` pairs), ``loaded`` and ``path``.
+    """
+    if not debug_library_load():
+        return
+    for path, why in result.get("tried", ()):
+        print(f"pygpukit: {name}: {path}: {why}", file=sys.stderr)
+    outcome = f"loaded {result.get('path')}" if result.get("loaded") else "not loaded"
+    print(f"pygpukit: {name}: {outcome}", file=sys.stderr)
 
 
 def _site_dirs() -> list[str]:

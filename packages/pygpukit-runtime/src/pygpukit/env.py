@@ -540,14 +540,6 @@ register(
     on_invalid="raise",
 )
 register(
-    "PYGPUKIT_SMOLLM2_GGUF",
-    "path",
-    read="test session (tests/llm)",
-    package="tests",
-    description="A local copy of the SmolLM2-135M-Instruct Q4_1 GGUF the llm tests use, for "
-    "machines that cannot download it.",
-)
-register(
     "PYGPUKIT_CUDA_ARCHS",
     "text",
     accepts="SM numbers separated by ';' (80;86;89;90a;100a;120a)",

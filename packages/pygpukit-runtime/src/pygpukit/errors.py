@@ -24,6 +24,7 @@ __all__ = [
     "OutOfMemoryError",
     "PyGPUkitError",
     "ReadOnlyArrayError",
+    "SafeTensorsError",
     "SchedulerDeadlockError",
 ]
 
@@ -122,6 +123,18 @@ class ReadOnlyArrayError(PyGPUkitError, ValueError):
     so are their views and every ``broadcast_to`` view (its elements alias each other).
     A ``ValueError`` too, as NumPy's "assignment destination is read-only" is.
     """
+
+
+class SafeTensorsError(PyGPUkitError, ValueError):
+    """A ``.safetensors`` file cannot be read or its (untrusted) header is malformed.
+
+    ``path`` is the file and ``tensor`` the tensor at fault, where one is.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, tensor: str | None = None):
+        self.path = path
+        self.tensor = tensor
+        super().__init__(message)
 
 
 class CompileError(PyGPUkitError):

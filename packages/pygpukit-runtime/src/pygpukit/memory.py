@@ -62,6 +62,7 @@ __all__ = [
     "empty_cache",
     "get_limit",
     "host_buffer",
+    "parse_size",
     "pinned_empty",
     "set_limit",
     "snapshot",
@@ -121,6 +122,17 @@ def snapshot(device: int | None = None) -> list[dict[str, Any]]:
     return list(_rust().pool_snapshot(_pool_device(device)))
 
 
+def parse_size(text: str) -> int | float:
+    """A size string read as :func:`set_limit` and ``PYGPUKIT_MEMORY_LIMIT`` read it.
+
+    Bytes (``"1048576"``) or a size with a unit (``"8GiB"``, ``"512 MiB"``, ``"2GB"``,
+    ``"100k"``) give an ``int``; a fraction of a device's memory (``"0.5"``) a ``float`` in
+    ``(0, 1]``. Anything else raises ``ValueError`` listing the accepted forms.
+    """
+    value: int | float = _rust().parse_limit(text)
+    return value
+
+
 def set_limit(limit: int | float | str | None, device: int | None = None) -> None:
     """Cap the bytes a pool may hold; cached memory above the cap is released.
 
@@ -130,7 +142,7 @@ def set_limit(limit: int | float | str | None, device: int | None = None) -> Non
     including those of GPUs initialised later.
     """
     if isinstance(limit, str):
-        limit = _rust().parse_limit(limit)
+        limit = parse_size(limit)
     _rust().set_limit(limit, device)
 
 

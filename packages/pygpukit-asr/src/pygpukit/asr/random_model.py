@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from pygpukit.safetensors import write_safetensors
+
 from .loading import _map_hf
-from .loading.safetensors import write_safetensors
 from .whisper.config import WhisperConfig
 
 __all__ = ["hf_tensors", "random_model", "random_weights", "write_checkpoint"]

@@ -102,17 +102,6 @@ class ModelConfig:
         """Rows of each of the key and value projections: ``num_kv_heads * head_dim``."""
         return self.num_kv_heads * self.head_dim
 
-    def num_parameters(self) -> int:
-        """Parameters of the model (tied embeddings counted once)."""
-        h, d = self.hidden_size, self.head_dim
-        attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
-        attn += (self.q_size + 2 * self.kv_size) if self.qkv_bias else 0
-        attn += 2 * d if self.qk_norm else 0
-        mlp = 3 * h * self.intermediate_size
-        layer = attn + mlp + 2 * h
-        head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return self.vocab_size * h + self.num_layers * layer + h + head
-
     @classmethod
     def from_dict(cls, cfg: Mapping[str, Any]) -> ModelConfig:
         """Read an HF ``config.json`` dict; :class:`UnsupportedModelError` when it cannot run."""

@@ -31,14 +31,12 @@ _GPU_KV_FRACTION = 0.25  # of the device's memory, unless kv_cache_memory says o
 def _kv_budget(kv_cache_memory: int | float | str | None, device: int) -> int:
     """Bytes for the KV cache: an int, a fraction of the device memory, or a size string."""
     if isinstance(kv_cache_memory, str):
-        units = {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "KB": 10**3, "MB": 10**6, "GB": 10**9}
-        text = kv_cache_memory.strip().upper()
-        unit = next((u for u in units if text.endswith(u)), None)
         try:
-            return int(float(text[: -len(unit)] if unit else text) * (units[unit] if unit else 1))
+            kv_cache_memory = gp.memory.parse_size(kv_cache_memory)
         except ValueError:
             raise ValueError(
-                f"kv_cache_memory {kv_cache_memory!r} is not a size ('2GiB', '512MiB', bytes)"
+                f"kv_cache_memory {kv_cache_memory!r} is not a size ('2GiB', '512MiB', bytes) "
+                "or a fraction of the device ('0.5')"
             ) from None
     total = gp.get_device_info(device)["total_memory"]
     if kv_cache_memory is None:

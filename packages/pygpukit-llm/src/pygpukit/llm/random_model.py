@@ -15,19 +15,18 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from pygpukit import dtypes
+from pygpukit.safetensors import write_safetensors
 
 __all__ = [
     "random_weights",
     "tensor_shapes",
     "write_checkpoint",
-    "write_safetensors",
     "write_tokenizer",
 ]
 
@@ -37,14 +36,6 @@ CHATML_TEMPLATE = (
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 _SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
-
-_SAFETENSORS_DTYPES = {
-    np.dtype(np.float32): "F32",
-    np.dtype(np.float16): "F16",
-    dtypes.bfloat16: "BF16",
-    np.dtype(np.int32): "I32",
-    np.dtype(np.int64): "I64",
-}
 
 
 def _head_dim(cfg: Mapping[str, Any]) -> int:
@@ -113,29 +104,6 @@ def random_weights(
     rng = np.random.default_rng(seed)
     dt = dtypes.normalize(dtype)
     return {name: _draw(rng, shape, kind).astype(dt) for name, shape, kind in tensor_shapes(cfg)}
-
-
-def write_safetensors(path: str | os.PathLike[str], tensors: Mapping[str, np.ndarray]) -> None:
-    """Write ``tensors`` to one ``.safetensors`` file (8-byte header size, JSON header, data)."""
-    header: dict[str, Any] = {}
-    offset = 0
-    for name, arr in tensors.items():
-        dt = np.dtype(arr.dtype)
-        if dt not in _SAFETENSORS_DTYPES:
-            raise TypeError(f"tensor {name!r} has dtype {dt}, which safetensors cannot store here")
-        header[name] = {
-            "dtype": _SAFETENSORS_DTYPES[dt],
-            "shape": list(arr.shape),
-            "data_offsets": [offset, offset + arr.nbytes],
-        }
-        offset += arr.nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)))
-        f.write(raw)
-        for arr in tensors.values():
-            f.write(np.ascontiguousarray(arr).tobytes())
 
 
 def write_tokenizer(path: str | os.PathLike[str]) -> None:

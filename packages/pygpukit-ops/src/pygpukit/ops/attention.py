@@ -62,16 +62,6 @@ __all__ = ["decode_attention", "scaled_dot_product_attention"]
 #: Head dimensions with a built-in kernel.
 HEAD_DIMS = (64, 80, 96, 128, 256)
 
-#: The ``decode_kernel`` knob of :mod:`.config` picks the decode kernel: ``tma2`` (the default:
-#: tensor cores, two K/V stages per CTA filled by tensor copies of whole swizzled tiles; on an
-#: H100 at 8K cached tokens, batch 8, 96.9 us against bulk2's 99.9 and PyTorch's 97.6, paged
-#: 101.1 against 104.5), ``tma3`` (three such stages), ``bulk2`` (the same two stages filled by
-#: bulk copies, one per cached row: 82% of the copy bandwidth for 8K cached tokens on an H200,
-#: 78% paged; ``mma2`` before SM 9.0), ``bulk3`` (three such stages),
-#: ``mma2`` (the same stages filled by 16-byte cp.async: 79%, 63% paged), ``mma`` (one stage,
-#: 71%) or ``simt`` (CUDA cores, 69%).
-DECODE_KERNEL_ENV = config.ENV["decode_kernel"][0]
-
 
 def _allow_dynamic_smem(kern: Kernel, smem: int) -> None:
     """Opt ``kern`` into ``smem`` bytes of dynamic shared memory when above 48 KiB (at planning)."""

@@ -59,6 +59,8 @@ ENV: dict[str, tuple[str, tuple[str, ...]]] = {
         "PYGPUKIT_ATTENTION_KERNEL",
         ("auto", "mma", "wgmma_pipe", "wgmma_tma", "wgmma_persist"),
     ),
+    # tma2 is the default: on an H100 at 8K cached tokens, batch 8, 96.9 us against bulk2's
+    # 99.9 and PyTorch's 97.6 (paged 101.1 against 104.5).
     "decode_kernel": (
         "PYGPUKIT_DECODE_KERNEL",
         ("tma2", "tma3", "bulk2", "bulk3", "mma2", "mma", "simt"),

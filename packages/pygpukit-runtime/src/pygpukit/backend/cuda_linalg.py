@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from .. import env
-from .._environment import library_candidates
+from .._environment import library_candidates, trace_library_load
 from ..errors import LibraryNotFoundError
 from .select import native
 
@@ -29,6 +29,7 @@ def cublaslt_status() -> dict[str, Any]:
     global _cublaslt
     if _cublaslt is None:
         _cublaslt = dict(_native.load_cublaslt([c.path for c in library_candidates("cublasLt")]))
+        trace_library_load("cublasLt", _cublaslt)
     return _cublaslt
 
 

@@ -56,7 +56,7 @@ def native_error() -> str | None:
 
 def _probe_cuda() -> tuple[ModuleType | None, str, dict[str, Any]]:
     """Try the CUDA backend; return ``(module or None, why not, details)``."""
-    from .._environment import library_candidates
+    from .._environment import library_candidates, trace_library_load
 
     details: dict[str, Any] = {"driver": None, "devices": []}
     mod = native()
@@ -68,6 +68,7 @@ def _probe_cuda() -> tuple[ModuleType | None, str, dict[str, Any]]:
         )
     try:
         driver = mod.load_driver([c.path for c in library_candidates("cuda")])
+        trace_library_load("cuda", driver)
         details["driver"] = driver
         if not driver["loaded"]:
             return None, "CUDA driver not detected (libcuda.so.1 could not be loaded)", details

@@ -12,7 +12,7 @@ run fail with an out-of-memory error (or swap) halfway through.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,9 +30,6 @@ class Footprint:
 
     device: int
     host: int = 0
-
-
-FootprintFn = Callable[["SuiteContext", int], Footprint]
 
 
 def host_memory_bytes() -> int | None:

@@ -26,7 +26,7 @@ def nvrtc_status() -> dict[str, Any]:
     with _nvrtc_lock:
         if _nvrtc_status is not None:
             return _nvrtc_status
-        from .._environment import library_candidates
+        from .._environment import library_candidates, trace_library_load
         from ..backend.select import native, native_error
 
         status: dict[str, Any] = {
@@ -45,6 +45,7 @@ def nvrtc_status() -> dict[str, Any]:
         else:
             try:
                 info = mod.load_nvrtc([c.path for c in candidates])
+                trace_library_load("nvrtc", info)
                 status["tried"] = [list(t) for t in info.get("tried", [])]
                 if info["loaded"]:
                     status["loaded"] = True

@@ -22,7 +22,9 @@ def speak_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", required=True, help="a Kokoro folder, .safetensors or kokoro-onnx .onnx file"
     )
     parser.add_argument("--voices", default=None, help="voice-pack file or folder")
-    parser.add_argument("--voice", required=True, help="voice name (see --list-voices)")
+    parser.add_argument(
+        "--voice", required=True, help="voice name (an unknown one lists the voices there are)"
+    )
     parser.add_argument("-o", "--output", default="out.wav", help="output sound file")
     parser.add_argument("--speed", type=float, default=1.0, help="> 1 speaks faster")
     parser.add_argument("--lang", default="en-us", help="G2P language for TEXT (default en-us)")

@@ -49,7 +49,8 @@ class Int8ActivationNetwork(KokoroNetwork):
     Applied after ALBERT: the style projections, every BiLSTM's input, the duration projection.
     """
 
-    def styles(self, ref: GPUArray) -> _Styles:  # noqa: D102 (KokoroNetwork.styles')
+    def styles(self, ref: GPUArray) -> _Styles:
+        """The style projections of ``ref``, each style half rounded as the int8 graph does."""
         s = self.config.style_dim
         # The graph rounds each style half once, before all of that half's projections.
         halves = [dynamic_quant_dequant(ref[:, :s].contiguous()),

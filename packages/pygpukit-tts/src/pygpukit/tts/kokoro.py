@@ -42,7 +42,15 @@ from ._source import harmonic_sines, merged_source
 from ._weights import ALBERT_LAYER, DeviceWeights
 from .config import SAMPLE_RATE, KokoroConfig
 
-__all__ = ["KokoroNetwork", "NetworkOutput", "resolve_vocoder_dtype"]
+__all__ = [
+    "KokoroNetwork",
+    "NetworkOutput",
+    "PhonemeOutputs",
+    "alignment_rows",
+    "frame_counts",
+    "gather_frames",
+    "resolve_vocoder_dtype",
+]
 
 _SQRT_HALF = 1.0 / math.sqrt(2.0)  # a Python float: 16-bit signals stay 16-bit
 _MASKED_SCORE = np.float32(-1e9)  # an additive attention mask for padded keys

@@ -189,7 +189,7 @@ def write_random_checkpoint(
     ``config.json``, ``model.safetensors`` (KModel names, weight norm folded) and
     ``voices/random.npy``: something :func:`pygpukit.tts.load` reads, with no download.
     """
-    from .loading.safetensors_io import write_safetensors
+    from pygpukit.safetensors import write_safetensors
 
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import G2PUnavailableError, PhonemeError
 
-__all__ = ["chunk_phonemes", "phonemes_to_ids", "text_to_phonemes"]
+__all__ = ["as_token_array", "chunk_phonemes", "find_g2p", "phonemes_to_ids", "text_to_phonemes"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s*")
 _CLAUSE_END = re.compile(r"(?<=[,;:—])\s*")

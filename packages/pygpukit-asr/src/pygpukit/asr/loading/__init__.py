@@ -186,7 +186,7 @@ def _map_hf(raw: dict[str, np.ndarray], cfg: WhisperConfig, source: str) -> dict
                 w[f"dec.{i}.cross_kv.b"] = np.concatenate([np.zeros_like(cvb), cvb])
     for ours, hf in _HF_GLOBAL.items():
         w[ours] = get(hf)
-    check_shapes(w, cfg, source)
+    _check_shapes(w, cfg, source)
     return w
 
 
@@ -275,11 +275,11 @@ def _read_ctranslate2(root: pathlib.Path, tok: pathlib.Path | None) -> ModelFile
         begin_suppress_tokens=tuple(int(t) for t in extra.get("suppress_ids_begin", ())),
         extra={"ctranslate2": extra, "binary_version": f.version},
     )
-    check_shapes(w, config, str(f.path))
+    _check_shapes(w, config, str(f.path))
     return ModelFiles(config, w, tok, "ctranslate2", root)
 
 
-def expected_shapes(cfg: WhisperConfig) -> dict[str, tuple[int, ...]]:
+def _expected_shapes(cfg: WhisperConfig) -> dict[str, tuple[int, ...]]:
     """The shape of every internal weight for ``cfg``."""
     c, f = cfg.d_model, cfg.ffn_dim
     shapes: dict[str, tuple[int, ...]] = {
@@ -306,9 +306,9 @@ def expected_shapes(cfg: WhisperConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_shapes(w: dict[str, np.ndarray], cfg: WhisperConfig, source: str) -> None:
+def _check_shapes(w: dict[str, np.ndarray], cfg: WhisperConfig, source: str) -> None:
     """Raise :class:`ModelFormatError` for a missing weight or a shape the sizes contradict."""
-    for name, shape in expected_shapes(cfg).items():
+    for name, shape in _expected_shapes(cfg).items():
         if name not in w:
             raise ModelFormatError(
                 f"{source}: weight {name!r} is missing", path=source, tensor=name

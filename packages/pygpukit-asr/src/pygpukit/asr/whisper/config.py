@@ -14,9 +14,8 @@ from typing import Any
 
 __all__ = ["NAMED_CONFIGS", "SAMPLE_RATE", "WhisperConfig"]
 
-#: Whisper's fixed audio constants: 16 kHz, 25 ms windows every 10 ms, 30-second windows.
+#: Whisper's fixed audio constants: 16 kHz, a mel frame every 10 ms, 30-second windows.
 SAMPLE_RATE = 16000
-N_FFT = 400
 HOP_LENGTH = 160
 CHUNK_SECONDS = 30
 N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE  # 480000 samples in a window

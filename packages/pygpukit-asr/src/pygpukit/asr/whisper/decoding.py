@@ -26,7 +26,7 @@ from .config import SECONDS_PER_TOKEN
 from .model import Decoder, DecoderState
 from .tokenizer import WhisperTokenizer
 
-__all__ = ["DecodeResult", "DecodingOptions", "WindowDecoder", "compression_ratio"]
+__all__ = ["DecodeResult", "DecodingOptions", "WindowDecoder", "compression_ratio", "sot_sequence"]
 
 
 @dataclass(frozen=True)

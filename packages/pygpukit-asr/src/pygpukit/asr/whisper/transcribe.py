@@ -27,7 +27,7 @@ from .config import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, SECONDS_PER_TOKEN
 from .decoding import DecodeResult, DecodingOptions, WindowDecoder
 from .word_bounds import Loudness, tighten_words
 
-__all__ = ["Segment", "TranscribeOptions", "Transcription", "run_transcription"]
+__all__ = ["Segment", "TranscribeOptions", "Transcription", "run_batched", "run_transcription"]
 
 COMPRESSION_RATIO_THRESHOLD = 2.4
 LOGPROB_THRESHOLD = -1.0

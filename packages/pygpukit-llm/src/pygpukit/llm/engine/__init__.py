@@ -10,8 +10,10 @@
     print(engine.generate("The capital of France is", RequestParams(max_tokens=8)).text)
 
 Modules, one job each: ``block_manager`` (which KV blocks a request holds, prefix hashes, LRU),
-``paged_cache`` (the device arrays), ``planner`` (what runs each step), ``runner`` (the forward
-pass over a flattened batch), ``sampler`` (per-request sampling and seeds), ``metrics``
+``paged_cache`` (the device arrays), ``params`` and ``request`` (what a request asks for, and
+its state in the engine), ``planner`` (what runs each step), ``runner`` (the forward pass over a
+flattened batch), ``decode_graphs`` (steps replayed as CUDA graphs), ``invariant`` (the
+batch-invariant step), ``sampler`` (per-request sampling and seeds), ``metrics``
 (Prometheus text), ``step_times`` (what a step observer is told), ``side_stream`` (a step's
 small uploads and downloads beside the compute stream), ``host_priority`` (host turns: a
 protected model's host work before the other engines'), ``engine`` (the public API and its

@@ -134,10 +134,3 @@ class BlockManager:
                     self._cached[block] = None
                 else:
                     self._free.append(block)
-
-    def reset_prefix_cache(self) -> None:
-        """Forget every cached (unheld) prefix, making its blocks free."""
-        for block in list(self._cached):
-            del self._by_hash[self._hash_of.pop(block)]
-            self._free.append(block)
-        self._cached.clear()

@@ -134,7 +134,8 @@ class Engine:
     some request decodes (None: no cap below ``max_batched_tokens``), so that prefill rides
     beside the decode rows instead of stalling them (:mod:`.planner`); ``kv_memory``: the
     paged KV cache's size in bytes, a fraction of the device memory, or a size string
-    (``"2GiB"``); ``partition``: a :class:`pygpukit.scheduler.Partition` whose memory the
+    (``"2GiB"``, ``"0.5"``; None: a quarter of the device, 1 GiB on the CPU backend);
+    ``partition``: a :class:`pygpukit.scheduler.Partition` whose memory the
     cache and every step's temporaries are charged to, and whose stream the steps run on;
     ``prefix_caching``: share the KV blocks of equal prompt prefixes between requests.
     ``name`` is the model name the server shows.
@@ -184,7 +185,7 @@ class Engine:
         ):  # fmt: skip
             raise ValueError(f"prefill_chunk must be a positive int or None, got {prefill_chunk!r}")
         self.model = model
-        self.name = name or (model.config.architecture if name is None else name)
+        self.name = model.config.architecture if name is None else name
         self.partition = partition
         self.max_queue = max_queue
         # Paged decode attention has no sliding window: a context within the window is the

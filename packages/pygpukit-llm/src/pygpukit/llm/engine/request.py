@@ -100,11 +100,6 @@ class Request:
         """Tokens generated so far."""
         return len(self.tokens) - len(self.prompt_ids)
 
-    @property
-    def output_ids(self) -> list[int]:
-        """The generated token ids."""
-        return self.tokens[len(self.prompt_ids) :]
-
     def append(self, token: int) -> tuple[str, str | None]:
         """Record a sampled token; the new text and the finish reason it causes (None: go on)."""
         return self.text_of(token, self.add(token))

@@ -31,7 +31,7 @@ from .paged_cache import PagedKVCache
 from .request import Request
 from .side_stream import upload
 
-__all__ = ["BatchInputs", "ModelRunner", "ScheduledChunk"]
+__all__ = ["BatchInputs", "ModelRunner", "ScheduledChunk", "build_inputs", "fresh_groups"]
 
 
 @dataclass(frozen=True)

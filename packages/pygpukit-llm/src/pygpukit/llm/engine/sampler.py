@@ -21,7 +21,7 @@ from pygpukit.array import GPUArray
 from .request import Request, TokenLogprob
 from .side_stream import side_stream
 
-__all__ = ["SampledTokens", "sample_tokens"]
+__all__ = ["SampledTokens"]
 
 
 def _logprobs(row: np.ndarray, token: int, top: int) -> TokenLogprob:
@@ -94,13 +94,3 @@ class SampledTokens:
                 top = requests[i].params.logprobs or 0
                 logprobs[i] = _logprobs(rows[j], tokens[i], top)
         return tokens, logprobs
-
-
-def sample_tokens(
-    logits: GPUArray, requests: Sequence[Request]
-) -> tuple[list[int], list[TokenLogprob | None]]:
-    """The next token of each request (row ``i`` of ``logits`` is ``requests[i]``'s).
-
-    Returns the token ids and, per request, its :class:`TokenLogprob` (None unless asked).
-    """
-    return SampledTokens(logits, requests).result()

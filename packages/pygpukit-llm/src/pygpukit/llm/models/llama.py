@@ -30,7 +30,7 @@ from pygpukit.ops.rope import rope_kv_append_plan
 from ..config import ModelConfig
 from ..errors import CheckpointError
 
-__all__ = ["Attend", "DecoderLayer", "LlamaModel", "checkpoint_tensors"]
+__all__ = ["Attend", "DecoderLayer", "LlamaModel", "check_shapes", "checkpoint_tensors"]
 
 #: Fused per-layer weights: name -> the HF tensors (under ``model.layers.{i}.``) stacked by rows.
 FUSED: dict[str, tuple[str, ...]] = {
@@ -147,7 +147,7 @@ def _layer(cfg: ModelConfig, w: dict[str, GPUArray], i: int) -> DecoderLayer:
     )
 
 
-def rotary_tables(cfg: ModelConfig, max_positions: int) -> Rotary:
+def _rotary_tables(cfg: ModelConfig, max_positions: int) -> Rotary:
     """The model's :class:`Rotary`: ``rope_theta``, its scaling and per-frequency factors."""
     inv_freq, factor = ops.rope_inv_freq(
         cfg.head_dim,
@@ -187,7 +187,7 @@ class LlamaModel:
         self.norm = RMSNorm(w.pop(FINAL_NORM), cfg.rms_norm_eps)
         head = table if cfg.tie_word_embeddings else w.pop(LM_HEAD)
         self.lm_head = Linear(head, out_dtype=gp.float32)
-        self.rotary = rotary_tables(cfg, max_positions)
+        self.rotary = _rotary_tables(cfg, max_positions)
         self.attention = Attention(
             cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, sliding_window=cfg.sliding_window
         )
@@ -201,15 +201,6 @@ class LlamaModel:
         for layer in self.layers:
             arrays += layer.weights()
         return arrays
-
-    def weight_bytes(self) -> int:
-        """Bytes of weights one decode step reads.
-
-        All of them but the embedding table (one row of it is read), unless the head is tied.
-        """
-        table = self.embed.table
-        arrays = [a for a in self.weights() if a is not table or a is self.lm_head.weight]
-        return sum(a.nbytes for a in arrays)
 
     def _qkv(
         self, layer: DecoderLayer, x: GPUArray, positions: GPUArray

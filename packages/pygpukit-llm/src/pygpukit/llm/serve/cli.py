@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-__all__ = ["serve_arguments", "serve_command"]
+__all__ = ["build_engines", "serve_arguments", "serve_command"]
 
 log = logging.getLogger("pygpukit.llm.serve")
 
@@ -93,15 +93,6 @@ def _named(spec: str) -> tuple[str, str]:
 _CPU_KV_BASE = 1 << 30
 
 
-def _kv_memory(text: str) -> int | float | str:
-    """``--kv-memory``: a fraction (float), bytes (int) or a size string."""
-    try:
-        value = float(text)
-    except ValueError:
-        return text
-    return value if 0 < value <= 1 and "." in text else int(value)
-
-
 def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any], Any]:
     """Load every model (in its partition) and make its engine; ``(engines, scheduler)``."""
     import pygpukit as gp
@@ -119,6 +110,13 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
     unknown = [s.name for s in specs if s.name not in names]
     if unknown:
         raise SystemExit(f"--partition names {unknown}, which are not models here ({names})")
+    try:
+        kv_memory = gp.memory.parse_size(args.kv_memory)  # bytes or a fraction
+    except ValueError:
+        raise ValueError(
+            f"--kv-memory {args.kv_memory!r} is not a size (4GiB, bytes) or a fraction of the "
+            "device (0.5)"
+        ) from None
     scheduler: Any = None
     parts: dict[str, Any] = {}
     if specs:
@@ -127,7 +125,7 @@ def build_engines(args: argparse.Namespace, err: TextIO) -> tuple[dict[str, Any]
     engines = {}
     for name, path in named:
         part = parts.get(name)
-        kv = _kv_memory(args.kv_memory)
+        kv = kv_memory
         with gp.Device(args.device):
             if part is not None:
                 with part:

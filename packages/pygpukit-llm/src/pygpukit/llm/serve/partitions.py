@@ -42,10 +42,16 @@ class PartitionSpec:
 
 
 def parse_size(text: str) -> int:
-    """Bytes of a size string (``"8GiB"``, ``"512MiB"``, ``"1000000"``)."""
-    from ..model import _kv_budget  # the size strings of kv_cache_memory, parsed the same way
+    """Bytes of a partition's memory (``"8GiB"``, ``"512MiB"``, ``"1000000"``).
 
-    return _kv_budget(text, 0)
+    ``ValueError`` for a fraction (a partition's memory is a size) or text that is no size.
+    """
+    import pygpukit as gp
+
+    size = gp.memory.parse_size(text)
+    if isinstance(size, float):
+        raise ValueError(f"partition memory {text!r} is a fraction; give a size such as 8GiB")
+    return size
 
 
 def parse_partition(text: str) -> PartitionSpec:

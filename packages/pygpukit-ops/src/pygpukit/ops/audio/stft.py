@@ -84,10 +84,12 @@ class Framing:
 
     @property
     def n_bins(self) -> int:
+        """Frequency bins of a one-sided spectrum: ``n_fft // 2 + 1``."""
         return self.n_fft // 2 + 1
 
     @property
     def window_values(self) -> np.ndarray:
+        """The window (float64, padded to ``n_fft``) as an array."""
         return np.frombuffer(self.window, dtype=np.float64)
 
     def n_frames(self, length: int, op: str) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 from ..config import KokoroConfig
 from ..errors import ModelFileError
 from .onnx_graph import fill_untrained_defaults, read_onnx
-from .safetensors_io import read_safetensors, write_safetensors
+from .safetensors import read_safetensors
 from .voices import read_voices
 
 __all__ = [
@@ -25,7 +25,6 @@ __all__ = [
     "fold_weight_norm",
     "read_checkpoint",
     "read_voices",
-    "write_safetensors",
 ]
 
 _PICKLES = (".pth", ".pt", ".ckpt", ".pkl")

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ModelFileError
 
-__all__ = ["module_path", "read_onnx", "read_onnx_state_dict"]
+__all__ = ["fill_untrained_defaults", "module_path", "read_onnx", "read_onnx_state_dict"]
 
 _GRAPH_INPUTS = ("tokens", "style", "speed")
 _REQUIRED = (

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config import STYLE_TABLE_ROWS
 from ..errors import VoiceError
-from .safetensors_io import read_safetensors
+from .safetensors import read_safetensors
 
 __all__ = ["VOICE_SUFFIXES", "check_voice", "read_voices"]
 
