@@ -355,8 +355,11 @@ def test_admission_queue_limit_abort_and_bad_prompts(tiny):
         outs.setdefault(out.request_id, []).append(out)
 
     rng = np.random.default_rng()
-    a = engine.submit(_prompts(rng, 1)[0], RequestParams(max_tokens=50), sink)
-    b = engine.submit(_prompts(rng, 1)[0], RequestParams(max_tokens=50), sink)
+    # No EOS: a random prompt's answer may start with the EOS id, and a request that ended
+    # by itself cannot be aborted (its last output would say "stop").
+    long = RequestParams(max_tokens=50, ignore_eos=True)
+    a = engine.submit(_prompts(rng, 1)[0], long, sink)
+    b = engine.submit(_prompts(rng, 1)[0], long, sink)
     with pytest.raises(QueueFullError, match="max-queue"):
         engine.submit([5, 6], RequestParams(max_tokens=5), sink)
     engine.step()

@@ -4,6 +4,7 @@ and ``out=`` calls that allocate nothing."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -158,7 +159,41 @@ def test_gated_mlp_keeps_decode_workspaces_only(rand: Rand) -> None:
         u = x.astype(np.float64) @ mlp.gate_up.weight.to_numpy()[48:].astype(np.float64).T
         ref = (g / (1 + np.exp(-g)) * u) @ mlp.down.weight.to_numpy().astype(np.float64).T
         assert rel_err(mlp(up(x)).to_numpy(), ref) < 1e-2
-    assert sorted(mlp._buffers) == [1, 8]
+    assert sorted(m for _, m in mlp._buffers) == [1, 8]
+
+
+def test_gated_mlp_on_two_threads_keeps_an_intermediate_per_thread(rand: Rand) -> None:
+    """Two threads running one model (two serving engines sharing its weights) interleave their
+    calls. Here the worst interleaving is forced: the other thread's whole decode-row call runs
+    between this thread's gate/up product and its activation. With one kept intermediate for
+    both threads this call's activation would read the other thread's product."""
+    dt = gp.float16
+    mlp = GatedMLP(*(up((rand(s) * 0.2).astype(dt)) for s in ((48, 64), (48, 64), (64, 48))))
+    mine, theirs = up(rand((1, 64), dt)), up(rand((1, 64), dt))
+    want_mine, want_theirs = mlp(mine).to_numpy(), mlp(theirs).to_numpy()
+    assert not np.array_equal(want_mine, want_theirs)
+    this_thread, got_theirs = threading.get_ident(), []
+
+    class GateUpThenTheOtherThread:
+        def __init__(self, gate_up: Linear) -> None:
+            self.gate_up = gate_up
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.gate_up, name)
+
+        def __call__(self, x: gp.GPUArray, *, out: gp.GPUArray) -> gp.GPUArray:
+            y = self.gate_up(x, out=out)
+            if threading.get_ident() == this_thread and not got_theirs:
+                other = threading.Thread(target=lambda: got_theirs.append(mlp(theirs).to_numpy()))
+                other.start()
+                other.join()
+            return y
+
+    mlp.gate_up = GateUpThenTheOtherThread(mlp.gate_up)  # type: ignore[assignment]
+    got_mine = mlp(mine).to_numpy()
+    assert len(got_theirs) == 1  # the other call did run in between
+    np.testing.assert_array_equal(got_mine, want_mine)
+    np.testing.assert_array_equal(got_theirs[0], want_theirs)
 
 
 # ----------------------------------------------------------------------------- norms
@@ -264,6 +299,33 @@ def test_attention_prefill_sliding_window(rand: Rand, sq: int, sk: int) -> None:
         Attention(4, 2, 64, causal=False, sliding_window=4)
     with pytest.raises(TypeError, match="sliding_window must be an int"):
         Attention(4, 2, 64, sliding_window=4.0)  # type: ignore[arg-type]
+
+
+def test_sliding_window_prefills_on_two_threads_keep_their_own_masks(rand: Rand) -> None:
+    """Two threads prefilling through one sliding-window layer (two engines sharing a model):
+    the other thread's prefill of another length runs right after this one keeps its mask,
+    the worst interleaving, forced. Each must still attend with its own shape's mask."""
+    window, dt = 6, gp.float16
+    mine, theirs = qkv(rand, 1, 4, 2, 11, 11, 64, dt), qkv(rand, 1, 4, 2, 9, 9, 64, dt)
+    alone = Attention(4, 2, 64, sliding_window=window)
+    want_mine, want_theirs = (alone.prefill(*map(up, t)).to_numpy() for t in (mine, theirs))
+    this_thread, got_theirs = threading.get_ident(), []
+
+    class OtherThreadAfterKeepingAMask(Attention):
+        def __setattr__(self, name: str, value: object) -> None:
+            super().__setattr__(name, value)
+            first = name == "_window_mask" and value is not None and not got_theirs
+            if first and threading.get_ident() == this_thread:
+                other = threading.Thread(
+                    target=lambda: got_theirs.append(self.prefill(*map(up, theirs)).to_numpy())
+                )
+                other.start()
+                other.join()
+
+    got_mine = OtherThreadAfterKeepingAMask(4, 2, 64, sliding_window=window).prefill(*map(up, mine))
+    assert len(got_theirs) == 1  # the other prefill did run in between
+    np.testing.assert_array_equal(got_mine.to_numpy(), want_mine)
+    np.testing.assert_array_equal(got_theirs[0], want_theirs)
 
 
 @pytest.mark.parametrize("paged", [False, True])

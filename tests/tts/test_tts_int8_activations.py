@@ -82,9 +82,42 @@ def test_each_utterance_of_a_batch_is_rounded_alone(on_device):
     for i, alone_ids in enumerate((ids, short)):
         alone_d, alone = net.predict_durations(alone_ids, style, 1.0)
         n = len(alone_ids)
-        # The padded steps (ALBERT's output there is not zero) must not widen any range.
-        assert _rel(d.to_numpy()[i, :n], alone_d.to_numpy()[0]) < 1e-4
+        # The padded steps (ALBERT's output there is not zero) must not widen any range: a
+        # widened one moves every rounded value (1e-2 and more where it shows). The batched
+        # float products may differ from the lone ones by an ulp, which now and then moves a
+        # value across a rounding boundary, and the LSTMs carry that on (5 runs in 1400 went
+        # past 1e-4, the worst to 1.3e-3); the rounding over the valid steps alone is checked
+        # exactly below.
+        assert _rel(d.to_numpy()[i, :n], alone_d.to_numpy()[0]) < 3e-3
         assert (durations[i, :n] == alone).mean() >= 0.95
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_lstm_inputs_are_rounded_over_their_valid_steps_only(on_device):
+    """A padded utterance's LSTM input gets the range of its valid steps, whatever its padded
+    steps hold (here values far outside it), and a full-width one beside it keeps its own:
+    each equals the utterance run alone. The same input bits in both runs, so the same
+    rounding: only the float LSTM's batched products differ."""
+    rng = np.random.default_rng()
+    state, style, ids = _model(int(rng.integers(1 << 20)))
+    ref = RoundedReference(TINY_CONFIG, state)
+    s_pro = style.reshape(1, -1)[:, TINY_CONFIG.style_dim :]
+    x = ref.duration_encoder(ref._linear(ref.albert(ids[None]), "bert_encoder"), s_pro)[0]
+    x = x.astype(np.float32)
+    width, n = x.shape[0], int(rng.integers(2, x.shape[0] - 2))
+    padded = x.copy()
+    padded[n:] = rng.standard_normal((width - n, x.shape[1])) * 50 * np.abs(x).max()
+    net, prefix = Int8ActivationNetwork(TINY_CONFIG, state), "predictor.lstm"
+
+    def lstm(batch: np.ndarray, valid: list[int]) -> np.ndarray:
+        lengths = np.array(valid)
+        device = gp.from_numpy(lengths) if on_device else None
+        tokens = Lengths(lengths, batch.shape[1], device=device)
+        return net._lstm(gp.from_numpy(np.ascontiguousarray(batch)), prefix, tokens).to_numpy()
+
+    both = lstm(np.stack([x, padded]), [width, n])
+    assert _rel(both[0], lstm(x[None], [width])[0]) < 1e-5
+    assert _rel(both[1, :n], lstm(x[None, :n], [n])[0]) < 1e-5
 
 
 def test_load_refuses_it_for_a_float_model(tmp_path):

@@ -15,7 +15,8 @@ builds the same plans. Guide: docs/ops-layers.md.
 - :class:`Conv1d`, :class:`ConvTranspose1d`, :class:`LSTM` (PyTorch's layouts).
 
 A layer's workspaces (the split-decode partials, the MLP's intermediate) are reused from call
-to call: use one layer from one stream at a time, as a model's forward pass does.
+to call. The MLP keeps one per calling thread, so threads may share a model's layers; use an
+attention layer's decode from one thread and one stream at a time, as a forward pass does.
 """
 
 from __future__ import annotations

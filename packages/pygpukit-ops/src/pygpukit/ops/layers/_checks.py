@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, TypeVar
 
 import numpy as np
@@ -48,11 +49,16 @@ class PlanDict(dict[K, V]):
 
     Inserting into a full dict drops the oldest entry. Plans hold no state (a captured CUDA
     graph keeps its launches' arguments, not the plan), so a dropped plan is only made again
-    at its next use.
+    at its next use. Inserts hold a lock: two threads running one model (serving engines
+    sharing its layers) could otherwise both pick the same oldest key and the second ``del``
+    raise ``KeyError``. Lookups (``get``) take none.
     """
+
+    _insert_lock = threading.Lock()
 
     def __setitem__(self, key: K, value: V) -> None:
         """Store ``value``, dropping the oldest plan first when the dict is full."""
-        if key not in self and len(self) >= MAX_PLANS:
-            del self[next(iter(self))]
-        super().__setitem__(key, value)
+        with self._insert_lock:
+            if key not in self and len(self) >= MAX_PLANS:
+                del self[next(iter(self))]
+            super().__setitem__(key, value)

@@ -121,12 +121,15 @@ class Attention:
         if w is None or not shaped or k.shape[2] <= w:
             return None  # check_prefill reports malformed arguments
         sq, sk = int(q.shape[2]), int(k.shape[2])
-        if self._window_mask is None or self._window_mask[0] != (sq, sk):
+        # Read once: a thread sharing the layer may replace the kept mask with its own shape's
+        # between this check and the return.
+        kept = self._window_mask
+        if kept is None or kept[0] != (sq, sk):
             i = np.arange(sq)[:, None] + (sk - sq)  # bottom-right aligned, as causal
             j = np.arange(sk)[None, :]
             mask = np.where(j > i - w, 0.0, -np.inf).astype(np.float32)
-            self._window_mask = ((sq, sk), gp.from_numpy(mask))
-        return self._window_mask[1]
+            kept = self._window_mask = ((sq, sk), gp.from_numpy(mask))
+        return kept[1]
 
     def decode(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -214,7 +215,10 @@ class GatedMLP:
     ``GEMV_MAX_ROWS`` rows (decode steps) the two intermediates are kept per number of rows and
     reused, so ``mlp(x, out=y)`` allocates nothing after the first call with that many rows and
     a captured CUDA graph keeps valid addresses; more rows (a prompt) get fresh intermediates
-    per call, so prompts of many lengths do not pin their memory.
+    per call, so prompts of many lengths do not pin their memory. The kept intermediates are
+    per calling thread: two threads running one model (two serving engines sharing its
+    weights) interleave their calls, and with one pair the second would overwrite the first's
+    intermediate between its two kernels.
     """
 
     def __init__(
@@ -243,11 +247,14 @@ class GatedMLP:
             )
         self.activation = activation
         self.dtype = self.gate_up.dtype
-        self._buffers: dict[int, tuple[GPUArray, GPUArray, Any]] = {}
+        #: Kept intermediates by (thread id, rows). Owned by the layer, not by the thread: a
+        #: CUDA graph captured on a thread that has ended still replays on their addresses.
+        self._buffers: dict[tuple[int, int], tuple[GPUArray, GPUArray, Any]] = {}
         self._gated_plans: _checks.PlanDict[int, Any] = _checks.PlanDict()
 
     def _workspace(self, m: int) -> tuple[GPUArray, GPUArray, Any]:
-        ws = self._buffers.get(m)
+        key = (threading.get_ident(), m)
+        ws = self._buffers.get(key)
         if ws is None:
             inter = self.down.in_features
             h = gp.empty((m, 2 * inter), self.dtype)
@@ -255,7 +262,7 @@ class GatedMLP:
             ws = (h, a, self._gated_plans.get(m) or act_ops.gated_plan(h, a, self.activation))
             self._gated_plans[m] = ws[2]
             if m <= linear_ops.GEMV_MAX_ROWS:
-                self._buffers[m] = ws
+                self._buffers[key] = ws
         return ws
 
     def __call__(self, x: GPUArray, *, out: GPUArray | None = None) -> GPUArray:
