@@ -508,7 +508,8 @@ register(
     "flag",
     default=False,
     read="each library search",
-    description="Print every candidate path tried while loading libcuda, NVRTC and cuBLASLt.",
+    description="Print to stderr, when libcuda, NVRTC or cuBLASLt is loaded, every candidate "
+    "path that failed (and why) and the one that loaded.",
 )
 register(
     "PYGPUKIT_UPLOAD_KERNEL",

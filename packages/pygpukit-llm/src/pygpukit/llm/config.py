@@ -32,7 +32,7 @@ def _need(cfg: Mapping[str, Any], key: str) -> Any:
     return cfg[key]
 
 
-def _positive_int(cfg: Mapping[str, Any], key: str, value: Any) -> int:
+def _positive_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UnsupportedModelError(
             f"config.json {key!r} must be a positive integer, got {value!r}"
@@ -113,7 +113,7 @@ class ModelConfig:
             )
         traits = ARCHITECTURES[arch]
         ints = {
-            k: _positive_int(cfg, k, _need(cfg, k))
+            k: _positive_int(k, _need(cfg, k))
             for k in (
                 "vocab_size",
                 "hidden_size",
@@ -123,13 +123,13 @@ class ModelConfig:
             )
         }
         heads = ints["num_attention_heads"]
-        kv = _positive_int(cfg, "num_key_value_heads", cfg.get("num_key_value_heads") or heads)
+        kv = _positive_int("num_key_value_heads", cfg.get("num_key_value_heads") or heads)
         if heads % kv:
             raise UnsupportedModelError(
                 f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv})"
             )
         head_dim = cfg.get("head_dim") or ints["hidden_size"] // heads
-        head_dim = _positive_int(cfg, "head_dim", head_dim)
+        head_dim = _positive_int("head_dim", head_dim)
         act = cfg.get("hidden_act", "silu")
         if act != "silu":
             raise UnsupportedModelError(f"hidden_act {act!r} is not supported (only 'silu')")

@@ -49,9 +49,7 @@ def _merge(o: GPUArray) -> GPUArray:
 class _Block:
     """One pre-LN transformer block's layers (decoder blocks add cross-attention)."""
 
-    def __init__(
-        self, w: Mapping[str, np.ndarray], p: str, cfg: WhisperConfig, dtype: object, cross: bool
-    ) -> None:
+    def __init__(self, w: Mapping[str, np.ndarray], p: str, dtype: object, cross: bool) -> None:
         def lin(name: str, act: str | None = None) -> Linear:
             return Linear(_upload(w[p + name + ".w"], dtype), _upload(w[p + name + ".b"], dtype),
                           activation=act)  # fmt: skip
@@ -78,7 +76,7 @@ class Encoder:
 
         self.conv1, self.conv2 = conv("enc.conv1", 1), conv("enc.conv2", 2)
         self.pos = _upload(w["enc.pos"], dtype)
-        self.blocks = [_Block(w, f"enc.{i}.", cfg, dtype, False) for i in range(cfg.encoder_layers)]
+        self.blocks = [_Block(w, f"enc.{i}.", dtype, False) for i in range(cfg.encoder_layers)]
         self.ln_post = LayerNorm(_upload(w["enc.ln.w"], dtype), _upload(w["enc.ln.b"], dtype))
         self.attn = Attention(cfg.encoder_heads, cfg.encoder_heads, cfg.head_dim, causal=False)
 
@@ -134,7 +132,7 @@ class Decoder:
         self.cfg, self.dtype = cfg, np.dtype(dtype)  # type: ignore[call-overload]
         self.embed = _upload(w["dec.embed"], dtype)
         self.pos = _upload(w["dec.pos"], dtype)
-        self.blocks = [_Block(w, f"dec.{i}.", cfg, dtype, True) for i in range(cfg.decoder_layers)]
+        self.blocks = [_Block(w, f"dec.{i}.", dtype, True) for i in range(cfg.decoder_layers)]
         self.ln_post = LayerNorm(_upload(w["dec.ln.w"], dtype), _upload(w["dec.ln.b"], dtype))
         h, d = cfg.decoder_heads, cfg.head_dim
         self.causal = Attention(h, h, d, causal=True)

@@ -55,64 +55,50 @@ from .loadgen import LoadResult, run_load
 __all__ = ["SUITE", "IsolationLoad", "suites"]
 
 NAME = "serve"
-MODELS_ENV = "PYGPUKIT_SERVE_BENCH_MODELS"
-env.register(
-    MODELS_ENV,
-    "items",
+
+
+def _variable(name: str, kind: env.Kind, description: str, **spec: Any) -> str:
+    """Register one of the suite's variables (read when it runs; a bad value stops it)."""
+    env.register(
+        name, kind, read="python -m pygpukit.benchmark --suite serve", package="pygpukit-llm",
+        on_invalid="raise", description=description, **spec,
+    )  # fmt: skip
+    return name
+
+
+MODELS_ENV = _variable(
+    "PYGPUKIT_SERVE_BENCH_MODELS", "items",
+    "Model shapes the serve benchmark's startup and load rows run (default: llama-3.1-8b on "
+    "the GPU, qwen2.5-0.5b with --quick), e.g. qwen2.5-0.5b,llama-3.1-8b.",
     allowed=tuple(SHAPES),
-    read="python -m pygpukit.benchmark --suite serve",
-    package="pygpukit-llm",
-    on_invalid="raise",
-    description="Model shapes the serve benchmark's startup and load rows run (default: "
-    "llama-3.1-8b on the GPU, qwen2.5-0.5b with --quick), e.g. qwen2.5-0.5b,llama-3.1-8b.",
-)
-ROWS_ENV = "PYGPUKIT_SERVE_BENCH_ROWS"
+)  # fmt: skip
 _ROWS = ("load", "startup", "isolation")
-env.register(
-    ROWS_ENV,
-    "items",
+ROWS_ENV = _variable(
+    "PYGPUKIT_SERVE_BENCH_ROWS", "items",
+    "Rows of the serve benchmark to run (default: all of load, startup and isolation), e.g. "
+    "isolation.",
     allowed=_ROWS,
-    read="python -m pygpukit.benchmark --suite serve",
-    package="pygpukit-llm",
-    on_invalid="raise",
-    description="Rows of the serve benchmark to run (default: all of load, startup and "
-    "isolation), e.g. isolation.",
-)
-CLIENTS_ENV = "PYGPUKIT_SERVE_BENCH_CLIENTS"
+)  # fmt: skip
 _CLIENTS = ("1", "4", "16", "64")
-env.register(
-    CLIENTS_ENV,
-    "items",
+CLIENTS_ENV = _variable(
+    "PYGPUKIT_SERVE_BENCH_CLIENTS", "items",
+    "Client counts of the serve benchmark's load rows (default: all of the context's: 1, 16 "
+    "and 64 on the GPU), e.g. 64.",
     allowed=_CLIENTS,
-    read="python -m pygpukit.benchmark --suite serve",
-    package="pygpukit-llm",
-    on_invalid="raise",
-    description="Client counts of the serve benchmark's load rows (default: all of the "
-    "context's: 1, 16 and 64 on the GPU), e.g. 64.",
-)
-PREFILL_CHUNK_ENV = "PYGPUKIT_SERVE_BENCH_PREFILL_CHUNK"
-env.register(
-    PREFILL_CHUNK_ENV,
-    "integer",
+)  # fmt: skip
+PREFILL_CHUNK_ENV = _variable(
+    "PYGPUKIT_SERVE_BENCH_PREFILL_CHUNK", "integer",
+    "--prefill-chunk of the servers the serve benchmark's startup and load rows start (unset: "
+    "the server's default), e.g. 192 to measure the stall-free cap.",
     minimum=0,
-    read="python -m pygpukit.benchmark --suite serve",
-    package="pygpukit-llm",
-    on_invalid="raise",
-    description="--prefill-chunk of the servers the serve benchmark's startup and load rows "
-    "start (unset: the server's default), e.g. 192 to measure the stall-free cap.",
-)
-PROMPTS_ENV = "PYGPUKIT_SERVE_BENCH_PROMPTS"
+)  # fmt: skip
 _PROMPTS = ("16", "128", "1024")
-env.register(
-    PROMPTS_ENV,
-    "items",
+PROMPTS_ENV = _variable(
+    "PYGPUKIT_SERVE_BENCH_PROMPTS", "items",
+    "Prompt lengths of the serve benchmark's load rows (default: all of the context's: 128 and "
+    "1024 on the GPU), e.g. 128.",
     allowed=_PROMPTS,
-    read="python -m pygpukit.benchmark --suite serve",
-    package="pygpukit-llm",
-    on_invalid="raise",
-    description="Prompt lengths of the serve benchmark's load rows (default: all of the "
-    "context's: 128 and 1024 on the GPU), e.g. 128.",
-)
+)  # fmt: skip
 _START_TIMEOUT_S = 900
 _servers: dict[tuple[str, ...], tuple[subprocess.Popen[bytes], str]] = {}
 
