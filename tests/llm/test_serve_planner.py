@@ -168,7 +168,9 @@ def test_prompts_going_on_ahead_keep_the_cap_and_never_overdraw_blocks(rng):
     blocks = BlockManager(16, BLOCK)
     cap = int(rng.integers(20, 40))
     planner = StepPlanner(blocks, max_batch=8, max_batched_tokens=40, prefill_chunk=cap)
-    long = _request(rng, 0, 80, 90, 4)
+    # Over 80 tokens: after chunks of 40 and ``cap`` (at most 79 positions, 5 blocks), the
+    # prompt's rest always needs a block more, which the shortage below must refuse.
+    long = _request(rng, 0, 81, 90, 4)
     planner.waiting.append(long)
     first = planner.plan()  # nothing decodes: the budget is the limit
     assert [(c.start, c.count, c.sample) for c in first.chunks] == [(0, 40, False)]
