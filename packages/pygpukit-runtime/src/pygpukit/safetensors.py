@@ -17,7 +17,7 @@ import math
 import os
 import pathlib
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -51,9 +51,14 @@ class SafeTensorsFile:
 
     ``tensors`` maps each name (in file order) to ``(code, shape, begin, end)``, the byte range
     relative to ``data_start``; ``metadata`` is the header's ``__metadata__`` (``{}`` if none).
-    Raises :class:`~pygpukit.errors.SafeTensorsError` naming the file (and the tensor) when the
-    file cannot be read or its header is malformed.
+    Raises :attr:`error_type` (:class:`~pygpukit.errors.SafeTensorsError` unless a subclass
+    sets its package's own) naming the file (and the tensor) when the file cannot be read or
+    its header is malformed.
     """
+
+    #: The type of the errors raised: a package's loader sets its own (same constructor:
+    #: a message, then ``path`` and ``tensor`` by keyword).
+    error_type: Callable[..., PyGPUkitError] = SafeTensorsError
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = pathlib.Path(path)
@@ -102,9 +107,9 @@ class SafeTensorsFile:
         return bytes(f.read(header_len))
 
     def _error(self, what: str, tensor: str | None = None) -> PyGPUkitError:
-        """The error to raise for ``what`` (a subclass may return its package's own type)."""
+        """The error to raise for ``what``, of the type :attr:`error_type`."""
         where = f" (tensor {tensor!r})" if tensor else ""
-        return SafeTensorsError(
+        return self.error_type(
             f"{self.path}{where}: {what}. Re-download or re-export the file.",
             path=str(self.path),
             tensor=tensor,

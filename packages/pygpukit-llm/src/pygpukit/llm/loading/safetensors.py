@@ -35,13 +35,7 @@ class SafeTensorsFile(safetensors.SafeTensorsFile):
     :meth:`load`. Every error is a :class:`~pygpukit.llm.errors.SafeTensorsError`.
     """
 
-    def _error(self, what: str, tensor: str | None = None) -> SafeTensorsError:
-        where = f" (tensor {tensor!r})" if tensor else ""
-        return SafeTensorsError(
-            f"{self.path}{where}: {what}. Re-download or re-export the file.",
-            path=str(self.path),
-            tensor=tensor,
-        )
+    error_type = SafeTensorsError
 
     def info(self, name: str) -> TensorInfo:
         """The tensor's shape, stored dtype and size."""
